@@ -1,0 +1,47 @@
+# One static archive per concern of libptrain. Its DEPS are the other concerns it may use: the link
+# graph is the architecture, and CMake refuses a concern that reaches for one it did not declare.
+#
+# Every archive reuses one precompiled header (LibTorch is most of the compile time on two cores).
+
+add_library(ptrain_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp)
+target_link_libraries(ptrain_pch PUBLIC ${TORCH_LIBRARIES} Threads::Threads)
+target_include_directories(ptrain_pch PUBLIC ${PROJECT_SOURCE_DIR}/src)
+target_compile_options(ptrain_pch PUBLIC ${TORCH_CXX_FLAGS})
+if(PTRAIN_WITH_CUDA)
+  target_compile_definitions(ptrain_pch PUBLIC PTRAIN_WITH_CUDA=1)
+endif()
+target_precompile_headers(ptrain_pch PRIVATE ${PROJECT_SOURCE_DIR}/src/ptrain/core/pch.h)
+
+function(ptrain_use_pch target)
+  target_precompile_headers(${target} REUSE_FROM ptrain_pch)
+endfunction()
+
+# ptrain_component(NAME <name> SOURCES <files...> [DEPS <components...>] [LIBS <libs...>])
+function(ptrain_component)
+  cmake_parse_arguments(C "" "NAME" "SOURCES;DEPS;LIBS" ${ARGN})
+  add_library(ptrain_${C_NAME} STATIC ${C_SOURCES})
+  target_link_libraries(ptrain_${C_NAME} PUBLIC ptrain_pch)
+  foreach(dep IN LISTS C_DEPS)
+    target_link_libraries(ptrain_${C_NAME} PUBLIC ptrain_${dep})
+  endforeach()
+  if(C_LIBS)
+    target_link_libraries(ptrain_${C_NAME} PUBLIC ${C_LIBS})
+  endif()
+  ptrain_use_pch(ptrain_${C_NAME})
+  set_property(GLOBAL APPEND PROPERTY PTRAIN_COMPONENTS ptrain_${C_NAME})
+endfunction()
+
+# ptrain_test(NAME <name> SOURCES <files...> DEPS <components...>): one GoogleTest binary per concern,
+# its cases registered one by one so that ctest -j runs them in parallel.
+function(ptrain_test)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(test_${T_NAME} ${T_SOURCES})
+  foreach(dep IN LISTS T_DEPS)
+    target_link_libraries(test_${T_NAME} PRIVATE ptrain_${dep})
+  endforeach()
+  target_link_libraries(test_${T_NAME} PRIVATE GTest::gtest GTest::gtest_main)
+  target_compile_definitions(test_${T_NAME} PRIVATE
+    PTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" PTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  ptrain_use_pch(test_${T_NAME})
+  gtest_discover_tests(test_${T_NAME} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS "${T_NAME};${T_LABELS}")
+endfunction()

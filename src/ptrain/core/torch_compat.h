@@ -1,0 +1,67 @@
+// Every difference between the LibTorch releases ptrain builds against (Debian's 1.13 on the CPU, the
+// 2.x inside the PyTorch wheel on GPU machines) lives here and nowhere else.
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#define PTRAIN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace ptrain::compat {
+
+// Autocast state per device type. 2.4 replaced the per-backend functions by ones taking a DeviceType.
+inline bool autocast_enabled(c10::DeviceType device) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType device, bool enabled) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, enabled);
+#else
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+  }
+#endif
+}
+
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+// Whether the CPU autocast of this release casts to float16 (1.13 knows only bfloat16 there).
+constexpr bool cpu_autocast_supports_fp16() { return PTRAIN_TORCH_AT_LEAST(2, 3); }
+
+// TensorFloat-32 in cuBLAS and cuDNN matrix work.
+inline void set_allow_tf32(bool allow) {
+  at::globalContext().setAllowTF32CuBLAS(allow);
+  at::globalContext().setAllowTF32CuDNN(allow);
+}
+
+inline std::string torch_version() { return TORCH_VERSION; }
+
+}  // namespace ptrain::compat
