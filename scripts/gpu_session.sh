@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Everything ptrain does on a GPU machine (PyTorch 2.x wheel, CUDA LibTorch, no package registry), in one
+# script so that a single remote call builds, checks and measures. Steps, in the order given:
+#   build                 unpack the carried .debs, configure against the wheel's LibTorch, build build-gpu/
+#   test                  ctest on that build (the CPU suites and oracles, against LibTorch 2.x)
+#   smoke STEPS           every precision mode for STEPS steps, ptrain then PyTorch eager, same data
+#   reference MODE...     the reference workload (configs/cifar10-resnet50-224.yaml, 5 epochs) per MODE,
+#                         a MODE being a precision name, optionally +master or +cl (channels-last)
+#   pytorch MODE...       the same workload in PyTorch eager (bench/pytorch_reference.py)
+# Results (JSON per run, logs) go to $OUT (or runs/gpu). Data comes from the carried
+# .data/cifar10-jpg.tar.xz. NVLink multicast stays off, as the machine's operators require.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-runs/gpu}
+mkdir -p "$OUT"
+DEPS=$PWD/.gpu-deps/root
+export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+DATA=.data/cifar10
+EPOCHS=${EPOCHS:-5}
+
+ensure_data() {
+  if [ ! -d $DATA/train ]; then
+    mkdir -p $DATA && tar -xJf .data/cifar10-jpg.tar.xz -C $DATA
+  fi
+}
+
+mode_flags() {  # MODE -> ptrain flags
+  local mode=$1 flags
+  flags="--precision ${mode%%+*}"
+  [[ $mode == *+master* ]] && flags="$flags --master-weights"
+  [[ $mode == *+cl* ]] && flags="$flags --channels-last"
+  echo "$flags"
+}
+
+step_build() {
+  mkdir -p "$DEPS"
+  for f in .gpu-deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+  local torch_prefix
+  torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DPTRAIN_ORACLE_PYTHON="$(command -v python3)" \
+    2>&1 | tail -n 25
+  cmake --build build-gpu -j "$(nproc)" 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  test -x build-gpu/ptrain
+}
+
+step_test() {
+  (cd build-gpu && ctest --output-on-failure -j 8 --timeout 600 2>&1 | tail -n 40) | tee "$OUT/ctest.log"
+}
+
+step_smoke() {
+  local steps=$1
+  ensure_data
+  for mode in fp32 tf32 fp16 fp16+master bf16 amp-fp16 amp-bf16 amp-bf16+cl; do
+    echo "== ptrain $mode ($steps steps)"
+    ./build-gpu/ptrain train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --max-steps "$steps" \
+      --no-eval-each-epoch --test-limit 2000 --progress lines --log-every 50 \
+      --metrics-out "$OUT/smoke-ptrain-$mode.json" 2>&1 | grep -E "result|error|epoch 1" | tail -n 5
+    echo "== pytorch $mode ($steps steps)"
+    local cl=""
+    [[ $mode == *+cl* ]] && cl="--channels-last"
+    [[ $mode == *+master* ]] && continue  # PyTorch has no built-in master weights for pure half
+    python3 bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" $cl --max-steps "$steps" \
+      --no-eval --metrics-out "$OUT/smoke-pytorch-$mode.json" 2>&1 | grep -E "\[pytorch\].*img/s, peak" || true
+  done
+}
+
+step_reference() {
+  ensure_data
+  for mode in "$@"; do
+    echo "== ptrain $mode ($EPOCHS epochs)"
+    ./build-gpu/ptrain train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --epochs "$EPOCHS" \
+      --progress lines --log-every 100 --metrics-out "$OUT/reference-ptrain-$mode.json" 2>&1 \
+      | tee "$OUT/reference-ptrain-$mode.log" | grep -E "^epoch [0-9]+:|result|error"
+  done
+}
+
+step_pytorch() {
+  ensure_data
+  for mode in "$@"; do
+    local cl=""
+    [[ $mode == *+cl* ]] && cl="--channels-last"
+    echo "== pytorch $mode ($EPOCHS epochs)"
+    python3 bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" $cl --epochs "$EPOCHS" \
+      --metrics-out "$OUT/reference-pytorch-$mode.json" 2>&1 | tee "$OUT/reference-pytorch-$mode.log" | grep pytorch
+  done
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  case $step in
+    build) step_build ;;
+    test) step_test ;;
+    smoke) step_smoke "$1"; shift ;;
+    reference) step_reference "$@"; break ;;
+    pytorch) step_pytorch "$@"; break ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done

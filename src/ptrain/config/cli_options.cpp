@@ -1,0 +1,182 @@
+#include "ptrain/config/cli_options.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::config {
+
+CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
+  const auto non_negative = CLI::NonNegativeNumber;
+  const auto positive = CLI::PositiveNumber;
+
+  app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56")
+      ->group("Model")->capture_default_str();
+  app.add_option("--weights", c.model.weights, "Initial weights, a torchvision .pth or a .safetensors file")
+      ->group("Model");
+  app.add_flag("--activation-checkpointing,!--no-activation-checkpointing", c.model.activation_checkpointing,
+               "Recompute each residual block in backward instead of keeping its activations")
+      ->group("Model");
+  app.add_flag("--channels-last,!--no-channels-last", c.model.channels_last, "NHWC memory format")
+      ->group("Model");
+
+  app.add_option("--dataset", c.data.dataset, "fashion-mnist | mnist | cifar10 | imagefolder | synthetic")
+      ->group("Data")->capture_default_str();
+  app.add_option("--data-path", c.data.path, "Dataset location (default: the dataset's usual place)")->group("Data");
+  app.add_option("--image-size", c.data.image_size, "Resize images to this square size; 0 keeps them")
+      ->group("Data")->check(non_negative)->capture_default_str();
+  app.add_flag("--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
+      ->group("Data")->capture_default_str();
+  app.add_option("--loader-threads", c.data.loader_threads, "Threads decoding image folders")
+      ->group("Data")->check(positive)->capture_default_str();
+  app.add_option("--prefetch", c.data.prefetch, "Batches prepared ahead of the step")
+      ->group("Data")->check(positive)->capture_default_str();
+  app.add_option("--train-limit", c.data.train_limit, "Train on the first N samples only; 0: all")
+      ->group("Data")->check(non_negative);
+  app.add_option("--test-limit", c.data.test_limit, "Evaluate on the first N test samples; 0: all")
+      ->group("Data")->check(non_negative);
+
+  app.add_option("--optimizer", c.optim.name, "sgd | adamw")
+      ->group("Optimizer")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
+  app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive)->capture_default_str();
+  app.add_option("--momentum", c.optim.momentum, "SGD momentum")
+      ->group("Optimizer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_flag("--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
+  app.add_option("--weight-decay", c.optim.weight_decay, "Weight decay (decoupled for adamw)")
+      ->group("Optimizer")->check(non_negative)->capture_default_str();
+  app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive);
+  app.add_option("--schedule", c.optim.schedule, "constant | step | cosine")
+      ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
+  app.add_option("--milestones", c.optim.milestones, "Step schedule: epochs where lr is multiplied by --gamma")
+      ->group("Optimizer")->delimiter(',');
+  app.add_option("--gamma", c.optim.gamma, "Step schedule factor")->group("Optimizer")->check(positive);
+  app.add_option("--min-lr", c.optim.min_lr, "Cosine schedule floor")->group("Optimizer")->check(non_negative);
+  app.add_option("--warmup-epochs", c.optim.warmup_epochs, "Linear warm-up length in epochs (fractions allowed)")
+      ->group("Optimizer")->check(non_negative);
+  app.add_option("--clip-grad-norm", c.optim.clip_grad_norm, "Clip the global gradient L2 norm; 0: off")
+      ->group("Optimizer")->check(non_negative);
+  app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")
+      ->group("Optimizer")->check(positive)->capture_default_str();
+
+  app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
+      ->group("Precision")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}))
+      ->capture_default_str();
+  app.add_flag("--master-weights,!--no-master-weights", c.precision.master_weights,
+               "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
+      ->group("Precision");
+  app.add_option("--loss-scale", c.precision.loss_scale, "auto | dynamic | none | a static scale")
+      ->group("Precision")->capture_default_str();
+
+  app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive)->capture_default_str();
+  app.add_option("--max-steps", c.run.max_steps, "Stop after this many optimizer steps; 0: all epochs")
+      ->group("Run")->check(non_negative);
+  app.add_option("--batch-size", c.run.batch_size, "Samples per device per micro-batch")
+      ->group("Run")->check(positive)->capture_default_str();
+  app.add_option("--eval-batch-size", c.run.eval_batch_size, "Evaluation batch; 0: --batch-size")
+      ->group("Run")->check(non_negative);
+  app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")->group("Run")->capture_default_str();
+  app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
+      ->group("Run")->capture_default_str();
+  app.add_option("--strategy", c.run.strategy, "How devices share the work")
+      ->group("Run")->check(CLI::IsMember({"single"}))->capture_default_str();
+  app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: LibTorch's default")
+      ->group("Run")->check(non_negative);
+  app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,
+               "Evaluate on the test split after every epoch (else only after the last)")
+      ->group("Run");
+  app.add_option("--checkpoint-dir", c.run.checkpoint_dir, "Directory for checkpoints")->group("Run");
+  app.add_option("--checkpoint-every", c.run.checkpoint_every, "Also checkpoint every N optimizer steps")
+      ->group("Run")->check(non_negative);
+  app.add_option("--resume", c.run.resume, "Resume from a checkpoint file, or 'latest' in --checkpoint-dir")
+      ->group("Run");
+  app.add_option("--metrics-out", c.run.metrics_out, "Write the run's metrics JSON here")->group("Run");
+  app.add_option("--log-every", c.run.log_every, "Optimizer steps between progress updates")
+      ->group("Run")->check(positive)->capture_default_str();
+  app.add_option("--progress", c.run.progress, "auto | bar | lines | none")
+      ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}))->capture_default_str();
+  app.add_flag("--dry-run", c.run.dry_run, "Print the validated plan and exit")->group("Run");
+
+  return app.add_option("--config", "YAML file with the same keys as the flags (flags win)")->group("Run");
+}
+
+namespace {
+
+std::string scalar_text(const YAML::Node& node) {
+  return node.as<std::string>();
+}
+
+std::vector<std::string> values_of(const YAML::Node& node, const std::string& where) {
+  std::vector<std::string> values;
+  if (node.IsScalar()) {
+    values.push_back(scalar_text(node));
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      check(item.IsScalar(), where + ": list items must be plain values");
+      values.push_back(scalar_text(item));
+    }
+  } else if (node.IsNull()) {
+    throw Error(where + ": has no value");
+  } else {
+    throw Error(where + ": expected a value or a list, found a mapping");
+  }
+  return values;
+}
+
+std::string known_keys(CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* opt : app.get_options()) {
+    for (const auto& name : opt->get_lnames()) {
+      if (name != "help" && name != "config") names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  std::ostringstream out;
+  for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
+  return out.str();
+}
+
+}  // namespace
+
+void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(yaml_path);
+  } catch (const YAML::BadFile&) {
+    throw Error(yaml_path + ": cannot open the config file");
+  } catch (const YAML::Exception& e) {
+    throw Error(yaml_path + ": not valid YAML: " + e.what());
+  }
+  if (root.IsNull()) return;
+  check(root.IsMap(), yaml_path + ": the config must be a mapping of keys to values");
+
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    std::replace(key.begin(), key.end(), '_', '-');
+    const std::string where = yaml_path + ": key '" + entry.first.as<std::string>() + "'";
+    CLI::Option* opt = (key == "config" || key == "help") ? nullptr : app.get_option_no_throw("--" + key);
+    if (opt == nullptr) throw Error(where + " is not a ptrain train option (known keys: " + known_keys(app) + ")");
+    if (opt->count() > 0) continue;  // given on the command line: the flag wins
+
+    std::vector<std::string> values = values_of(entry.second, where);
+    try {
+      if (opt->get_expected_min() == 0) {
+        check(values.size() == 1, where + ": a flag takes one true/false value");
+        // Negated aliases (--no-x) share the option; a YAML key always names the positive form.
+        opt->add_result(values.front());
+      } else {
+        opt->add_result(values);
+      }
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      throw Error(where + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace ptrain::config

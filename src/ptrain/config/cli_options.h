@@ -1,0 +1,22 @@
+// Binds every field of TrainConfig to a command-line flag, and lets a YAML file give the same keys.
+// One table of options serves both, so a key in a file and a flag cannot drift apart.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ptrain/config/train_config.h"
+
+namespace ptrain::config {
+
+// Adds the flags of `ptrain train` to app, writing into config (which must outlive the parse).
+// Returns the --config option.
+CLI::Option* add_train_options(CLI::App& app, TrainConfig& config);
+
+// After app has parsed the command line: applies the YAML file's keys to every option the command
+// line did not set (flags win). Keys are flag names without dashes; '_' and '-' are interchangeable.
+// Unknown keys and bad values throw ptrain::Error naming the file and the key.
+void apply_yaml_config(CLI::App& app, const std::string& yaml_path);
+
+}  // namespace ptrain::config

@@ -1,0 +1,82 @@
+// The typed config tree of `ptrain train`. Every flag, every key of a --config YAML file (and, later,
+// accelerate and DeepSpeed files) lands here; train/plan.h validates it once into a Plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ptrain::config {
+
+struct ModelConfig {
+  std::string name = "resnet18";           // a name of models/zoo.h
+  std::string weights;                     // initial weights (.pth or .safetensors); empty: random init
+  bool activation_checkpointing = false;   // recompute each residual block in backward
+  bool channels_last = false;              // NHWC memory format for inputs and 4-D weights
+};
+
+struct DataConfig {
+  std::string dataset = "fashion-mnist";   // a name of data/registry.h
+  std::string path;                        // dataset location; empty: the dataset's default
+  int64_t image_size = 0;                  // resize to this square size; 0: native size
+  bool augment = true;                     // random crop with padding + horizontal flip on training batches
+  int64_t loader_threads = 2;              // decoding threads when an image folder is loaded
+  int64_t prefetch = 2;                    // batches the loader keeps ready ahead of the step
+  int64_t train_limit = 0;                 // use only the first N training samples; 0: all
+  int64_t test_limit = 0;                  // evaluate on the first N test samples; 0: all
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";                // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;                   // sgd
+  bool nesterov = false;                   // sgd
+  double weight_decay = 5e-4;              // sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  std::string schedule = "cosine";         // constant | step | cosine
+  std::vector<int64_t> milestones;         // step schedule: epochs at which lr *= gamma
+  double gamma = 0.1;                      // step schedule factor
+  double min_lr = 0.0;                     // cosine floor
+  double warmup_epochs = 0.0;              // linear warm-up from 0, in (fractional) epochs
+  double clip_grad_norm = 0.0;             // global L2 norm bound; 0: off
+  int64_t grad_accum = 1;                  // micro-batches per optimizer step
+};
+
+struct PrecisionConfig {
+  std::string precision = "fp32";          // fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16
+  bool master_weights = false;             // pure fp16/bf16: fp32 copy for the optimizer step
+  std::string loss_scale = "auto";         // auto | dynamic | none | <static scale>
+};
+
+struct RunConfig {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;                   // stop after this many optimizer steps; 0: run all epochs
+  int64_t batch_size = 128;                // per device
+  int64_t eval_batch_size = 0;             // 0: same as batch_size
+  std::string device = "auto";             // auto | cpu | cuda | cuda:N
+  uint64_t seed = 0;
+  std::string strategy = "single";
+  int64_t threads = 0;                     // intra-op CPU threads; 0: LibTorch's default
+  bool eval_each_epoch = true;
+  std::string checkpoint_dir;              // where checkpoints go; empty: none
+  int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends
+  std::string resume;                      // a checkpoint file, or "latest" in checkpoint_dir
+  std::string metrics_out;                 // the run's metrics JSON
+  int64_t log_every = 50;                  // optimizer steps between progress reads of the loss
+  std::string progress = "auto";           // auto | bar | lines | none
+  bool dry_run = false;                    // print the plan and exit
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optim;
+  PrecisionConfig precision;
+  RunConfig run;
+};
+
+nlohmann::json to_json(const TrainConfig& config);
+
+}  // namespace ptrain::config

@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ptrain/config/cli_options.h"
+#include "ptrain/core/error.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ptrain::config::TrainConfig;
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  const fs::path path = fs::temp_directory_path() / ("ptrain_config_test_" + name + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// Parses argv as `ptrain train` does, then the YAML file if one is named.
+TrainConfig parse(std::vector<std::string> args) {
+  TrainConfig config;
+  CLI::App app;
+  CLI::Option* file = ptrain::config::add_train_options(app, config);
+  std::vector<const char*> argv{"train"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), const_cast<char**>(argv.data()));
+  if (file->count() > 0) ptrain::config::apply_yaml_config(app, file->as<std::string>());
+  return config;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainOptions, DefaultsAreTheDocumentedOnes) {
+  const TrainConfig c = parse({});
+  EXPECT_EQ(c.model.name, "resnet18");
+  EXPECT_EQ(c.precision.precision, "fp32");
+  EXPECT_EQ(c.run.batch_size, 128);
+  EXPECT_EQ(c.optim.grad_accum, 1);
+}
+
+TEST(TrainOptions, FlagsFillTheTree) {
+  const TrainConfig c = parse({"--model", "resnet50", "--precision", "amp-bf16", "--batch-size", "64", "--lr", "0.05",
+                               "--milestones", "30,60", "--channels-last", "--no-augment", "--grad-accum", "4"});
+  EXPECT_EQ(c.model.name, "resnet50");
+  EXPECT_EQ(c.precision.precision, "amp-bf16");
+  EXPECT_EQ(c.run.batch_size, 64);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.05);
+  EXPECT_EQ(c.optim.milestones, (std::vector<int64_t>{30, 60}));
+  EXPECT_TRUE(c.model.channels_last);
+  EXPECT_FALSE(c.data.augment);
+  EXPECT_EQ(c.optim.grad_accum, 4);
+}
+
+TEST(TrainOptions, YamlKeysApplyAndFlagsWin) {
+  const auto path = write_yaml("apply",
+                               "model: resnet34\nbatch_size: 32\nlr: 0.2\nchannels-last: true\n"
+                               "milestones: [2, 4]\nprecision: bf16\nmaster_weights: true\n");
+  const TrainConfig c = parse({"--config", path, "--batch-size", "16"});
+  EXPECT_EQ(c.model.name, "resnet34");
+  EXPECT_EQ(c.run.batch_size, 16);  // the flag wins over the file
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.2);
+  EXPECT_TRUE(c.model.channels_last);
+  EXPECT_EQ(c.optim.milestones, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(c.precision.precision, "bf16");
+  EXPECT_TRUE(c.precision.master_weights);
+}
+
+TEST(TrainOptions, UnknownYamlKeyIsNamedWithItsFile) {
+  const auto path = write_yaml("unknown", "lr: 0.1\nlearning_rat: 0.2\n");
+  const std::string message = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("learning_rat"), std::string::npos) << message;
+  EXPECT_NE(message.find("known keys"), std::string::npos) << message;
+}
+
+TEST(TrainOptions, BadYamlValueIsNamedWithItsKey) {
+  const auto path = write_yaml("badvalue", "precision: fp8\n");
+  const std::string message = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(message.find("'precision'"), std::string::npos) << message;
+  EXPECT_NE(message.find("fp8"), std::string::npos) << message;
+
+  const auto path2 = write_yaml("notanumber", "batch-size: many\n");
+  const std::string message2 = error_of([&] { parse({"--config", path2}); });
+  EXPECT_NE(message2.find("batch-size"), std::string::npos) << message2;
+}
+
+TEST(TrainOptions, MalformedYamlAndMissingFileAreRefused) {
+  const auto path = write_yaml("malformed", "lr: [0.1\n");
+  EXPECT_NE(error_of([&] { parse({"--config", path}); }).find("not valid YAML"), std::string::npos);
+  const auto list_path = write_yaml("notmap", "- lr\n- 0.1\n");
+  EXPECT_NE(error_of([&] { parse({"--config", list_path}); }).find("mapping"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse({"--config", "/nonexistent/ptrain.yaml"}); }).find("/nonexistent/ptrain.yaml"),
+            std::string::npos);
+}
+
+TEST(TrainOptions, BadFlagValuesNameTheFlag) {
+  const std::string precision = error_of([] { parse({"--precision", "fp8"}); });
+  EXPECT_NE(precision.find("--precision"), std::string::npos) << precision;
+  const std::string batch = error_of([] { parse({"--batch-size", "0"}); });
+  EXPECT_NE(batch.find("--batch-size"), std::string::npos) << batch;
+  const std::string unknown = error_of([] { parse({"--learning-rate", "1"}); });
+  EXPECT_NE(unknown.find("--learning-rate"), std::string::npos) << unknown;
+}
+
+}  // namespace
