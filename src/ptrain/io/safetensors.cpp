@@ -1,0 +1,209 @@
+#include "ptrain/io/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
+
+namespace ptrain::io {
+
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+// The format stores little-endian data; copying raw tensor bytes is only right on a little-endian host.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+// The reference implementation refuses larger headers too; it keeps a corrupt length from allocating
+// gigabytes before the JSON parser notices.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+const std::vector<std::pair<std::string, c10::ScalarType>>& dtype_table() {
+  static const std::vector<std::pair<std::string, c10::ScalarType>> table = {
+      {"F64", c10::ScalarType::Double}, {"F32", c10::ScalarType::Float}, {"F16", c10::ScalarType::Half},
+      {"BF16", c10::ScalarType::BFloat16}, {"I64", c10::ScalarType::Long}, {"I32", c10::ScalarType::Int},
+      {"I16", c10::ScalarType::Short}, {"I8", c10::ScalarType::Char}, {"U8", c10::ScalarType::Byte},
+      {"BOOL", c10::ScalarType::Bool}};
+  return table;
+}
+
+std::string dtype_name(c10::ScalarType type, const std::string& path, const std::string& key) {
+  for (const auto& [name, scalar] : dtype_table()) {
+    if (scalar == type) return name;
+  }
+  throw Error("cannot write " + path + ": tensor '" + key + "' has dtype " + c10::toString(type) +
+              ", which safetensors I/O does not support");
+}
+
+c10::ScalarType scalar_type_of(const std::string& name, const std::string& path, const std::string& key) {
+  for (const auto& [known, scalar] : dtype_table()) {
+    if (known == name) return scalar;
+  }
+  throw Error(path + ": tensor '" + key + "' has unknown dtype '" + name + "'");
+}
+
+uint64_t read_le_u64(const char* p) {
+  uint64_t value = 0;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+struct Entry {
+  std::string key;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+// Multiplies with an overflow check: a corrupt shape must give an error, not a wrapped-around size.
+uint64_t expected_bytes(const std::vector<int64_t>& shape, size_t itemsize, const std::string& path,
+                        const std::string& key) {
+  uint64_t bytes = itemsize;
+  for (int64_t dim : shape) {
+    if (dim < 0) throw Error(path + ": tensor '" + key + "' has a negative dimension");
+    if (dim != 0 && bytes > UINT64_MAX / static_cast<uint64_t>(dim)) {
+      throw Error(path + ": tensor '" + key + "' has a shape too large to address");
+    }
+    bytes *= static_cast<uint64_t>(dim);
+  }
+  return bytes;
+}
+
+Entry parse_entry(const std::string& key, const OrderedJson& info, uint64_t data_bytes, const std::string& path) {
+  const std::string where = path + ": tensor '" + key + "'";
+  if (!info.is_object()) throw Error(where + ": header entry is not an object");
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!info.contains(field)) throw Error(where + ": header entry has no \"" + std::string(field) + "\"");
+  }
+  if (!info["dtype"].is_string()) throw Error(where + ": \"dtype\" is not a string");
+  if (!info["shape"].is_array()) throw Error(where + ": \"shape\" is not an array");
+  const auto& offsets = info["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
+    throw Error(where + ": \"data_offsets\" is not a pair of non-negative integers");
+  }
+  Entry entry;
+  entry.key = key;
+  entry.dtype = scalar_type_of(info["dtype"].get<std::string>(), path, key);
+  for (const auto& dim : info["shape"]) {
+    if (!dim.is_number_integer()) throw Error(where + ": \"shape\" holds a non-integer");
+    entry.shape.push_back(dim.get<int64_t>());
+  }
+  entry.begin = offsets[0].get<uint64_t>();
+  entry.end = offsets[1].get<uint64_t>();
+  if (entry.begin > entry.end || entry.end > data_bytes) {
+    throw Error(where + ": data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+                "] lie outside the " + std::to_string(data_bytes) + " data bytes (truncated file?)");
+  }
+  const uint64_t needed = expected_bytes(entry.shape, c10::elementSize(entry.dtype), path, key);
+  if (entry.end - entry.begin != needed) {
+    throw Error(where + ": data_offsets span " + std::to_string(entry.end - entry.begin) +
+                " bytes but its dtype and shape need " + std::to_string(needed));
+  }
+  return entry;
+}
+
+}  // namespace
+
+NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  const std::string bytes = read_file_bytes(path);
+  if (bytes.size() < 8) {
+    throw Error(path + ": not a safetensors file: " + std::to_string(bytes.size()) +
+                " bytes, shorter than the 8-byte header length");
+  }
+  const uint64_t header_bytes = read_le_u64(bytes.data());
+  if (header_bytes > kMaxHeaderBytes || header_bytes > bytes.size() - 8) {
+    throw Error(path + ": safetensors header length " + std::to_string(header_bytes) +
+                " goes beyond the file's " + std::to_string(bytes.size()) + " bytes (truncated or not safetensors)");
+  }
+  OrderedJson header;
+  try {
+    header = OrderedJson::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": safetensors header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) throw Error(path + ": safetensors header is not a JSON object");
+
+  const uint64_t data_start = 8 + header_bytes;
+  const uint64_t data_bytes = bytes.size() - data_start;
+  std::vector<Entry> entries;
+  for (const auto& [key, info] : header.items()) {
+    if (key == "__metadata__") {
+      if (!info.is_object()) throw Error(path + ": \"__metadata__\" is not an object");
+      for (const auto& [meta_key, value] : info.items()) {
+        if (!value.is_string()) throw Error(path + ": __metadata__ entry '" + meta_key + "' is not a string");
+        if (metadata != nullptr) (*metadata)[meta_key] = value.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(key, info, data_bytes, path));
+  }
+
+  // Writers lay tensors out in state_dict order, so data order recovers it whatever order the JSON
+  // object lists its keys in (the reference writer sorts them).
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].begin < entries[i - 1].end) {
+      throw Error(path + ": the data of tensors '" + entries[i - 1].key + "' and '" + entries[i].key + "' overlap");
+    }
+  }
+
+  NamedTensors tensors;
+  tensors.reserve(entries.size());
+  for (const auto& entry : entries) {
+    auto tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype));
+    if (entry.end > entry.begin) {
+      std::memcpy(tensor.data_ptr(), bytes.data() + data_start + entry.begin, entry.end - entry.begin);
+    }
+    tensors.emplace_back(entry.key, std::move(tensor));
+  }
+  return tensors;
+}
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  OrderedJson header = OrderedJson::object();
+  if (!metadata.empty()) {
+    OrderedJson meta = OrderedJson::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::vector<torch::Tensor> contiguous;
+  contiguous.reserve(tensors.size());
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const auto& [key, tensor] : tensors) {
+    check(key != "__metadata__", "cannot write " + path + ": '__metadata__' is reserved and cannot name a tensor");
+    check(seen.insert(key).second, "cannot write " + path + ": tensor name '" + key + "' appears twice");
+    check(tensor.defined(), "cannot write " + path + ": tensor '" + key + "' is undefined");
+    auto cpu = tensor.detach().to(torch::kCPU).contiguous();
+    const uint64_t size = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
+    header[key] = OrderedJson{{"dtype", dtype_name(cpu.scalar_type(), path, key)},
+                              {"shape", cpu.sizes().vec()},
+                              {"data_offsets", {offset, offset + size}}};
+    offset += size;
+    contiguous.push_back(std::move(cpu));
+  }
+  std::string header_text = header.dump();
+  // Padding keeps the data 8-byte aligned for readers that map the file.
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+
+  std::string out;
+  out.reserve(8 + header_text.size() + offset);
+  const uint64_t header_length = header_text.size();
+  out.append(reinterpret_cast<const char*>(&header_length), sizeof header_length);
+  out += header_text;
+  for (const auto& tensor : contiguous) {
+    if (tensor.numel() == 0) continue;
+    out.append(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * tensor.element_size());
+  }
+  write_file_atomically(path, out);
+}
+
+}  // namespace ptrain::io

@@ -1,0 +1,23 @@
+// The safetensors format (https://github.com/huggingface/safetensors): what Hugging Face checkpoints and
+// ptrain's own weight exports use. Debian ships no C++ safetensors library, so this is our own
+// implementation of the (small, fully specified) format on top of nlohmann-json.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "ptrain/io/named_tensors.h"
+
+namespace ptrain::io {
+
+// Tensors in file order (by data offset, which is the order write_safetensors was given), on the CPU.
+// Dtypes F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL. When metadata is given it receives "__metadata__".
+// Throws ptrain::Error naming path for a missing or malformed file.
+NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// Written atomically (see atomic_file.h). Tensors on any device and of any layout are stored contiguous
+// from the CPU; duplicate names and dtypes outside the list above are refused with ptrain::Error.
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ptrain::io

@@ -1,0 +1,134 @@
+#include "ptrain/io/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "expected_tensors.h"
+#include "ptrain/core/error.h"
+#include "test_support.h"
+
+namespace {
+
+using ptrain::testing::error_message;
+using ptrain::testing::expect_same_tensors;
+using ptrain::testing::expected_tensors;
+using ptrain::testing::read_bytes;
+using ptrain::testing::run_oracle;
+using ptrain::testing::TempDir;
+using ptrain::testing::write_bytes;
+
+const std::map<std::string, std::string> kOracleMetadata = {{"format", "pt"}, {"producer", "ptrain-test"}};
+
+TEST(Safetensors, RoundTripKeepsOrderDtypesValuesAndMetadata) {
+  TempDir dir;
+  const auto path = dir.file("t.safetensors");
+  const std::map<std::string, std::string> metadata = {{"step", "12"}, {"note", "ünïcode and \"quotes\""}};
+  ptrain::io::write_safetensors(path, expected_tensors(), metadata);
+  std::map<std::string, std::string> read_metadata;
+  expect_same_tensors(ptrain::io::read_safetensors(path, &read_metadata), expected_tensors());
+  EXPECT_EQ(read_metadata, metadata);
+}
+
+TEST(Safetensors, ReadsFileWrittenByPythonOracle) {
+  TempDir dir;
+  const auto path = dir.file("python.safetensors");
+  const auto oracle = run_oracle("safetensors_oracle.py", "write " + path);
+  ASSERT_EQ(oracle.exit_code, 0) << oracle.output;
+  std::map<std::string, std::string> metadata;
+  expect_same_tensors(ptrain::io::read_safetensors(path, &metadata), expected_tensors());
+  EXPECT_EQ(metadata, kOracleMetadata);
+}
+
+TEST(Safetensors, PythonOracleReadsWhatWeWrite) {
+  TempDir dir;
+  const auto path = dir.file("cpp.safetensors");
+  ptrain::io::write_safetensors(path, expected_tensors(), kOracleMetadata);
+  const auto oracle = run_oracle("safetensors_oracle.py", "check " + path);
+  EXPECT_EQ(oracle.exit_code, 0) << oracle.output;
+}
+
+TEST(Safetensors, RefusesDuplicateNamesAndUnsupportedDtypes) {
+  TempDir dir;
+  const auto path = dir.file("bad.safetensors");
+  auto message = error_message<ptrain::Error>([&] {
+    ptrain::io::write_safetensors(path, {{"w", torch::ones(2)}, {"w", torch::ones(3)}});
+  });
+  EXPECT_NE(message.find("'w'"), std::string::npos) << message;
+  message = error_message<ptrain::Error>([&] {
+    ptrain::io::write_safetensors(path, {{"z", torch::ones(2, torch::kComplexFloat)}});
+  });
+  EXPECT_NE(message.find("'z'"), std::string::npos) << message;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A file with the given header text and data bytes, laid out as the format says.
+std::string safetensors_bytes(const std::string& header, const std::string& data) {
+  const uint64_t length = header.size();
+  std::string bytes(reinterpret_cast<const char*>(&length), 8);
+  return bytes + header + data;
+}
+
+std::string read_error(const std::string& path) {
+  return error_message<ptrain::Error>([&] { ptrain::io::read_safetensors(path); });
+}
+
+void expect_error_naming(const std::string& path, const std::string& bytes, const std::string& phrase) {
+  write_bytes(path, bytes);
+  const auto message = read_error(path);
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find(phrase), std::string::npos) << "expected '" << phrase << "' in: " << message;
+}
+
+TEST(Safetensors, MissingFileIsNamed) {
+  TempDir dir;
+  const auto path = dir.file("absent.safetensors");
+  EXPECT_NE(read_error(path).find(path), std::string::npos);
+}
+
+TEST(Safetensors, MalformedFilesAreRefusedWithTheFileNamed) {
+  TempDir dir;
+  const auto path = dir.file("bad.safetensors");
+  const std::string eight_floats(32, '\0');
+  expect_error_naming(path, "abc", "shorter than the 8-byte header length");
+  expect_error_naming(path, safetensors_bytes("{}", "").substr(0, 9) + std::string(100, ' ').substr(0, 0),
+                      "header length 2");
+  expect_error_naming(path, safetensors_bytes("{\"w\": [1, 2", ""), "not valid JSON");
+  expect_error_naming(path, safetensors_bytes("[1, 2]", ""), "not a JSON object");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"w":{"dtype":"F8_E4M3X","shape":[2],"data_offsets":[0,2]}})", "ab"),
+                      "unknown dtype 'F8_E4M3X'");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})",
+                                        eight_floats.substr(0, 20)),
+                      "outside the 20 data bytes");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", eight_floats),
+                      "need 12");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                        R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+                                        eight_floats),
+                      "overlap");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", eight_floats),
+                      "no \"data_offsets\"");
+  expect_error_naming(path,
+                      safetensors_bytes(R"({"__metadata__":{"step":3}})", ""),
+                      "'step' is not a string");
+}
+
+TEST(Safetensors, TruncatedFileIsNamed) {
+  TempDir dir;
+  const auto path = dir.file("cut.safetensors");
+  ptrain::io::write_safetensors(path, expected_tensors());
+  const auto whole = read_bytes(path);
+  // Cut inside the data: the last tensors' offsets now point past the end.
+  expect_error_naming(path, whole.substr(0, whole.size() - 10), "truncated");
+  // Cut inside the header.
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, whole.data(), 8);
+  expect_error_naming(path, whole.substr(0, 8 + header_length / 2), "goes beyond the file");
+}
+
+}  // namespace
