@@ -6,6 +6,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#if PTRAIN_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #define PTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -63,5 +67,36 @@ inline void set_allow_tf32(bool allow) {
 }
 
 inline std::string torch_version() { return TORCH_VERSION; }
+
+// The autocast weight-cast cache (same API in 1.13 and 2.x, here so that all autocast state is set in one
+// place). Activation checkpointing turns it off while it recomputes, and clears it when it leaves an
+// autocast state it entered itself.
+inline bool autocast_cache_enabled() { return at::autocast::is_autocast_cache_enabled(); }
+inline void set_autocast_cache_enabled(bool enabled) { at::autocast::set_autocast_cache_enabled(enabled); }
+inline void clear_autocast_cache() { at::autocast::clear_cache(); }
+
+#if PTRAIN_WITH_CUDA
+// Peaks of the CUDA caching allocator over all pools. 2.6 moved DeviceStats and StatType out of
+// c10::cuda::CUDACachingAllocator into c10/core/CachingDeviceAllocator.h (namespace
+// c10::CachingAllocator), and getDeviceStats now takes a c10::DeviceIndex.
+struct CudaAllocatorPeaks {
+  int64_t allocated_bytes;
+  int64_t reserved_bytes;
+};
+
+inline CudaAllocatorPeaks cuda_allocator_peaks(int device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+#if PTRAIN_TORCH_AT_LEAST(2, 6)
+  constexpr auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+#else
+  constexpr auto aggregate = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+#endif
+  return {stats.allocated_bytes[aggregate].peak, stats.reserved_bytes[aggregate].peak};
+}
+
+inline void reset_cuda_allocator_peaks(int device) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+}
+#endif
 
 }  // namespace ptrain::compat
