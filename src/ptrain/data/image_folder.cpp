@@ -1,0 +1,235 @@
+#include "ptrain/data/image_folder.h"
+
+// jpeglib.h needs size_t and FILE declared before it.
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <jerror.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include <csetjmp>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct DecodedImage {
+  int64_t height = 0;
+  int64_t width = 0;
+  std::vector<uint8_t> rgb;  // interleaved H x W x 3
+};
+
+std::vector<uint8_t> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(static_cast<bool>(in), path.string() + ": cannot open image");
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// libjpeg reports errors by calling error_exit, which must not return: it longjmps back to decode_jpeg with the
+// message, which is then thrown as a C++ exception outside the C frames.
+struct JpegErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// libjpeg only warns on a truncated or damaged entropy stream and fills the rest with grey; such an image would
+// silently train on garbage, so warnings are errors too. Extraneous bytes between markers are the one benign
+// warning (common in real photo collections, and PIL accepts them), so it is let through.
+void jpeg_emit_message(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code != JWRN_EXTRANEOUS_DATA) jpeg_error_exit(cinfo);
+}
+
+DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path) {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = jpeg_error_exit;
+  err.pub.emit_message = jpeg_emit_message;
+  DecodedImage image;  // declared before setjmp: nothing with a destructor may be created between it and longjmp
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw Error(path.string() + ": corrupt JPEG (" + err.message + ")");
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  const bool convertible = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK;
+  if (convertible) {
+    cinfo.out_color_space = JCS_RGB;  // libjpeg-turbo also expands greyscale to RGB
+    jpeg_start_decompress(&cinfo);
+    image.height = cinfo.output_height;
+    image.width = cinfo.output_width;
+    image.rgb.resize(static_cast<size_t>(image.height * image.width * 3));
+    while (cinfo.output_scanline < cinfo.output_height) {
+      JSAMPROW row = image.rgb.data() + static_cast<size_t>(cinfo.output_scanline) * image.width * 3;
+      jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+  }
+  jpeg_destroy_decompress(&cinfo);
+  check(convertible, path.string() + ": CMYK JPEG is not supported, convert it to RGB");
+  return image;
+}
+
+struct PngReadState {
+  const std::vector<uint8_t>* bytes;
+  size_t offset;
+  char message[256];
+};
+
+void png_read_from_memory(png_structp png, png_bytep out, png_size_t length) {
+  auto* state = static_cast<PngReadState*>(png_get_io_ptr(png));
+  if (state->offset + length > state->bytes->size()) png_error(png, "file is truncated");
+  std::memcpy(out, state->bytes->data() + state->offset, length);
+  state->offset += length;
+}
+
+// libpng's default error handler prints and longjmps; ours keeps the message for the exception and stays quiet.
+void png_error_handler(png_structp png, png_const_charp message) {
+  auto* state = static_cast<PngReadState*>(png_get_error_ptr(png));
+  std::snprintf(state->message, sizeof(state->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void png_warning_handler(png_structp, png_const_charp) {}
+
+DecodedImage decode_png(const std::vector<uint8_t>& bytes, const fs::path& path) {
+  check(bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) == 0, path.string() + ": not a PNG file (bad signature)");
+  PngReadState state{&bytes, 8, ""};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &state, png_error_handler, png_warning_handler);
+  check(png != nullptr, path.string() + ": libpng could not allocate a reader");
+  png_infop info = png_create_info_struct(png);
+  DecodedImage image;
+  std::vector<png_bytep> rows;
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    throw Error(path.string() + ": corrupt PNG (" + state.message + ")");
+  }
+  if (info == nullptr) png_error(png, "cannot allocate info");
+  png_set_read_fn(png, &state, png_read_from_memory);
+  png_set_sig_bytes(png, 8);
+  png_read_info(png, info);
+  // Everything becomes 8-bit RGB: palette and low bit depths expanded, 16 bits cut to their high byte (as PIL
+  // does), grey replicated, alpha dropped (PIL's convert("RGB") drops it without compositing).
+  png_set_expand(png);
+  png_set_strip_16(png);
+  png_set_strip_alpha(png);
+  png_set_gray_to_rgb(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  image.height = png_get_image_height(png, info);
+  image.width = png_get_image_width(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(image.width * 3)) png_error(png, "unexpected row layout");
+  image.rgb.resize(static_cast<size_t>(image.height * image.width * 3));
+  rows.resize(static_cast<size_t>(image.height));
+  for (int64_t y = 0; y < image.height; ++y) rows[y] = image.rgb.data() + y * image.width * 3;
+  png_read_image(png, rows.data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return image;
+}
+
+std::string lower_extension(const fs::path& path) {
+  std::string ext = path.extension().string();
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+DecodedImage decode_image(const fs::path& path) {
+  const auto bytes = read_file(path);
+  return lower_extension(path) == ".png" ? decode_png(bytes, path) : decode_jpeg(bytes, path);
+}
+
+std::string size_text(int64_t h, int64_t w) { return std::to_string(w) + "x" + std::to_string(h); }
+
+}  // namespace
+
+Dataset load_image_folder(const std::string& root_name, int threads) {
+  const fs::path root(root_name);
+  check(fs::is_directory(root), root_name + ": image folder not found");
+
+  std::vector<std::string> classes;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.is_directory()) classes.push_back(entry.path().filename().string());
+  }
+  std::sort(classes.begin(), classes.end());
+  check(!classes.empty(), root_name + ": no class sub-folders in image folder");
+
+  std::vector<fs::path> files;
+  std::vector<int64_t> file_labels;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    // ImageFolder walks each class folder recursively, ordered by (directory, file name): sorted(os.walk(...)).
+    std::vector<std::pair<std::string, std::string>> class_files;
+    for (const auto& entry :
+         fs::recursive_directory_iterator(root / classes[c], fs::directory_options::follow_directory_symlink)) {
+      const auto ext = lower_extension(entry.path());
+      if (entry.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png"))
+        class_files.emplace_back(entry.path().parent_path().string(), entry.path().filename().string());
+    }
+    std::sort(class_files.begin(), class_files.end());
+    for (const auto& [dir, name] : class_files) {
+      files.push_back(fs::path(dir) / name);
+      file_labels.push_back(static_cast<int64_t>(c));
+    }
+  }
+  check(!files.empty(), root_name + ": no .jpg, .jpeg or .png files in the class sub-folders");
+
+  // The first image fixes the size, so every worker can decode straight into its slot of the final tensor.
+  const auto first = decode_image(files[0]);
+  const auto n = static_cast<int64_t>(files.size());
+  const int64_t height = first.height, width = first.width, plane = height * width;
+  auto images = torch::empty({n, 3, height, width}, torch::kUInt8);
+  uint8_t* out = images.data_ptr<uint8_t>();
+
+  // Per file: empty when fine, else the error; reported for the first file in sorted order so the message does
+  // not depend on thread timing.
+  std::vector<std::string> errors(files.size());
+  std::atomic<int64_t> next_file{0};
+  auto worker = [&] {
+    for (int64_t i = next_file++; i < n; i = next_file++) {
+      try {
+        const auto image = i == 0 ? first : decode_image(files[i]);
+        if (image.height != height || image.width != width) {
+          errors[i] = files[i].string() + ": image size " + size_text(image.height, image.width) + " differs from " +
+                      size_text(height, width) + " of " + files[0].string() + "; all images must share one size";
+          continue;
+        }
+        uint8_t* dst = out + i * 3 * plane;
+        for (int64_t p = 0; p < plane; ++p)
+          for (int64_t ch = 0; ch < 3; ++ch) dst[ch * plane + p] = image.rgb[p * 3 + ch];
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::max(threads, 1); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) check(e.empty(), e);
+
+  Dataset ds;
+  ds.images = images;
+  ds.labels = torch::tensor(file_labels, torch::kInt64);
+  ds.classes = std::move(classes);
+  ds.description = "image folder " + root_name + " (" + std::to_string(n) + " images 3x" + std::to_string(height) +
+                   "x" + std::to_string(width) + ")";
+  return ds;
+}
+
+}  // namespace ptrain::data

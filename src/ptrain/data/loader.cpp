@@ -1,0 +1,200 @@
+#include "ptrain/data/loader.h"
+
+#if PTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "ptrain/core/error.h"
+#include "ptrain/core/rng.h"
+
+namespace ptrain::data {
+
+// One batch on its way from the worker to the consumer: the data, or the end of the epoch, or the worker's error.
+struct Loader::Pending {
+  torch::Tensor images;  // uint8, already on the target device
+  torch::Tensor labels;
+  int64_t index = 0;
+  bool end = false;
+  std::exception_ptr error;
+#if PTRAIN_WITH_CUDA
+  std::optional<at::cuda::CUDAEvent> copied;  // recorded on the copy stream after the host-to-device copy
+#endif
+};
+
+#if PTRAIN_WITH_CUDA
+// A dedicated stream for the host-to-device copies, so they overlap the consumer's compute.
+struct Loader::CudaState {
+  c10::cuda::CUDAStream copy_stream;
+};
+#else
+struct Loader::CudaState {};
+#endif
+
+Loader::Loader(const Dataset& dataset, LoaderOptions options)
+    : dataset_(dataset),
+      options_(std::move(options)),
+      sampler_(dataset.size(), options_.rank, options_.world_size, options_.shuffle, options_.seed, options_.drop_last) {
+  check(dataset_.images.defined() && dataset_.images.dim() == 4 && dataset_.images.scalar_type() == torch::kUInt8,
+        "loader: dataset '" + dataset_.description + "' images must be uint8 N x C x H x W");
+  check(dataset_.images.size(0) == dataset_.size(), "loader: dataset '" + dataset_.description + "' has " +
+                                                        std::to_string(dataset_.images.size(0)) + " images but " +
+                                                        std::to_string(dataset_.size()) + " labels");
+  check(options_.batch_size >= 1, "loader: batch_size must be >= 1, got " + std::to_string(options_.batch_size));
+  check(options_.prefetch >= 1, "loader: prefetch must be >= 1, got " + std::to_string(options_.prefetch));
+  dataset_.images = dataset_.images.contiguous();
+  if (options_.device.is_cuda()) {
+#if PTRAIN_WITH_CUDA
+    if (!options_.device.has_index()) options_.device = torch::Device(torch::kCUDA, c10::cuda::current_device());
+    cuda_ = std::make_unique<CudaState>(
+        CudaState{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, options_.device.index())});
+#else
+    throw Error("loader: device " + options_.device.str() + " requested but ptrain was built without CUDA");
+#endif
+  }
+}
+
+Loader::~Loader() { stop_worker(); }
+
+int64_t Loader::batches_per_epoch() const {
+  const int64_t n = sampler_.num_samples();
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+int64_t Loader::samples_per_epoch() const {
+  return options_.drop_last ? batches_per_epoch() * options_.batch_size : sampler_.num_samples();
+}
+
+void Loader::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.clear();
+  stop_ = false;
+}
+
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
+  check(epoch >= 0, "loader: epoch must be >= 0, got " + std::to_string(epoch));
+  check(first_batch >= 0 && first_batch <= batches_per_epoch(),
+        "loader: first_batch " + std::to_string(first_batch) + " outside 0.." + std::to_string(batches_per_epoch()));
+  stop_worker();
+  epoch_ = epoch;
+  epoch_finished_ = false;
+  worker_ = std::thread(&Loader::produce, this, first_batch, sampler_.indices(epoch));
+}
+
+void Loader::push(std::unique_ptr<Pending> item, bool wait_for_room) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (wait_for_room) {
+    changed_.wait(lock, [&] { return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch; });
+  }
+  if (stop_) return;
+  queue_.push_back(std::move(item));
+  changed_.notify_all();
+}
+
+void Loader::produce(int64_t first_batch, std::vector<int64_t> order) {
+  try {
+    const bool to_cuda = options_.device.is_cuda();
+    const bool pin = to_cuda && options_.pin_memory;
+#if PTRAIN_WITH_CUDA
+    // Makes the copy stream current on this thread (and its device current), so copies and allocations below
+    // happen there.
+    std::optional<c10::cuda::CUDAStreamGuard> on_copy_stream;
+    if (to_cuda) on_copy_stream.emplace(cuda_->copy_stream);
+#endif
+    const auto& images = dataset_.images;
+    const int64_t samples = samples_per_epoch();
+    for (int64_t b = first_batch; b < batches_per_epoch(); ++b) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_) return;
+      }
+      const int64_t begin = b * options_.batch_size;
+      const int64_t count = std::min(options_.batch_size, samples - begin);
+      auto index = torch::from_blob(order.data() + begin, {count}, torch::kInt64);
+      auto host_options = torch::TensorOptions().pinned_memory(pin);
+      auto host_images = torch::empty({count, images.size(1), images.size(2), images.size(3)},
+                                      host_options.dtype(torch::kUInt8));
+      auto host_labels = torch::empty({count}, host_options.dtype(torch::kInt64));
+      torch::index_select_out(host_images, images, 0, index);
+      torch::index_select_out(host_labels, dataset_.labels, 0, index);
+
+      auto item = std::make_unique<Pending>();
+      item->index = b;
+      if (options_.device.is_cpu()) {
+        item->images = host_images;
+        item->labels = host_labels;
+      } else {
+        item->images = host_images.to(options_.device, /*non_blocking=*/true);
+        item->labels = host_labels.to(options_.device, /*non_blocking=*/true);
+#if PTRAIN_WITH_CUDA
+        if (to_cuda) {
+          item->copied.emplace();
+          item->copied->record(cuda_->copy_stream);
+        }
+#endif
+      }
+      push(std::move(item), /*wait_for_room=*/true);
+    }
+    auto end = std::make_unique<Pending>();
+    end->end = true;
+    push(std::move(end), /*wait_for_room=*/false);
+  } catch (...) {
+    auto failed = std::make_unique<Pending>();
+    failed->error = std::current_exception();
+    push(std::move(failed), /*wait_for_room=*/false);
+  }
+}
+
+std::optional<Batch> Loader::next() {
+  check(epoch_ >= 0, "loader: next() called before start_epoch()");
+  if (epoch_finished_) return std::nullopt;
+  std::unique_ptr<Pending> item;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !queue_.empty(); });
+    item = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  changed_.notify_all();
+  if (item->error) {
+    epoch_finished_ = true;
+    std::rethrow_exception(item->error);
+  }
+  if (item->end) {
+    epoch_finished_ = true;
+    return std::nullopt;
+  }
+
+#if PTRAIN_WITH_CUDA
+  if (item->copied) {
+    const auto consumer = c10::cuda::getCurrentCUDAStream(options_.device.index());
+    item->copied->block(consumer);
+    // The copies were allocated on the copy stream; without this the caching allocator could hand their memory to
+    // the next copy while the consumer's kernels still read it.
+    item->images.record_stream(consumer);
+    item->labels.record_stream(consumer);
+  }
+#endif
+
+  Batch batch;
+  batch.index = item->index;
+  batch.labels = item->labels;
+  if (options_.train) {
+    const auto seed = derive_seed(options_.seed, {static_cast<uint64_t>(epoch_), static_cast<uint64_t>(item->index),
+                                                  static_cast<uint64_t>(options_.rank)});
+    const auto draw = draw_augmentation(item->images.size(0), options_.augment, seed);
+    batch.images = augment_batch(item->images, options_.augment, &draw);
+  } else {
+    batch.images = augment_batch(item->images, options_.augment, nullptr);
+  }
+  return batch;
+}
+
+}  // namespace ptrain::data

@@ -1,0 +1,40 @@
+// Datasets by name, as the configuration and the command line name them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ptrain/data/dataset.h"
+
+namespace ptrain::data {
+
+struct DataSpec {
+  std::string name;
+  std::string path;  // empty: the dataset's default, where it has one
+};
+
+// Known names:
+//   fashion-mnist  IDX files under path (default /usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)
+//   mnist          IDX files under path (no default)
+//   cifar10        path holds the binary release (data_batch_*.bin / test_batch.bin, directly or inside
+//                  cifar-10-batches-bin/) or an image folder with train/ and test/; detected in that order
+//   imagefolder    path/train and path/test, each laid out as torchvision's ImageFolder
+//   synthetic      path "N:CxHxW:classes", e.g. "50000:3x32x32:10" (the default when empty); the test split is
+//                  N / 5 images from another seed
+// threads is the number of decoding threads for image folders.
+Dataset open_dataset(const DataSpec& spec, bool train, int threads);
+
+// The names open_dataset knows.
+std::vector<std::string> dataset_names();
+
+// Per-channel mean and standard deviation of the training split's pixels in [0, 1] (the usual published values),
+// for AugmentOptions. One value stands for all channels.
+struct Normalization {
+  std::vector<float> mean, std;
+};
+
+// cifar10: 0.4914,0.4822,0.4465 / 0.2470,0.2435,0.2616; fashion-mnist 0.2860 / 0.3530; mnist 0.1307 / 0.3081;
+// anything else 0.5 / 0.5.
+Normalization default_normalization(const std::string& name);
+
+}  // namespace ptrain::data
