@@ -1,0 +1,32 @@
+// Where this process sits in a multi-process job, read from whichever launcher started it.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+namespace ptrain::dist {
+
+struct LaunchEnvironment {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  int64_t local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "single";  // "torchrun" (also ptrain launch), "slurm", "openmpi", "single"
+};
+
+// Precedence torchrun > slurm > openmpi > single process: torchrun and ptrain launch set RANK inside a
+// Slurm or MPI allocation, and their values describe the processes actually started. Throws
+// ptrain::Error naming the variable when a value is not a number or contradicts the others.
+LaunchEnvironment detect_environment(const std::function<const char*(const char*)>& getenv = ::getenv);
+
+// The first host of a Slurm node list such as "node[01-04,07],gpu5" (here "node01").
+std::string first_slurm_host(const std::string& nodelist);
+
+// Tasks on node `node_index` from SLURM_TASKS_PER_NODE such as "4(x2),3".
+int64_t slurm_tasks_on_node(const std::string& tasks_per_node, int64_t node_index);
+
+}  // namespace ptrain::dist

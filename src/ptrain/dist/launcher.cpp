@@ -1,0 +1,286 @@
+#include "ptrain/dist/launcher.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "ptrain/core/error.h"
+
+extern char** environ;
+
+namespace ptrain::dist {
+namespace {
+
+volatile sig_atomic_t received_signal = 0;
+
+void remember_signal(int signal_number) { received_signal = signal_number; }
+
+struct Child {
+  int local_rank = 0;
+  int64_t rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int exit_code = 0;
+  std::vector<std::thread> readers;
+};
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the reader of our output went away; keep draining the child regardless
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Copies one child stream to out_fd line by line, so lines of different ranks never interleave.
+void forward_lines(int in_fd, int out_fd, const std::string& prefix, std::mutex& output_mutex) {
+  std::string pending;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(in_fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buffer, static_cast<size_t>(n));
+    size_t newline;
+    std::string lines;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      lines += prefix + pending.substr(0, newline + 1);
+      pending.erase(0, newline + 1);
+    }
+    if (!lines.empty()) {
+      std::lock_guard<std::mutex> lock(output_mutex);
+      write_all(out_fd, lines);
+    }
+  }
+  if (!pending.empty()) {
+    std::lock_guard<std::mutex> lock(output_mutex);
+    write_all(out_fd, prefix + pending + "\n");
+  }
+  ::close(in_fd);
+}
+
+std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank) {
+  const int64_t world = static_cast<int64_t>(o.nnodes) * o.nproc_per_node;
+  const int64_t rank = static_cast<int64_t>(o.node_rank) * o.nproc_per_node + local_rank;
+  const std::vector<std::pair<std::string, std::string>> overrides{
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(o.master_port)},
+  };
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string key = entry.substr(0, entry.find('='));
+    const bool overridden =
+        std::any_of(overrides.begin(), overrides.end(), [&](const auto& kv) { return kv.first == key; });
+    if (!overridden) env.push_back(entry);
+  }
+  for (const auto& [key, value] : overrides) env.push_back(key + "=" + value);
+  return env;
+}
+
+void signal_all(std::vector<Child>& children, int signal_number) {
+  for (auto& c : children) {
+    // Each rank leads its own process group, so its helpers (data workers, shells) get the signal too.
+    if (c.running) ::kill(-c.pid, signal_number);
+  }
+}
+
+int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// Reaps whatever has exited; returns the index of the first child that failed, or -1.
+int reap(std::vector<Child>& children, bool block) {
+  int failed = -1;
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto& c = children[i];
+    if (!c.running) continue;
+    int status = 0;
+    const pid_t done = ::waitpid(c.pid, &status, block ? 0 : WNOHANG);
+    if (done == c.pid) {
+      c.running = false;
+      c.exit_code = decode_status(status);
+      if (c.exit_code != 0 && failed < 0) failed = static_cast<int>(i);
+    }
+  }
+  return failed;
+}
+
+bool any_running(const std::vector<Child>& children) {
+  return std::any_of(children.begin(), children.end(), [](const Child& c) { return c.running; });
+}
+
+void stop_all(std::vector<Child>& children, double grace_seconds, int first_signal) {
+  signal_all(children, first_signal);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_seconds);
+  while (any_running(children) && std::chrono::steady_clock::now() < deadline) {
+    reap(children, false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  signal_all(children, SIGKILL);
+  while (any_running(children)) reap(children, true);
+  // The ranks are gone; leftovers of their process groups (which could keep output pipes open) go too.
+  for (auto& c : children) ::kill(-c.pid, SIGKILL);
+}
+
+void validate(const LaunchOptions& o) {
+  check(!o.command.empty(), "launch: no command given (ptrain launch [options] -- program args...)");
+  check(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");
+  check(o.nnodes >= 1, "launch: --nnodes must be at least 1");
+  check(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank " + std::to_string(o.node_rank) +
+                                                         " is outside [0, --nnodes " + std::to_string(o.nnodes) + ")");
+  check(o.master_port > 0 && o.master_port < 65536, "launch: --master-port " + std::to_string(o.master_port) +
+                                                         " is not a TCP port (1-65535)");
+  check(!o.master_addr.empty(), "launch: --master-addr is empty");
+  check(o.timeout_seconds >= 0, "launch: --timeout must not be negative");
+  check(o.kill_grace_seconds >= 0, "launch: the kill grace period must not be negative");
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  validate(options);
+  std::mutex output_mutex;
+  std::vector<Child> children(static_cast<size_t>(options.nproc_per_node));
+
+  struct sigaction forward_action {};
+  forward_action.sa_handler = remember_signal;
+  sigemptyset(&forward_action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  received_signal = 0;
+  ::sigaction(SIGINT, &forward_action, &old_int);
+  ::sigaction(SIGTERM, &forward_action, &old_term);
+  auto restore_signals = [&] {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  };
+  auto join_readers = [&] {
+    for (auto& c : children)
+      for (auto& t : c.readers) t.join();
+  };
+
+  std::vector<char*> argv;
+  for (const auto& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+
+  for (int local = 0; local < options.nproc_per_node; ++local) {
+    auto& c = children[static_cast<size_t>(local)];
+    c.local_rank = local;
+    c.rank = static_cast<int64_t>(options.node_rank) * options.nproc_per_node + local;
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      stop_all(children, 0, SIGKILL);
+      join_readers();
+      restore_signals();
+      throw Error(std::string("launch: cannot create pipes: ") + std::strerror(errno));
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setpgroup(&attributes, 0);
+    sigset_t default_signals, empty_mask;
+    sigemptyset(&default_signals);
+    sigaddset(&default_signals, SIGINT);
+    sigaddset(&default_signals, SIGTERM);
+    sigaddset(&default_signals, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attributes, &default_signals);
+    sigemptyset(&empty_mask);
+    posix_spawnattr_setsigmask(&attributes, &empty_mask);
+
+    const auto env_strings = child_environment(options, local);
+    std::vector<char*> envp;
+    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+
+    const int rc = ::posix_spawnp(&c.pid, argv[0], &actions, &attributes, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    if (rc != 0) {
+      ::close(out_pipe[0]);
+      ::close(err_pipe[0]);
+      stop_all(children, 0, SIGKILL);
+      join_readers();
+      restore_signals();
+      throw Error("launch: cannot start '" + options.command.front() + "': " + std::strerror(rc));
+    }
+    c.running = true;
+    const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
+    c.readers.emplace_back(forward_lines, out_pipe[0], options.stdout_fd, prefix, std::ref(output_mutex));
+    c.readers.emplace_back(forward_lines, err_pipe[0], options.stderr_fd, prefix, std::ref(output_mutex));
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  int failed = -1;
+  bool timed_out = false;
+  int forwarded = 0;
+  while (any_running(children)) {
+    failed = reap(children, false);
+    if (failed >= 0) break;
+    if (received_signal != 0) {
+      forwarded = received_signal;
+      break;
+    }
+    if (options.timeout_seconds > 0 &&
+        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(options.timeout_seconds)) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (any_running(children)) stop_all(children, options.kill_grace_seconds, forwarded != 0 ? forwarded : SIGTERM);
+  // Background helpers a rank left behind would keep its output pipe open (and outlive the job).
+  for (const auto& c : children) ::kill(-c.pid, SIGKILL);
+  join_readers();
+  restore_signals();
+
+  std::string report;
+  int code = 0;
+  if (failed >= 0) {
+    const auto& c = children[static_cast<size_t>(failed)];
+    code = c.exit_code;
+    report = "ptrain launch: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+             ") exited with code " + std::to_string(c.exit_code) + "; stopped the other ranks\n";
+  } else if (timed_out) {
+    code = 1;
+    report = "ptrain launch: the job exceeded --timeout " + std::to_string(options.timeout_seconds) +
+             " s; stopped every rank\n";
+  } else if (forwarded != 0) {
+    code = 128 + forwarded;
+    report = "ptrain launch: received signal " + std::to_string(forwarded) + "; forwarded it to every rank\n";
+  } else {
+    for (const auto& c : children) {
+      if (c.exit_code != 0) {
+        code = c.exit_code;
+        report = "ptrain launch: rank " + std::to_string(c.rank) + " exited with code " + std::to_string(code) + "\n";
+        break;
+      }
+    }
+  }
+  if (!report.empty()) write_all(options.stderr_fd, report);
+  return code;
+}
+
+}  // namespace ptrain::dist

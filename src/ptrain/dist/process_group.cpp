@@ -1,0 +1,301 @@
+#include "ptrain/dist/process_group.h"
+
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if PTRAIN_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
+
+namespace ptrain::dist {
+
+struct ProcessGroup::Backend {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<compat::C10dBackend> group;
+};
+
+struct Work::Impl {
+  std::string operation;
+  std::string where;  // "rank 1 of 3 (gloo, timeout 5 s)"
+  std::chrono::milliseconds timeout{0};
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::function<void()> after;  // copy-back from packed buffers, once every work has finished
+  bool done = false;
+};
+
+namespace {
+
+std::string describe(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  std::ostringstream out;
+  out << static_cast<double>(timeout.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+[[noreturn]] void fail(const std::string& operation, const std::string& where, const std::exception& e) {
+  throw Error("dist: " + operation + " on " + where +
+              " did not complete: it timed out or a peer failed (" + describe(e) + ")");
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnvironment& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // A single-node job talks over loopback; resolving the host name there can pick an address other
+  // processes in a container cannot reach.
+  if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// Tensors of one dtype and device travel together in one flat buffer.
+struct PackedGroup {
+  std::vector<torch::Tensor> members;
+  torch::Tensor flat;
+};
+
+std::vector<PackedGroup> pack(const std::vector<torch::Tensor>& tensors) {
+  std::vector<PackedGroup> groups;
+  for (const auto& t : tensors) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const PackedGroup& g) {
+      return g.members.front().scalar_type() == t.scalar_type() && g.members.front().device() == t.device();
+    });
+    if (it == groups.end()) {
+      groups.push_back({{t}, {}});
+    } else {
+      it->members.push_back(t);
+    }
+  }
+  for (auto& g : groups) {
+    std::vector<torch::Tensor> flat_views;
+    flat_views.reserve(g.members.size());
+    for (const auto& t : g.members) flat_views.push_back(t.reshape({-1}));
+    g.flat = torch::cat(flat_views);
+  }
+  return groups;
+}
+
+void unpack(std::vector<PackedGroup>& groups) {
+  torch::NoGradGuard no_grad;
+  for (auto& g : groups) {
+    int64_t offset = 0;
+    for (auto& t : g.members) {
+      t.copy_(g.flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+}  // namespace
+
+void Work::wait() {
+  if (!impl_ || impl_->done) return;
+  impl_->done = true;
+  for (auto& work : impl_->works) {
+    try {
+      work->wait(impl_->timeout);
+    } catch (const std::exception& e) {
+      fail(impl_->operation, impl_->where, e);
+    }
+  }
+  if (impl_->after) impl_->after();
+  impl_.reset();
+}
+
+ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& backend,
+                           std::chrono::milliseconds timeout)
+    : rank_(env.rank),
+      world_size_(env.world_size),
+      backend_(backend),
+      timeout_(timeout),
+      impl_(std::make_unique<Backend>()) {
+  check(backend == "gloo" || backend == "nccl", "--backend: unknown '" + backend + "' (known: gloo, nccl)");
+#if !PTRAIN_WITH_CUDA
+  check(backend != "nccl", "--backend nccl needs a CUDA build of LibTorch; this one is CPU-only (use gloo)");
+#endif
+  check(timeout.count() > 0, "--dist-timeout must be positive");
+  check(env.master_port > 0 && env.master_port < 65536, "dist: MASTER_PORT " + std::to_string(env.master_port) +
+                                                             " is not a TCP port");
+  const std::string where_text = where();
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = rank_ == 0;
+  store_options.numWorkers = static_cast<std::size_t>(world_size_);
+  store_options.waitWorkers = true;
+  store_options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> tcp_store;
+  try {
+    tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("dist: rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " failed for " +
+                where_text + " within " + seconds_text(timeout) +
+                " (are all ranks started, MASTER_ADDR/MASTER_PORT the same everywhere and the port free?): " +
+                describe(e));
+  }
+  impl_->store = c10::make_intrusive<c10d::PrefixStore>("ptrain/" + backend, tcp_store);
+  try {
+    if (backend == "gloo") {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_device(env));
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, static_cast<int>(rank_),
+                                                                 static_cast<int>(world_size_), options);
+    } else {
+#if PTRAIN_WITH_CUDA
+      // NCCL enforces its timeout in a watchdog thread, which aborts the communicator (and, in 2.x by
+      // default, the process) instead of letting a collective hang.
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, static_cast<int>(rank_),
+                                                                 static_cast<int>(world_size_), options);
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw Error("dist: rendezvous of the " + backend + " process group failed for " + where_text + " within " +
+                seconds_text(timeout) + ": " + describe(e));
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::where() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + " (" + backend_ + ", timeout " +
+         seconds_text(timeout_) + ")";
+}
+
+namespace {
+
+// Starts c10d work items under one name; turns a failure to even start them into the same error.
+template <typename Launch>
+Work start(const std::string& operation, const std::string& where, std::chrono::milliseconds timeout,
+           Launch&& launch, std::function<void()> after = {}) {
+  auto impl = std::make_shared<Work::Impl>();
+  impl->operation = operation;
+  impl->where = where;
+  impl->timeout = timeout;
+  impl->after = std::move(after);
+  try {
+    launch(impl->works);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(operation, where, e);
+  }
+  return Work(std::move(impl));
+}
+
+}  // namespace
+
+Work ProcessGroup::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return {};
+  auto& group = impl_->group;
+  if (tensors.size() == 1 && tensors.front().is_contiguous()) {
+    return start("all_reduce_sum", where(), timeout_, [&](auto& works) {
+      std::vector<at::Tensor> one{tensors.front()};
+      works.push_back(group->allreduce(one, c10d::AllreduceOptions()));
+    });
+  }
+  auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
+  return start(
+      "all_reduce_sum", where(), timeout_,
+      [&](auto& works) {
+        for (auto& g : *packed) {
+          std::vector<at::Tensor> one{g.flat};
+          works.push_back(group->allreduce(one, c10d::AllreduceOptions()));
+        }
+      },
+      [packed] { unpack(*packed); });
+}
+
+void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) {
+  check(root >= 0 && root < world_size_, "dist: broadcast root " + std::to_string(root) + " is outside [0, " +
+                                             std::to_string(world_size_) + ")");
+  if (tensors.empty()) return;
+  auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
+  auto& group = impl_->group;
+  start(
+      "broadcast from rank " + std::to_string(root), where(), timeout_,
+      [&](auto& works) {
+        for (auto& g : *packed) {
+          std::vector<at::Tensor> one{g.flat};
+          c10d::BroadcastOptions options;
+          options.rootRank = static_cast<int>(root);
+          options.rootTensor = 0;
+          works.push_back(group->broadcast(one, options));
+        }
+      },
+      [packed] { unpack(*packed); })
+      .wait();
+}
+
+void ProcessGroup::barrier() {
+  auto& group = impl_->group;
+  start("barrier", where(), timeout_, [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
+      .wait();
+}
+
+std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& input) {
+  auto flat = torch::empty({world_size_ * input.numel()}, input.options());
+  all_gather_into(flat, input);
+  std::vector<torch::Tensor> per_rank;
+  per_rank.reserve(static_cast<size_t>(world_size_));
+  for (int64_t r = 0; r < world_size_; ++r) per_rank.push_back(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
+  return per_rank;
+}
+
+void ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
+  const int64_t n = input_shard.numel();
+  check(output_flat.numel() == world_size_ * n,
+        "dist: all_gather_into needs an output of world_size * shard = " + std::to_string(world_size_ * n) +
+            " elements, got " + std::to_string(output_flat.numel()));
+  check(output_flat.scalar_type() == input_shard.scalar_type(), "dist: all_gather_into output and shard dtypes differ");
+  check(output_flat.is_contiguous(), "dist: all_gather_into needs a contiguous output");
+  auto input = input_shard.contiguous().view({-1});
+  auto output = output_flat.view({-1});
+  auto& group = impl_->group;
+  start("all_gather", where(), timeout_, [&](auto& works) {
+    if (backend_ == "nccl") {
+      works.push_back(group->_allgather_base(output, input, c10d::AllgatherOptions()));
+      return;
+    }
+    // gloo (1.13) has no flat all-gather: it fills one output tensor per rank, here views of output.
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int64_t r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
+    std::vector<at::Tensor> inputs{input};
+    works.push_back(group->allgather(outputs, inputs, c10d::AllgatherOptions()));
+  }).wait();
+}
+
+void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat) {
+  const int64_t n = output_shard.numel();
+  check(input_flat.numel() == world_size_ * n,
+        "dist: reduce_scatter_sum needs an input of world_size * shard = " + std::to_string(world_size_ * n) +
+            " elements, got " + std::to_string(input_flat.numel()));
+  check(output_shard.scalar_type() == input_flat.scalar_type(), "dist: reduce_scatter_sum output and input dtypes differ");
+  auto& group = impl_->group;
+  if (backend_ == "nccl") {
+    auto output = output_shard.is_contiguous() ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
+    auto input = input_flat.contiguous().view({-1});
+    start("reduce_scatter_sum", where(), timeout_, [&](auto& works) {
+      works.push_back(group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions()));
+    }).wait();
+    if (!output_shard.is_contiguous()) output_shard.copy_(output.view(output_shard.sizes()));
+    return;
+  }
+  auto summed = input_flat.reshape({-1}).clone();
+  std::vector<torch::Tensor> one{summed};
+  all_reduce_sum(one).wait();
+  torch::NoGradGuard no_grad;
+  output_shard.copy_(summed.narrow(0, rank_ * n, n).view(output_shard.sizes()));
+}
+
+}  // namespace ptrain::dist

@@ -1,0 +1,75 @@
+// Collective communication between the processes of one job, over c10d (gloo for CPU tensors, NCCL
+// for CUDA ones). Every operation is bounded by the group's timeout: a dead or absent peer turns into
+// a ptrain::Error naming the operation, the rank and the world size instead of a hang.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ptrain/dist/environment.h"
+
+namespace ptrain::dist {
+
+class ProcessGroup;
+
+// An operation in flight. wait() blocks until it completes (gloo) or until the current CUDA stream is
+// ordered after it (NCCL), then runs the copy-back the operation needs. Waiting twice is harmless.
+class Work {
+ public:
+  Work() = default;
+  void wait();
+  bool pending() const { return static_cast<bool>(impl_); }
+
+  struct Impl;  // defined in process_group.cpp; holds the c10d work items
+  explicit Work(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class ProcessGroup {
+ public:
+  // Rendezvous through a TCPStore hosted by rank 0 at env.master_addr:env.master_port; blocks until
+  // every rank has joined or `timeout` passes. backend: "gloo" or "nccl" (CUDA builds only).
+  ProcessGroup(const LaunchEnvironment& env, const std::string& backend, std::chrono::milliseconds timeout);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+  const std::string& backend() const { return backend_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Each tensor becomes its sum over all ranks, in place. Tensors of different sizes and dtypes are
+  // fine (they are packed into one flat buffer per dtype); one contiguous tensor goes as it is.
+  Work all_reduce_sum(std::vector<torch::Tensor>& tensors);
+  // Every rank's tensors take root's values, in place.
+  void broadcast(std::vector<torch::Tensor>& tensors, int64_t root);
+  void barrier();
+  // One tensor per rank, in rank order.
+  std::vector<torch::Tensor> all_gather(const torch::Tensor& input);
+  // output_flat (world_size * input_shard.numel() elements) gets every rank's shard, in rank order.
+  void all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
+  // output_shard gets this rank's slice of the sum over ranks of input_flat. gloo has no reduce-scatter
+  // in LibTorch 1.13, so there it is an all-reduce of a copy followed by a narrow: correct, but it
+  // moves world_size times the data a real reduce-scatter would.
+  void reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat);
+
+ private:
+  struct Backend;
+  std::string where() const;  // "rank 1 of 3 (gloo, timeout 5 s)", for error messages
+
+  int64_t rank_;
+  int64_t world_size_;
+  std::string backend_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<Backend> impl_;
+};
+
+}  // namespace ptrain::dist

@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "multiprocess.h"
+#include "ptrain/core/error.h"
+#include "ptrain/dist/launcher.h"
+
+namespace ptrain::dist {
+namespace {
+
+struct Captured {
+  int code;
+  std::string out;
+  std::string err;
+  double seconds;
+};
+
+Captured run_launch(LaunchOptions options) {
+  const std::string dir = testing::temp_dir("launch");
+  const int out_fd = ::open((dir + "/out").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  const int err_fd = ::open((dir + "/err").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  options.stdout_fd = out_fd;
+  options.stderr_fd = err_fd;
+  const auto start = std::chrono::steady_clock::now();
+  const int code = launch(options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(out_fd);
+  ::close(err_fd);
+  return {code, testing::read_text(dir + "/out"), testing::read_text(dir + "/err"), seconds};
+}
+
+TEST(Launcher, SetsTheEnvironmentAndPrefixesLines) {
+  LaunchOptions o;
+  o.nproc_per_node = 3;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "10.1.2.3";
+  o.master_port = 31234;
+  o.command = {"sh", "-c",
+               "echo \"env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT\"; "
+               "printf 'two\\nlines\\n'; printf 'no newline'; echo oops >&2"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (int local = 0; local < 3; ++local) {
+    const std::string p = "[rank " + std::to_string(3 + local) + "] ";
+    EXPECT_NE(r.out.find(p + "env " + std::to_string(3 + local) + " " + std::to_string(local) +
+                         " 6 3 1 10.1.2.3 31234\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(p + "two\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(p + "lines\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(p + "no newline\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find(p + "oops\n"), std::string::npos) << r.err;
+  }
+  // Every line carries a prefix.
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) EXPECT_EQ(line.rfind("[rank ", 0), 0u) << line;
+}
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+TEST(Launcher, FailingRankStopsTheOthersQuickly) {
+  const std::string dir = testing::temp_dir("launch_fail");
+  LaunchOptions o;
+  o.nproc_per_node = 3;
+  o.kill_grace_seconds = 1;
+  // Every rank records its shell's pid and that of a background sleeper (a grandchild); rank 1 fails.
+  o.command = {"sh", "-c",
+               "sleep 60 & echo $! > " + dir + "/child$RANK; echo $$ > " + dir + "/pid$RANK; "
+               "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 3; fi; wait"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_LT(r.seconds, 10.0);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("code 3"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    for (const std::string kind : {"pid", "child"}) {
+      const std::string text = testing::read_text(dir + "/" + kind + std::to_string(rank));
+      ASSERT_FALSE(text.empty()) << kind << rank;
+      const pid_t pid = std::stoi(text);
+      // Reaped children are gone; the sleepers were re-parented and may need a moment to be reaped.
+      for (int i = 0; i < 100 && alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_FALSE(alive(pid)) << kind << " of rank " << rank << " (pid " << pid << ") survived";
+    }
+  }
+}
+
+TEST(Launcher, RankIgnoringSigtermIsKilledAfterGrace) {
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.kill_grace_seconds = 1;
+  o.command = {"sh", "-c", "if [ \"$RANK\" = 0 ]; then exit 1; fi; trap '' TERM; while true; do sleep 0.1; done"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.seconds, 8.0);
+  EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, JobTimeoutStopsEveryRank) {
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.timeout_seconds = 1;
+  o.kill_grace_seconds = 1;
+  o.command = {"sleep", "30"};
+  const auto r = run_launch(o);
+  EXPECT_NE(r.code, 0);
+  EXPECT_LT(r.seconds, 8.0);
+  EXPECT_NE(r.err.find("--timeout"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, RejectsBadOptionsAndMissingPrograms) {
+  LaunchOptions o;
+  EXPECT_THROW(launch(o), Error);  // no command
+  o.command = {"true"};
+  o.nproc_per_node = 0;
+  EXPECT_THROW(launch(o), Error);
+  o.nproc_per_node = 1;
+  o.node_rank = 2;
+  EXPECT_THROW(launch(o), Error);
+  o.node_rank = 0;
+  o.master_port = 0;
+  EXPECT_THROW(launch(o), Error);
+  o.master_port = 29500;
+  o.command = {"/nonexistent/ptrain-no-such-program"};
+  try {
+    launch(o);
+    FAIL() << "a missing program must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ptrain-no-such-program"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ptrain::dist

@@ -1,0 +1,122 @@
+// Runs a test body in several forked processes, one per rank, talking gloo over loopback. The parent
+// does no LibTorch work before forking, so the children start from a clean thread state.
+#pragma once
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ptrain/dist/environment.h"
+
+namespace ptrain::testing {
+
+// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+inline dist::LaunchEnvironment loopback(int64_t rank, int64_t world, int port) {
+  dist::LaunchEnvironment env;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_world_size = world;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  env.source = "test";
+  return env;
+}
+
+inline std::string temp_dir(const std::string& name) {
+  std::string pattern = "/tmp/ptrain_" + name + "_XXXXXX";
+  return ::mkdtemp(pattern.data()) ? pattern : std::string("/tmp");
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct RankOutcome {
+  int exit_code = -1;     // -1: still running at the deadline (then killed)
+  std::string message;    // what the body threw, if anything
+};
+
+// Forks one process per rank in `ranks` and runs body(rank) there; a throw becomes exit code 1 with
+// its message recorded. Children still running after timeout_s are killed.
+inline std::vector<RankOutcome> run_ranks(const std::vector<int>& ranks, const std::function<void(int)>& body,
+                                          double timeout_s) {
+  const std::string dir = temp_dir("ranks");
+  std::vector<pid_t> pids;
+  for (int rank : ranks) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        body(rank);
+      } catch (const std::exception& e) {
+        std::ofstream(dir + "/error" + std::to_string(rank)) << e.what();
+        code = 1;
+      } catch (...) {
+        code = 2;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<RankOutcome> outcomes(ranks.size());
+  std::vector<bool> done(ranks.size(), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  size_t remaining = ranks.size();
+  while (remaining > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (!done[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --remaining;
+        outcomes[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (!done[i]) {
+      ::kill(pids[i], SIGKILL);
+      ::waitpid(pids[i], nullptr, 0);
+    }
+    outcomes[i].message = read_text(dir + "/error" + std::to_string(ranks[i]));
+  }
+  return outcomes;
+}
+
+inline std::vector<RankOutcome> run_world(int world, const std::function<void(int)>& body, double timeout_s) {
+  std::vector<int> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(r);
+  return run_ranks(ranks, body, timeout_s);
+}
+
+}  // namespace ptrain::testing
