@@ -1,0 +1,223 @@
+#include "ptrain/models/resnet.h"
+
+#include <algorithm>
+
+#include "ptrain/core/error.h"
+#include "ptrain/models/activation_checkpoint.h"
+
+namespace ptrain::models {
+
+namespace nn = torch::nn;
+
+namespace {
+
+nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+}
+
+nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 3, stride, 1); }
+nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 1, stride, 0); }
+
+struct Family {
+  bool bottleneck;
+  std::vector<int> blocks_per_stage;
+};
+
+Family family_of(int depth) {
+  switch (depth) {
+    case 18: return {false, {2, 2, 2, 2}};
+    case 34: return {false, {3, 4, 6, 3}};
+    case 50: return {true, {3, 4, 6, 3}};
+    case 101: return {true, {3, 4, 23, 3}};
+    case 152: return {true, {3, 8, 36, 3}};
+    case 20: case 32: case 44: case 56: {
+      const int n = (depth - 2) / 6;
+      return {false, {n, n, n}};
+    }
+    default: break;
+  }
+  std::string known;
+  for (int d : resnet_depths()) known += (known.empty() ? "" : ", ") + std::to_string(d);
+  throw Error("ResNet depth " + std::to_string(depth) + " is not one of " + known);
+}
+
+bool is_cifar_depth(int depth) { return depth == 20 || depth == 32 || depth == 44 || depth == 56; }
+
+// Holds the top-level conv1 and bn1 under their own names, as the "stem" unit.
+struct Stem : nn::Module {
+  Stem(nn::Conv2d conv1, nn::BatchNorm2d bn1) {
+    register_module("conv1", std::move(conv1));
+    register_module("bn1", std::move(bn1));
+  }
+};
+
+}  // namespace
+
+// The residual blocks of torchvision's resnet.py: the same submodule names, so the same state_dict keys.
+class ResidualBlock : public nn::Module {
+ public:
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  virtual nn::BatchNorm2d last_bn() = 0;
+  virtual int64_t out_channels() const = 0;
+
+ protected:
+  void make_downsample(int64_t in, int64_t out, int64_t stride) {
+    if (stride == 1 && in == out) return;
+    downsample = register_module("downsample", nn::Sequential(conv1x1(in, out, stride), nn::BatchNorm2d(out)));
+  }
+  torch::Tensor shortcut(const torch::Tensor& x) { return downsample.is_empty() ? x : downsample->forward(x); }
+
+  nn::Sequential downsample{nullptr};
+};
+
+namespace {
+
+class BasicBlock : public ResidualBlock {
+ public:
+  BasicBlock(int64_t in, int64_t planes, int64_t stride) : planes_(planes) {
+    conv1 = register_module("conv1", conv3x3(in, planes, stride));
+    bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2 = register_module("conv2", conv3x3(planes, planes, 1));
+    bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+    make_downsample(in, planes, stride);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    auto out = torch::relu(bn1->forward(conv1->forward(x)));
+    out = bn2->forward(conv2->forward(out));
+    return torch::relu(out + shortcut(x));
+  }
+  nn::BatchNorm2d last_bn() override { return bn2; }
+  int64_t out_channels() const override { return planes_; }
+
+ private:
+  int64_t planes_;
+  nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+};
+
+class Bottleneck : public ResidualBlock {
+ public:
+  static constexpr int64_t kExpansion = 4;
+
+  Bottleneck(int64_t in, int64_t planes, int64_t stride) : planes_(planes) {
+    conv1 = register_module("conv1", conv1x1(in, planes, 1));
+    bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+    conv2 = register_module("conv2", conv3x3(planes, planes, stride));  // v1.5: the stride sits here
+    bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+    conv3 = register_module("conv3", conv1x1(planes, planes * kExpansion, 1));
+    bn3 = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
+    make_downsample(in, planes * kExpansion, stride);
+  }
+
+  torch::Tensor forward(torch::Tensor x) override {
+    auto out = torch::relu(bn1->forward(conv1->forward(x)));
+    out = torch::relu(bn2->forward(conv2->forward(out)));
+    out = bn3->forward(conv3->forward(out));
+    return torch::relu(out + shortcut(x));
+  }
+  nn::BatchNorm2d last_bn() override { return bn3; }
+  int64_t out_channels() const override { return planes_ * kExpansion; }
+
+ private:
+  int64_t planes_;
+  nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+};
+
+}  // namespace
+
+const std::vector<int>& resnet_depths() {
+  static const std::vector<int> depths = {18, 34, 50, 101, 152, 20, 32, 44, 56};
+  return depths;
+}
+
+ResNet::ResNet(const ResNetOptions& options) : options_(options) {
+  const Family family = family_of(options.depth);
+  cifar_family_ = is_cifar_depth(options.depth);
+  check(options.num_classes > 0, "ResNet: num_classes must be positive, got " + std::to_string(options.num_classes));
+  check(options.in_channels > 0, "ResNet: in_channels must be positive, got " + std::to_string(options.in_channels));
+
+  const int64_t stem_width = cifar_family_ ? 16 : 64;
+  if (cifar_family_ || options.cifar_stem) {
+    conv1 = register_module("conv1", conv3x3(options.in_channels, stem_width, 1));
+  } else {
+    conv1 = register_module("conv1", conv(options.in_channels, stem_width, 7, 2, 3));
+  }
+  bn1 = register_module("bn1", nn::BatchNorm2d(stem_width));
+
+  int64_t channels = stem_width;
+  for (size_t stage = 0; stage < family.blocks_per_stage.size(); ++stage) {
+    const int64_t planes = stem_width << stage;
+    auto layer = register_module("layer" + std::to_string(stage + 1), nn::ModuleList());
+    for (int i = 0; i < family.blocks_per_stage[stage]; ++i) {
+      const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
+      std::shared_ptr<ResidualBlock> block;
+      if (family.bottleneck) {
+        block = std::make_shared<Bottleneck>(channels, planes, stride);
+      } else {
+        block = std::make_shared<BasicBlock>(channels, planes, stride);
+      }
+      channels = block->out_channels();
+      layer->push_back(block);
+      blocks_.emplace_back("layer" + std::to_string(stage + 1) + "." + std::to_string(i), block);
+    }
+  }
+  fc = register_module("fc", nn::Linear(channels, options.num_classes));
+  stem_ = std::make_shared<Stem>(conv1, bn1);
+
+  // torchvision's initialisation; Linear keeps its default, as there.
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(bn->weight);
+      nn::init::zeros_(bn->bias);
+    }
+  }
+  if (options.zero_init_residual) {
+    for (auto& [name, block] : blocks_) nn::init::zeros_(block->last_bn()->weight);
+  }
+}
+
+std::string ResNet::name() const {
+  const std::string base = "resnet" + std::to_string(options_.depth);
+  return (options_.cifar_stem && !cifar_family_) ? base + "-cifar" : base;
+}
+
+torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x) {
+  if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
+    return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
+  }
+  return block.forward(x);
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ResNet::units() {
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> result;
+  result.emplace_back("stem", stem_);
+  for (auto& [name, block] : blocks_) result.emplace_back(name, block);
+  result.emplace_back("fc", fc.ptr());
+  return result;
+}
+
+torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
+  check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
+                                        std::to_string(blocks_.size() + 2) + " units");
+  if (index == 0) {
+    x = torch::relu(bn1->forward(conv1->forward(x)));
+    if (!cifar_family_ && !options_.cifar_stem) x = torch::max_pool2d(x, 3, 2, 1);
+    return x;
+  }
+  if (index <= blocks_.size()) return run_block(*blocks_[index - 1].second, x);
+  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+  return fc->forward(x);
+}
+
+torch::Tensor ResNet::forward(torch::Tensor x) {
+  const size_t count = blocks_.size() + 2;
+  for (size_t i = 0; i < count; ++i) x = forward_unit(i, x);
+  return x;
+}
+
+}  // namespace ptrain::models

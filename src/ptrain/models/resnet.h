@@ -1,0 +1,55 @@
+// torchvision's ResNets (v1.5: stride on the 3x3 convolution), with its module names, so that its
+// state_dicts load as they are; and the CIFAR ResNets of He et al. 2016 (depths 20, 32, 44, 56).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ptrain/models/model.h"
+
+namespace ptrain::models {
+
+struct ResNetOptions {
+  int depth = 50;  // 18, 34, 50, 101, 152 (torchvision) or 20, 32, 44, 56 (CIFAR, He et al. 2016)
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;
+  // torchvision depths only: a 3x3 stride-1 conv1 and no max-pool, for 32x32 and 28x28 images.
+  bool cifar_stem = false;
+  // Zero the last BatchNorm weight of each residual block, so that every block starts as the identity.
+  bool zero_init_residual = false;
+};
+
+class ResidualBlock;
+
+class ResNet : public Model {
+ public:
+  explicit ResNet(const ResNetOptions& options);
+
+  torch::Tensor forward(torch::Tensor x) override;
+  void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
+  std::string name() const override;
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
+  torch::Tensor forward_unit(size_t index, torch::Tensor x) override;
+
+  const ResNetOptions& options() const { return options_; }
+
+ private:
+  torch::Tensor run_block(ResidualBlock& block, const torch::Tensor& x);
+
+  ResNetOptions options_;
+  bool checkpointing_ = false;
+  bool cifar_family_ = false;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  std::vector<std::pair<std::string, std::shared_ptr<ResidualBlock>>> blocks_;  // "layer1.0", ...
+  torch::nn::Linear fc{nullptr};
+  std::shared_ptr<torch::nn::Module> stem_;  // conv1 and bn1, for units()
+};
+
+// The depths ResNetOptions accepts.
+const std::vector<int>& resnet_depths();
+
+}  // namespace ptrain::models

@@ -1,0 +1,65 @@
+#include "ptrain/models/zoo.h"
+
+#include "ptrain/core/error.h"
+#include "ptrain/models/resnet.h"
+
+namespace ptrain::models {
+
+namespace {
+
+// Stems that shrink 32x32 images to 8x8 before the first block waste most of the network on them.
+constexpr int64_t kLargestCifarStemImage = 64;
+
+const std::vector<int> kTorchvisionDepths = {18, 34, 50, 101, 152};
+const std::vector<int> kCifarDepths = {20, 32, 44, 56};
+
+std::string join(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += (text.empty() ? "" : ", ") + n;
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (int d : kTorchvisionDepths) {
+    const std::string base = "resnet" + std::to_string(d);
+    names.insert(names.end(), {base, base + "-cifar", base + "-imagenet"});
+  }
+  for (int d : kCifarDepths) names.push_back("resnet" + std::to_string(d));
+  return names;
+}
+
+std::shared_ptr<Model> make_model(const ModelSpec& spec) {
+  check(spec.num_classes > 0, "model '" + spec.name + "': num_classes must be positive, got " +
+                                  std::to_string(spec.num_classes));
+  check(spec.in_channels > 0, "model '" + spec.name + "': in_channels must be positive, got " +
+                                  std::to_string(spec.in_channels));
+  check(spec.image_size > 0, "model '" + spec.name + "': image_size must be positive, got " +
+                                 std::to_string(spec.image_size));
+  ResNetOptions options;
+  options.num_classes = spec.num_classes;
+  options.in_channels = spec.in_channels;
+  for (int d : kCifarDepths) {
+    if (spec.name == "resnet" + std::to_string(d)) {
+      options.depth = d;
+      return std::make_shared<ResNet>(options);
+    }
+  }
+  for (int d : kTorchvisionDepths) {
+    const std::string base = "resnet" + std::to_string(d);
+    options.depth = d;
+    if (spec.name == base) {
+      options.cifar_stem = spec.image_size <= kLargestCifarStemImage;
+      return std::make_shared<ResNet>(options);
+    }
+    if (spec.name == base + "-cifar" || spec.name == base + "-imagenet") {
+      options.cifar_stem = spec.name == base + "-cifar";
+      return std::make_shared<ResNet>(options);
+    }
+  }
+  throw Error("unknown model '" + spec.name + "'; known models: " + join(model_names()));
+}
+
+}  // namespace ptrain::models
