@@ -1,7 +1,6 @@
 // Image folders against torchvision's ImageFolder on files written by PIL, and their failure modes.
 #include <gtest/gtest.h>
 
-#include <sstream>
 
 #include "ptrain/data/image_folder.h"
 #include "ptrain/data/registry.h"
@@ -100,7 +99,7 @@ TEST(ImageFolder, MissingOrEmptyFoldersAreNamed) {
   expect_error_mentioning([&] { load_image_folder(dir / "no_images", 1); }, {dir / "no_images", "no .jpg"});
 }
 
-// A copy of the generated folder with one file replaced by `bytes`.
+// Overwrites one file of the folder the oracle generated.
 void replace_file(const ScratchDir& dir, const std::string& relative, const std::vector<uint8_t>& bytes) {
   testing::write_bytes(dir / ("root/" + relative), bytes);
 }

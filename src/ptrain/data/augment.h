@@ -33,7 +33,7 @@ struct AugmentDraw {
 // drawn, whatever the options enable, so the random stream does not depend on them.
 AugmentDraw draw_augmentation(int64_t batch, const AugmentOptions& options, uint64_t seed);
 
-// images_u8: uint8 B x C x H x W on any device. Applies, in torchvision's usual order, the random crop and flip
+// images_u8: uint8 B x C x H x W on any device. Applies, in this order, the random crop and flip
 // (only those the options enable, and only with a draw: nullptr is evaluation), conversion to float / 255,
 // resize, normalisation, the cast to out_dtype and the optional channels-last layout. Returns a tensor on the
 // same device.
