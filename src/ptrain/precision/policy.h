@@ -1,0 +1,51 @@
+// What each --precision mode means for the dtypes of parameters, activations, gradient communication
+// and the optimizer's copy, and which of autocast, loss scaling and TF32 it turns on. Every other
+// concern asks this struct instead of switching on the mode name.
+#pragma once
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptrain::precision {
+
+enum class PrecisionMode { FP32, TF32, FP16, BF16, AMP_FP16, AMP_BF16 };
+
+struct PrecisionPolicy {
+  PrecisionMode mode = PrecisionMode::FP32;
+  std::string name = "fp32";  // canonical name, as accepted by --precision
+  c10::ScalarType param_dtype = c10::ScalarType::Float;    // model parameters
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;  // input/activation dtype fed to the model
+  c10::ScalarType reduce_dtype = c10::ScalarType::Float;   // gradient communication
+  c10::ScalarType master_dtype = c10::ScalarType::Float;   // optimizer's copy of the parameters
+  bool master_weights = false;  // the optimizer keeps a master_dtype copy distinct from the parameters
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = c10::ScalarType::Float;  // meaningful only when autocast is on
+  bool loss_scaling = false;
+  bool dynamic_loss_scale = false;            // true: GradScaler-style dynamic scale
+  std::optional<double> static_loss_scale;    // set when --loss-scale gave a number
+  bool allow_tf32 = false;
+};
+
+// Resolves --precision NAME, --master-weights and --loss-scale for a device type.
+//   names: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16; one alias: "no" -> fp32 (accelerate's spelling
+//   for "no mixed precision"). No "amp" alias: its dtype differs between torch.autocast on CPU and CUDA.
+//   loss_scale: "auto" (dynamic for amp-fp16 and for fp16 with master weights, none otherwise),
+//   "dynamic", "none", or a positive finite number (a static scale).
+// Throws ptrain::Error naming the flag (--precision, --master-weights, --loss-scale) when the
+// combination is unknown or cannot run on the device.
+PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, c10::DeviceType device,
+                                  const std::string& loss_scale = "auto");
+
+// The canonical names, in the order of PrecisionMode (for --help and error messages).
+const std::vector<std::string>& precision_names();
+std::string to_string(PrecisionMode mode);
+
+// Sets the process-wide TF32 switches of cuBLAS and cuDNN to policy.allow_tf32. Called once before
+// training: PyTorch's default (cuDNN TF32 on, cuBLAS off) would make "fp32" a mixture.
+void apply_global_math_mode(const PrecisionPolicy& policy);
+
+}  // namespace ptrain::precision
