@@ -1,0 +1,29 @@
+// Memory high-water marks: the CUDA caching allocator's (what tensors took and what the allocator
+// reserved from the driver) and the process's resident set on the host.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ptrain::metrics {
+
+struct AllocatorPeak {
+  std::optional<int64_t> allocated_bytes;
+  std::optional<int64_t> reserved_bytes;
+};
+
+// Peaks since the last reset_cuda_allocator_peak(device) (or the process start). CPU builds: nullopt.
+AllocatorPeak cuda_allocator_peak(int device);
+void reset_cuda_allocator_peak(int device);  // no-op in CPU builds
+
+// VmRSS and VmHWM of /proc/self/status, in bytes. Throws ptrain::Error when the file cannot be read
+// or lacks the field (not Linux).
+int64_t host_rss_bytes();
+int64_t host_peak_rss_bytes();
+
+// "0000:3B:00.0" for a CUDA device index, the key that maps it to NVML's numbering.
+// CPU builds: throws ptrain::Error.
+std::string cuda_device_pci_bus_id(int device);
+
+}  // namespace ptrain::metrics

@@ -1,0 +1,195 @@
+#include "ptrain/metrics/run_record.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::metrics {
+namespace {
+
+using nlohmann::json;
+
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+template <typename T>
+json optional_or_null(const std::optional<T>& v) {
+  if (!v) return nullptr;
+  if constexpr (std::is_floating_point_v<T>) return number_or_null(*v);
+  return *v;
+}
+
+const json& field(const json& object, const std::string& key, const std::string& where) {
+  check(object.is_object(), where + ": expected a JSON object");
+  const auto it = object.find(key);
+  check(it != object.end(), where + ": missing key '" + key + "'");
+  return *it;
+}
+
+std::string read_string(const json& o, const std::string& key, const std::string& where) {
+  const json& v = field(o, key, where);
+  check(v.is_string(), where + ": key '" + key + "' must be a string");
+  return v.get<std::string>();
+}
+
+int64_t read_int(const json& o, const std::string& key, const std::string& where) {
+  const json& v = field(o, key, where);
+  check(v.is_number_integer(), where + ": key '" + key + "' must be an integer");
+  return v.get<int64_t>();
+}
+
+double read_double(const json& o, const std::string& key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
+  check(v.is_number(), where + ": key '" + key + "' must be a number");
+  return v.get<double>();
+}
+
+template <typename T>
+std::optional<T> read_optional(const json& o, const std::string& key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (v.is_null()) return std::nullopt;
+  if constexpr (std::is_integral_v<T>) {
+    check(v.is_number_integer(), where + ": key '" + key + "' must be an integer or null");
+  } else {
+    check(v.is_number(), where + ": key '" + key + "' must be a number or null");
+  }
+  return v.get<T>();
+}
+
+EpochRecord epoch_from_json(const json& o, const std::string& where) {
+  EpochRecord e;
+  e.epoch = read_int(o, "epoch", where);
+  e.wall_seconds = read_double(o, "wall_seconds", where);
+  e.train_loss = read_double(o, "train_loss", where);
+  e.train_accuracy = read_optional<double>(o, "train_accuracy", where);
+  e.test_loss = read_optional<double>(o, "test_loss", where);
+  e.test_accuracy = read_optional<double>(o, "test_accuracy", where);
+  e.images_per_second = read_double(o, "images_per_second", where);
+  e.images = read_int(o, "images", where);
+  return e;
+}
+
+}  // namespace
+
+json to_json(const EpochRecord& e) {
+  return json{{"epoch", e.epoch},
+              {"wall_seconds", number_or_null(e.wall_seconds)},
+              {"train_loss", number_or_null(e.train_loss)},
+              {"train_accuracy", optional_or_null(e.train_accuracy)},
+              {"test_loss", optional_or_null(e.test_loss)},
+              {"test_accuracy", optional_or_null(e.test_accuracy)},
+              {"images_per_second", number_or_null(e.images_per_second)},
+              {"images", e.images}};
+}
+
+json to_json(const RunRecord& r) {
+  json epochs = json::array();
+  for (const auto& e : r.epochs_detail) epochs.push_back(to_json(e));
+  return json{{"schema_version", kRunRecordSchemaVersion},
+              {"ptrain_version", r.ptrain_version},
+              {"torch_version", r.torch_version},
+              {"command_line", r.command_line},
+              {"model", r.model},
+              {"dataset", r.dataset},
+              {"precision", r.precision},
+              {"strategy", r.strategy},
+              {"device", r.device},
+              {"world_size", r.world_size},
+              {"batch_size_per_device", r.batch_size_per_device},
+              {"global_batch_size", r.global_batch_size},
+              {"epochs", r.epochs},
+              {"steps", r.steps},
+              {"image_size", r.image_size},
+              {"total_wall_seconds", number_or_null(r.total_wall_seconds)},
+              {"train_wall_seconds", number_or_null(r.train_wall_seconds)},
+              {"images_per_second", number_or_null(r.images_per_second)},
+              {"peak_allocated_bytes", optional_or_null(r.peak_allocated_bytes)},
+              {"peak_reserved_bytes", optional_or_null(r.peak_reserved_bytes)},
+              {"peak_nvml_used_bytes", optional_or_null(r.peak_nvml_used_bytes)},
+              {"gpu_util_mean", optional_or_null(r.gpu_util_mean)},
+              {"gpu_util_peak", optional_or_null(r.gpu_util_peak)},
+              {"host_peak_rss_bytes", r.host_peak_rss_bytes},
+              {"final_test_accuracy", optional_or_null(r.final_test_accuracy)},
+              {"final_test_loss", optional_or_null(r.final_test_loss)},
+              {"epochs_detail", epochs},
+              {"environment", r.environment},
+              {"extra", r.extra}};
+}
+
+RunRecord run_record_from_json(const json& o) {
+  const std::string where = "run record";
+  const int64_t version = read_int(o, "schema_version", where);
+  check(version == kRunRecordSchemaVersion, where + ": schema_version " + std::to_string(version) +
+                                                " is not the supported " +
+                                                std::to_string(kRunRecordSchemaVersion));
+  RunRecord r;
+  r.ptrain_version = read_string(o, "ptrain_version", where);
+  r.torch_version = read_string(o, "torch_version", where);
+  r.command_line = read_string(o, "command_line", where);
+  r.model = read_string(o, "model", where);
+  r.dataset = read_string(o, "dataset", where);
+  r.precision = read_string(o, "precision", where);
+  r.strategy = read_string(o, "strategy", where);
+  r.device = read_string(o, "device", where);
+  r.world_size = read_int(o, "world_size", where);
+  r.batch_size_per_device = read_int(o, "batch_size_per_device", where);
+  r.global_batch_size = read_int(o, "global_batch_size", where);
+  r.epochs = read_int(o, "epochs", where);
+  r.steps = read_int(o, "steps", where);
+  r.image_size = read_int(o, "image_size", where);
+  r.total_wall_seconds = read_double(o, "total_wall_seconds", where);
+  r.train_wall_seconds = read_double(o, "train_wall_seconds", where);
+  r.images_per_second = read_double(o, "images_per_second", where);
+  r.peak_allocated_bytes = read_optional<int64_t>(o, "peak_allocated_bytes", where);
+  r.peak_reserved_bytes = read_optional<int64_t>(o, "peak_reserved_bytes", where);
+  r.peak_nvml_used_bytes = read_optional<int64_t>(o, "peak_nvml_used_bytes", where);
+  r.gpu_util_mean = read_optional<double>(o, "gpu_util_mean", where);
+  r.gpu_util_peak = read_optional<double>(o, "gpu_util_peak", where);
+  r.host_peak_rss_bytes = read_int(o, "host_peak_rss_bytes", where);
+  r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
+  r.final_test_loss = read_optional<double>(o, "final_test_loss", where);
+  const json& epochs = field(o, "epochs_detail", where);
+  check(epochs.is_array(), where + ": key 'epochs_detail' must be an array");
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    r.epochs_detail.push_back(epoch_from_json(epochs[i], where + ": epochs_detail[" + std::to_string(i) + "]"));
+  }
+  r.environment = field(o, "environment", where);
+  check(r.environment.is_object(), where + ": key 'environment' must be an object");
+  r.extra = field(o, "extra", where);
+  check(r.extra.is_object(), where + ": key 'extra' must be an object");
+  return r;
+}
+
+// Written here rather than in io: metrics must not depend on io, and the job is a dozen lines of POSIX.
+void write_run_record(const std::string& path, const RunRecord& record) {
+  const std::string text = to_json(record).dump(2) + "\n";
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write run record " + path + ": " + std::strerror(errno));
+  std::string failure;
+  for (size_t written = 0; written < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failure = n < 0 ? std::strerror(errno) : "short write";
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (failure.empty() && ::fsync(fd) != 0) failure = std::strerror(errno);
+  if (::close(fd) != 0 && failure.empty()) failure = std::strerror(errno);
+  if (failure.empty() && std::rename(temp.c_str(), path.c_str()) != 0) failure = std::strerror(errno);
+  if (!failure.empty()) {
+    std::remove(temp.c_str());
+    throw Error("cannot write run record " + path + ": " + failure);
+  }
+}
+
+}  // namespace ptrain::metrics

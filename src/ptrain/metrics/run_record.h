@@ -1,0 +1,59 @@
+// The one metrics record a training run writes, whatever its precision and strategy: the basis of
+// every comparison. Field names, units and null rules are documented in docs/metrics.md (a test
+// compares that table with to_json's keys).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ptrain::metrics {
+
+constexpr int64_t kRunRecordSchemaVersion = 1;
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  double wall_seconds = 0.0;
+  double train_loss = 0.0;
+  std::optional<double> train_accuracy;
+  std::optional<double> test_loss;
+  std::optional<double> test_accuracy;
+  double images_per_second = 0.0;
+  int64_t images = 0;
+};
+
+struct RunRecord {
+  std::string ptrain_version, torch_version, command_line, model, dataset, precision, strategy, device;
+  int64_t world_size = 1;
+  int64_t batch_size_per_device = 0;
+  int64_t global_batch_size = 0;
+  int64_t epochs = 0;
+  int64_t steps = 0;
+  int64_t image_size = 0;
+  double total_wall_seconds = 0.0;
+  double train_wall_seconds = 0.0;
+  double images_per_second = 0.0;  // training only, excluding evaluation
+  std::optional<int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_nvml_used_bytes;
+  std::optional<double> gpu_util_mean, gpu_util_peak;
+  int64_t host_peak_rss_bytes = 0;
+  std::optional<double> final_test_accuracy, final_test_loss;
+  std::vector<EpochRecord> epochs_detail;
+  nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+// Optional values become JSON null; so do non-finite doubles (JSON has no NaN), e.g. a diverged loss.
+nlohmann::json to_json(const EpochRecord& record);
+nlohmann::json to_json(const RunRecord& record);
+
+// Throws ptrain::Error naming the key when a field is missing or has the wrong type, or when
+// schema_version is not kRunRecordSchemaVersion. A null in a non-optional double reads as NaN.
+RunRecord run_record_from_json(const nlohmann::json& json);
+
+// Writes to a temporary file beside path, then renames it over path: a reader never sees half a
+// record, and a crash leaves the previous file. Throws ptrain::Error naming the path on failure.
+void write_run_record(const std::string& path, const RunRecord& record);
+
+}  // namespace ptrain::metrics
