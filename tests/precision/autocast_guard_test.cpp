@@ -161,3 +161,19 @@ TEST(AutocastGuard, OpDtypesAndValuesMatchTorchAutocast) {
         << "max |diff| " << (got - expected).abs().max().item<float>();
   }
 }
+
+TEST(AutocastGuard, CudaRegionIsFloat16AndLeavesTheCpuAlone) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto a = torch::randn({8, 8}, torch::kCUDA);
+  {
+    AutocastGuard guard(c10::DeviceType::CUDA, true, torch::kHalf);
+    EXPECT_FALSE(compat::autocast_enabled(kCpu));
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kHalf);
+    {
+      AutocastGuard off(c10::DeviceType::CUDA, false, torch::kHalf);
+      EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
+    }
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kHalf);
+  }
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
+}

@@ -12,6 +12,12 @@
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
 
+#if PTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 using ptrain::precision::LossScaler;
 using ptrain::precision::LossScalerOptions;
 
@@ -204,6 +210,47 @@ TEST(LossScaler, CudaPathMatchesTheReference) {
     EXPECT_TRUE(torch::equal(grads[0], truth)) << c10::toString(dtype);
   }
 }
+
+#if PTRAIN_WITH_CUDA
+// Capture refuses any host synchronisation (an .item() would abort it): a captured unscale_+update,
+// replayed step after step with new gradient contents, must follow the reference like eager steps.
+TEST(LossScaler, StepCapturesInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t hysteresis : {1, 2}) {
+    SCOPED_TRACE("hysteresis " + std::to_string(hysteresis));
+    LossScalerOptions options;
+    options.growth_interval = 3;
+    options.hysteresis = hysteresis;
+    LossScaler scaler(options, torch::kCUDA);
+    const auto initial = scaler.state();
+    auto g32 = torch::ones({64}, torch::kCUDA);
+    auto g16 = torch::ones({64}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16));
+    const std::vector<torch::Tensor> grads{g32, g16};
+    at::cuda::CUDAGraph graph;
+    {
+      c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+      scaler.unscale_(grads);  // warm-up outside capture: lazy initialisation must not happen inside
+      scaler.update();
+      torch::cuda::synchronize();
+      scaler.load_state(initial);
+      graph.capture_begin();
+      scaler.unscale_(grads);
+      scaler.update();
+      graph.capture_end();
+    }
+    ReferenceScaler reference(options);
+    for (int64_t step = 0; step < 200; ++step) {
+      const Grad fault = (step % 17) < (step / 17) % 4 ? Grad::Inf : scripted_fault(step);
+      g32.fill_(1.0);
+      g16.fill_(fault == Grad::Inf ? INFINITY : fault == Grad::NaN ? NAN : 1.0);
+      graph.replay();
+      reference.step(fault != Grad::Ok);
+      ASSERT_EQ(scaler.found_inf().item<float>(), fault == Grad::Ok ? 0.0f : 1.0f) << "step " << step;
+      ASSERT_EQ(scaler.current_scale(), static_cast<double>(reference.scale)) << "step " << step;
+    }
+  }
+}
+#endif
 
 TEST(LossScaler, UnscaleDividesExactlyInEveryDtype) {
   for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
