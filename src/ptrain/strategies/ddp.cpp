@@ -1,0 +1,285 @@
+#include "ptrain/strategies/ddp.h"
+
+#include <mutex>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::strategies {
+
+struct DistributedDataParallel::Reducer {
+  struct Bucket {
+    torch::Tensor flat;
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;
+    size_t pending = 0;
+    dist::Work work;
+  };
+
+  explicit Reducer(std::shared_ptr<dist::ProcessGroup> g) : group(std::move(g)) {}
+
+  std::shared_ptr<dist::ProcessGroup> group;
+  std::mutex mutex;
+  std::vector<torch::Tensor> params;
+  std::vector<size_t> bucket_of;
+  std::vector<size_t> slot_of;  // position inside its bucket
+  std::vector<bool> ready;
+  std::vector<Bucket> buckets;
+  size_t next_to_launch = 0;
+  bool sync = true;
+  // AccumulateGrad nodes are owned weakly by their parameters; holding them keeps the hooks in place.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+
+  torch::Tensor view_of(size_t index) {
+    const auto& bucket = buckets[bucket_of[index]];
+    const size_t slot = slot_of[index];
+    return bucket.flat.narrow(0, bucket.offsets[slot], params[index].numel());
+  }
+
+  // Caller holds mutex.
+  void mark_ready_locked(size_t index) {
+    check(!ready[index], "ddp: parameter " + std::to_string(index) +
+                             " received its gradient twice in one synchronised step (several backward calls "
+                             "before finish_backward?)");
+    ready[index] = true;
+    torch::NoGradGuard no_grad;
+    auto view = view_of(index);
+    const auto& grad = params[index].grad();
+    if (grad.defined()) {
+      view.copy_(grad.reshape({-1}));
+      view.div_(group->world_size());
+    } else {
+      view.zero_();
+    }
+    auto& bucket = buckets[bucket_of[index]];
+    if (--bucket.pending == 0) launch_ready_buckets_locked();
+  }
+
+  // Buckets start strictly in order, so every rank issues the same sequence of collectives whatever
+  // order its hooks fired in.
+  void launch_ready_buckets_locked() {
+    while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
+      std::vector<torch::Tensor> one{buckets[next_to_launch].flat};
+      buckets[next_to_launch].work = group->all_reduce_sum(one);
+      ++next_to_launch;
+    }
+  }
+
+  void on_gradient_accumulated(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!sync) return;
+    mark_ready_locked(index);
+  }
+
+  void finish() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!sync) return;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!ready[i]) mark_ready_locked(i);
+    }
+    for (auto& bucket : buckets) bucket.work.wait();
+    // Copy back rather than making .grad a view of the bucket: optimizers that reset gradients to
+    // undefined (zero_grad(set_to_none)) would silently detach such views, and the copy is one memcpy.
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto view = view_of(i).view(params[i].sizes());
+      auto& grad = params[i].mutable_grad();
+      if (grad.defined()) {
+        grad.copy_(view);
+      } else {
+        grad = view.clone();
+      }
+      ready[i] = false;
+    }
+    for (auto& bucket : buckets) bucket.pending = bucket.params.size();
+    next_to_launch = 0;
+  }
+};
+
+namespace {
+
+class GradientReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradientReadyHook(std::weak_ptr<DistributedDataParallel::Reducer> reducer, size_t index)
+      : reducer_(std::move(reducer)), index_(index) {}
+
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto reducer = reducer_.lock()) reducer->on_gradient_accumulated(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<DistributedDataParallel::Reducer> reducer_;
+  size_t index_;
+};
+
+int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+                                                 DdpOptions options)
+    : group_(std::move(group)), device_(device), options_(options) {
+  check(group_ != nullptr, "ddp: needs a process group");
+  check(options_.bucket_cap_mb > 0, "--bucket-cap-mb must be positive");
+  check(options_.first_bucket_mb > 0, "ddp: the first bucket size must be positive");
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (!reducer_) return;
+  for (size_t i = 0; i < reducer_->accumulators.size(); ++i) {
+    reducer_->accumulators[i]->del_post_hook(reducer_->hook_keys[i]);
+  }
+}
+
+void DistributedDataParallel::prepare(models::Model& model) {
+  check(reducer_ == nullptr, "ddp: prepare() called twice");
+  if (options_.sync_batchnorm) sync_norms_ = convert_sync_batchnorm(model, group_);
+
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model.parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  // Ranks that built different models would exchange garbage; compare shapes first.
+  {
+    int64_t total = 0;
+    int64_t shape_hash = 0;
+    for (const auto& p : params) {
+      total += p.numel();
+      for (const auto d : p.sizes()) shape_hash = shape_hash * 31 + d + 1;
+      shape_hash %= (int64_t{1} << 40);
+    }
+    const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
+    const auto everyone = group_->all_gather(mine.to(group_->backend() == "nccl" ? device_ : torch::kCPU));
+    for (size_t r = 0; r < everyone.size(); ++r) {
+      check(torch::equal(everyone[r].cpu(), mine),
+            "ddp: rank " + std::to_string(r) + " has a different model than rank " + std::to_string(rank()) +
+                " (parameter count, sizes or shapes differ)");
+    }
+  }
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> state = params;
+    for (const auto& b : model.buffers()) state.push_back(b);
+    group_->broadcast(state, 0);
+  }
+
+  reducer_ = std::make_shared<Reducer>(group_);
+  auto& r = *reducer_;
+  r.params = params;
+  r.bucket_of.assign(params.size(), 0);
+  r.slot_of.assign(params.size(), 0);
+  r.ready.assign(params.size(), false);
+
+  // Reverse registration order; one open bucket per (dtype, device); a bucket closes once it reaches
+  // its cap (the first one of each kind at first_bucket_mb, later ones at bucket_cap_mb).
+  struct Open {
+    torch::ScalarType dtype;
+    torch::Device device;
+    std::vector<size_t> members;
+    int64_t bytes = 0;
+    int64_t cap = 0;
+  };
+  std::vector<Open> open;
+  std::vector<std::vector<size_t>> closed;
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Open& o) { return o.dtype == p.scalar_type() && o.device == p.device(); });
+    if (it == open.end()) {
+      open.push_back({p.scalar_type(), p.device(), {}, 0, megabytes_to_bytes(options_.first_bucket_mb)});
+      it = std::prev(open.end());
+    }
+    it->members.push_back(k);
+    it->bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (it->bytes >= it->cap) {
+      closed.push_back(std::move(it->members));
+      it->members.clear();
+      it->bytes = 0;
+      it->cap = megabytes_to_bytes(options_.bucket_cap_mb);
+    }
+  }
+  for (auto& o : open) {
+    if (!o.members.empty()) closed.push_back(std::move(o.members));
+  }
+  // Closed buckets of different kinds interleave; order them by when backward should fill them.
+  std::stable_sort(closed.begin(), closed.end(),
+                   [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
+
+  for (auto& members : closed) {
+    Reducer::Bucket bucket;
+    int64_t numel = 0;
+    for (size_t slot = 0; slot < members.size(); ++slot) {
+      r.bucket_of[members[slot]] = r.buckets.size();
+      r.slot_of[members[slot]] = slot;
+      bucket.offsets.push_back(numel);
+      numel += params[members[slot]].numel();
+    }
+    bucket.flat = torch::zeros({numel}, params[members.front()].options().requires_grad(false));
+    bucket.pending = members.size();
+    bucket.params = std::move(members);
+    r.buckets.push_back(std::move(bucket));
+  }
+
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+    check(accumulator != nullptr, "ddp: parameter " + std::to_string(i) + " is not a leaf that requires grad");
+    r.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<GradientReadyHook>(reducer_, i)));
+    r.accumulators.push_back(std::move(accumulator));
+  }
+}
+
+torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {
+  check(reducer_ != nullptr, "ddp: forward() before prepare()");
+  if (!model.is_training()) return model.forward(inputs);
+  if (options_.broadcast_buffers && world_size() > 1) {
+    std::vector<torch::Tensor> buffers;
+    for (const auto& b : model.buffers()) buffers.push_back(b);
+    if (!buffers.empty()) {
+      torch::NoGradGuard no_grad;
+      group_->broadcast(buffers, 0);
+    }
+  }
+  std::vector<int64_t> calls_before;
+  for (const auto& norm : sync_norms_) calls_before.push_back(norm.module->calls());
+  auto outputs = model.forward(inputs);
+  for (size_t i = 0; i < sync_norms_.size(); ++i) {
+    check(sync_norms_[i].module->calls() > calls_before[i],
+          "--sync-batchnorm: model '" + model.name() + "' did not call the synchronised batch norm that replaced '" +
+              sync_norms_[i].name +
+              "'; its forward reaches the layer through a member handle rather than its registered child, so "
+              "batch statistics would silently stay per-rank");
+  }
+  return outputs;
+}
+
+void DistributedDataParallel::set_gradient_sync(bool enabled) {
+  check(reducer_ != nullptr, "ddp: set_gradient_sync() before prepare()");
+  std::lock_guard<std::mutex> lock(reducer_->mutex);
+  reducer_->sync = enabled;
+}
+
+void DistributedDataParallel::finish_backward() {
+  check(reducer_ != nullptr, "ddp: finish_backward() before prepare()");
+  reducer_->finish();
+}
+
+torch::Tensor DistributedDataParallel::all_reduce_sum(torch::Tensor t) {
+  std::vector<torch::Tensor> one{t};
+  group_->all_reduce_sum(one).wait();
+  return t;
+}
+
+std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<size_t>> layout;
+  if (!reducer_) return layout;
+  for (const auto& bucket : reducer_->buckets) layout.push_back(bucket.params);
+  return layout;
+}
+
+}  // namespace ptrain::strategies

@@ -1,0 +1,65 @@
+// Data parallelism after PyTorch's DistributedDataParallel: one model replica per process, gradients
+// averaged over ranks during backward. Parameters are grouped into buckets (by dtype and device, in
+// reverse registration order, which approximates the order backward produces gradients); a hook on
+// each parameter's gradient accumulator copies the accumulated .grad into its bucket and a full bucket
+// starts its asynchronous all-reduce at once, so communication overlaps the rest of backward.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ptrain/dist/process_group.h"
+#include "ptrain/strategies/strategy.h"
+#include "ptrain/strategies/sync_batchnorm.h"
+
+namespace ptrain::strategies {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25.0;
+  // Small, so the first all-reduce starts early in backward (DDP's first bucket).
+  double first_bucket_mb = 1.0;
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training forward.
+  bool broadcast_buffers = true;
+  // Replace BatchNorm2d layers by SyncBatchNorm2d at prepare() (see sync_batchnorm.h for the condition).
+  bool sync_batchnorm = false;
+};
+
+class DistributedDataParallel final : public Strategy {
+ public:
+  DistributedDataParallel(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, DdpOptions options = {});
+  ~DistributedDataParallel() override;
+
+  std::string name() const override { return "ddp"; }
+  int64_t rank() const override { return group_->rank(); }
+  int64_t world_size() const override { return group_->world_size(); }
+
+  // Checks that every rank holds the same parameter shapes, copies rank 0's parameters and buffers to
+  // all ranks, builds the buckets and installs the gradient hooks.
+  void prepare(models::Model& model) override;
+  torch::Tensor forward(models::Model& model, const torch::Tensor& inputs) override;
+  // With false, backward communicates nothing and gradients accumulate locally; the next synchronised
+  // backward then reduces the accumulated sums.
+  void set_gradient_sync(bool enabled) override;
+  // Waits for every bucket and writes the averaged gradients back into each parameter's .grad. A
+  // parameter that received no gradient in this step contributes zeros (or its gradient accumulated in
+  // earlier unsynchronised micro-steps): that approximates find_unused_parameters=True without its
+  // graph traversal, and keeps every rank issuing the same collectives.
+  void finish_backward() override;
+  torch::Tensor all_reduce_sum(torch::Tensor t) override;
+
+  // Parameter indices (in model.parameters() order) of each bucket, in all-reduce order.
+  std::vector<std::vector<size_t>> bucket_layout() const;
+  dist::ProcessGroup& group() { return *group_; }
+
+  struct Reducer;
+
+ private:
+  std::shared_ptr<dist::ProcessGroup> group_;
+  torch::Device device_;
+  DdpOptions options_;
+  std::shared_ptr<Reducer> reducer_;
+  std::vector<ConvertedNorm> sync_norms_;
+};
+
+}  // namespace ptrain::strategies

@@ -1,0 +1,247 @@
+// DDP parity: N ranks each on 1/N of a fixed global batch must end where one process on the whole batch
+// ends. The reference runs in the parent after the ranks have finished (see tests/dist/multiprocess.h).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "../dist/multiprocess.h"
+#include "ptrain/core/error.h"
+#include "ptrain/strategies/ddp.h"
+
+namespace ptrain::strategies {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kGlobalBatch = 12;
+constexpr int kSteps = 20;
+constexpr double kLr = 0.1;
+
+class Mlp : public models::Model {
+ public:
+  Mlp() {
+    fc1 = register_module("fc1", torch::nn::Linear(6, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+    unused = register_module("unused", torch::nn::Linear(2, 2));  // never in forward: must not deadlock
+  }
+  torch::Tensor forward(torch::Tensor x) override { return fc2(torch::tanh(fc1(x))); }
+  std::string name() const override { return "mlp"; }
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override { return {}; }
+  torch::Tensor forward_unit(size_t, torch::Tensor x) override { return forward(x); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
+};
+
+// Reaches its norm layer through the registered child, so convert_sync_batchnorm's swap takes effect.
+class BnNet : public models::Model {
+ public:
+  BnNet() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)));
+    register_module("bn", torch::nn::BatchNorm2d(4));
+    fc = register_module("fc", torch::nn::Linear(4, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = conv(x);
+    auto norm = named_children()["bn"];
+    if (auto* sync = norm->as<SyncBatchNorm2dImpl>()) {
+      x = sync->forward(x);
+    } else {
+      x = norm->as<torch::nn::BatchNorm2dImpl>()->forward(x);
+    }
+    return fc(torch::relu(x).mean({2, 3}));
+  }
+  std::string name() const override { return "bnnet"; }
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override { return {}; }
+  torch::Tensor forward_unit(size_t, torch::Tensor x) override { return forward(x); }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+// Calls its BatchNorm through a member handle, like the zoo's ResNet.
+class MemberBnNet : public BnNet {
+ public:
+  MemberBnNet() { bn = named_children()["bn"]->as<torch::nn::BatchNorm2dImpl>()->shared_from_this(); }
+  torch::Tensor forward(torch::Tensor x) override {
+    return fc(torch::relu(std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(bn)->forward(conv(x))).mean({2, 3}));
+  }
+  std::shared_ptr<torch::nn::Module> bn;
+};
+
+struct Batch {
+  torch::Tensor x, y;
+};
+
+Batch global_batch(int step, bool images) {
+  torch::manual_seed(1000 + step);
+  auto x = images ? torch::randn({kGlobalBatch, 3, 4, 4}) * 2 + 0.5 : torch::randn({kGlobalBatch, 6});
+  return {x, torch::randn({kGlobalBatch, 3})};
+}
+
+struct RunSetup {
+  int accumulation = 1;
+  double clip = 0;  // global-norm clip threshold; 0 = none
+  bool images = false;
+  bool sync_batchnorm = false;
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+};
+
+std::shared_ptr<models::Model> make_model(const RunSetup& s, int seed) {
+  torch::manual_seed(seed);
+  if (s.images) return std::make_shared<BnNet>();
+  return std::make_shared<Mlp>();
+}
+
+void sgd_step(models::Model& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (!p.grad().defined()) continue;
+    p.sub_(p.grad() * kLr);
+    p.grad().zero_();
+  }
+}
+
+// Returns true when clipping changed the gradients.
+bool clip(models::Model& model, double max_norm) {
+  if (max_norm <= 0) return false;
+  return torch::nn::utils::clip_grad_norm_(model.parameters(), max_norm) > max_norm;
+}
+
+std::vector<torch::Tensor> state_of(models::Model& model) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : model.parameters()) state.push_back(p.detach().clone());
+  for (const auto& b : model.buffers()) state.push_back(b.detach().clone().to(torch::kDouble));
+  return state;
+}
+
+// One process, whole batch, plain modules: the reference.
+std::vector<torch::Tensor> train_reference(const RunSetup& s, int* clipped_steps) {
+  auto model = make_model(s, 100);
+  model->train();
+  *clipped_steps = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const auto batch = global_batch(step, s.images);
+    torch::mse_loss(model->forward(batch.x), batch.y).backward();
+    if (clip(*model, s.clip)) ++*clipped_steps;
+    sgd_step(*model);
+  }
+  return state_of(*model);
+}
+
+void train_rank(const RunSetup& s, int rank, int world, int port, const std::string& out) {
+  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, world, port), "gloo", 20s);
+  // Ranks start from different weights: prepare() must copy rank 0's.
+  auto model = make_model(s, 100 + rank);
+  model->train();
+  DdpOptions options;
+  options.sync_batchnorm = s.sync_batchnorm;
+  options.bucket_cap_mb = s.bucket_cap_mb;
+  options.first_bucket_mb = s.first_bucket_mb;
+  DistributedDataParallel ddp(group, torch::kCPU, options);
+  ddp.prepare(*model);
+  const int64_t local = kGlobalBatch / world;
+  const int64_t micro = local / s.accumulation;
+  for (int step = 0; step < kSteps; ++step) {
+    const auto batch = global_batch(step, s.images);
+    for (int m = 0; m < s.accumulation; ++m) {
+      ddp.set_gradient_sync(m == s.accumulation - 1);
+      const int64_t begin = rank * local + m * micro;
+      const auto out = ddp.forward(*model, batch.x.narrow(0, begin, micro));
+      (torch::mse_loss(out, batch.y.narrow(0, begin, micro)) / s.accumulation).backward();
+    }
+    ddp.finish_backward();
+    clip(*model, s.clip);
+    sgd_step(*model);
+  }
+  torch::save(state_of(*model), out + "/rank" + std::to_string(rank) + ".pt");
+}
+
+void expect_parity(const RunSetup& s, int world) {
+  const int port = testing::free_port();
+  const std::string dir = testing::temp_dir("ddp");
+  const auto outcomes = testing::run_world(world, [&](int rank) { train_rank(s, rank, world, port, dir); }, 60);
+  for (size_t r = 0; r < outcomes.size(); ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
+  int clipped_steps = 0;
+  const auto reference = train_reference(s, &clipped_steps);
+  if (s.clip > 0) EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping";
+  for (int r = 0; r < world; ++r) {
+    std::vector<torch::Tensor> state;
+    torch::load(state, dir + "/rank" + std::to_string(r) + ".pt");
+    ASSERT_EQ(state.size(), reference.size());
+    for (size_t i = 0; i < state.size(); ++i) {
+      const double scale = std::max(reference[i].abs().max().item<double>(), 1e-3);
+      const double diff = (state[i] - reference[i]).abs().max().item<double>();
+      EXPECT_LE(diff / scale, 1e-5) << "rank " << r << " tensor " << i;
+    }
+  }
+}
+
+TEST(Ddp, ParityTwoRanks) { expect_parity({}, 2); }
+TEST(Ddp, ParityThreeRanksSmallBuckets) {
+  RunSetup s;
+  s.first_bucket_mb = 100.0 / (1 << 20);  // ~100 bytes: several buckets, several all-reduces in flight
+  s.bucket_cap_mb = 300.0 / (1 << 20);
+  expect_parity(s, 3);
+}
+TEST(Ddp, ParityWithAccumulationTwoRanks) {
+  RunSetup s;
+  s.accumulation = 2;
+  expect_parity(s, 2);
+}
+TEST(Ddp, ParityWithAccumulationThreeRanks) {
+  RunSetup s;
+  s.accumulation = 2;
+  s.first_bucket_mb = 100.0 / (1 << 20);
+  expect_parity(s, 3);
+}
+TEST(Ddp, ParityWithGradientClipping) {
+  RunSetup s;
+  s.clip = 0.05;
+  s.accumulation = 2;
+  expect_parity(s, 3);
+}
+TEST(Ddp, SyncBatchNormMatchesOneProcessOnTheWholeBatch) {
+  RunSetup s;
+  s.images = true;
+  s.sync_batchnorm = true;
+  expect_parity(s, 2);
+  expect_parity(s, 3);
+}
+
+TEST(Ddp, BucketsFollowReverseRegistrationOrderAndCaps) {
+  const auto outcomes = testing::run_world(
+      1,
+      [&](int rank) {
+        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
+        Mlp model;  // parameters: fc1.w (96 floats), fc1.b (16), fc2.w (48), fc2.b (3), unused.w (4), unused.b (2)
+        DdpOptions options;
+        options.first_bucket_mb = 20.0 / (1 << 20);  // 20 bytes: closes after unused.b + unused.w (24 bytes)
+        options.bucket_cap_mb = 200.0 / (1 << 20);   // 200 bytes: fc2.b + fc2.w (204), then fc1.b + fc1.w
+        DistributedDataParallel ddp(group, torch::kCPU, options);
+        ddp.prepare(model);
+        const std::vector<std::vector<size_t>> expected{{5, 4}, {3, 2}, {1, 0}};
+        if (ddp.bucket_layout() != expected) throw std::runtime_error("unexpected bucket layout");
+      },
+      30);
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].message;
+}
+
+TEST(Ddp, SyncBatchNormRefusesModelsThatBypassTheSwap) {
+  const auto outcomes = testing::run_world(
+      1,
+      [&](int rank) {
+        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
+        MemberBnNet model;
+        DdpOptions options;
+        options.sync_batchnorm = true;
+        DistributedDataParallel ddp(group, torch::kCPU, options);
+        ddp.prepare(model);
+        ddp.forward(model, torch::randn({4, 3, 4, 4}));
+      },
+      30);
+  EXPECT_EQ(outcomes[0].exit_code, 1);
+  EXPECT_NE(outcomes[0].message.find("--sync-batchnorm"), std::string::npos) << outcomes[0].message;
+  EXPECT_NE(outcomes[0].message.find("'bn'"), std::string::npos) << outcomes[0].message;
+}
+
+}  // namespace
+}  // namespace ptrain::strategies
