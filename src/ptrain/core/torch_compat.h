@@ -100,3 +100,19 @@ inline void reset_cuda_allocator_peaks(int device) {
 #endif
 
 }  // namespace ptrain::compat
+
+// c10d's concrete process groups (ProcessGroupGloo, ProcessGroupNCCL) derive from c10d::Backend since
+// 2.0 and from c10d::ProcessGroup before; the collective calls ptrain makes are identical on both.
+// Forward declarations keep the c10d headers out of every translation unit that includes this one.
+namespace c10d {
+class Backend;
+class ProcessGroup;
+}  // namespace c10d
+
+namespace ptrain::compat {
+#if PTRAIN_TORCH_AT_LEAST(2, 0)
+using C10dBackend = c10d::Backend;
+#else
+using C10dBackend = c10d::ProcessGroup;
+#endif
+}  // namespace ptrain::compat
