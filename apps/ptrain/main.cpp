@@ -1,3 +1,3 @@
-#include <iostream>
-#include "ptrain/core/torch_compat.h"
-int main() { std::cout << "ptrain on LibTorch " << ptrain::compat::torch_version() << "\n"; }
+#include "ptrain/cli/cli.h"
+
+int main(int argc, char** argv) { return ptrain::cli::run_cli(argc, argv); }

@@ -1,0 +1,102 @@
+#include "ptrain/cli/cli.h"
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "ptrain/config/cli_options.h"
+#include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/metrics/run_record.h"
+#include "ptrain/train/plan.h"
+#include "ptrain/train/progress.h"
+#include "ptrain/train/trainer.h"
+
+namespace ptrain::cli {
+
+namespace {
+
+std::string joined(int argc, char** argv) {
+  std::ostringstream out;
+  for (int i = 0; i < argc; ++i) out << (i ? " " : "") << argv[i];
+  return out.str();
+}
+
+std::string gib(std::optional<int64_t> bytes) {
+  if (!bytes) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(*bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+std::string percent(std::optional<double> value) {
+  if (!value) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.0f%%", *value);
+  return text;
+}
+
+void print_result(const metrics::RunRecord& r) {
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "result: %s %s on %s, %lld steps in %s (training %s), %.0f img/s",
+                r.model.c_str(), r.precision.c_str(), r.device.c_str(), static_cast<long long>(r.steps),
+                train::format_duration(r.total_wall_seconds).c_str(),
+                train::format_duration(r.train_wall_seconds).c_str(), r.images_per_second);
+  std::cout << line << "\n";
+  if (r.final_test_accuracy) {
+    std::snprintf(line, sizeof(line), "result: test accuracy %.2f%%, test loss %.4f", *r.final_test_accuracy * 100.0,
+                  *r.final_test_loss);
+    std::cout << line << "\n";
+  }
+  std::cout << "result: peak memory allocated " << gib(r.peak_allocated_bytes) << ", reserved "
+            << gib(r.peak_reserved_bytes) << ", device (NVML) " << gib(r.peak_nvml_used_bytes) << ", host RSS "
+            << gib(r.host_peak_rss_bytes) << "; GPU utilisation mean " << percent(r.gpu_util_mean) << ", peak "
+            << percent(r.gpu_util_peak) << std::endl;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"ptrain: train neural networks in every precision and strategy, and measure what each costs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ptrain 0.1.0, LibTorch ") + compat::torch_version());
+
+  config::TrainConfig train_config;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a model");
+  CLI::Option* config_file = config::add_train_options(*train_cmd, train_config);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (train_cmd->parsed()) {
+      if (config_file->count() > 0) config::apply_yaml_config(*train_cmd, config_file->as<std::string>());
+      const train::Plan plan = train::make_plan(train_config);
+      if (train_config.run.dry_run) {
+        std::cout << train::describe(plan) << std::endl;
+        return 0;
+      }
+      const metrics::RunRecord record = train::train(plan, joined(argc, argv));
+      print_result(record);
+      if (!train_config.run.metrics_out.empty()) {
+        metrics::write_run_record(train_config.run.metrics_out, record);
+        std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
+      }
+    }
+  } catch (const Error& e) {
+    std::cerr << "ptrain: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "ptrain: LibTorch error: " << e.what_without_backtrace() << std::endl;
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace ptrain::cli

@@ -1,0 +1,45 @@
+// SGD and AdamW with torch.optim's update rules, written on multi-tensor (foreach) kernels.
+//
+// Why not torch::optim: a step skipped by the loss scaler must be decided on the device, from the
+// scaler's found_inf tensor, with no host read (so the step can be captured in a CUDA graph); and the
+// sharded strategies need optimizers over flat shards that they own. Both need the state in our hands.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ptrain/config/train_config.h"
+#include "ptrain/io/named_tensors.h"
+
+namespace ptrain::train {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter from its .grad(), at learning rate lr. With found_inf (a 0/1 float
+  // scalar tensor on the parameters' device), a 1 leaves parameters and state exactly as they were.
+  virtual void step(double lr, const torch::Tensor* found_inf) = 0;
+
+  // Optimizer state keyed "<param name>.<slot>", for checkpoints.
+  virtual io::NamedTensors state() const = 0;
+  virtual void load_state(const io::NamedTensors& state, const std::string& source) = 0;
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  void zero_grad();  // drops gradients (set_to_none), as torch.optim does by default
+
+ protected:
+  Optimizer(std::vector<torch::Tensor> params, std::vector<std::string> names);
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+};
+
+// params are the tensors the optimizer updates (model parameters, or fp32 master copies); names label
+// them in the state. Weight decay applies to every parameter, as torchvision's reference recipes do.
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
+                                          std::vector<std::string> names);
+
+}  // namespace ptrain::train

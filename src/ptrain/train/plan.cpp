@@ -1,0 +1,91 @@
+#include "ptrain/train/plan.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/models/zoo.h"
+#include "ptrain/train/checkpoint.h"
+
+namespace ptrain::train {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    throw Error("--device: '" + name + "' is not a device (use auto, cpu, cuda or cuda:N)");
+  }
+  check(device.is_cpu() || device.is_cuda(), "--device: only cpu and cuda are supported, not '" + name + "'");
+  if (device.is_cuda()) {
+#if !PTRAIN_WITH_CUDA
+    throw Error("--device " + name + ": this ptrain was built against a LibTorch without CUDA");
+#endif
+    check(torch::cuda::is_available(), "--device " + name + ": no CUDA device is visible");
+    const int64_t index = device.has_index() ? device.index() : 0;
+    check(index < static_cast<int64_t>(torch::cuda::device_count()),
+          "--device " + name + ": only " + std::to_string(torch::cuda::device_count()) + " CUDA device(s) visible");
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return device;
+}
+
+Plan make_plan(const config::TrainConfig& config) {
+  Plan plan;
+  plan.config = config;
+  const auto& c = config;
+  plan.device = resolve_device(c.run.device);
+  plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
+                                                plan.device.type(), c.precision.loss_scale);
+
+  const auto names = models::model_names();
+  bool known_model = false;
+  for (const auto& n : names) known_model = known_model || c.model.name.rfind(n, 0) == 0;
+  check(known_model, "--model: unknown model '" + c.model.name + "'");
+  if (!c.model.weights.empty())
+    check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
+
+  plan.data = data::DataSpec{c.data.dataset, c.data.path};
+
+  check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
+  check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+  if (!c.run.resume.empty()) {
+    if (c.run.resume == "latest") {
+      check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");
+      plan.resume_path = latest_checkpoint(c.run.checkpoint_dir);
+      check(!plan.resume_path.empty(), "--resume latest: no checkpoint in " + c.run.checkpoint_dir);
+    } else {
+      check(std::filesystem::is_regular_file(c.run.resume), "--resume: no such file: " + c.run.resume);
+      plan.resume_path = c.run.resume;
+    }
+  }
+  check(c.run.strategy == "single", "--strategy: unknown strategy '" + c.run.strategy + "'");
+  return plan;
+}
+
+std::string describe(const Plan& plan) {
+  const auto& c = plan.config;
+  std::ostringstream out;
+  out << "model " << c.model.name << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
+      << (c.model.channels_last ? " channels-last" : "") << "\n"
+      << "data " << c.data.dataset << (c.data.path.empty() ? "" : " from " + c.data.path)
+      << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
+      << (c.data.augment ? ", augmented" : "") << "\n"
+      << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
+      << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << "\n"
+      << "device " << plan.device.str() << ", strategy " << c.run.strategy << ", LibTorch "
+      << compat::torch_version() << "\n"
+      << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation = "
+      << c.run.batch_size * c.optim.grad_accum << " per optimizer step\n"
+      << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
+      << ", weight decay " << c.optim.weight_decay
+      << (c.optim.clip_grad_norm > 0 ? ", clip norm " + std::to_string(c.optim.clip_grad_norm) : "") << "\n"
+      << "epochs " << c.run.epochs << (c.run.max_steps > 0 ? ", at most " + std::to_string(c.run.max_steps) + " steps" : "")
+      << ", seed " << c.run.seed;
+  if (!plan.resume_path.empty()) out << "\nresume from " << plan.resume_path;
+  return out.str();
+}
+
+}  // namespace ptrain::train

@@ -1,0 +1,31 @@
+// One plan, validated once: the config resolved into the device, precision policy, model, data and
+// strategy a run will use. Impossible combinations are refused here, naming the flag or key, never
+// downgraded silently.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "ptrain/config/train_config.h"
+#include "ptrain/data/registry.h"
+#include "ptrain/precision/policy.h"
+
+namespace ptrain::train {
+
+struct Plan {
+  config::TrainConfig config;
+  torch::Device device = torch::kCPU;
+  precision::PrecisionPolicy precision;
+  data::DataSpec data;
+  std::string resume_path;  // resolved checkpoint file; empty: start fresh
+};
+
+Plan make_plan(const config::TrainConfig& config);
+
+// A readable summary: what --dry-run prints and every run logs first.
+std::string describe(const Plan& plan);
+
+torch::Device resolve_device(const std::string& name);
+
+}  // namespace ptrain::train

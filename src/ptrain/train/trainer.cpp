@@ -1,0 +1,498 @@
+#include "ptrain/train/trainer.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#if PTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/data/loader.h"
+#include "ptrain/data/registry.h"
+#include "ptrain/metrics/gpu_sampler.h"
+#include "ptrain/metrics/memory.h"
+#include "ptrain/metrics/nvml.h"
+#include "ptrain/models/state_dict.h"
+#include "ptrain/models/zoo.h"
+#include "ptrain/precision/autocast_guard.h"
+#include "ptrain/precision/loss_scaler.h"
+#include "ptrain/strategies/strategy.h"
+#include "ptrain/train/checkpoint.h"
+#include "ptrain/train/grad_clip.h"
+#include "ptrain/train/master_weights.h"
+#include "ptrain/train/optimizer.h"
+#include "ptrain/train/progress.h"
+#include "ptrain/train/schedule.h"
+
+namespace ptrain::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void synchronize(const torch::Device& device) {
+#if PTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+
+// NVML numbers devices in PCI order, CUDA in its own: the bus id ties the two together.
+int nvml_index_for_cuda_device(int cuda_index) {
+  auto& nvml = metrics::Nvml::instance();
+  if (!nvml.available()) return -1;
+  return nvml.index_for_pci_bus_id(metrics::cuda_device_pci_bus_id(cuda_index)).value_or(-1);
+}
+
+nlohmann::json describe_environment(const torch::Device& device) {
+  nlohmann::json env = {{"torch_version", compat::torch_version()}, {"device", device.str()}};
+  auto& nvml = metrics::Nvml::instance();
+  if (device.is_cuda() && nvml.available()) {
+    const int index = nvml_index_for_cuda_device(device.index());
+    if (index >= 0) env["gpu_name"] = nvml.device_name(index).value_or("");
+    env["driver_version"] = nvml.driver_version().value_or("");
+  }
+  return env;
+}
+
+data::Dataset first_samples(data::Dataset dataset, int64_t limit) {
+  if (limit > 0 && limit < dataset.size()) {
+    dataset.images = dataset.images.narrow(0, 0, limit);
+    dataset.labels = dataset.labels.narrow(0, 0, limit);
+  }
+  return dataset;
+}
+
+void convert_to_channels_last(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
+std::optional<precision::LossScalerOptions> scaler_options(const precision::PrecisionPolicy& policy,
+                                                           const std::string& loss_scale) {
+  if (!policy.loss_scaling) return std::nullopt;
+  precision::LossScalerOptions options;
+  if (loss_scale != "auto" && loss_scale != "dynamic") {
+    options.dynamic = false;
+    options.init_scale = std::stod(loss_scale);  // resolve_precision validated the number
+  }
+  return options;
+}
+
+// Sums kept on the device during an epoch; read back only when progress is shown.
+struct RunningTotals {
+  torch::Tensor loss_sum, correct, samples;
+
+  explicit RunningTotals(const torch::Device& device) {
+    auto options = torch::TensorOptions().dtype(torch::kDouble).device(device);
+    loss_sum = torch::zeros({}, options);
+    correct = torch::zeros({}, options);
+    samples = torch::zeros({}, options);
+  }
+  io::NamedTensors named() const { return {{"loss_sum", loss_sum}, {"correct", correct}, {"samples", samples}}; }
+  void load(const io::NamedTensors& saved) {
+    for (const auto& [name, value] : saved) {
+      if (name == "loss_sum") loss_sum.copy_(value);
+      if (name == "correct") correct.copy_(value);
+      if (name == "samples") samples.copy_(value);
+    }
+  }
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+class TrainingRun {
+ public:
+  TrainingRun(const Plan& plan, const std::string& command_line)
+      : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
+        strategy_(strategies::make_strategy(c_.run.strategy, device_)),
+        progress_style_(Progress::style_from(c_.run.progress)) {
+    record_.command_line = command_line;
+  }
+
+  metrics::RunRecord run();
+
+ private:
+  void load_data();
+  void build_model();
+  void build_optimizer();
+  void resume();
+  void train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  torch::Tensor optimizer_step(int64_t global_step);
+  Evaluation evaluate();
+  void save(const TrainingPosition& position);
+  std::vector<torch::Tensor> model_params() const;
+
+  const Plan& plan_;
+  const config::TrainConfig& c_;
+  torch::Device device_;
+  precision::PrecisionPolicy policy_;
+  std::unique_ptr<strategies::Strategy> strategy_;
+  Progress::Style progress_style_;
+
+  data::Dataset train_set_, test_set_;
+  std::unique_ptr<data::Loader> train_loader_, test_loader_;
+  std::shared_ptr<models::Model> model_;
+  std::vector<std::string> param_names_;
+  std::unique_ptr<MasterWeights> masters_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<precision::LossScaler> scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<RunningTotals> totals_;
+
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
+  TrainingPosition start_;
+  double train_seconds_ = 0;
+  int64_t images_trained_ = 0;
+  metrics::RunRecord record_;
+};
+
+void TrainingRun::load_data() {
+  const int threads = static_cast<int>(c_.data.loader_threads);
+  train_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
+  test_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
+  check(train_set_.size() >= c_.run.batch_size,
+        "--batch-size " + std::to_string(c_.run.batch_size) + " is larger than the " +
+            std::to_string(train_set_.size()) + " training samples");
+
+  const auto norm = data::default_normalization(c_.data.dataset);
+  data::AugmentOptions eval_augment;
+  eval_augment.resize = c_.data.image_size;
+  eval_augment.mean = norm.mean;
+  eval_augment.std = norm.std;
+  eval_augment.out_dtype = policy_.compute_dtype;
+  eval_augment.channels_last = c_.model.channels_last;
+  data::AugmentOptions train_augment = eval_augment;
+  train_augment.random_crop = c_.data.augment;
+  train_augment.horizontal_flip = c_.data.augment;
+
+  data::LoaderOptions train_options;
+  train_options.batch_size = c_.run.batch_size;
+  train_options.shuffle = true;
+  train_options.drop_last = true;
+  train_options.seed = c_.run.seed;
+  train_options.rank = strategy_->rank();
+  train_options.world_size = strategy_->world_size();
+  train_options.device = device_;
+  train_options.prefetch = c_.data.prefetch;
+  train_options.augment = train_augment;
+  train_options.train = true;
+  train_loader_ = std::make_unique<data::Loader>(train_set_, train_options);
+
+  data::LoaderOptions test_options = train_options;
+  test_options.batch_size = c_.run.eval_batch_size > 0 ? c_.run.eval_batch_size : c_.run.batch_size;
+  test_options.shuffle = false;
+  test_options.drop_last = false;
+  test_options.augment = eval_augment;
+  test_options.train = false;
+  test_loader_ = std::make_unique<data::Loader>(test_set_, test_options);
+
+  steps_per_epoch_ = train_loader_->batches_per_epoch() / c_.optim.grad_accum;
+  check(steps_per_epoch_ > 0, "--grad-accum " + std::to_string(c_.optim.grad_accum) + " x --batch-size " +
+                                  std::to_string(c_.run.batch_size) + " is more than one epoch of data");
+  total_steps_ = steps_per_epoch_ * c_.run.epochs;
+  if (c_.run.max_steps > 0) total_steps_ = std::min(total_steps_, c_.run.max_steps);
+}
+
+void TrainingRun::build_model() {
+  torch::manual_seed(c_.run.seed);
+  const int64_t native_size = train_set_.images.size(2);
+  models::ModelSpec spec{c_.model.name, static_cast<int64_t>(train_set_.classes.size()), train_set_.images.size(1),
+                         c_.data.image_size > 0 ? c_.data.image_size : native_size};
+  model_ = models::make_model(spec);
+  if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
+  model_->to(device_);
+  if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
+  if (c_.model.channels_last) convert_to_channels_last(*model_);
+  model_->set_activation_checkpointing(c_.model.activation_checkpointing);
+  model_->train();
+  strategy_->prepare(*model_);
+  for (const auto& item : model_->named_parameters()) param_names_.push_back(item.key());
+}
+
+std::vector<torch::Tensor> TrainingRun::model_params() const { return model_->parameters(); }
+
+void TrainingRun::build_optimizer() {
+  std::vector<torch::Tensor> optimized = model_params();
+  if (policy_.master_weights) {
+    masters_ = std::make_unique<MasterWeights>(optimized);
+    optimized = masters_->masters();
+  }
+  optimizer_ = make_optimizer(c_.optim, optimized, param_names_);
+  if (auto options = scaler_options(policy_, c_.precision.loss_scale)) scaler_.emplace(*options, device_);
+  schedule_ = std::make_unique<LrSchedule>(c_.optim, steps_per_epoch_, std::max<int64_t>(total_steps_, 1));
+  totals_ = std::make_unique<RunningTotals>(device_);
+}
+
+void TrainingRun::resume() {
+  if (plan_.resume_path.empty()) return;
+  Checkpoint ckpt = load_checkpoint(plan_.resume_path);
+  models::load_state_dict(*model_, ckpt.model, plan_.resume_path);
+  if (masters_) {
+    // The checkpoint holds the fp32 masters themselves: reloading them from the rounded half weights would
+    // lose what made them worth keeping.
+    std::map<std::string, torch::Tensor> by_name(ckpt.model.begin(), ckpt.model.end());
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < param_names_.size(); ++i) masters_->masters()[i].copy_(by_name.at(param_names_[i]));
+  }
+  optimizer_->load_state(ckpt.optimizer, plan_.resume_path);
+  if (scaler_) scaler_->load_state(ckpt.scaler);
+  totals_->load(ckpt.progress);
+  start_ = ckpt.position;
+  global_step_ = ckpt.position.global_step;
+}
+
+void TrainingRun::save(const TrainingPosition& position) {
+  if (c_.run.checkpoint_dir.empty() || !strategy_->is_main()) return;
+  Checkpoint ckpt;
+  ckpt.position = position;
+  ckpt.model = models::state_dict(*model_);
+  if (masters_) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < param_names_.size(); ++i) index[param_names_[i]] = i;
+    for (auto& [name, tensor] : ckpt.model) {
+      auto it = index.find(name);
+      if (it != index.end()) tensor = masters_->masters()[it->second];
+    }
+  }
+  ckpt.optimizer = optimizer_->state();
+  if (scaler_) ckpt.scaler = scaler_->state();
+  ckpt.progress = totals_->named();
+  ckpt.run = config::to_json(c_);
+  save_checkpoint(checkpoint_path(c_.run.checkpoint_dir, position.global_step), ckpt);
+}
+
+// Unscale, clip, update: everything after the last micro-batch's backward. Returns nothing to the host.
+torch::Tensor TrainingRun::optimizer_step(int64_t global_step) {
+  strategy_->finish_backward();
+  if (masters_) masters_->copy_grads_to_masters();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : optimizer_->params()) grads.push_back(p.grad());
+  if (scaler_) scaler_->unscale_(grads);
+  torch::Tensor grad_norm;
+  if (c_.optim.clip_grad_norm > 0) grad_norm = clip_grad_norm_(grads, c_.optim.clip_grad_norm);
+  optimizer_->step(schedule_->lr(global_step), scaler_ ? &scaler_->found_inf() : nullptr);
+  if (masters_) masters_->copy_masters_to_params();
+  if (scaler_) scaler_->update();
+  optimizer_->zero_grad();
+  return grad_norm;
+}
+
+void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
+  const int64_t accum = c_.optim.grad_accum;
+  train_loader_->start_epoch(epoch, first_micro_batch);
+  progress.start_epoch(epoch);
+  int64_t step_in_epoch = first_micro_batch / accum;
+  auto window_start = Clock::now();
+  int64_t window_images = 0;
+  auto window_loss = torch::zeros({}, totals_->loss_sum.options());
+  int64_t window_steps = 0;
+
+  while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto batch = train_loader_->next();
+      check(batch.has_value(), "data loader ended before the epoch's last step");
+      strategy_->set_gradient_sync(micro == accum - 1);
+      torch::Tensor logits;
+      {
+        precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
+        logits = strategy_->forward(*model_, batch->images);
+      }
+      auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
+      auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+      (scaler_ ? scaler_->scale(scaled) : scaled).backward();
+
+      torch::NoGradGuard no_grad;
+      const auto n = batch->labels.size(0);
+      auto batch_loss = loss.detach().to(torch::kDouble) * static_cast<double>(n);
+      totals_->loss_sum.add_(batch_loss);
+      window_loss.add_(batch_loss);
+      totals_->correct.add_(logits.argmax(1).eq(batch->labels).sum());
+      totals_->samples.add_(static_cast<double>(n));
+      window_images += n * strategy_->world_size();
+    }
+    optimizer_step(global_step_);
+    ++global_step_;
+    ++step_in_epoch;
+    ++window_steps;
+
+    if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
+      save({epoch, step_in_epoch * accum, global_step_});
+    if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
+      const double mean_loss = window_loss.item<double>() / static_cast<double>(window_images / strategy_->world_size());
+      const double seconds = seconds_since(window_start);
+      progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
+      window_loss.zero_();
+      window_images = 0;
+      window_steps = 0;
+      window_start = Clock::now();
+    }
+  }
+  (void)window_steps;
+}
+
+Evaluation TrainingRun::evaluate() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  test_loader_->start_epoch(0);
+  auto options = torch::TensorOptions().dtype(torch::kDouble).device(device_);
+  auto loss_sum = torch::zeros({}, options), correct = torch::zeros({}, options);
+  int64_t seen = 0;
+  while (auto batch = test_loader_->next()) {
+    torch::Tensor logits;
+    {
+      precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
+      logits = strategy_->forward(*model_, batch->images);
+    }
+    loss_sum.add_(torch::nn::functional::cross_entropy(
+        logits.to(torch::kFloat), batch->labels,
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
+    correct.add_(logits.argmax(1).eq(batch->labels).sum());
+    seen += batch->labels.size(0);
+  }
+  model_->train();
+  strategy_->all_reduce_sum(loss_sum);
+  strategy_->all_reduce_sum(correct);
+  const double total = static_cast<double>(seen * strategy_->world_size());
+  return {loss_sum.item<double>() / total, correct.item<double>() / total};
+}
+
+metrics::RunRecord TrainingRun::run() {
+  const auto run_start = Clock::now();
+  if (c_.run.threads > 0) torch::set_num_threads(static_cast<int>(c_.run.threads));
+  precision::apply_global_math_mode(policy_);
+#if PTRAIN_WITH_CUDA
+  if (device_.is_cuda()) {
+    // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.
+    at::globalContext().setBenchmarkCuDNN(true);
+  }
+#endif
+  load_data();
+  build_model();
+  build_optimizer();
+  resume();
+
+  Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
+  progress.message(describe(plan_));
+  progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
+                   std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
+                   " steps per epoch, " + std::to_string(total_steps_) + " in all");
+
+  std::optional<metrics::GpuSampler> sampler;
+  if (device_.is_cuda()) {
+    metrics::reset_cuda_allocator_peak(device_.index());
+    const int nvml_index = nvml_index_for_cuda_device(device_.index());
+    if (nvml_index >= 0) {
+      sampler.emplace(std::vector<int>{nvml_index});
+      sampler->start();
+    }
+  }
+
+  Evaluation last_eval;
+  bool evaluated = false;
+  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
+    const int64_t first = epoch == start_.epoch ? start_.micro_batch : 0;
+    if (first == 0) *totals_ = RunningTotals(device_);
+    synchronize(device_);
+    const auto epoch_start = Clock::now();
+    const int64_t step_before = global_step_;
+    train_epoch(epoch, first, progress);
+    synchronize(device_);
+    const double epoch_seconds = seconds_since(epoch_start);
+    const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size *
+                           strategy_->world_size();
+    train_seconds_ += epoch_seconds;
+    images_trained_ += images;
+
+    metrics::EpochRecord epoch_record;
+    epoch_record.epoch = epoch;
+    epoch_record.wall_seconds = epoch_seconds;
+    epoch_record.images = images;
+    epoch_record.images_per_second = epoch_seconds > 0 ? images / epoch_seconds : 0;
+    strategy_->all_reduce_sum(totals_->loss_sum);
+    strategy_->all_reduce_sum(totals_->correct);
+    strategy_->all_reduce_sum(totals_->samples);
+    const double samples = std::max(1.0, totals_->samples.item<double>());
+    epoch_record.train_loss = totals_->loss_sum.item<double>() / samples;
+    epoch_record.train_accuracy = totals_->correct.item<double>() / samples;
+
+    const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    if (c_.run.eval_each_epoch || last_epoch) {
+      last_eval = evaluate();
+      evaluated = true;
+      epoch_record.test_loss = last_eval.loss;
+      epoch_record.test_accuracy = last_eval.accuracy;
+    }
+    record_.epochs_detail.push_back(epoch_record);
+    save({epoch + 1, 0, global_step_});
+
+    char summary[256];
+    std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %.0f img/s, train loss %.4f acc %.4f",
+                  static_cast<long long>(epoch + 1), format_duration(epoch_seconds).c_str(),
+                  epoch_record.images_per_second, epoch_record.train_loss, *epoch_record.train_accuracy);
+    std::string line = summary;
+    if (epoch_record.test_accuracy) {
+      std::snprintf(summary, sizeof(summary), ", test loss %.4f acc %.4f", *epoch_record.test_loss,
+                    *epoch_record.test_accuracy);
+      line += summary;
+    }
+    progress.end_epoch(line);
+  }
+  if (sampler) sampler->stop();
+
+  record_.model = c_.model.name;
+  record_.dataset = c_.data.dataset;
+  record_.precision = policy_.name + (policy_.master_weights ? "+master" : "");
+  record_.strategy = strategy_->name();
+  record_.device = device_.str();
+  record_.world_size = strategy_->world_size();
+  record_.batch_size_per_device = c_.run.batch_size;
+  record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * strategy_->world_size();
+  record_.epochs = c_.run.epochs;
+  record_.steps = global_step_;
+  record_.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
+  record_.train_wall_seconds = train_seconds_;
+  record_.total_wall_seconds = seconds_since(run_start);
+  record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
+  record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
+  if (device_.is_cuda()) {
+    const auto peak = metrics::cuda_allocator_peak(device_.index());
+    record_.peak_allocated_bytes = peak.allocated_bytes;
+    record_.peak_reserved_bytes = peak.reserved_bytes;
+  }
+  if (sampler) {
+    const auto stats = sampler->stats();
+    record_.gpu_util_mean = stats.util_mean;
+    record_.gpu_util_peak = stats.util_peak;
+    record_.peak_nvml_used_bytes = stats.memory_used_peak;
+  }
+  if (evaluated) {
+    record_.final_test_accuracy = last_eval.accuracy;
+    record_.final_test_loss = last_eval.loss;
+  }
+  record_.torch_version = compat::torch_version();
+  record_.environment = describe_environment(device_);
+  record_.extra["config"] = config::to_json(c_);
+  return record_;
+}
+
+}  // namespace
+
+metrics::RunRecord train(const Plan& plan, const std::string& command_line) {
+  TrainingRun run(plan, command_line);
+  return run.run();
+}
+
+}  // namespace ptrain::train
