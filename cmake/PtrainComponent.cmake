@@ -8,7 +8,8 @@ target_link_libraries(ptrain_pch PUBLIC ${TORCH_LIBRARIES} Threads::Threads)
 target_include_directories(ptrain_pch PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(ptrain_pch PUBLIC ${TORCH_CXX_FLAGS})
 if(PTRAIN_WITH_CUDA)
-  target_compile_definitions(ptrain_pch PUBLIC PTRAIN_WITH_CUDA=1)
+  # c10d guards ProcessGroupNCCL.hpp behind USE_C10D_NCCL; the wheel's targets do not always define it.
+  target_compile_definitions(ptrain_pch PUBLIC PTRAIN_WITH_CUDA=1 USE_C10D_NCCL)
 endif()
 target_precompile_headers(ptrain_pch PRIVATE ${PROJECT_SOURCE_DIR}/src/ptrain/core/pch.h)
 

@@ -34,7 +34,7 @@ mode_flags() {  # MODE -> ptrain flags
 }
 
 step_build() {
-  mkdir -p "$DEPS"
+  rm -rf "$DEPS" && mkdir -p "$DEPS"
   for f in .gpu-deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
   local torch_prefix
   torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
@@ -42,7 +42,8 @@ step_build() {
     -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DPTRAIN_ORACLE_PYTHON="$(command -v python3)" \
     2>&1 | tail -n 25
-  cmake --build build-gpu -j "$(nproc)" 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
+  cmake --build build-gpu -j "$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1 || true
+  grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | grep -vE "^\s+(from|inlined)" | head -n 60
   test -x build-gpu/ptrain
 }
 

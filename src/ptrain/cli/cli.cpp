@@ -1,6 +1,7 @@
 #include "ptrain/cli/cli.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/dist/launcher.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
@@ -68,6 +70,20 @@ int run_cli(int argc, char** argv) {
   CLI::App* train_cmd = app.add_subcommand("train", "Train a model");
   CLI::Option* config_file = config::add_train_options(*train_cmd, train_config);
 
+  dist::LaunchOptions launch_options;
+  CLI::App* launch_cmd = app.add_subcommand(
+      "launch", "Start one process per device on this node with torchrun's variables (RANK, WORLD_SIZE, ...)");
+  launch_cmd->add_option("--nproc-per-node", launch_options.nproc_per_node, "Processes on this node")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_option("--nnodes", launch_options.nnodes, "Nodes in the job")->check(CLI::PositiveNumber)->capture_default_str();
+  launch_cmd->add_option("--node-rank", launch_options.node_rank, "This node's rank")->check(CLI::NonNegativeNumber)->capture_default_str();
+  launch_cmd->add_option("--master-addr", launch_options.master_addr, "Address of node 0")->capture_default_str();
+  launch_cmd->add_option("--master-port", launch_options.master_port, "Rendezvous port on node 0")
+      ->check(CLI::Range(1, 65535))->capture_default_str();
+  launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,6 +91,7 @@ int run_cli(int argc, char** argv) {
   }
 
   try {
+    if (launch_cmd->parsed()) return dist::launch(launch_options);
     if (train_cmd->parsed()) {
       if (config_file->count() > 0) config::apply_yaml_config(*train_cmd, config_file->as<std::string>());
       const train::Plan plan = train::make_plan(train_config);
@@ -83,8 +100,11 @@ int run_cli(int argc, char** argv) {
         return 0;
       }
       const metrics::RunRecord record = train::train(plan, joined(argc, argv));
+      if (plan.rank != 0) return 0;  // rank 0 speaks for the job
       print_result(record);
       if (!train_config.run.metrics_out.empty()) {
+        const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent);
         metrics::write_run_record(train_config.run.metrics_out, record);
         std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
       }

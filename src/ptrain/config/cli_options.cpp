@@ -84,8 +84,20 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single"}))->capture_default_str();
-  app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: LibTorch's default")
+      ->group("Run")->check(CLI::IsMember({"single", "ddp"}))->capture_default_str();
+  app.add_option("--global-batch-size", c.run.global_batch_size,
+                 "Samples per optimizer step over all devices (instead of --batch-size)")
+      ->group("Run")->check(non_negative);
+  app.add_option("--backend", c.dist.backend, "Collectives: gloo or nccl (default: nccl on CUDA, gloo on the CPU)")
+      ->group("Distributed")->check(CLI::IsMember({"gloo", "nccl"}));
+  app.add_option("--dist-timeout", c.dist.timeout_seconds, "Seconds a collective or the rendezvous may take")
+      ->group("Distributed")->check(positive)->capture_default_str();
+  app.add_option("--bucket-cap-mb", c.dist.bucket_cap_mb, "DDP gradient bucket size in MiB")
+      ->group("Distributed")->check(positive)->capture_default_str();
+  app.add_flag("--sync-batchnorm,!--no-sync-batchnorm", c.dist.sync_batchnorm,
+               "DDP: BatchNorm statistics over the global batch")
+      ->group("Distributed");
+  app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: every hardware thread")
       ->group("Run")->check(non_negative);
   app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,
                "Evaluate on the test split after every epoch (else only after the last)")

@@ -26,7 +26,9 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"eval_each_epoch", c.run.eval_each_epoch}, {"checkpoint_dir", c.run.checkpoint_dir},
                {"checkpoint_every", c.run.checkpoint_every}, {"resume", c.run.resume},
                {"metrics_out", c.run.metrics_out}, {"log_every", c.run.log_every},
-               {"progress", c.run.progress}}},
+               {"progress", c.run.progress}, {"global_batch_size", c.run.global_batch_size}}},
+      {"dist", {{"backend", c.dist.backend}, {"timeout_seconds", c.dist.timeout_seconds},
+                {"bucket_cap_mb", c.dist.bucket_cap_mb}, {"sync_batchnorm", c.dist.sync_batchnorm}}},
   };
 }
 

@@ -57,8 +57,9 @@ struct RunConfig {
   int64_t eval_batch_size = 0;             // 0: same as batch_size
   std::string device = "auto";             // auto | cpu | cuda | cuda:N
   uint64_t seed = 0;
-  std::string strategy = "single";
-  int64_t threads = 0;                     // intra-op CPU threads; 0: LibTorch's default
+  std::string strategy = "single";         // single | ddp
+  int64_t global_batch_size = 0;           // alternative to batch_size: per device = global / (world x accum)
+  int64_t threads = 0;                     // intra-op CPU threads; 0: every hardware thread
   bool eval_each_epoch = true;
   std::string checkpoint_dir;              // where checkpoints go; empty: none
   int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends
@@ -69,12 +70,20 @@ struct RunConfig {
   bool dry_run = false;                    // print the plan and exit
 };
 
+struct DistributedConfig {
+  std::string backend;                     // gloo | nccl; empty: nccl on CUDA, gloo on the CPU
+  double timeout_seconds = 300;            // every collective and the rendezvous
+  double bucket_cap_mb = 25;               // DDP gradient bucket size
+  bool sync_batchnorm = false;             // BatchNorm statistics over the global batch (DDP)
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optim;
   PrecisionConfig precision;
   RunConfig run;
+  DistributedConfig dist;
 };
 
 nlohmann::json to_json(const TrainConfig& config);

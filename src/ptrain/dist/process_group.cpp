@@ -3,7 +3,13 @@
 #include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+// The PyTorch wheel ships no gloo headers, so a build against it has NCCL only.
+#if __has_include(<gloo/algorithm.h>)
+#define PTRAIN_HAVE_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#else
+#define PTRAIN_HAVE_GLOO 0
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if PTRAIN_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -46,6 +52,7 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
               " did not complete: it timed out or a peer failed (" + describe(e) + ")");
 }
 
+#if PTRAIN_HAVE_GLOO
 std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnvironment& env) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -57,6 +64,7 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnvironment& 
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 // Tensors of one dtype and device travel together in one flat buffer.
 struct PackedGroup {
@@ -145,10 +153,14 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("ptrain/" + backend, tcp_store);
   try {
     if (backend == "gloo") {
+#if PTRAIN_HAVE_GLOO
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_device(env));
       impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, static_cast<int>(rank_),
                                                                  static_cast<int>(world_size_), options);
+#else
+      throw Error("--backend gloo: this LibTorch was installed without gloo's headers (use nccl)");
+#endif
     } else {
 #if PTRAIN_WITH_CUDA
       // NCCL enforces its timeout in a watchdog thread, which aborts the communicator (and, in 2.x by

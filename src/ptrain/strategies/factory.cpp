@@ -1,12 +1,28 @@
+#include <chrono>
+
 #include "ptrain/core/error.h"
+#include "ptrain/dist/environment.h"
+#include "ptrain/dist/process_group.h"
+#include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/single_device.h"
 #include "ptrain/strategies/strategy.h"
 
 namespace ptrain::strategies {
 
-std::unique_ptr<Strategy> make_strategy(const std::string& name, torch::Device device) {
+std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device) {
+  const std::string& name = config.run.strategy;
   if (name == "single") return std::make_unique<SingleDevice>(device);
-  throw Error("--strategy: unknown strategy '" + name + "' (known: single)");
+  if (name == "ddp") {
+    const dist::LaunchEnvironment env = dist::detect_environment();
+    const std::string backend = !config.dist.backend.empty() ? config.dist.backend : device.is_cuda() ? "nccl" : "gloo";
+    auto group = std::make_shared<dist::ProcessGroup>(
+        env, backend, std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_seconds * 1000)));
+    DdpOptions options;
+    options.bucket_cap_mb = config.dist.bucket_cap_mb;
+    options.sync_batchnorm = config.dist.sync_batchnorm;
+    return std::make_unique<DistributedDataParallel>(std::move(group), device, options);
+  }
+  throw Error("--strategy: unknown strategy '" + name + "' (known: single, ddp)");
 }
 
 }  // namespace ptrain::strategies

@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/config/train_config.h"
 #include "ptrain/models/model.h"
 
 namespace ptrain::strategies {
@@ -41,6 +42,7 @@ class Strategy {
   virtual torch::Tensor all_reduce_sum(torch::Tensor t) = 0;
 };
 
-std::unique_ptr<Strategy> make_strategy(const std::string& name, torch::Device device);
+// The strategy config.run.strategy names, set up from the launch environment (process group and all).
+std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device);
 
 }  // namespace ptrain::strategies

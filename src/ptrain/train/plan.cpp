@@ -35,7 +35,27 @@ torch::Device resolve_device(const std::string& name) {
 Plan make_plan(const config::TrainConfig& config) {
   Plan plan;
   plan.config = config;
-  const auto& c = config;
+  auto& c = plan.config;
+  check(c.run.strategy == "single" || c.run.strategy == "ddp", "--strategy: unknown strategy '" + c.run.strategy + "'");
+  if (c.run.strategy == "ddp") {
+    const dist::LaunchEnvironment env = dist::detect_environment();
+    plan.world_size = env.world_size;
+    plan.rank = env.rank;
+    // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
+    if ((c.run.device == "auto" && torch::cuda::is_available()) || c.run.device == "cuda")
+      c.run.device = "cuda:" + std::to_string(env.local_rank);
+    check(c.dist.backend != "nccl" || c.run.device.rfind("cuda", 0) == 0, "--backend nccl needs a CUDA --device");
+  } else {
+    check(c.dist.backend.empty() && !c.dist.sync_batchnorm,
+          "--backend and --sync-batchnorm apply to --strategy ddp only");
+  }
+  if (c.run.global_batch_size > 0) {
+    const int64_t per_step = plan.world_size * c.optim.grad_accum;
+    check(c.run.global_batch_size % per_step == 0,
+          "--global-batch-size " + std::to_string(c.run.global_batch_size) + " is not divisible by world size " +
+              std::to_string(plan.world_size) + " x --grad-accum " + std::to_string(c.optim.grad_accum));
+    c.run.batch_size = c.run.global_batch_size / per_step;
+  }
   plan.device = resolve_device(c.run.device);
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
@@ -61,7 +81,6 @@ Plan make_plan(const config::TrainConfig& config) {
       plan.resume_path = c.run.resume;
     }
   }
-  check(c.run.strategy == "single", "--strategy: unknown strategy '" + c.run.strategy + "'");
   return plan;
 }
 
@@ -77,8 +96,9 @@ std::string describe(const Plan& plan) {
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << "\n"
       << "device " << plan.device.str() << ", strategy " << c.run.strategy << ", LibTorch "
       << compat::torch_version() << "\n"
-      << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation = "
-      << c.run.batch_size * c.optim.grad_accum << " per optimizer step\n"
+      << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation x "
+      << plan.world_size << " processes = global batch " << c.run.batch_size * c.optim.grad_accum * plan.world_size
+      << " per optimizer step\n"
       << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
       << ", weight decay " << c.optim.weight_decay
       << (c.optim.clip_grad_norm > 0 ? ", clip norm " + std::to_string(c.optim.clip_grad_norm) : "") << "\n"

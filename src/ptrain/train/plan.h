@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
+#include "ptrain/dist/environment.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/precision/policy.h"
 
@@ -19,6 +20,8 @@ struct Plan {
   precision::PrecisionPolicy precision;
   data::DataSpec data;
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
+  int64_t world_size = 1;   // processes training together (from the launch environment under ddp)
+  int64_t rank = 0;
 };
 
 Plan make_plan(const config::TrainConfig& config);

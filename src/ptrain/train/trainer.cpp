@@ -63,6 +63,15 @@ nlohmann::json describe_environment(const torch::Device& device) {
   return env;
 }
 
+// NCCL and the caching allocator work on the current device: make it this process's one first.
+std::unique_ptr<strategies::Strategy> make_strategy_on_device(const config::TrainConfig& config,
+                                                              const torch::Device& device) {
+#if PTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
+  return strategies::make_strategy(config, device);
+}
+
 data::Dataset first_samples(data::Dataset dataset, int64_t limit) {
   if (limit > 0 && limit < dataset.size()) {
     dataset.images = dataset.images.narrow(0, 0, limit);
@@ -117,7 +126,7 @@ class TrainingRun {
  public:
   TrainingRun(const Plan& plan, const std::string& command_line)
       : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
-        strategy_(strategies::make_strategy(c_.run.strategy, device_)),
+        strategy_(make_strategy_on_device(c_, device_)),
         progress_style_(Progress::style_from(c_.run.progress)) {
     record_.command_line = command_line;
   }
@@ -298,7 +307,6 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
   auto window_start = Clock::now();
   int64_t window_images = 0;
   auto window_loss = torch::zeros({}, totals_->loss_sum.options());
-  int64_t window_steps = 0;
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
     for (int64_t micro = 0; micro < accum; ++micro) {
@@ -326,7 +334,6 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
     optimizer_step(global_step_);
     ++global_step_;
     ++step_in_epoch;
-    ++window_steps;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
       save({epoch, step_in_epoch * accum, global_step_});
@@ -336,11 +343,9 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
       window_loss.zero_();
       window_images = 0;
-      window_steps = 0;
       window_start = Clock::now();
     }
   }
-  (void)window_steps;
 }
 
 Evaluation TrainingRun::evaluate() {
@@ -371,7 +376,8 @@ Evaluation TrainingRun::evaluate() {
 
 metrics::RunRecord TrainingRun::run() {
   const auto run_start = Clock::now();
-  if (c_.run.threads > 0) torch::set_num_threads(static_cast<int>(c_.run.threads));
+  torch::set_num_threads(c_.run.threads > 0 ? static_cast<int>(c_.run.threads)
+                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   precision::apply_global_math_mode(policy_);
 #if PTRAIN_WITH_CUDA
   if (device_.is_cuda()) {

@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(PTRAIN_EXECUTABLE) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+fs::path scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("ptrain_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+const std::string kSmallRun =
+    "train --model resnet20 --dataset synthetic --data-path 256:3x16x16:4 --batch-size 16 --epochs 2 "
+    "--device cpu --progress lines --log-every 4 --test-limit 64 ";
+
+TEST(Cli, TrainsAndWritesTheMetricsRecord) {
+  const auto dir = scratch("train");
+  const auto metrics = dir / "sub" / "run.json";
+  const Result r = run(kSmallRun + "--metrics-out " + metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("result: test accuracy"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 2:"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  ASSERT_TRUE(in.good()) << "no metrics file at " << metrics;
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json["schema_version"], 1);
+  EXPECT_EQ(json["steps"], 2 * (256 / 16));
+  EXPECT_EQ(json["epochs_detail"].size(), 2u);
+  EXPECT_TRUE(json["peak_allocated_bytes"].is_null()) << "no CUDA allocator on the CPU: must be null, not a number";
+  EXPECT_GT(json["images_per_second"].get<double>(), 0.0);
+  EXPECT_GE(json["final_test_accuracy"].get<double>(), 0.0);
+}
+
+TEST(Cli, DryRunPrintsThePlanWithoutTraining) {
+  const Result r = run(kSmallRun + "--dry-run --precision bf16 --master-weights --grad-accum 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16 with fp32 master weights"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global batch 32"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("result:"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadInputIsNamed) {
+  const Result precision = run("train --precision fp8");
+  EXPECT_NE(precision.exit_code, 0);
+  EXPECT_NE(precision.output.find("--precision"), std::string::npos) << precision.output;
+
+  const Result master = run(kSmallRun + "--precision fp32 --master-weights");
+  EXPECT_NE(master.exit_code, 0);
+  EXPECT_NE(master.output.find("--master-weights"), std::string::npos) << master.output;
+
+  const Result data = run("train --dataset cifar10 --data-path /nonexistent/cifar --device cpu");
+  EXPECT_NE(data.exit_code, 0);
+  EXPECT_NE(data.output.find("/nonexistent/cifar"), std::string::npos) << data.output;
+
+  const auto dir = scratch("badconfig");
+  std::ofstream(dir / "c.yaml") << "epochs: 1\nbatchsize: 3\n";
+  const Result config = run("train --config " + (dir / "c.yaml").string());
+  EXPECT_NE(config.exit_code, 0);
+  EXPECT_NE(config.output.find("batchsize"), std::string::npos) << config.output;
+
+  const Result resume = run(kSmallRun + "--resume /nonexistent/step.safetensors");
+  EXPECT_NE(resume.exit_code, 0);
+  EXPECT_NE(resume.output.find("/nonexistent/step.safetensors"), std::string::npos) << resume.output;
+}
+
+TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {
+  const auto dir = scratch("ddp");
+  const auto metrics = dir / "ddp.json";
+  const int port = 29000 + static_cast<int>(::getpid() % 1000);
+  const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 240 -- " +
+                       PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --metrics-out " +
+                       metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x 2 processes = global batch 32"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json["world_size"], 2);
+  EXPECT_EQ(json["strategy"], "ddp");
+  EXPECT_EQ(json["global_batch_size"], 32);
+  EXPECT_EQ(json["steps"], 2 * (256 / 32));  // each rank sees half of every epoch
+}
+
+TEST(Cli, LaunchFailsWhenARankFails) {
+  const int port = 30000 + static_cast<int>(::getpid() % 1000);
+  // Rank processes that cannot start training: a bad flag on every rank makes launch exit non-zero.
+  const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 60 -- " +
+                       PTRAIN_EXECUTABLE + " train --strategy ddp --precision fp8");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
