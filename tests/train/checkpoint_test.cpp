@@ -23,17 +23,11 @@ Checkpoint sample() {
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return ptrain::testing::error_message<std::exception>(f); }
 
 TEST(Checkpoint, RoundTripsEverySection) {
-  const auto dir = ptrain::testing::scratch_dir("ckpt_roundtrip");
+  ptrain::testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   const auto path = ptrain::train::checkpoint_path(dir.string(), 230);
   const Checkpoint saved = sample();
   ptrain::train::save_checkpoint(path, saved);
@@ -51,14 +45,16 @@ TEST(Checkpoint, RoundTripsEverySection) {
 }
 
 TEST(Checkpoint, LatestPicksTheHighestStep) {
-  const auto dir = ptrain::testing::scratch_dir("ckpt_latest");
+  ptrain::testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   for (int64_t step : {9, 100, 20}) ptrain::train::save_checkpoint(ptrain::train::checkpoint_path(dir.string(), step), sample());
   EXPECT_EQ(ptrain::train::latest_checkpoint(dir.string()), ptrain::train::checkpoint_path(dir.string(), 100));
   EXPECT_EQ(ptrain::train::latest_checkpoint((dir / "missing").string()), "");
 }
 
 TEST(Checkpoint, TruncatedFileIsRefusedByName) {
-  const auto dir = ptrain::testing::scratch_dir("ckpt_truncated");
+  ptrain::testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   const auto path = (dir / "step.safetensors").string();
   ptrain::train::save_checkpoint(path, sample());
   fs::resize_file(path, fs::file_size(path) / 2);
@@ -67,7 +63,8 @@ TEST(Checkpoint, TruncatedFileIsRefusedByName) {
 }
 
 TEST(Checkpoint, WeightsFileIsNotTakenForACheckpoint) {
-  const auto dir = ptrain::testing::scratch_dir("ckpt_weights");
+  ptrain::testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   const auto path = (dir / "weights.safetensors").string();
   ptrain::io::write_safetensors(path, {{"fc.weight", torch::randn({2, 2})}});
   const std::string message = error_of([&] { ptrain::train::load_checkpoint(path); });
@@ -75,7 +72,8 @@ TEST(Checkpoint, WeightsFileIsNotTakenForACheckpoint) {
 }
 
 TEST(Checkpoint, FailedWriteKeepsThePreviousCheckpoint) {
-  const auto dir = ptrain::testing::scratch_dir("ckpt_atomic");
+  ptrain::testing::TempDir tmp;
+  const fs::path dir = tmp.path();
   const auto path = (dir / "step.safetensors").string();
   ptrain::train::save_checkpoint(path, sample());
   const auto size = fs::file_size(path);

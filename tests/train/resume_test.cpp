@@ -1,6 +1,7 @@
 // End-to-end: a run resumed from a mid-epoch checkpoint ends exactly where the uninterrupted run ends.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 
 #include "ptrain/train/checkpoint.h"
@@ -34,7 +35,8 @@ std::map<std::string, torch::Tensor> model_of(const std::string& path) {
 }
 
 void resumed_equals_uninterrupted(ptrain::config::TrainConfig config, int64_t resume_step) {
-  const auto dir = ptrain::testing::scratch_dir("resume_" + config.optim.name + config.precision.precision);
+  ptrain::testing::TempDir tmp;
+  const std::filesystem::path dir = tmp.path();
   config.run.checkpoint_dir = (dir / "full").string();
   const auto full = ptrain::train::train(ptrain::train::make_plan(config), "test");
   const int64_t total = full.steps;
