@@ -108,6 +108,29 @@ TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {
   EXPECT_EQ(json["steps"], 2 * (256 / 32));  // each rank sees half of every epoch
 }
 
+TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
+  const auto dir = scratch("resume23");
+  const auto run_ddp = [&](int processes, int port, const std::string& extra) {
+    return run("launch --nproc-per-node " + std::to_string(processes) + " --master-port " + std::to_string(port) +
+               " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 " + extra);
+  };
+  const int port = 32000 + static_cast<int>(::getpid() % 1000);
+  // 256 samples, 16 per device: 8 steps of 32 samples an epoch on 2 processes; step 3 is mid-epoch.
+  const Result two = run_ddp(2, port, "--checkpoint-dir " + (dir / "two").string() + " --checkpoint-every 3");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto checkpoint = dir / "two" / "step-00000003.safetensors";
+  ASSERT_TRUE(fs::exists(checkpoint)) << two.output;
+
+  const auto metrics = dir / "three.json";
+  const Result three = run_ddp(3, port + 1, "--resume " + checkpoint.string() + " --metrics-out " + metrics.string());
+  ASSERT_EQ(three.exit_code, 0) << three.output;
+  // 96 samples done = 2 steps of 48 on 3 processes (5 steps an epoch): the run ends at step 10.
+  EXPECT_NE(three.output.find("continues after about 96 samples, at step 2"), std::string::npos) << three.output;
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["world_size"], 3);
+  EXPECT_EQ(json["steps"], 10);
+}
+
 TEST(Cli, LaunchFailsWhenARankFails) {
   const int port = 30000 + static_cast<int>(::getpid() % 1000);
   // Rank processes that cannot start training: a bad flag on every rank makes launch exit non-zero.

@@ -14,7 +14,7 @@ using ptrain::train::Checkpoint;
 
 Checkpoint sample() {
   Checkpoint c;
-  c.position = {2, 14, 230};
+  c.position = {2, 14, 230, 3, 64};
   c.model = {{"conv1.weight", torch::randn({4, 3, 3, 3})}, {"bn1.num_batches_tracked", torch::tensor(7, torch::kLong)}};
   c.optimizer = {{"conv1.weight.momentum_buffer", torch::randn({4, 3, 3, 3})}};
   c.scaler = {{"scale", torch::tensor(1024.0)}};
@@ -35,6 +35,8 @@ TEST(Checkpoint, RoundTripsEverySection) {
   EXPECT_EQ(loaded.position.epoch, 2);
   EXPECT_EQ(loaded.position.micro_batch, 14);
   EXPECT_EQ(loaded.position.global_step, 230);
+  EXPECT_EQ(loaded.position.world_size, 3);
+  EXPECT_EQ(loaded.position.batch_size, 64);
   ASSERT_EQ(loaded.model.size(), 2u);
   EXPECT_TRUE(torch::equal(loaded.model[0].second, saved.model[0].second));
   EXPECT_EQ(loaded.model[1].second.item<int64_t>(), 7);

@@ -48,6 +48,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
       {"epoch", std::to_string(c.position.epoch)},
       {"micro_batch", std::to_string(c.position.micro_batch)},
       {"global_step", std::to_string(c.position.global_step)},
+      {"world_size", std::to_string(c.position.world_size)},
+      {"batch_size", std::to_string(c.position.batch_size)},
       {"run", c.run.dump()},
   };
   fs::path parent = fs::path(path).parent_path();
@@ -67,6 +69,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.position.epoch = metadata_int(meta, "epoch", path);
   c.position.micro_batch = metadata_int(meta, "micro_batch", path);
   c.position.global_step = metadata_int(meta, "global_step", path);
+  c.position.world_size = metadata_int(meta, "world_size", path);
+  c.position.batch_size = metadata_int(meta, "batch_size", path);
   try {
     c.run = nlohmann::json::parse(meta["run"]);
   } catch (const nlohmann::json::exception& e) {

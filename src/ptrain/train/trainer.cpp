@@ -1,6 +1,7 @@
 #include "ptrain/train/trainer.h"
 
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -141,7 +142,7 @@ class TrainingRun {
   void train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
   torch::Tensor optimizer_step(int64_t global_step);
   Evaluation evaluate();
-  void save(const TrainingPosition& position);
+  void save(TrainingPosition position);
   std::vector<torch::Tensor> model_params() const;
 
   const Plan& plan_;
@@ -261,10 +262,27 @@ void TrainingRun::resume() {
   totals_->load(ckpt.progress);
   start_ = ckpt.position;
   global_step_ = ckpt.position.global_step;
+  const int64_t world = strategy_->world_size();
+  if (ckpt.position.world_size != world || ckpt.position.batch_size != c_.run.batch_size) {
+    // Another world size or per-device batch: continue from the same number of samples into the epoch, at
+    // a step boundary of the new layout, with the schedule's step counted in the new layout too. The order of
+    // the epoch's remaining samples differs, as it must once the ranks split the data differently.
+    const int64_t samples = ckpt.position.micro_batch * ckpt.position.batch_size * ckpt.position.world_size;
+    const int64_t step_in_epoch = samples / (c_.run.batch_size * c_.optim.grad_accum * world);
+    start_.micro_batch = step_in_epoch * c_.optim.grad_accum;
+    global_step_ = ckpt.position.epoch * steps_per_epoch_ + step_in_epoch;
+    if (strategy_->is_main())
+      std::cout << "resuming a checkpoint of " << ckpt.position.world_size << " process(es) x batch "
+                << ckpt.position.batch_size << " with " << world << " x " << c_.run.batch_size << ": epoch "
+                << ckpt.position.epoch + 1 << " continues after about " << samples << " samples, at step "
+                << global_step_ << std::endl;
+  }
 }
 
-void TrainingRun::save(const TrainingPosition& position) {
+void TrainingRun::save(TrainingPosition position) {
   if (c_.run.checkpoint_dir.empty() || !strategy_->is_main()) return;
+  position.world_size = strategy_->world_size();
+  position.batch_size = c_.run.batch_size;
   Checkpoint ckpt;
   ckpt.position = position;
   ckpt.model = models::state_dict(*model_);
@@ -336,7 +354,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
-      save({epoch, step_in_epoch * accum, global_step_});
+      save({epoch, step_in_epoch * accum, global_step_, 0, 0});
     if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
       const double mean_loss = window_loss.item<double>() / static_cast<double>(window_images / strategy_->world_size());
       const double seconds = seconds_since(window_start);
@@ -442,7 +460,7 @@ metrics::RunRecord TrainingRun::run() {
       epoch_record.test_accuracy = last_eval.accuracy;
     }
     record_.epochs_detail.push_back(epoch_record);
-    save({epoch + 1, 0, global_step_});
+    save({epoch + 1, 0, global_step_, 0, 0});
 
     char summary[256];
     std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %.0f img/s, train loss %.4f acc %.4f",
