@@ -131,6 +131,22 @@ TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
   EXPECT_EQ(json["steps"], 10);
 }
 
+TEST(Cli, LaunchReadsAnAccelerateConfig) {
+  const auto dir = scratch("accelerate");
+  const auto metrics = dir / "run.json";
+  const int port = 33000 + static_cast<int>(::getpid() % 1000);
+  const Result r = run("launch --config " + std::string(PTRAIN_SOURCE_DIR) + "/configs/accelerate/multi-cpu-2.yaml " +
+                       "--master-port " + std::to_string(port) + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " +
+                       kSmallRun + "--dist-timeout 60 --metrics-out " + metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("main_training_function"), std::string::npos) << r.output;
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["world_size"], 2);
+  EXPECT_EQ(json["strategy"], "ddp");
+  EXPECT_EQ(json["precision"], "amp-bf16");
+}
+
 TEST(Cli, LaunchFailsWhenARankFails) {
   const int port = 30000 + static_cast<int>(::getpid() % 1000);
   // Rank processes that cannot start training: a bad flag on every rank makes launch exit non-zero.

@@ -1,12 +1,14 @@
 #include "ptrain/cli/cli.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
+#include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
@@ -38,6 +40,20 @@ std::string percent(std::optional<double> value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.0f%%", *value);
   return text;
+}
+
+// Fills the launcher options the command line left unset, and exports the environment the started
+// processes read.
+void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist::LaunchOptions& options) {
+  const config::AccelerateLaunch launch = config::read_accelerate_config(path);
+  const auto unset = [&](const char* flag) { return launch_cmd.get_option(flag)->count() == 0; };
+  if (unset("--nproc-per-node")) options.nproc_per_node = launch.num_processes_per_machine;
+  if (unset("--nnodes")) options.nnodes = launch.num_machines;
+  if (unset("--node-rank")) options.node_rank = launch.machine_rank;
+  if (unset("--master-addr")) options.master_addr = launch.main_process_ip;
+  if (unset("--master-port")) options.master_port = launch.main_process_port;
+  for (const auto& warning : launch.warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
+  for (const auto& [name, value] : launch.environment) ::setenv(name.c_str(), value.c_str(), 1);
 }
 
 void print_result(const metrics::RunRecord& r) {
@@ -83,6 +99,11 @@ int run_cli(int argc, char** argv) {
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();
+  std::string accelerate_config;
+  CLI::Option* accelerate_option = launch_cmd->add_option(
+      "--config", accelerate_config,
+      "An accelerate config YAML: processes, machines, rendezvous, and for ptrain train the strategy, precision "
+      "and device (through PTRAIN_STRATEGY, PTRAIN_PRECISION, PTRAIN_DEVICE; flags win)");
 
   try {
     app.parse(argc, argv);
@@ -91,7 +112,10 @@ int run_cli(int argc, char** argv) {
   }
 
   try {
-    if (launch_cmd->parsed()) return dist::launch(launch_options);
+    if (launch_cmd->parsed()) {
+      if (accelerate_option->count() > 0) apply_accelerate_config(*launch_cmd, accelerate_config, launch_options);
+      return dist::launch(launch_options);
+    }
     if (train_cmd->parsed()) {
       if (config_file->count() > 0) config::apply_yaml_config(*train_cmd, config_file->as<std::string>());
       const train::Plan plan = train::make_plan(train_config);

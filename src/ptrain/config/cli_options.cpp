@@ -66,6 +66,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
       ->group("Precision")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}))
+      ->envname("PTRAIN_PRECISION")
       ->capture_default_str();
   app.add_flag("--master-weights,!--no-master-weights", c.precision.master_weights,
                "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
@@ -80,11 +81,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Run")->check(positive)->capture_default_str();
   app.add_option("--eval-batch-size", c.run.eval_batch_size, "Evaluation batch; 0: --batch-size")
       ->group("Run")->check(non_negative);
-  app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")->group("Run")->capture_default_str();
+  app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")
+      ->group("Run")->envname("PTRAIN_DEVICE")->capture_default_str();
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single", "ddp"}))->capture_default_str();
+      ->group("Run")->check(CLI::IsMember({"single", "ddp"}))->envname("PTRAIN_STRATEGY")->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
