@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <future>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,8 +18,8 @@ struct Result {
   std::string output;
 };
 
-Result run(const std::string& args) {
-  const std::string command = std::string(PTRAIN_EXECUTABLE) + " " + args + " 2>&1";
+Result run_shell(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer{};
@@ -26,6 +27,8 @@ Result run(const std::string& args) {
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
+
+Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
 fs::path scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("ptrain_cli_" + name + "_" + std::to_string(::getpid()));
@@ -145,6 +148,45 @@ TEST(Cli, LaunchReadsAnAccelerateConfig) {
   EXPECT_EQ(json["world_size"], 2);
   EXPECT_EQ(json["strategy"], "ddp");
   EXPECT_EQ(json["precision"], "amp-bf16");
+}
+
+// Node 1 in the background, node 0 in the foreground: two launchers on loopback make one job.
+TEST(Cli, TwoNodesOnLoopbackTrainTogether) {
+  const auto dir = scratch("twonodes");
+  const auto metrics = dir / "run.json";
+  const std::string port = std::to_string(34000 + static_cast<int>(::getpid() % 1000));
+  const auto node = [&](int rank) {
+    return run("launch --nnodes 2 --node-rank " + std::to_string(rank) + " --nproc-per-node 1 --master-addr 127.0.0.1" +
+               " --master-port " + port + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun +
+               "--strategy ddp --dist-timeout 60 --metrics-out " + metrics.string());
+  };
+  auto second = std::async(std::launch::async, node, 1);
+  const Result first = node(0);
+  const Result other = second.get();
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["world_size"], 2);
+}
+
+// Processes started by hand the way Slurm's srun and OpenMPI's mpirun start them join one job.
+TEST(Cli, SlurmAndOpenMpiStartedProcessesJoin) {
+  const auto dir = scratch("byhand");
+  const auto metrics = dir / "run.json";
+  const std::string port = std::to_string(35000 + static_cast<int>(::getpid() % 1000));
+  const std::string train = std::string(PTRAIN_EXECUTABLE) + " " + kSmallRun + "--strategy ddp --dist-timeout 60 ";
+  auto openmpi = std::async(std::launch::async, [&] {
+    return Result(run_shell("env OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 "
+                            "OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + train));
+  });
+  const Result slurm = run_shell("env SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=2 "
+                                 "SLURM_JOB_NODELIST=localhost MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + train +
+                                 "--metrics-out " + metrics.string());
+  const Result mpi = openmpi.get();
+  ASSERT_EQ(slurm.exit_code, 0) << slurm.output;
+  ASSERT_EQ(mpi.exit_code, 0) << mpi.output;
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["world_size"], 2);
 }
 
 TEST(Cli, LaunchFailsWhenARankFails) {
