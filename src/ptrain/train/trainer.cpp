@@ -13,9 +13,10 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/data/loader.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/gpu_sampler.h"
 #include "ptrain/metrics/memory.h"
-#include "ptrain/metrics/nvml.h"
+#include "ptrain/metrics/timer.h"
 #include "ptrain/models/state_dict.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
@@ -31,38 +32,6 @@
 namespace ptrain::train {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-void synchronize(const torch::Device& device) {
-#if PTRAIN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::device_synchronize();
-#else
-  (void)device;
-#endif
-}
-
-// NVML numbers devices in PCI order, CUDA in its own: the bus id ties the two together.
-int nvml_index_for_cuda_device(int cuda_index) {
-  auto& nvml = metrics::Nvml::instance();
-  if (!nvml.available()) return -1;
-  return nvml.index_for_pci_bus_id(metrics::cuda_device_pci_bus_id(cuda_index)).value_or(-1);
-}
-
-nlohmann::json describe_environment(const torch::Device& device) {
-  nlohmann::json env = {{"torch_version", compat::torch_version()}, {"device", device.str()}};
-  auto& nvml = metrics::Nvml::instance();
-  if (device.is_cuda() && nvml.available()) {
-    const int index = nvml_index_for_cuda_device(device.index());
-    if (index >= 0) env["gpu_name"] = nvml.device_name(index).value_or("");
-    env["driver_version"] = nvml.driver_version().value_or("");
-  }
-  return env;
-}
 
 // NCCL and the caching allocator work on the current device: make it this process's one first.
 std::unique_ptr<strategies::Strategy> make_strategy_on_device(const config::TrainConfig& config,
@@ -86,17 +55,6 @@ void convert_to_channels_last(torch::nn::Module& module) {
   for (auto& p : module.parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
-}
-
-std::optional<precision::LossScalerOptions> scaler_options(const precision::PrecisionPolicy& policy,
-                                                           const std::string& loss_scale) {
-  if (!policy.loss_scaling) return std::nullopt;
-  precision::LossScalerOptions options;
-  if (loss_scale != "auto" && loss_scale != "dynamic") {
-    options.dynamic = false;
-    options.init_scale = std::stod(loss_scale);  // resolve_precision validated the number
-  }
-  return options;
 }
 
 // Sums kept on the device during an epoch; read back only when progress is shown.
@@ -241,7 +199,7 @@ void TrainingRun::build_optimizer() {
     optimized = masters_->masters();
   }
   optimizer_ = make_optimizer(c_.optim, optimized, param_names_);
-  if (auto options = scaler_options(policy_, c_.precision.loss_scale)) scaler_.emplace(*options, device_);
+  if (policy_.loss_scaling) scaler_.emplace(precision::loss_scaler_options(policy_), device_);
   schedule_ = std::make_unique<LrSchedule>(c_.optim, steps_per_epoch_, std::max<int64_t>(total_steps_, 1));
   totals_ = std::make_unique<RunningTotals>(device_);
 }
@@ -322,7 +280,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
   train_loader_->start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
   int64_t step_in_epoch = first_micro_batch / accum;
-  auto window_start = Clock::now();
+  metrics::Stopwatch window;
   int64_t window_images = 0;
   auto window_loss = torch::zeros({}, totals_->loss_sum.options());
 
@@ -357,11 +315,11 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
       save({epoch, step_in_epoch * accum, global_step_, 0, 0});
     if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
       const double mean_loss = window_loss.item<double>() / static_cast<double>(window_images / strategy_->world_size());
-      const double seconds = seconds_since(window_start);
+      const double seconds = window.elapsed_seconds();
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
       window_loss.zero_();
       window_images = 0;
-      window_start = Clock::now();
+      window.restart();
     }
   }
 }
@@ -393,7 +351,7 @@ Evaluation TrainingRun::evaluate() {
 }
 
 metrics::RunRecord TrainingRun::run() {
-  const auto run_start = Clock::now();
+  const metrics::Stopwatch run_clock;
   torch::set_num_threads(c_.run.threads > 0 ? static_cast<int>(c_.run.threads)
                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   precision::apply_global_math_mode(policy_);
@@ -417,7 +375,7 @@ metrics::RunRecord TrainingRun::run() {
   std::optional<metrics::GpuSampler> sampler;
   if (device_.is_cuda()) {
     metrics::reset_cuda_allocator_peak(device_.index());
-    const int nvml_index = nvml_index_for_cuda_device(device_.index());
+    const int nvml_index = metrics::nvml_index_for_cuda_device(device_.index());
     if (nvml_index >= 0) {
       sampler.emplace(std::vector<int>{nvml_index});
       sampler->start();
@@ -429,12 +387,11 @@ metrics::RunRecord TrainingRun::run() {
   for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
     const int64_t first = epoch == start_.epoch ? start_.micro_batch : 0;
     if (first == 0) *totals_ = RunningTotals(device_);
-    synchronize(device_);
-    const auto epoch_start = Clock::now();
+    metrics::synchronize(device_);
+    metrics::Stopwatch epoch_clock;
     const int64_t step_before = global_step_;
     train_epoch(epoch, first, progress);
-    synchronize(device_);
-    const double epoch_seconds = seconds_since(epoch_start);
+    const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
     const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size *
                            strategy_->world_size();
     train_seconds_ += epoch_seconds;
@@ -488,7 +445,7 @@ metrics::RunRecord TrainingRun::run() {
   record_.steps = global_step_;
   record_.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
   record_.train_wall_seconds = train_seconds_;
-  record_.total_wall_seconds = seconds_since(run_start);
+  record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
   record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
   if (device_.is_cuda()) {
@@ -507,7 +464,7 @@ metrics::RunRecord TrainingRun::run() {
     record_.final_test_loss = last_eval.loss;
   }
   record_.torch_version = compat::torch_version();
-  record_.environment = describe_environment(device_);
+  record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);
   return record_;
 }
