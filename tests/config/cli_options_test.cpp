@@ -6,6 +6,7 @@
 
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
+#include "test_support.h"  // tests/io
 
 namespace {
 
@@ -30,14 +31,7 @@ TrainConfig parse(std::vector<std::string> args) {
   return config;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::function<void()>& f) { return ptrain::testing::error_message<std::exception>(f); }
 
 TEST(TrainOptions, DefaultsAreTheDocumentedOnes) {
   const TrainConfig c = parse({});

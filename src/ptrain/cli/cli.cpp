@@ -124,7 +124,7 @@ int run_cli(int argc, char** argv) {
         return 0;
       }
       const metrics::RunRecord record = train::train(plan, joined(argc, argv));
-      if (plan.rank != 0) return 0;  // rank 0 speaks for the job
+      if (plan.launch.rank != 0) return 0;  // rank 0 speaks for the job
       print_result(record);
       if (!train_config.run.metrics_out.empty()) {
         const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();

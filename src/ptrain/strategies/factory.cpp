@@ -1,7 +1,6 @@
 #include <chrono>
 
 #include "ptrain/core/error.h"
-#include "ptrain/dist/environment.h"
 #include "ptrain/dist/process_group.h"
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/single_device.h"
@@ -9,14 +8,14 @@
 
 namespace ptrain::strategies {
 
-std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device) {
+std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device,
+                                        const dist::LaunchEnvironment& launch) {
   const std::string& name = config.run.strategy;
   if (name == "single") return std::make_unique<SingleDevice>(device);
   if (name == "ddp") {
-    const dist::LaunchEnvironment env = dist::detect_environment();
     const std::string backend = !config.dist.backend.empty() ? config.dist.backend : device.is_cuda() ? "nccl" : "gloo";
     auto group = std::make_shared<dist::ProcessGroup>(
-        env, backend, std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_seconds * 1000)));
+        launch, backend, std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_seconds * 1000)));
     DdpOptions options;
     options.bucket_cap_mb = config.dist.bucket_cap_mb;
     options.sync_batchnorm = config.dist.sync_batchnorm;

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
+#include "ptrain/dist/environment.h"
 #include "ptrain/models/model.h"
 
 namespace ptrain::strategies {
@@ -42,7 +43,8 @@ class Strategy {
   virtual torch::Tensor all_reduce_sum(torch::Tensor t) = 0;
 };
 
-// The strategy config.run.strategy names, set up from the launch environment (process group and all).
-std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device);
+// The strategy config.run.strategy names, with its process group formed from the launch environment.
+std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device,
+                                        const dist::LaunchEnvironment& launch);
 
 }  // namespace ptrain::strategies

@@ -1,5 +1,6 @@
 #include "ptrain/train/plan.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -38,9 +39,8 @@ Plan make_plan(const config::TrainConfig& config) {
   auto& c = plan.config;
   check(c.run.strategy == "single" || c.run.strategy == "ddp", "--strategy: unknown strategy '" + c.run.strategy + "'");
   if (c.run.strategy == "ddp") {
-    const dist::LaunchEnvironment env = dist::detect_environment();
-    plan.world_size = env.world_size;
-    plan.rank = env.rank;
+    plan.launch = dist::detect_environment();
+    const dist::LaunchEnvironment& env = plan.launch;
     // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
     if ((c.run.device == "auto" && torch::cuda::is_available()) || c.run.device == "cuda")
       c.run.device = "cuda:" + std::to_string(env.local_rank);
@@ -50,10 +50,10 @@ Plan make_plan(const config::TrainConfig& config) {
           "--backend and --sync-batchnorm apply to --strategy ddp only");
   }
   if (c.run.global_batch_size > 0) {
-    const int64_t per_step = plan.world_size * c.optim.grad_accum;
+    const int64_t per_step = plan.launch.world_size * c.optim.grad_accum;
     check(c.run.global_batch_size % per_step == 0,
           "--global-batch-size " + std::to_string(c.run.global_batch_size) + " is not divisible by world size " +
-              std::to_string(plan.world_size) + " x --grad-accum " + std::to_string(c.optim.grad_accum));
+              std::to_string(plan.launch.world_size) + " x --grad-accum " + std::to_string(c.optim.grad_accum));
     c.run.batch_size = c.run.global_batch_size / per_step;
   }
   plan.device = resolve_device(c.run.device);
@@ -61,9 +61,11 @@ Plan make_plan(const config::TrainConfig& config) {
                                                 plan.device.type(), c.precision.loss_scale);
 
   const auto names = models::model_names();
-  bool known_model = false;
-  for (const auto& n : names) known_model = known_model || c.model.name.rfind(n, 0) == 0;
-  check(known_model, "--model: unknown model '" + c.model.name + "'");
+  if (std::find(names.begin(), names.end(), c.model.name) == names.end()) {
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw Error("--model: unknown model '" + c.model.name + "' (known: " + known + ")");
+  }
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
 
@@ -97,7 +99,8 @@ std::string describe(const Plan& plan) {
       << "device " << plan.device.str() << ", strategy " << c.run.strategy << ", LibTorch "
       << compat::torch_version() << "\n"
       << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation x "
-      << plan.world_size << " processes = global batch " << c.run.batch_size * c.optim.grad_accum * plan.world_size
+      << plan.launch.world_size << " processes = global batch "
+      << c.run.batch_size * c.optim.grad_accum * plan.launch.world_size
       << " per optimizer step\n"
       << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
       << ", weight decay " << c.optim.weight_decay

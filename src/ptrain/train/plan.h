@@ -20,8 +20,8 @@ struct Plan {
   precision::PrecisionPolicy precision;
   data::DataSpec data;
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
-  int64_t world_size = 1;   // processes training together (from the launch environment under ddp)
-  int64_t rank = 0;
+  // The processes training together: detected from the launch environment under ddp, one otherwise.
+  dist::LaunchEnvironment launch;
 };
 
 Plan make_plan(const config::TrainConfig& config);

@@ -34,12 +34,12 @@ namespace ptrain::train {
 namespace {
 
 // NCCL and the caching allocator work on the current device: make it this process's one first.
-std::unique_ptr<strategies::Strategy> make_strategy_on_device(const config::TrainConfig& config,
-                                                              const torch::Device& device) {
+std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) {
+  const torch::Device& device = plan.device;
 #if PTRAIN_WITH_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
-  return strategies::make_strategy(config, device);
+  return strategies::make_strategy(plan.config, device, plan.launch);
 }
 
 data::Dataset first_samples(data::Dataset dataset, int64_t limit) {
@@ -85,7 +85,7 @@ class TrainingRun {
  public:
   TrainingRun(const Plan& plan, const std::string& command_line)
       : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
-        strategy_(make_strategy_on_device(c_, device_)),
+        strategy_(make_strategy_on_device(plan)),
         progress_style_(Progress::style_from(c_.run.progress)) {
     record_.command_line = command_line;
   }
