@@ -7,6 +7,11 @@
 #   reference MODE...     the reference workload (configs/cifar10-resnet50-224.yaml, 5 epochs) per MODE,
 #                         a MODE being a precision name, optionally +master or +cl (channels-last)
 #   pytorch MODE...       the same workload in PyTorch eager (bench/pytorch_reference.py)
+#   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
+#   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
+#   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
+# Two lanes run side by side on a two-GPU machine with CUDA_VISIBLE_DEVICES set per lane; each run is
+# then alone on its GPU (the lanes share the host's cores).
 # Results (JSON per run, logs) go to $OUT (or runs/gpu). Data comes from the carried
 # .data/cifar10-jpg.tar.xz. NVLink multicast stays off, as the machine's operators require.
 set -euo pipefail
@@ -33,9 +38,14 @@ mode_flags() {  # MODE -> ptrain flags
   echo "$flags"
 }
 
-step_build() {
+unpack_deps() {
   rm -rf "$DEPS" && mkdir -p "$DEPS"
   for f in .gpu-deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
+}
+
+step_build() {
+  unpack_deps
+  ensure_data
   local torch_prefix
   torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -45,6 +55,31 @@ step_build() {
   cmake --build build-gpu -j "$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1 || true
   grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | grep -vE "^\s+(from|inlined)" | head -n 60
   test -x build-gpu/ptrain
+}
+
+step_keep_binary() {
+  mkdir -p "$OUT/bin" && cp build-gpu/ptrain "$OUT/bin/ptrain" && ls -la "$OUT/bin"
+}
+
+step_prebuilt() {
+  unpack_deps
+  ensure_data
+  mkdir -p build-gpu && cp .gpu-bin/ptrain build-gpu/ptrain && chmod +x build-gpu/ptrain
+  build-gpu/ptrain --help > /dev/null
+}
+
+step_diagnose() {
+  local filter=$1 bin
+  for bin in build-gpu/tests/*/test_*; do
+    [ -x "$bin" ] || continue
+    [ "$("$bin" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ')" -gt 0 ] || continue
+    echo "== $bin --gtest_filter=$filter"
+    if command -v gdb > /dev/null; then
+      gdb -q -batch -ex run -ex bt --args "$bin" --gtest_filter="$filter" 2>&1 | tail -n 60
+    else
+      "$bin" --gtest_filter="$filter" 2>&1 | tail -n 60 || echo "exit status $?"
+    fi
+  done
 }
 
 step_test() {
@@ -94,6 +129,9 @@ while [ $# -gt 0 ]; do
   step=$1; shift
   case $step in
     build) step_build ;;
+    keep-binary) step_keep_binary ;;
+    prebuilt) step_prebuilt ;;
+    diagnose) step_diagnose "$1"; shift ;;
     test) step_test ;;
     smoke) step_smoke "$1"; shift ;;
     reference) step_reference "$@"; break ;;
