@@ -36,7 +36,9 @@ endfunction()
 # its cases registered one by one so that ctest -j runs them in parallel.
 function(ptrain_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
-  add_executable(test_${T_NAME} ${T_SOURCES})
+  add_executable(test_${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/support/crash_report.cpp)
+  # Exported symbols give crash_report.cpp's backtraces function names.
+  set_target_properties(test_${T_NAME} PROPERTIES ENABLE_EXPORTS ON)
   foreach(dep IN LISTS T_DEPS)
     target_link_libraries(test_${T_NAME} PRIVATE ptrain_${dep})
   endforeach()

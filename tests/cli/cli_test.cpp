@@ -89,6 +89,44 @@ TEST(Cli, BadInputIsNamed) {
   const Result resume = run(kSmallRun + "--resume /nonexistent/step.safetensors");
   EXPECT_NE(resume.exit_code, 0);
   EXPECT_NE(resume.output.find("/nonexistent/step.safetensors"), std::string::npos) << resume.output;
+
+  const Result dp_cpu = run(kSmallRun + "--strategy dp");
+  EXPECT_NE(dp_cpu.exit_code, 0);
+  EXPECT_NE(dp_cpu.output.find("--replicas"), std::string::npos) << dp_cpu.output;
+
+  const Result replicas = run(kSmallRun + "--replicas 2");
+  EXPECT_NE(replicas.exit_code, 0);
+  EXPECT_NE(replicas.output.find("--replicas applies to --strategy dp"), std::string::npos) << replicas.output;
+
+  const Result dp_sync = run(kSmallRun + "--strategy dp --replicas 2 --sync-batchnorm");
+  EXPECT_NE(dp_sync.exit_code, 0);
+  EXPECT_NE(dp_sync.output.find("--sync-batchnorm"), std::string::npos) << dp_sync.output;
+}
+
+TEST(Cli, DpDrivesReplicasFromOneProcessAndItsCheckpointResumesOnOneDevice) {
+  const auto dir = scratch("dp");
+  const auto metrics = dir / "dp.json";
+  const auto ckpt = dir / "ckpt";
+  std::string one_epoch = kSmallRun;
+  one_epoch.replace(one_epoch.find("--epochs 2"), 10, "--epochs 1");
+  const Result r = run(one_epoch + "--strategy dp --replicas 2 --checkpoint-dir " + ckpt.string() +
+                       " --metrics-out " + metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("x 2 replicas = global batch 32"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json["strategy"], "dp");
+  EXPECT_EQ(json["world_size"], 1);
+  EXPECT_EQ(json["devices"], 2);
+  EXPECT_EQ(json["global_batch_size"], 32);
+  EXPECT_EQ(json["steps"], 256 / 32);  // each step takes two replicas' batches
+
+  const Result resumed = run(kSmallRun + "--checkpoint-dir " + ckpt.string() + " --resume latest");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming a checkpoint of 2 device(s) x batch 16 with 1 x 16"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 2:"), std::string::npos) << resumed.output;
 }
 
 TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {

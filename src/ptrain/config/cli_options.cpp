@@ -86,7 +86,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single", "ddp"}))->envname("PTRAIN_STRATEGY")->capture_default_str();
+      ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp"}))->envname("PTRAIN_STRATEGY")->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
@@ -99,6 +99,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--sync-batchnorm,!--no-sync-batchnorm", c.dist.sync_batchnorm,
                "DDP: BatchNorm statistics over the global batch")
       ->group("Distributed");
+  app.add_option("--replicas", c.dist.replicas,
+                 "dp: devices this one process drives (cuda:0 ... cuda:N-1, or N replicas on the CPU); "
+                 "0: every visible GPU")
+      ->group("Distributed")->check(non_negative);
   app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: every hardware thread")
       ->group("Run")->check(non_negative);
   app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,

@@ -28,7 +28,8 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"metrics_out", c.run.metrics_out}, {"log_every", c.run.log_every},
                {"progress", c.run.progress}, {"global_batch_size", c.run.global_batch_size}}},
       {"dist", {{"backend", c.dist.backend}, {"timeout_seconds", c.dist.timeout_seconds},
-                {"bucket_cap_mb", c.dist.bucket_cap_mb}, {"sync_batchnorm", c.dist.sync_batchnorm}}},
+                {"bucket_cap_mb", c.dist.bucket_cap_mb}, {"sync_batchnorm", c.dist.sync_batchnorm},
+                {"replicas", c.dist.replicas}}},
   };
 }
 

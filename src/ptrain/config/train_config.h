@@ -57,7 +57,7 @@ struct RunConfig {
   int64_t eval_batch_size = 0;             // 0: same as batch_size
   std::string device = "auto";             // auto | cpu | cuda | cuda:N
   uint64_t seed = 0;
-  std::string strategy = "single";         // single | ddp
+  std::string strategy = "single";         // single | dp | ddp
   int64_t global_batch_size = 0;           // alternative to batch_size: per device = global / (world x accum)
   int64_t threads = 0;                     // intra-op CPU threads; 0: every hardware thread
   bool eval_each_epoch = true;
@@ -75,6 +75,7 @@ struct DistributedConfig {
   double timeout_seconds = 300;            // every collective and the rendezvous
   double bucket_cap_mb = 25;               // DDP gradient bucket size
   bool sync_batchnorm = false;             // BatchNorm statistics over the global batch (DDP)
+  int64_t replicas = 0;                    // dp: devices one process drives; 0: every visible GPU
 };
 
 struct TrainConfig {

@@ -102,6 +102,7 @@ json to_json(const RunRecord& r) {
               {"strategy", r.strategy},
               {"device", r.device},
               {"world_size", r.world_size},
+              {"devices", r.devices},
               {"batch_size_per_device", r.batch_size_per_device},
               {"global_batch_size", r.global_batch_size},
               {"epochs", r.epochs},
@@ -139,6 +140,7 @@ RunRecord run_record_from_json(const json& o) {
   r.strategy = read_string(o, "strategy", where);
   r.device = read_string(o, "device", where);
   r.world_size = read_int(o, "world_size", where);
+  r.devices = o.contains("devices") ? read_int(o, "devices", where) : r.world_size;  // records before dp had none
   r.batch_size_per_device = read_int(o, "batch_size_per_device", where);
   r.global_batch_size = read_int(o, "global_batch_size", where);
   r.epochs = read_int(o, "epochs", where);

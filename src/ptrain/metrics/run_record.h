@@ -27,6 +27,7 @@ struct EpochRecord {
 struct RunRecord {
   std::string ptrain_version, torch_version, command_line, model, dataset, precision, strategy, device;
   int64_t world_size = 1;
+  int64_t devices = 1;
   int64_t batch_size_per_device = 0;
   int64_t global_batch_size = 0;
   int64_t epochs = 0;

@@ -20,6 +20,10 @@ class Model : public torch::nn::Module {
 
   virtual std::string name() const = 0;
 
+  // A new model of the same architecture and settings (activation checkpointing included) with its own,
+  // freshly initialised parameters: what one-process data parallelism keeps a copy of per device.
+  virtual std::shared_ptr<Model> make_replica() const;
+
   // The top-level blocks in forward order, together holding every parameter and buffer once: the units
   // that sharding, wrapping and pipelining strategies work with. A unit's parameters are named relative
   // to the unit name (unit "layer1.0" holds "conv1.weight", i.e. "layer1.0.conv1.weight"), except for

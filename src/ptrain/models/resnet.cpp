@@ -186,6 +186,12 @@ std::string ResNet::name() const {
   return (options_.cifar_stem && !cifar_family_) ? base + "-cifar" : base;
 }
 
+std::shared_ptr<Model> ResNet::make_replica() const {
+  auto replica = std::make_shared<ResNet>(options_);
+  replica->set_activation_checkpointing(checkpointing_);
+  return replica;
+}
+
 torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x) {
   if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
     return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);

@@ -31,6 +31,7 @@ class ResNet : public Model {
   torch::Tensor forward(torch::Tensor x) override;
   void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
   std::string name() const override;
+  std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
   torch::Tensor forward_unit(size_t index, torch::Tensor x) override;
 

@@ -2,6 +2,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/dist/process_group.h"
+#include "ptrain/strategies/data_parallel.h"
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/single_device.h"
 #include "ptrain/strategies/strategy.h"
@@ -12,6 +13,14 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
                                         const dist::LaunchEnvironment& launch) {
   const std::string& name = config.run.strategy;
   if (name == "single") return std::make_unique<SingleDevice>(device);
+  if (name == "dp") {
+    check(config.dist.replicas > 0, "--strategy dp: --replicas is unresolved (the plan sets it)");
+    std::vector<torch::Device> devices;
+    for (int64_t i = 0; i < config.dist.replicas; ++i)
+      devices.push_back(device.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index() + i))
+                                         : torch::Device(torch::kCPU));
+    return std::make_unique<DataParallel>(std::move(devices));
+  }
   if (name == "ddp") {
     const std::string backend = !config.dist.backend.empty() ? config.dist.backend : device.is_cuda() ? "nccl" : "gloo";
     auto group = std::make_shared<dist::ProcessGroup>(
@@ -21,7 +30,7 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
     options.sync_batchnorm = config.dist.sync_batchnorm;
     return std::make_unique<DistributedDataParallel>(std::move(group), device, options);
   }
-  throw Error("--strategy: unknown strategy '" + name + "' (known: single, ddp)");
+  throw Error("--strategy: unknown strategy '" + name + "' (known: single, dp, ddp)");
 }
 
 }  // namespace ptrain::strategies

@@ -26,6 +26,10 @@ class Strategy {
   virtual int64_t rank() const = 0;
   virtual int64_t world_size() const = 0;
   bool is_main() const { return rank() == 0; }
+  // Devices this one process trains on, each with its own part of the batch: DP drives several, every
+  // other strategy one. --batch-size counts per device, so a process's loader batch is
+  // batch_size x replicas().
+  virtual int64_t replicas() const { return 1; }
 
   // Called once, after the model is on its device and in its parameter dtype.
   virtual void prepare(models::Model& model) = 0;

@@ -16,7 +16,7 @@ struct TrainingPosition {
   int64_t micro_batch = 0;      // the next micro-batch of that epoch to run
   int64_t global_step = 0;      // optimizer steps completed
   // The layout micro_batch counts in: a run resumed with other values continues from the same sample.
-  int64_t world_size = 1;
+  int64_t world_size = 1;       // devices sharing each step (processes x dp replicas)
   int64_t batch_size = 0;       // per device
 };
 

@@ -37,7 +37,8 @@ Plan make_plan(const config::TrainConfig& config) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
-  check(c.run.strategy == "single" || c.run.strategy == "ddp", "--strategy: unknown strategy '" + c.run.strategy + "'");
+  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp",
+        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp)");
   if (c.run.strategy == "ddp") {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
@@ -47,16 +48,33 @@ Plan make_plan(const config::TrainConfig& config) {
     check(c.dist.backend != "nccl" || c.run.device.rfind("cuda", 0) == 0, "--backend nccl needs a CUDA --device");
   } else {
     check(c.dist.backend.empty() && !c.dist.sync_batchnorm,
-          "--backend and --sync-batchnorm apply to --strategy ddp only");
+          "--backend and --sync-batchnorm apply to --strategy ddp only" +
+              std::string(c.run.strategy == "dp" ? " (PyTorch's SyncBatchNorm refuses DataParallel too)" : ""));
   }
+  check(c.run.strategy == "dp" || c.dist.replicas == 0, "--replicas applies to --strategy dp only");
+  plan.device = resolve_device(c.run.device);
+  if (c.run.strategy == "dp") {
+    const int64_t processes = dist::detect_environment().world_size;
+    check(processes == 1, "--strategy dp drives every device from one process, but this is one of " +
+                              std::to_string(processes) + " launched processes: use --strategy ddp");
+    if (plan.device.is_cuda()) {
+      const int64_t visible = static_cast<int64_t>(torch::cuda::device_count()) - plan.device.index();
+      if (c.dist.replicas == 0) c.dist.replicas = visible;
+      check(c.dist.replicas <= visible, "--replicas " + std::to_string(c.dist.replicas) + ": only " +
+                                            std::to_string(visible) + " CUDA device(s) from " + plan.device.str());
+    } else {
+      check(c.dist.replicas > 0, "--strategy dp on the CPU needs --replicas N (how many CPU replicas to run)");
+    }
+  }
+  const int64_t replicas = c.run.strategy == "dp" ? c.dist.replicas : 1;
   if (c.run.global_batch_size > 0) {
-    const int64_t per_step = plan.launch.world_size * c.optim.grad_accum;
+    const int64_t devices = plan.launch.world_size * replicas;
+    const int64_t per_step = devices * c.optim.grad_accum;
     check(c.run.global_batch_size % per_step == 0,
-          "--global-batch-size " + std::to_string(c.run.global_batch_size) + " is not divisible by world size " +
-              std::to_string(plan.launch.world_size) + " x --grad-accum " + std::to_string(c.optim.grad_accum));
+          "--global-batch-size " + std::to_string(c.run.global_batch_size) + " is not divisible by " +
+              std::to_string(devices) + " devices x --grad-accum " + std::to_string(c.optim.grad_accum));
     c.run.batch_size = c.run.global_batch_size / per_step;
   }
-  plan.device = resolve_device(c.run.device);
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
 
@@ -88,6 +106,7 @@ Plan make_plan(const config::TrainConfig& config) {
 
 std::string describe(const Plan& plan) {
   const auto& c = plan.config;
+  const int64_t devices = plan.launch.world_size * (c.run.strategy == "dp" ? c.dist.replicas : 1);
   std::ostringstream out;
   out << "model " << c.model.name << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
       << (c.model.channels_last ? " channels-last" : "") << "\n"
@@ -96,12 +115,15 @@ std::string describe(const Plan& plan) {
       << (c.data.augment ? ", augmented" : "") << "\n"
       << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << "\n"
-      << "device " << plan.device.str() << ", strategy " << c.run.strategy << ", LibTorch "
+      << "device " << plan.device.str()
+      << (c.run.strategy == "dp" && plan.device.is_cuda() && c.dist.replicas > 1
+              ? " to cuda:" + std::to_string(plan.device.index() + c.dist.replicas - 1)
+              : "")
+      << ", strategy " << c.run.strategy << ", LibTorch "
       << compat::torch_version() << "\n"
       << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation x "
-      << plan.launch.world_size << " processes = global batch "
-      << c.run.batch_size * c.optim.grad_accum * plan.launch.world_size
-      << " per optimizer step\n"
+      << devices << (plan.launch.world_size > 1 ? " processes" : c.run.strategy == "dp" ? " replicas" : " device")
+      << " = global batch " << c.run.batch_size * c.optim.grad_accum * devices << " per optimizer step\n"
       << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
       << ", weight decay " << c.optim.weight_decay
       << (c.optim.clip_grad_norm > 0 ? ", clip norm " + std::to_string(c.optim.clip_grad_norm) : "") << "\n"

@@ -102,6 +102,10 @@ class TrainingRun {
   Evaluation evaluate();
   void save(TrainingPosition position);
   std::vector<torch::Tensor> model_params() const;
+  // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
+  int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
+  // The devices of this process: the plan's device and, under dp, the ones after it.
+  std::vector<torch::Device> local_devices() const;
 
   const Plan& plan_;
   const config::TrainConfig& c_;
@@ -131,9 +135,10 @@ void TrainingRun::load_data() {
   const int threads = static_cast<int>(c_.data.loader_threads);
   train_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
   test_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
-  check(train_set_.size() >= c_.run.batch_size,
-        "--batch-size " + std::to_string(c_.run.batch_size) + " is larger than the " +
-            std::to_string(train_set_.size()) + " training samples");
+  const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
+  check(train_set_.size() >= loader_batch,
+        "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
+            " replicas is larger than the " + std::to_string(train_set_.size()) + " training samples");
 
   const auto norm = data::default_normalization(c_.data.dataset);
   data::AugmentOptions eval_augment;
@@ -147,7 +152,7 @@ void TrainingRun::load_data() {
   train_augment.horizontal_flip = c_.data.augment;
 
   data::LoaderOptions train_options;
-  train_options.batch_size = c_.run.batch_size;
+  train_options.batch_size = loader_batch;
   train_options.shuffle = true;
   train_options.drop_last = true;
   train_options.seed = c_.run.seed;
@@ -160,7 +165,8 @@ void TrainingRun::load_data() {
   train_loader_ = std::make_unique<data::Loader>(train_set_, train_options);
 
   data::LoaderOptions test_options = train_options;
-  test_options.batch_size = c_.run.eval_batch_size > 0 ? c_.run.eval_batch_size : c_.run.batch_size;
+  test_options.batch_size =
+      (c_.run.eval_batch_size > 0 ? c_.run.eval_batch_size : c_.run.batch_size) * strategy_->replicas();
   test_options.shuffle = false;
   test_options.drop_last = false;
   test_options.augment = eval_augment;
@@ -192,6 +198,13 @@ void TrainingRun::build_model() {
 
 std::vector<torch::Tensor> TrainingRun::model_params() const { return model_->parameters(); }
 
+std::vector<torch::Device> TrainingRun::local_devices() const {
+  std::vector<torch::Device> devices{device_};
+  for (int64_t i = 1; i < strategy_->replicas() && device_.is_cuda(); ++i)
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(device_.index() + i));
+  return devices;
+}
+
 void TrainingRun::build_optimizer() {
   std::vector<torch::Tensor> optimized = model_params();
   if (policy_.master_weights) {
@@ -220,7 +233,7 @@ void TrainingRun::resume() {
   totals_->load(ckpt.progress);
   start_ = ckpt.position;
   global_step_ = ckpt.position.global_step;
-  const int64_t world = strategy_->world_size();
+  const int64_t world = devices();
   if (ckpt.position.world_size != world || ckpt.position.batch_size != c_.run.batch_size) {
     // Another world size or per-device batch: continue from the same number of samples into the epoch, at
     // a step boundary of the new layout, with the schedule's step counted in the new layout too. The order of
@@ -230,7 +243,7 @@ void TrainingRun::resume() {
     start_.micro_batch = step_in_epoch * c_.optim.grad_accum;
     global_step_ = ckpt.position.epoch * steps_per_epoch_ + step_in_epoch;
     if (strategy_->is_main())
-      std::cout << "resuming a checkpoint of " << ckpt.position.world_size << " process(es) x batch "
+      std::cout << "resuming a checkpoint of " << ckpt.position.world_size << " device(s) x batch "
                 << ckpt.position.batch_size << " with " << world << " x " << c_.run.batch_size << ": epoch "
                 << ckpt.position.epoch + 1 << " continues after about " << samples << " samples, at step "
                 << global_step_ << std::endl;
@@ -239,7 +252,7 @@ void TrainingRun::resume() {
 
 void TrainingRun::save(TrainingPosition position) {
   if (c_.run.checkpoint_dir.empty() || !strategy_->is_main()) return;
-  position.world_size = strategy_->world_size();
+  position.world_size = devices();
   position.batch_size = c_.run.batch_size;
   Checkpoint ckpt;
   ckpt.position = position;
@@ -374,10 +387,14 @@ metrics::RunRecord TrainingRun::run() {
 
   std::optional<metrics::GpuSampler> sampler;
   if (device_.is_cuda()) {
-    metrics::reset_cuda_allocator_peak(device_.index());
-    const int nvml_index = metrics::nvml_index_for_cuda_device(device_.index());
-    if (nvml_index >= 0) {
-      sampler.emplace(std::vector<int>{nvml_index});
+    std::vector<int> nvml_indices;
+    for (const auto& device : local_devices()) {
+      metrics::reset_cuda_allocator_peak(device.index());
+      const int nvml_index = metrics::nvml_index_for_cuda_device(device.index());
+      if (nvml_index >= 0) nvml_indices.push_back(nvml_index);
+    }
+    if (!nvml_indices.empty()) {
+      sampler.emplace(nvml_indices);
       sampler->start();
     }
   }
@@ -392,8 +409,7 @@ metrics::RunRecord TrainingRun::run() {
     const int64_t step_before = global_step_;
     train_epoch(epoch, first, progress);
     const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
-    const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size *
-                           strategy_->world_size();
+    const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
     train_seconds_ += epoch_seconds;
     images_trained_ += images;
 
@@ -439,8 +455,9 @@ metrics::RunRecord TrainingRun::run() {
   record_.strategy = strategy_->name();
   record_.device = device_.str();
   record_.world_size = strategy_->world_size();
+  record_.devices = devices();
   record_.batch_size_per_device = c_.run.batch_size;
-  record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * strategy_->world_size();
+  record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
   record_.epochs = c_.run.epochs;
   record_.steps = global_step_;
   record_.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
@@ -448,10 +465,14 @@ metrics::RunRecord TrainingRun::run() {
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
   record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
-  if (device_.is_cuda()) {
-    const auto peak = metrics::cuda_allocator_peak(device_.index());
-    record_.peak_allocated_bytes = peak.allocated_bytes;
-    record_.peak_reserved_bytes = peak.reserved_bytes;
+  for (const auto& device : local_devices()) {
+    if (!device.is_cuda()) break;
+    // Per GPU: the highest of this process's devices (under dp the first one, which gathers the outputs).
+    const auto peak = metrics::cuda_allocator_peak(device.index());
+    if (peak.allocated_bytes && (!record_.peak_allocated_bytes || *peak.allocated_bytes > *record_.peak_allocated_bytes))
+      record_.peak_allocated_bytes = peak.allocated_bytes;
+    if (peak.reserved_bytes && (!record_.peak_reserved_bytes || *peak.reserved_bytes > *record_.peak_reserved_bytes))
+      record_.peak_reserved_bytes = peak.reserved_bytes;
   }
   if (sampler) {
     const auto stats = sampler->stats();
