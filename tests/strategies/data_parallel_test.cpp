@@ -21,7 +21,7 @@ std::vector<torch::Tensor> train_dp(const RunSetup& s, int replicas) {
   DataParallel dp(cpu_replicas(replicas));
   dp.prepare(*model);
   const int64_t micro = kGlobalBatch / s.accumulation;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < s.steps; ++step) {
     const auto batch = global_batch(step, s.images);
     for (int m = 0; m < s.accumulation; ++m) {
       dp.set_gradient_sync(m == s.accumulation - 1);
@@ -30,7 +30,7 @@ std::vector<torch::Tensor> train_dp(const RunSetup& s, int replicas) {
     }
     dp.finish_backward();
     clip(*model, s.clip);
-    sgd_step(*model);
+    sgd_step(*model, s.lr);
   }
   return state_of(*model);
 }

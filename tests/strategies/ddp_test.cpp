@@ -8,6 +8,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/ddp.h"
 #include "parity.h"
+#include "ptrain/models/batch_norm.h"
 
 namespace ptrain::strategies {
 namespace {
@@ -28,7 +29,7 @@ void train_rank(const RunSetup& s, int rank, int world, int port, const std::str
   ddp.prepare(*model);
   const int64_t local = kGlobalBatch / world;
   const int64_t micro = local / s.accumulation;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < s.steps; ++step) {
     const auto batch = global_batch(step, s.images);
     for (int m = 0; m < s.accumulation; ++m) {
       ddp.set_gradient_sync(m == s.accumulation - 1);
@@ -38,30 +39,37 @@ void train_rank(const RunSetup& s, int rank, int world, int port, const std::str
     }
     ddp.finish_backward();
     clip(*model, s.clip);
-    sgd_step(*model);
+    sgd_step(*model, s.lr);
   }
   torch::save(state_of(*model), out + "/rank" + std::to_string(rank) + ".pt");
 }
 
-void expect_parity(const RunSetup& s, int world) {
+// The largest relative difference of any rank's final state from the reference.
+double parity_gap(const RunSetup& s, int world) {
   const int port = testing::free_port();
   const std::string dir = testing::temp_dir("ddp");
   const auto outcomes = testing::run_world(world, [&](int rank) { train_rank(s, rank, world, port, dir); }, 60);
-  for (size_t r = 0; r < outcomes.size(); ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].message;
+    if (outcomes[r].exit_code != 0) return 1e300;
+  }
   int clipped_steps = 0;
   const auto reference = train_reference(s, &clipped_steps);
   if (s.clip > 0) EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping";
+  double worst = 0;
   for (int r = 0; r < world; ++r) {
     std::vector<torch::Tensor> state;
     torch::load(state, dir + "/rank" + std::to_string(r) + ".pt");
-    ASSERT_EQ(state.size(), reference.size());
-    for (size_t i = 0; i < state.size(); ++i) {
-      const double scale = std::max(reference[i].abs().max().item<double>(), 1e-3);
-      const double diff = (state[i] - reference[i]).abs().max().item<double>();
-      EXPECT_LE(diff / scale, 1e-5) << "rank " << r << " tensor " << i;
-    }
+    EXPECT_EQ(state.size(), reference.size());
+    size_t index = 0;
+    const double gap = worst_relative_difference(state, reference, &index);
+    if (gap > s.tolerance) ADD_FAILURE() << "rank " << r << " tensor " << index << ": " << gap;
+    worst = std::max(worst, gap);
   }
+  return worst;
 }
+
+void expect_parity(const RunSetup& s, int world) { EXPECT_LE(parity_gap(s, world), s.tolerance); }
 
 TEST(Ddp, ParityTwoRanks) { expect_parity({}, 2); }
 TEST(Ddp, ParityThreeRanksSmallBuckets) {
@@ -93,6 +101,23 @@ TEST(Ddp, SyncBatchNormMatchesOneProcessOnTheWholeBatch) {
   s.sync_batchnorm = true;
   expect_parity(s, 2);
   expect_parity(s, 3);
+}
+
+// The zoo's ResNet reaches its norm layers through typed handles; synchronisation must still take hold.
+// Its last stage normalises 1x1 maps of a few samples, which makes the comparison ill-conditioned, so
+// it is one step at 1e-4, with a control showing that unsynchronised BatchNorm misses by far more.
+TEST(Ddp, SyncBatchNormOfTheZooResNetMatchesOneProcessOnTheWholeBatch) {
+  RunSetup s;
+  s.images = true;
+  s.zoo_resnet = true;
+  s.steps = 1;
+  s.tolerance = 1e-4;
+  s.sync_batchnorm = true;
+  expect_parity(s, 2);
+  expect_parity(s, 3);
+  s.sync_batchnorm = false;
+  s.tolerance = 1e300;
+  EXPECT_GT(parity_gap(s, 2), 1e-2);
 }
 
 TEST(Ddp, BucketsFollowReverseRegistrationOrderAndCaps) {

@@ -45,7 +45,7 @@ bool is_cifar_depth(int depth) { return depth == 20 || depth == 32 || depth == 4
 
 // Holds the top-level conv1 and bn1 under their own names, as the "stem" unit.
 struct Stem : nn::Module {
-  Stem(nn::Conv2d conv1, nn::BatchNorm2d bn1) {
+  Stem(nn::Conv2d conv1, BatchNorm2d bn1) {
     register_module("conv1", std::move(conv1));
     register_module("bn1", std::move(bn1));
   }
@@ -57,13 +57,13 @@ struct Stem : nn::Module {
 class ResidualBlock : public nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
-  virtual nn::BatchNorm2d last_bn() = 0;
+  virtual BatchNorm2d last_bn() = 0;
   virtual int64_t out_channels() const = 0;
 
  protected:
   void make_downsample(int64_t in, int64_t out, int64_t stride) {
     if (stride == 1 && in == out) return;
-    downsample = register_module("downsample", nn::Sequential(conv1x1(in, out, stride), nn::BatchNorm2d(out)));
+    downsample = register_module("downsample", nn::Sequential(conv1x1(in, out, stride), BatchNorm2d(out)));
   }
   torch::Tensor shortcut(const torch::Tensor& x) { return downsample.is_empty() ? x : downsample->forward(x); }
 
@@ -76,9 +76,9 @@ class BasicBlock : public ResidualBlock {
  public:
   BasicBlock(int64_t in, int64_t planes, int64_t stride) : planes_(planes) {
     conv1 = register_module("conv1", conv3x3(in, planes, stride));
-    bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1 = register_module("bn1", BatchNorm2d(planes));
     conv2 = register_module("conv2", conv3x3(planes, planes, 1));
-    bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2 = register_module("bn2", BatchNorm2d(planes));
     make_downsample(in, planes, stride);
   }
 
@@ -87,13 +87,13 @@ class BasicBlock : public ResidualBlock {
     out = bn2->forward(conv2->forward(out));
     return torch::relu(out + shortcut(x));
   }
-  nn::BatchNorm2d last_bn() override { return bn2; }
+  BatchNorm2d last_bn() override { return bn2; }
   int64_t out_channels() const override { return planes_; }
 
  private:
   int64_t planes_;
   nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr};
 };
 
 class Bottleneck : public ResidualBlock {
@@ -102,11 +102,11 @@ class Bottleneck : public ResidualBlock {
 
   Bottleneck(int64_t in, int64_t planes, int64_t stride) : planes_(planes) {
     conv1 = register_module("conv1", conv1x1(in, planes, 1));
-    bn1 = register_module("bn1", nn::BatchNorm2d(planes));
+    bn1 = register_module("bn1", BatchNorm2d(planes));
     conv2 = register_module("conv2", conv3x3(planes, planes, stride));  // v1.5: the stride sits here
-    bn2 = register_module("bn2", nn::BatchNorm2d(planes));
+    bn2 = register_module("bn2", BatchNorm2d(planes));
     conv3 = register_module("conv3", conv1x1(planes, planes * kExpansion, 1));
-    bn3 = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
+    bn3 = register_module("bn3", BatchNorm2d(planes * kExpansion));
     make_downsample(in, planes * kExpansion, stride);
   }
 
@@ -116,13 +116,13 @@ class Bottleneck : public ResidualBlock {
     out = bn3->forward(conv3->forward(out));
     return torch::relu(out + shortcut(x));
   }
-  nn::BatchNorm2d last_bn() override { return bn3; }
+  BatchNorm2d last_bn() override { return bn3; }
   int64_t out_channels() const override { return planes_ * kExpansion; }
 
  private:
   int64_t planes_;
   nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
-  nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
 };
 
 }  // namespace
@@ -144,7 +144,7 @@ ResNet::ResNet(const ResNetOptions& options) : options_(options) {
   } else {
     conv1 = register_module("conv1", conv(options.in_channels, stem_width, 7, 2, 3));
   }
-  bn1 = register_module("bn1", nn::BatchNorm2d(stem_width));
+  bn1 = register_module("bn1", BatchNorm2d(stem_width));
 
   int64_t channels = stem_width;
   for (size_t stage = 0; stage < family.blocks_per_stage.size(); ++stage) {
@@ -171,7 +171,7 @@ ResNet::ResNet(const ResNetOptions& options) : options_(options) {
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* c = module->as<nn::Conv2d>()) {
       nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* bn = module->as<nn::BatchNorm2d>()) {
+    } else if (auto* bn = module->as<BatchNorm2d>()) {
       nn::init::ones_(bn->weight);
       nn::init::zeros_(bn->bias);
     }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ptrain/models/batch_norm.h"
 #include "ptrain/models/model.h"
 
 namespace ptrain::models {
@@ -44,7 +45,7 @@ class ResNet : public Model {
   bool checkpointing_ = false;
   bool cifar_family_ = false;
   torch::nn::Conv2d conv1{nullptr};
-  torch::nn::BatchNorm2d bn1{nullptr};
+  BatchNorm2d bn1{nullptr};
   std::vector<std::pair<std::string, std::shared_ptr<ResidualBlock>>> blocks_;  // "layer1.0", ...
   torch::nn::Linear fc{nullptr};
   std::shared_ptr<torch::nn::Module> stem_;  // conv1 and bn1, for units()

@@ -1,6 +1,7 @@
 #include "ptrain/strategies/sync_batchnorm.h"
 
 #include "ptrain/core/error.h"
+#include "ptrain/models/batch_norm.h"
 
 namespace ptrain::strategies {
 namespace {
@@ -134,11 +135,25 @@ torch::Tensor SyncBatchNorm2dImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
+// ptrain's own BatchNorm2d stays in place and hands its normalisation over; the group outlives the model's
+// training (the strategy holds both).
+void take_over(models::BatchNorm2dImpl& norm, const std::shared_ptr<dist::ProcessGroup>& group) {
+  norm.take_over([group](models::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+    const bool tracking = bn.tracks_running_stats();
+    if (!bn.is_training() && tracking) return bn.local_forward(x);
+    const double momentum = bn.is_training() && tracking ? bn.count_batch_and_momentum() : 0.0;
+    return sync_batch_norm(x, bn.weight, bn.bias, tracking ? bn.running_mean : torch::Tensor(),
+                           tracking ? bn.running_var : torch::Tensor(), momentum, bn.options.eps(), *group);
+  });
+}
+
 void convert_under(torch::nn::Module& parent, const std::string& prefix, const std::shared_ptr<dist::ProcessGroup>& group,
                    std::vector<ConvertedNorm>& converted) {
   for (const auto& item : parent.named_children()) {
     const std::string name = prefix.empty() ? item.key() : prefix + "." + item.key();
-    if (const auto* bn = item.value()->as<torch::nn::BatchNorm2dImpl>()) {
+    if (auto* own = item.value()->as<models::BatchNorm2dImpl>()) {
+      take_over(*own, group);
+    } else if (const auto* bn = item.value()->as<torch::nn::BatchNorm2dImpl>()) {
       auto sync = std::make_shared<SyncBatchNorm2dImpl>(*bn, group);
       parent.replace_module(item.key(), sync);
       converted.push_back({name, sync});

@@ -2,11 +2,11 @@
 // torch.nn.SyncBatchNorm computes them: forward all-reduces per-channel sums, backward all-reduces the
 // matching gradient sums, so N ranks on B/N samples each train like one process on B samples.
 //
-// LibTorch modules call their children through typed member handles (ResNet's bn1->forward(x)), so a
-// module replaced in the registry is invisible to such a forward. convert_sync_batchnorm() therefore
-// only takes effect for models that reach their norm layers through the registered children;
-// SyncBatchNorm2dImpl counts its calls so the DDP strategy can refuse, with a clear error, a model
-// whose forward bypassed the replacement instead of silently training unsynchronised.
+// ptrain's own norm layer (models::BatchNorm2d, which the zoo's models use) hands its normalisation
+// over in place. A torch::nn::BatchNorm2d can only be swapped in the module registry, which a model
+// that calls its children through typed member handles never sees; SyncBatchNorm2dImpl therefore
+// counts its calls so the DDP strategy can refuse, with a clear error, a model whose forward bypassed
+// the swap instead of silently training unsynchronised.
 #pragma once
 
 #include <memory>
@@ -47,7 +47,8 @@ struct ConvertedNorm {
   std::shared_ptr<SyncBatchNorm2dImpl> module;
 };
 
-// Replaces every registered torch::nn::BatchNorm2d under root (recursively) by a SyncBatchNorm2dImpl.
+// Makes every models::BatchNorm2d under root (recursively) normalise over the group, and replaces every
+// registered torch::nn::BatchNorm2d by a SyncBatchNorm2dImpl (returned, so their use can be checked).
 std::vector<ConvertedNorm> convert_sync_batchnorm(torch::nn::Module& root, std::shared_ptr<dist::ProcessGroup> group);
 
 }  // namespace ptrain::strategies

@@ -1,0 +1,38 @@
+#include "ptrain/models/batch_norm.h"
+
+namespace ptrain::models {
+
+BatchNorm2dImpl::BatchNorm2dImpl(const torch::nn::BatchNormOptions& options_) : options(options_) {
+  // Registration order is torch's (and so torchvision's state_dict order): parameters, then buffers.
+  if (options.affine()) {
+    weight = register_parameter("weight", torch::ones({options.num_features()}));
+    bias = register_parameter("bias", torch::zeros({options.num_features()}));
+  }
+  if (options.track_running_stats()) {
+    running_mean = register_buffer("running_mean", torch::zeros({options.num_features()}));
+    running_var = register_buffer("running_var", torch::ones({options.num_features()}));
+    num_batches_tracked = register_buffer("num_batches_tracked", torch::tensor(0, torch::kLong));
+  }
+}
+
+double BatchNorm2dImpl::count_batch_and_momentum() {
+  {
+    torch::NoGradGuard no_grad;
+    num_batches_tracked += 1;
+  }
+  return options.momentum() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
+}
+
+torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got ", x.dim(), "-D");
+  const bool tracking = tracks_running_stats();
+  const double momentum = is_training() && tracking ? count_batch_and_momentum() : 0.0;
+  return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training() || !tracking, momentum,
+                           options.eps(), at::globalContext().userEnabledCuDNN());
+}
+
+torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
+  return normalize_ ? normalize_(*this, x) : local_forward(x);
+}
+
+}  // namespace ptrain::models

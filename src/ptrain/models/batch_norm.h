@@ -1,0 +1,43 @@
+// BatchNorm2d with torch::nn::BatchNorm2d's parameters, buffers, names, defaults and numerics, whose
+// normalisation a parallel strategy can take over (synchronised BatchNorm). torch::nn::BatchNorm2d
+// offers no such seam: the zoo's models call their norm layers through typed member handles, so a
+// replaced registered child never reaches their forward, and a subclass of BatchNorm2dImpl does not
+// link against LibTorch 1.13 (BatchNormImplBase<2>::pretty_print is not exported).
+#pragma once
+
+#include <functional>
+
+#include <torch/torch.h>
+
+namespace ptrain::models {
+
+class BatchNorm2dImpl : public torch::nn::Module {
+ public:
+  explicit BatchNorm2dImpl(int64_t num_features) : BatchNorm2dImpl(torch::nn::BatchNormOptions(num_features)) {}
+  explicit BatchNorm2dImpl(const torch::nn::BatchNormOptions& options);
+
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // Replaces the normalisation of forward (training and evaluation alike) until reset with nullptr.
+  using Normalize = std::function<torch::Tensor(BatchNorm2dImpl& norm, const torch::Tensor& x)>;
+  void take_over(Normalize normalize) { normalize_ = std::move(normalize); }
+  bool taken_over() const { return static_cast<bool>(normalize_); }
+
+  // What forward does when nobody took over: torch::nn::BatchNorm2d's forward.
+  torch::Tensor local_forward(const torch::Tensor& x);
+
+  // The momentum of this training step's running-statistics update (a cumulative average when the
+  // options have none); counts the step in num_batches_tracked. Training mode with tracking only.
+  double count_batch_and_momentum();
+  bool tracks_running_stats() const { return options.track_running_stats() && running_mean.defined(); }
+
+  torch::nn::BatchNormOptions options;
+  torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  Normalize normalize_;
+};
+
+TORCH_MODULE(BatchNorm2d);
+
+}  // namespace ptrain::models
