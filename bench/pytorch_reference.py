@@ -1,33 +1,66 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference for ptrain's single-device comparison.
+"""PyTorch eager reference for ptrain's comparisons, on one device or with PyTorch's own multi-GPU strategies.
 
 Trains torchvision's ResNet on the same data, with the same recipe as `ptrain train` (SGD momentum 0.9,
 nesterov off, weight decay 5e-4 on every parameter, cosine schedule, random crop with padding 4 and
-horizontal flip done on the GPU on uint8 batches, bilinear resize, normalisation), in the precision modes
-ptrain offers, and writes one JSON document per run with ptrain's metrics field names, so that reports
-put both side by side. Data is decoded once into memory and augmented on the device, as ptrain does: the
-comparison measures the training step, not a Python data loader.
+horizontal flip done on the device on uint8 batches, bilinear resize, normalisation), in the precision modes
+ptrain offers, and writes one JSON document per run with ptrain's run-record field names
+(docs/metrics.md), so that reports put both side by side. Data is decoded once into memory and augmented on
+the device, as ptrain does: the comparison measures the training step, not a Python data loader.
 
-  python3 bench/pytorch_reference.py --data .data/cifar10 --dataset cifar10 --model resnet50 \
+Strategies (--strategy):
+  single  one device.
+  dp      torch.nn.DataParallel over all visible GPUs (or --gpus N) from one process. --batch-size is per
+          GPU, so each step takes batch x N images. On the CPU DataParallel runs the module itself.
+  ddp     DistributedDataParallel, one process per GPU started by torchrun (nccl on CUDA, gloo on the CPU),
+          default bucket size. Each rank trains on its share of every epoch, split as torch's
+          DistributedSampler(shuffle=True, seed=--seed, drop_last=True) with set_epoch(epoch) does.
+  fsdp    FullyShardedDataParallel, FULL_SHARD, auto-wrapped by size (--fsdp-min-params). amp-* modes
+          autocast as `single` does (ShardedGradScaler for amp-fp16); pure fp16/bf16 use FSDP's
+          MixedPrecision(param, reduce and buffer dtype = the half type), which keeps fp32 sharded parameters
+          for the update, unlike `single`'s model.half(). CUDA and PyTorch 2.x only. Parameters of an
+          FSDP unit are flattened, so --channels-last changes only the activations' layout.
+  zero1   ddp plus torch.distributed.optim.ZeroRedundancyOptimizer around SGD: optimizer state sharded.
+
+Under ddp/fsdp/zero1 only rank 0 writes the JSON. Values that differ per rank are reduced: peak allocated,
+reserved and NVML-used bytes are the maximum over ranks, GPU utilisation mean the mean over ranks and its
+peak the maximum; throughput counts the images of all ranks and an epoch's time is the slowest rank's.
+Evaluation is sharded: each rank evaluates a contiguous share of the test split (every rank runs the same
+number of batches, since FSDP's forward is a collective) and the loss and correct counts are all-reduced.
+
+  python3 bench/pytorch_reference.py --data .data/cifar10 --dataset cifar10 --model resnet50 \\
       --image-size 224 --batch-size 128 --epochs 5 --precision amp-bf16 --metrics-out ref.json
+  torchrun --nproc_per_node 2 bench/pytorch_reference.py --strategy ddp --data .data/cifar10 \\
+      --precision amp-bf16 --epochs 5 --metrics-out ref-ddp.json
+  python3 bench/pytorch_reference.py --dataset synthetic --data 256:3x16x16:4 --model resnet18 \\
+      --image-size 16 --batch-size 8 --device cpu --max-steps 4 --metrics-out cpu.json
 """
 import argparse
+import contextlib
+import functools
 import json
 import math
 import os
+import re
+import resource
 import sys
 import threading
 import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 import torchvision
+
+STRATEGIES = ["single", "dp", "ddp", "fsdp", "zero1"]
+PROCESS_PER_GPU = ("ddp", "fsdp", "zero1")
+EVAL_BATCH = 500
+SYNTHETIC_DEFAULT = "50000:3x32x32:10"  # ptrain's default synthetic spec
 
 NORMALIZATION = {
     "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616]),
     "fashion-mnist": ([0.2860], [0.3530]),
-    "synthetic": ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
 }
 
 
@@ -54,16 +87,43 @@ def load_image_folder(root):
     return x, y, classes
 
 
+def parse_synthetic_spec(spec):
+    m = re.fullmatch(r"(\d+):(\d+)x(\d+)x(\d+):(\d+)", spec)
+    if not m or any(int(g) <= 0 for g in m.groups()):
+        raise SystemExit(f"--data: synthetic dataset spec '{spec}': expected N:CxHxW:classes of positive "
+                         f"integers, e.g. {SYNTHETIC_DEFAULT}")
+    n, c, h, w, classes = (int(g) for g in m.groups())
+    if classes > 256:
+        raise SystemExit(f"--data: synthetic dataset spec '{spec}': classes must be 1..256")
+    return n, c, h, w, classes
+
+
+def make_synthetic(n, channels, height, width, classes, seed):
+    # ptrain's algorithm (src/ptrain/data/synthetic.cpp): a grey level per class plus uniform noise, so the
+    # task is learnable and the class balance matches.
+    gen = torch.Generator().manual_seed(seed)
+    labels = (torch.arange(n, dtype=torch.int64) % classes)[torch.randperm(n, generator=gen)]
+    spacing = 255.0 / classes
+    amplitude = int(0.75 * spacing + 32.0)
+    level = ((labels.float() + 0.5) * spacing).round().to(torch.int16)
+    images = torch.empty(n, channels, height, width, dtype=torch.uint8)
+    for start in range(0, n, 4096):
+        count = min(4096, n - start)
+        noise = torch.randint(-amplitude, amplitude + 1, (count, channels, height, width), generator=gen,
+                              dtype=torch.int16)
+        images[start:start + count] = (level[start:start + count].view(-1, 1, 1, 1) + noise).clamp(0, 255).to(
+            torch.uint8)
+    return images, labels, [f"class{c}" for c in range(classes)]
+
+
 def load_dataset(name, path, train):
     if name == "cifar10":
         return load_image_folder(os.path.join(path, "train" if train else "test"))
     if name == "synthetic":
-        g = torch.Generator().manual_seed(1 if train else 2)
-        n = 50000 if train else 10000
-        y = torch.randint(0, 10, (n,), generator=g)
-        x = (torch.rand(n, 3, 32, 32, generator=g) * 128 + y.view(-1, 1, 1, 1) * 12).to(torch.uint8)
-        return x, y, [str(i) for i in range(10)]
-    raise SystemExit(f"--dataset: {name} is not supported by the reference")
+        n, c, h, w, classes = parse_synthetic_spec(path)
+        # Same split sizes and seeds as ptrain: test split is a fifth of N.
+        return make_synthetic(n if train else max(n // 5, 1), c, h, w, classes, 1 if train else 2)
+    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, synthetic)")
 
 
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
@@ -92,18 +152,47 @@ def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
     return x
 
 
-class NvmlSampler:
-    """GPU utilisation and device memory in use, sampled every 100 ms, as ptrain's sampler does."""
+def nvml_handle(nvml, cuda_index):
+    """NVML's handle for a CUDA device: CUDA_VISIBLE_DEVICES renumbers CUDA devices but not NVML's, so match
+    by PCI bus id or UUID where this PyTorch exposes them, as ptrain does. Ids go as bytes, which every pynvml
+    release accepts (newer ones also take str)."""
+    props = torch.cuda.get_device_properties(cuda_index)
+    if getattr(props, "pci_bus_id", None) is not None:
+        bus_id = f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:" \
+                 f"{getattr(props, 'pci_device_id', 0):02X}.0"
+        with contextlib.suppress(Exception):
+            return nvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+    if getattr(props, "uuid", None) is not None:
+        uuid = str(props.uuid)
+        uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+        with contextlib.suppress(Exception):
+            return nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if cuda_index < len(visible):
+        entry = visible[cuda_index]
+        if entry.isdigit():
+            return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return nvml.nvmlDeviceGetHandleByUUID(entry.encode())
+    return nvml.nvmlDeviceGetHandleByIndex(cuda_index)
 
-    def __init__(self, index):
-        self.samples, self.mem_peak, self.stop_flag = [], None, False
+
+class NvmlSampler:
+    """GPU utilisation and device memory in use over this process's GPUs, sampled every 100 ms, as ptrain's
+    sampler does: each sample's utilisation is averaged over the GPUs, its peak is the busiest GPU's."""
+
+    def __init__(self, cuda_indices):
+        self.util_means, self.util_peak, self.mem_peak = [], None, None
+        self.stopping = threading.Event()
+        self.nvml, self.handles, self.thread = None, [], None
+        if not cuda_indices:
+            return
         try:
             import pynvml
             pynvml.nvmlInit()
+            self.handles = [nvml_handle(pynvml, i) for i in cuda_indices]
             self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         except Exception:
-            self.nvml = None
+            self.nvml, self.handles = None, []
 
     def start(self):
         if self.nvml:
@@ -111,43 +200,297 @@ class NvmlSampler:
             self.thread.start()
 
     def loop(self):
-        while not self.stop_flag:
-            self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
-            used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        while not self.stopping.is_set():
+            utils = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
+            used = max(self.nvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)
+            self.util_means.append(sum(utils) / len(utils))
+            self.util_peak = max(utils) if self.util_peak is None else max(self.util_peak, max(utils))
             self.mem_peak = used if self.mem_peak is None else max(self.mem_peak, used)
-            time.sleep(0.1)
+            self.stopping.wait(0.1)
 
     def stop(self):
-        self.stop_flag = True
-        if self.nvml:
+        self.stopping.set()
+        if self.thread:
             self.thread.join()
 
     def stats(self):
-        if not self.samples:
+        if not self.util_means:
             return None, None, None
-        return sum(self.samples) / len(self.samples), max(self.samples), self.mem_peak
+        return sum(self.util_means) / len(self.util_means), self.util_peak, self.mem_peak
+
+    def gpu_name(self):
+        if not self.handles:
+            return None
+        name = self.nvml.nvmlDeviceGetName(self.handles[0])
+        return name.decode() if isinstance(name, bytes) else name
+
+    def driver_version(self):
+        if not self.nvml:
+            return None
+        v = self.nvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else v
 
 
-def main():
+class Context:
+    """This process's place in the run: rank, world, the devices it drives, and the reductions over ranks."""
+
+    def __init__(self, device, rank=0, world=1, local_rank=0, dp_device_ids=None):
+        self.device, self.rank, self.world, self.local_rank = device, rank, world, local_rank
+        self.dp_device_ids = dp_device_ids
+        self.distributed = world > 1 or dist.is_initialized()
+
+    @property
+    def replicas(self):
+        return len(self.dp_device_ids) if self.dp_device_ids else 1
+
+    @property
+    def cuda_indices(self):
+        if self.device.type != "cuda":
+            return []
+        return list(self.dp_device_ids) if self.dp_device_ids else [self.device.index]
+
+    def sync(self):
+        for i in self.cuda_indices:
+            torch.cuda.synchronize(i)
+
+    def reduce(self, values, op):
+        """values: list of floats, None as missing; returns the reduction, None where every rank missed."""
+        if not self.distributed:
+            return list(values)
+        missing = -math.inf if op == "max" else 0.0
+        t = torch.tensor([missing if v is None else float(v) for v in values], dtype=torch.float64,
+                         device=self.device)
+        present = torch.tensor([0.0 if v is None else 1.0 for v in values], dtype=torch.float64,
+                               device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        dist.all_reduce(present, op=dist.ReduceOp.SUM)
+        out, present = t.tolist(), present.tolist()
+        result = []
+        for v, n in zip(out, present):
+            if n == 0:
+                result.append(None)
+            elif op == "mean":
+                result.append(v / n)
+            else:
+                result.append(v)
+        return result
+
+    def barrier(self):
+        # A tiny all-reduce rather than dist.barrier(): on nccl it needs no device hint and it orders with the
+        # training collectives on the same stream.
+        if self.distributed:
+            t = torch.zeros(1, device=self.device)
+            dist.all_reduce(t)
+            self.sync()
+
+
+def host_peak_rss_bytes():
+    with contextlib.suppress(OSError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def finite_or_null(value):
+    """JSON has no NaN: non-finite doubles are written as null, as ptrain's run record does."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def write_json_atomically(path, record):
+    # Replaced atomically, as ptrain's run record is: a reader never sees half a file.
+    temp = f"{path}.tmp.{os.getpid()}"
+    with open(temp, "w") as f:
+        json.dump(finite_or_null(record), f, indent=2, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cifar10")
-    p.add_argument("--data", default=".data/cifar10")
+    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
+    p.add_argument("--data", default=None,
+                   help="cifar10: folder with train/ and test/ (default .data/cifar10); synthetic: "
+                        f"N:CxHxW:classes (default {SYNTHETIC_DEFAULT})")
     p.add_argument("--model", default="resnet50")
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--image-size", type=int, default=224, help="0: the data's own size")
+    p.add_argument("--batch-size", type=int, default=128, help="images per step on each device")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--precision", default="fp32",
                    choices=["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"])
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--warmup-epochs", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics-out", default="")
     p.add_argument("--no-eval", action="store_true")
-    a = p.parse_args()
+    p.add_argument("--strategy", default="single", choices=STRATEGIES)
+    p.add_argument("--gpus", type=int, default=0, help="dp: number of GPUs (default: all visible)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (ddp/fsdp/zero1: cuda:LOCAL_RANK)")
+    p.add_argument("--fsdp-min-params", type=float, default=1e6,
+                   help="fsdp: parameters a module must hold to become its own FSDP unit")
+    p.add_argument("--augment", dest="augment", action="store_true", default=True,
+                   help="random crop (padding 4) and horizontal flip (default)")
+    p.add_argument("--no-augment", dest="augment", action="store_false")
+    p.add_argument("--norm", default="batch", choices=["batch", "group"],
+                   help="group: GroupNorm instead of BatchNorm, a model without batch statistics, so that "
+                        "strategies can be compared exactly (tests)")
+    p.add_argument("--dump-params", default="",
+                   help="debug: save the final state_dict; rank 0 writes FILE, rank r>0 FILE.rank<r>")
+    a = p.parse_args(argv)
+    if a.data is None:
+        a.data = SYNTHETIC_DEFAULT if a.dataset == "synthetic" else ".data/cifar10"
+    for flag, value in (("--batch-size", a.batch_size), ("--epochs", a.epochs)):
+        if value <= 0:
+            p.error(f"{flag} must be positive, got {value}")
+    if a.max_steps < 0 or a.gpus < 0 or a.image_size < 0:
+        p.error("--max-steps, --gpus and --image-size must not be negative")
+    return p, a
 
-    device = torch.device("cuda")
+
+def resolve_device(p, a):
+    spec = a.device
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        return torch.device("cpu")
+    if not re.fullmatch(r"cuda(:\d+)?", spec):
+        p.error(f"--device: '{a.device}' is not one of auto, cpu, cuda, cuda:N")
+    if not torch.cuda.is_available():
+        p.error(f"--device {a.device}: CUDA is not available to this PyTorch ({torch.__version__})")
+    index = int(spec.split(":")[1]) if ":" in spec else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        p.error(f"--device {a.device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return torch.device("cuda", index)
+
+
+def setup(p, a):
+    """Checks the strategy against the machine, joins the process group where there is one."""
+    if a.strategy == "fsdp":
+        major = int(re.match(r"(\d+)", torch.__version__).group(1))
+        on_cpu = a.device == "cpu" or (a.device == "auto" and not torch.cuda.is_available())
+        if major < 2 or on_cpu or not torch.cuda.is_available():
+            p.error(f"--strategy fsdp needs CUDA and PyTorch 2.x (this is torch {torch.__version__}, "
+                    f"{'CUDA available' if torch.cuda.is_available() else 'no CUDA'}, --device {a.device})")
+    if a.gpus and a.strategy != "dp":
+        p.error("--gpus applies to --strategy dp; ddp, fsdp and zero1 take one GPU per torchrun process "
+                "(torchrun --nproc_per_node N)")
+    device = resolve_device(p, a)
+    if device.type == "cpu" and a.precision in ("tf32", "fp16", "amp-fp16"):
+        p.error(f"--precision {a.precision} needs a CUDA device (on the CPU: fp32, bf16, amp-bf16)")
+
+    if a.strategy in PROCESS_PER_GPU:
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            p.error(f"--strategy {a.strategy}: RANK/WORLD_SIZE are unset; start one process per GPU with "
+                    f"torchrun --nproc_per_node N {sys.argv[0]} --strategy {a.strategy} ...")
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        if device.type == "cuda":
+            if ":" in a.device:
+                p.error(f"--device {a.device}: under --strategy {a.strategy} each process takes "
+                        f"cuda:LOCAL_RANK; pass --device cuda")
+            if local_rank >= torch.cuda.device_count():
+                p.error(f"--strategy {a.strategy}: LOCAL_RANK {local_rank} but only "
+                        f"{torch.cuda.device_count()} CUDA device(s) visible")
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return Context(device, rank, world, local_rank)
+
+    dp_ids = None
+    if a.strategy == "dp" and device.type == "cuda":
+        n = a.gpus or (torch.cuda.device_count() - device.index)
+        if device.index + n > torch.cuda.device_count():
+            p.error(f"--gpus {n}: only {torch.cuda.device_count() - device.index} CUDA device(s) visible "
+                    f"from {device}")
+        dp_ids = list(range(device.index, device.index + n))
+    elif a.strategy == "dp" and a.gpus > 1:
+        p.error(f"--gpus {a.gpus}: DataParallel on the CPU runs the module once; use --device cuda")
+    return Context(device, dp_device_ids=dp_ids)
+
+
+def build_model(a, ctx, num_classes, half):
+    # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
+    factory = getattr(torchvision.models, a.model, None)
+    if factory is None or not callable(factory):
+        raise SystemExit(f"--model: torchvision has no model '{a.model}'")
+    kwargs = {"num_classes": num_classes}
+    if a.norm == "group":
+        kwargs["norm_layer"] = lambda c: torch.nn.GroupNorm(min(32, c), c)
+    model = factory(**kwargs)
+    if half is not None and a.strategy != "fsdp":
+        model = model.to(half)
+    model = model.to(ctx.device)
+    if a.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    if a.strategy == "dp":
+        # Without CUDA, DataParallel is the module itself; with CUDA present it would insist on cuda:0.
+        if ctx.device.type == "cuda" or not torch.cuda.is_available():
+            model = torch.nn.DataParallel(model, device_ids=ctx.dp_device_ids)
+    elif a.strategy in ("ddp", "zero1"):
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
+    elif a.strategy == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+        mixed = MixedPrecision(param_dtype=half, reduce_dtype=half, buffer_dtype=half) if half else None
+        model = FullyShardedDataParallel(
+            model, sharding_strategy=ShardingStrategy.FULL_SHARD,
+            auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=int(a.fsdp_min_params)),
+            mixed_precision=mixed, device_id=ctx.device)
+    return model
+
+
+def build_optimizer(a, model):
+    hyper = dict(lr=a.lr, momentum=0.9, weight_decay=5e-4)
+    if a.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, **hyper)
+    return torch.optim.SGD(model.parameters(), **hyper)
+
+
+def build_scaler(a):
+    enabled = a.precision == "amp-fp16"
+    if a.strategy == "fsdp":
+        # Gradients are sharded, so the overflow check must be agreed over ranks.
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+        return ShardedGradScaler(enabled=enabled)
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
+def dump_params(a, ctx, model, path):
+    if a.strategy == "fsdp":
+        from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+        with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT,
+                                                      FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+            state = model.state_dict()
+        if ctx.rank != 0:
+            return
+    else:
+        state = getattr(model, "module", model).state_dict()
+    state = {k: v.detach().cpu().clone() for k, v in state.items()}
+    torch.save(state, path if ctx.rank == 0 else f"{path}.rank{ctx.rank}")
+
+
+def main(argv=None):
+    p, a = parse_args(argv)
+    ctx = setup(p, a)
+    lead = ctx.rank == 0
+    cuda = ctx.device.type == "cuda"
     torch.backends.cudnn.benchmark = True
     tf32 = a.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -156,49 +499,69 @@ def main():
     t0 = time.time()
     xtr, ytr, classes = load_dataset(a.dataset, a.data, True)
     xte, yte, _ = load_dataset(a.dataset, a.data, False)
-    mean, std = NORMALIZATION[a.dataset]
-    # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
-    model = getattr(torchvision.models, a.model)(num_classes=len(classes)).to(device)
+    if xtr.shape[1] != 3:
+        raise SystemExit(f"--data: torchvision's ResNet takes 3 channels, the data has {xtr.shape[1]}")
+    mean, std = NORMALIZATION.get(a.dataset, ([0.5] * 3, [0.5] * 3))
+    image_size = a.image_size or xtr.shape[2]
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
-    if half is not None:
-        model = model.to(half)
-    if a.channels_last:
-        model = model.to(memory_format=torch.channels_last)
     amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
     in_dtype = half or torch.float32
-    steps_per_epoch = len(xtr) // a.batch_size
+    # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
+    model = build_model(a, ctx, len(classes), half)
+
+    # The epoch's order and this rank's share of it, exactly as torch's DistributedSampler makes them.
+    sampler = torch.utils.data.DistributedSampler(range(len(xtr)), num_replicas=ctx.world, rank=ctx.rank,
+                                                  shuffle=True, seed=a.seed, drop_last=True)
+    step_images = a.batch_size * ctx.replicas  # what this process feeds per step (dp: split over its GPUs)
+    steps_per_epoch = len(sampler) // step_images
+    if steps_per_epoch == 0:
+        p.error(f"--batch-size {a.batch_size}: a step needs {step_images} images per process but each of the "
+                f"{ctx.world} process(es) gets {len(sampler)} of the {len(xtr)} training images")
     total = steps_per_epoch * a.epochs
     if a.max_steps:
         total = min(total, a.max_steps)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9, weight_decay=5e-4)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, total)))))
-    scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "amp-fp16")
-    xtr_d, ytr_d = xtr.to(device), ytr.to(device)
-    xte_d, yte_d = xte.to(device), yte.to(device)
+    opt = build_optimizer(a, model)
+    warmup = round(a.warmup_epochs * steps_per_epoch)
+    if warmup > total:
+        p.error(f"--warmup-epochs {a.warmup_epochs} is longer than the whole run")
 
-    torch.cuda.reset_peak_memory_stats()
-    sampler = NvmlSampler(torch.cuda.current_device())
-    sampler.start()
-    gen = torch.Generator().manual_seed(a.seed)
+    def lr_factor(step):  # ptrain's schedule: linear warm-up from 0, then cosine to 0
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    scaler = build_scaler(a)
+    autocast = (lambda: torch.autocast(ctx.device.type, dtype=amp)) if amp else contextlib.nullcontext
+    xtr_d, ytr_d = xtr.to(ctx.device), ytr.to(ctx.device)
+    xte_d, yte_d = xte.to(ctx.device), yte.to(ctx.device)
+
+    for i in ctx.cuda_indices:
+        torch.cuda.reset_peak_memory_stats(i)
+    nvml = NvmlSampler(ctx.cuda_indices)
+    nvml.start()
+    # Ranks augment with different streams, as their images differ anyway.
+    gen = torch.Generator().manual_seed(a.seed + ctx.rank)
     step, train_seconds, images, epochs_detail = 0, 0.0, 0, []
     final_acc = final_loss = None
     for epoch in range(a.epochs):
         if step >= total:
             break
         model.train()
-        perm = torch.randperm(len(xtr), generator=gen).to(device)
-        torch.cuda.synchronize()
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(iter(sampler)), dtype=torch.int64).to(ctx.device)
+        ctx.sync()
+        ctx.barrier()
         e0 = time.time()
-        loss_sum = torch.zeros((), device=device)
-        n_epoch = 0
+        loss_sum = torch.zeros((), device=ctx.device)
+        n_steps = 0
         for i in range(steps_per_epoch):
             if step >= total:
                 break
-            idx = perm[i * a.batch_size:(i + 1) * a.batch_size]
-            x = augment(xtr_d[idx], a.image_size, mean, std, in_dtype, True, gen, a.channels_last)
+            idx = order[i * step_images:(i + 1) * step_images]
+            x = augment(xtr_d[idx], image_size, mean, std, in_dtype, a.augment, gen, a.channels_last)
             y = ytr_d[idx]
-            with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
+            with autocast():
                 out = model(x)
             loss = F.cross_entropy(out.float(), y)
             opt.zero_grad(set_to_none=True)
@@ -206,51 +569,111 @@ def main():
             scaler.step(opt)
             scaler.update()
             sched.step()
-            loss_sum += loss.detach()
+            loss_sum += loss.detach().float()
             step += 1
-            n_epoch += a.batch_size
-        torch.cuda.synchronize()
+            n_steps += 1
+        ctx.sync()
         sec = time.time() - e0
+        sec, = ctx.reduce([sec], "max")  # the epoch lasts as long as its slowest rank
+        loss_total, = ctx.reduce([loss_sum.item()], "sum")
         train_seconds += sec
+        n_epoch = n_steps * a.batch_size * ctx.replicas * ctx.world
         images += n_epoch
-        rec = {"epoch": epoch, "wall_seconds": sec, "images": n_epoch, "images_per_second": n_epoch / sec,
-               "train_loss": (loss_sum.item() * a.batch_size / max(1, n_epoch)), "train_accuracy": None,
+        rec = {"epoch": epoch, "wall_seconds": sec, "images": n_epoch,
+               "images_per_second": n_epoch / sec if sec > 0 else None,
+               "train_loss": loss_total / ctx.world / max(1, n_steps), "train_accuracy": None,
                "test_loss": None, "test_accuracy": None}
         if not a.no_eval:
-            model.eval()
-            correct, lsum = 0, 0.0
-            with torch.no_grad():
-                for j in range(0, len(xte_d), 500):
-                    x = augment(xte_d[j:j + 500], a.image_size, mean, std, in_dtype, False, None, a.channels_last)
-                    with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None):
-                        out = model(x)
-                    lsum += F.cross_entropy(out.float(), yte_d[j:j + 500], reduction="sum").item()
-                    correct += (out.argmax(1) == yte_d[j:j + 500]).sum().item()
-            final_acc, final_loss = correct / len(xte_d), lsum / len(xte_d)
+            final_acc, final_loss = evaluate(model, ctx, xte_d, yte_d, image_size, mean, std, in_dtype,
+                                             a.channels_last, autocast)
             rec["test_accuracy"], rec["test_loss"] = final_acc, final_loss
         epochs_detail.append(rec)
-        print(f"[pytorch] {a.precision} epoch {epoch + 1}: {sec:.1f}s {n_epoch / sec:.0f} img/s "
-              f"test acc {final_acc}", flush=True)
-    sampler.stop()
-    util_mean, util_peak, nvml_peak = sampler.stats()
+        if lead:
+            print(f"[pytorch] {a.strategy} {a.precision} epoch {epoch + 1}: {sec:.1f}s "
+                  f"{rec['images_per_second'] or 0:.0f} img/s train loss {rec['train_loss']:.4f} "
+                  f"test acc {final_acc}", flush=True)
+    nvml.stop()
+    util_mean, util_peak, nvml_peak = nvml.stats()
+    alloc = max((torch.cuda.max_memory_allocated(i) for i in ctx.cuda_indices), default=None)
+    reserved = max((torch.cuda.max_memory_reserved(i) for i in ctx.cuda_indices), default=None)
+    alloc, reserved, nvml_peak, util_peak = ctx.reduce([alloc, reserved, nvml_peak, util_peak], "max")
+    util_mean, = ctx.reduce([util_mean], "mean")
+    if a.dump_params:
+        dump_params(a, ctx, model, a.dump_params)
+
+    devices = ctx.world * ctx.replicas
+    environment = {"torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+                   "device": str(ctx.device)}
+    if cuda:
+        environment["gpu_name"] = nvml.gpu_name() or torch.cuda.get_device_name(ctx.device)
+        if nvml.driver_version():
+            environment["driver_version"] = nvml.driver_version()
+        if torch.version.cuda:
+            environment["cuda_version"] = torch.version.cuda
+        if torch.backends.cudnn.is_available():
+            environment["cudnn_version"] = str(torch.backends.cudnn.version())
+        with contextlib.suppress(Exception):
+            v = torch.cuda.nccl.version()
+            environment["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    extra = {"implementation": "pytorch-eager", "evaluation": "sharded over ranks, sums all-reduced",
+             "augment": a.augment, "norm": a.norm}
+    if ctx.dp_device_ids:
+        extra["dp_device_ids"] = ctx.dp_device_ids
+    if ctx.distributed:
+        extra["backend"] = dist.get_backend()
+    if a.strategy == "fsdp":
+        extra["fsdp_min_params"] = int(a.fsdp_min_params)
+        extra["fsdp_mixed_precision"] = str(half).replace("torch.", "") if half else None
     record = {
-        "schema_version": 1, "implementation": "pytorch-eager", "torch_version": torch.__version__,
-        "command_line": " ".join(sys.argv), "model": a.model, "dataset": a.dataset,
-        "precision": a.precision + ("+channels-last" if a.channels_last else ""), "strategy": "single",
-        "device": torch.cuda.get_device_name(), "world_size": 1, "batch_size_per_device": a.batch_size,
-        "global_batch_size": a.batch_size, "epochs": a.epochs, "steps": step, "image_size": a.image_size,
-        "total_wall_seconds": time.time() - t0, "train_wall_seconds": train_seconds,
-        "images_per_second": images / train_seconds if train_seconds else 0,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "peak_nvml_used_bytes": nvml_peak,
-        "gpu_util_mean": util_mean, "gpu_util_peak": util_peak, "final_test_accuracy": final_acc,
-        "final_test_loss": final_loss, "epochs_detail": epochs_detail,
+        # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).
+        "schema_version": 1, "framework": "pytorch", "ptrain_version": None, "torch_version": torch.__version__,
+        "command_line": " ".join(sys.argv), "model": a.model,
+        "dataset": a.dataset, "precision": a.precision + ("+channels-last" if a.channels_last else ""),
+        "strategy": a.strategy, "device": str(ctx.device), "world_size": ctx.world, "devices": devices,
+        "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": a.epochs,
+        "steps": step, "image_size": image_size, "total_wall_seconds": time.time() - t0,
+        "train_wall_seconds": train_seconds, "images_per_second": images / train_seconds if train_seconds else None,
+        "peak_allocated_bytes": None if alloc is None else int(alloc),
+        "peak_reserved_bytes": None if reserved is None else int(reserved),
+        "peak_nvml_used_bytes": None if nvml_peak is None else int(nvml_peak),
+        "gpu_util_mean": util_mean, "gpu_util_peak": util_peak, "host_peak_rss_bytes": host_peak_rss_bytes(),
+        "final_test_accuracy": final_acc, "final_test_loss": final_loss, "epochs_detail": epochs_detail,
+        "environment": environment, "extra": extra,
     }
-    print(f"[pytorch] {a.precision}: {record['images_per_second']:.0f} img/s, peak allocated "
-          f"{record['peak_allocated_bytes'] / 2**30:.2f} GiB, test acc {final_acc}", flush=True)
-    if a.metrics_out:
-        with open(a.metrics_out, "w") as f:
-            json.dump(record, f, indent=2)
+    if lead:
+        alloc_text = "n/a" if alloc is None else f"{alloc / 2**30:.2f} GiB"
+        print(f"[pytorch] {a.strategy} {a.precision}: {record['images_per_second'] or 0:.0f} img/s, peak "
+              f"allocated {alloc_text}, test acc {final_acc}", flush=True)
+        if a.metrics_out:
+            write_json_atomically(a.metrics_out, record)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def evaluate(model, ctx, xte_d, yte_d, image_size, mean, std, in_dtype, channels_last, autocast):
+    model.eval()
+    n = len(xte_d)
+    share = -(-n // ctx.world)
+    lo, hi = min(n, ctx.rank * share), min(n, (ctx.rank + 1) * share)
+    correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    with torch.no_grad():
+        # The same number of batches on every rank: FSDP's forward all-gathers, and DDP's first forward after
+        # training broadcasts buffers. A rank whose share ran out runs an uncounted batch of one image.
+        for j in range(-(-share // EVAL_BATCH)):
+            b0, b1 = lo + j * EVAL_BATCH, min(hi, lo + (j + 1) * EVAL_BATCH)
+            counted = b1 > b0
+            if not counted:
+                b0, b1 = 0, 1
+            x = augment(xte_d[b0:b1], image_size, mean, std, in_dtype, False, None, channels_last)
+            with autocast():
+                out = model(x)
+            if counted:
+                y = yte_d[b0:b1]
+                loss_sum += F.cross_entropy(out.float(), y, reduction="sum").double()
+                correct += (out.argmax(1) == y).sum().double()
+    total_correct, total_loss = ctx.reduce([correct.item(), loss_sum.item()], "sum")
+    return total_correct / n, total_loss / n
 
 
 if __name__ == "__main__":

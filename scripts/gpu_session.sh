@@ -7,6 +7,9 @@
 #   reference MODE...     the reference workload (configs/cifar10-resnet50-224.yaml, 5 epochs) per MODE,
 #                         a MODE being a precision name, optionally +master or +cl (channels-last)
 #   pytorch MODE...       the same workload in PyTorch eager (bench/pytorch_reference.py)
+#   multi STRATEGY MODE...  dp or ddp on every GPU, ptrain then PyTorch's DataParallel / DDP
+# LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
+# their file names.
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
 #   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
@@ -92,35 +95,70 @@ step_smoke() {
   for mode in fp32 tf32 fp16 fp16+master bf16 amp-fp16 amp-bf16 amp-bf16+cl; do
     echo "== ptrain $mode ($steps steps)"
     ./build-gpu/ptrain train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --max-steps "$steps" \
-      --no-eval-each-epoch --test-limit 2000 --progress lines --log-every 50 \
+      --warmup-epochs 0 --no-eval-each-epoch --test-limit 2000 --progress lines --log-every 50 \
       --metrics-out "$OUT/smoke-ptrain-$mode.json" 2>&1 | grep -E "result|error|epoch 1" | tail -n 5
     echo "== pytorch $mode ($steps steps)"
     local cl=""
     [[ $mode == *+cl* ]] && cl="--channels-last"
     [[ $mode == *+master* ]] && continue  # PyTorch has no built-in master weights for pure half
     python3 bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" $cl --max-steps "$steps" \
-      --no-eval --metrics-out "$OUT/smoke-pytorch-$mode.json" 2>&1 | grep -E "\[pytorch\].*img/s, peak" || true
+      --warmup-epochs 0 --no-eval --metrics-out "$OUT/smoke-pytorch-$mode.json" 2>&1 | grep -E "\[pytorch\].*img/s, peak" || true
   done
 }
+
+# File names carry no '+' (the device tool returns only plain names): fp16+master -> fp16_master.
+file_tag() { local mode=$1; echo "${mode//+/_}${TAG:-}"; }
 
 step_reference() {
   ensure_data
   for mode in "$@"; do
-    echo "== ptrain $mode ($EPOCHS epochs)"
+    local name
+    name=$(file_tag "$mode")
+    echo "== ptrain $mode ($EPOCHS epochs ${LIMIT:-})"
     ./build-gpu/ptrain train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --epochs "$EPOCHS" \
-      --progress lines --log-every 100 --metrics-out "$OUT/reference-ptrain-$mode.json" 2>&1 \
-      | tee "$OUT/reference-ptrain-$mode.log" | grep -E "^epoch [0-9]+:|result|error"
+      ${LIMIT:-} --progress lines --log-every 100 --metrics-out "$OUT/reference-ptrain-$name.json" 2>&1 \
+      | tee "$OUT/reference-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror"
   done
 }
 
 step_pytorch() {
   ensure_data
   for mode in "$@"; do
-    local cl=""
+    local cl="" name
+    name=$(file_tag "$mode")
     [[ $mode == *+cl* ]] && cl="--channels-last"
-    echo "== pytorch $mode ($EPOCHS epochs)"
-    python3 bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" $cl --epochs "$EPOCHS" \
-      --metrics-out "$OUT/reference-pytorch-$mode.json" 2>&1 | tee "$OUT/reference-pytorch-$mode.log" | grep pytorch
+    echo "== pytorch $mode ($EPOCHS epochs ${LIMIT:-})"
+    python3 bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" $cl --epochs "$EPOCHS" ${LIMIT:-} \
+      --metrics-out "$OUT/reference-pytorch-$name.json" 2>&1 | tee "$OUT/reference-pytorch-$name.log" | grep pytorch
+  done
+}
+
+# multi STRATEGY MODE...: the workload on every GPU of the machine under dp or ddp, ptrain then PyTorch's
+# own DataParallel / DistributedDataParallel, each run alone on the GPUs.
+step_multi() {
+  local strategy=$1 gpus mode name
+  shift
+  ensure_data
+  gpus=$(nvidia-smi -L | wc -l)
+  for mode in "$@"; do
+    name=$strategy-$(file_tag "$mode")
+    echo "== ptrain $strategy $mode on $gpus GPUs ($EPOCHS epochs ${LIMIT:-})"
+    local train=(train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --strategy "$strategy"
+                 --epochs "$EPOCHS" ${LIMIT:-} --progress lines --log-every 100 --metrics-out "$OUT/multi-ptrain-$name.json")
+    if [ "$strategy" = ddp ]; then
+      ./build-gpu/ptrain launch --nproc-per-node "$gpus" -- ./build-gpu/ptrain "${train[@]}" 2>&1 \
+        | tee "$OUT/multi-ptrain-$name.log" | grep -E "rank 0\] (epoch [0-9]+:|result)|rror"
+    else
+      ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror"
+    fi
+    echo "== pytorch $strategy $mode on $gpus GPUs"
+    local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$strategy"
+               --epochs "$EPOCHS" ${LIMIT:-} --metrics-out "$OUT/multi-pytorch-$name.json")
+    if [ "$strategy" = ddp ]; then
+      torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+    else
+      python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+    fi
   done
 }
 
@@ -135,6 +173,7 @@ while [ $# -gt 0 ]; do
     test) step_test ;;
     smoke) step_smoke "$1"; shift ;;
     reference) step_reference "$@"; break ;;
+    multi) step_multi "$@"; break ;;
     pytorch) step_pytorch "$@"; break ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -1,0 +1,6 @@
+# The PyTorch-eager reference (bench/pytorch_reference.py) on the CPU: single, dp, and ddp and zero1 under
+# torchrun over gloo; its run records against docs/metrics.md, and ddp/zero1 against single.
+# Two torchrun launches of two processes each dominate the time (about a minute on two cores).
+add_test(NAME pytorch_reference
+         COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/bench/pytorch_reference_test.py)
+set_tests_properties(pytorch_reference PROPERTIES TIMEOUT 300 LABELS "bench")
