@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ptrain needs on Debian 12 (bookworm): LibTorch 1.13 (CPU) with gloo, the libraries
-# ptrain builds on, python3-torch/torchvision as test oracles, and Fashion-MNIST, the default dataset.
+# ptrain builds on, python3-torch/torchvision as test oracles, chromium-headless-shell (the tests render
+# `ptrain report`'s HTML charts in it), and Fashion-MNIST, the default dataset.
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
@@ -9,6 +10,7 @@ packages=(
   libjpeg-dev libpng-dev zlib1g-dev
   libgtest-dev
   python3 python3-torch python3-torchvision python3-pil
+  chromium-headless-shell
   dataset-fashion-mnist
 )
 missing=()

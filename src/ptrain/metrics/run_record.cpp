@@ -93,6 +93,7 @@ json to_json(const RunRecord& r) {
   json epochs = json::array();
   for (const auto& e : r.epochs_detail) epochs.push_back(to_json(e));
   return json{{"schema_version", kRunRecordSchemaVersion},
+              {"framework", r.framework},
               {"ptrain_version", r.ptrain_version},
               {"torch_version", r.torch_version},
               {"command_line", r.command_line},
@@ -131,7 +132,14 @@ RunRecord run_record_from_json(const json& o) {
                                                 " is not the supported " +
                                                 std::to_string(kRunRecordSchemaVersion));
   RunRecord r;
-  r.ptrain_version = read_string(o, "ptrain_version", where);
+  // Optional because records written before PyTorch references shared the format have none.
+  if (o.contains("framework")) r.framework = read_string(o, "framework", where);
+  check(r.framework == kFrameworkPtrain || r.framework == kFrameworkPytorch,
+        where + ": key 'framework' must be \"" + kFrameworkPtrain + "\" or \"" + kFrameworkPytorch + "\", not \"" +
+            r.framework + "\"");
+  const bool without_ptrain_version =
+      r.framework == kFrameworkPytorch && (!o.contains("ptrain_version") || o["ptrain_version"].is_null());
+  if (!without_ptrain_version) r.ptrain_version = read_string(o, "ptrain_version", where);
   r.torch_version = read_string(o, "torch_version", where);
   r.command_line = read_string(o, "command_line", where);
   r.model = read_string(o, "model", where);

@@ -13,6 +13,10 @@ namespace ptrain::metrics {
 
 constexpr int64_t kRunRecordSchemaVersion = 1;
 
+// Who trained the run: bench/pytorch_reference.py writes the same record so that both sit in one report.
+inline constexpr char kFrameworkPtrain[] = "ptrain";
+inline constexpr char kFrameworkPytorch[] = "pytorch";
+
 struct EpochRecord {
   int64_t epoch = 0;
   double wall_seconds = 0.0;
@@ -25,6 +29,7 @@ struct EpochRecord {
 };
 
 struct RunRecord {
+  std::string framework = kFrameworkPtrain;  // kFrameworkPtrain or kFrameworkPytorch
   std::string ptrain_version, torch_version, command_line, model, dataset, precision, strategy, device;
   int64_t world_size = 1;
   int64_t devices = 1;
@@ -51,6 +56,7 @@ nlohmann::json to_json(const RunRecord& record);
 
 // Throws ptrain::Error naming the key when a field is missing or has the wrong type, or when
 // schema_version is not kRunRecordSchemaVersion. A null in a non-optional double reads as NaN.
+// Records without "framework" are ptrain's; a PyTorch record may lack ptrain_version.
 RunRecord run_record_from_json(const nlohmann::json& json);
 
 // Writes to a temporary file beside path, then renames it over path: a reader never sees half a

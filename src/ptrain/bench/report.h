@@ -1,0 +1,64 @@
+// The benchmark report: every run record of some directories side by side, as report.md (for people and
+// stdout), report.csv (for scripts) and report.html (one self-contained file with the table and charts that
+// opens offline). ptrain runs and PyTorch reference runs (bench/pytorch_reference.py) share the record
+// format, so one report compares the two.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ptrain/metrics/run_record.h"
+
+namespace ptrain::bench {
+
+struct ReportRun {
+  std::string name;    // the record's path below its run directory, without ".json": the user's name for the run
+  std::string source;  // the file it came from, for messages
+  metrics::RunRecord record;
+};
+
+struct Report {
+  std::string title;
+  std::vector<ReportRun> runs;
+  size_t baseline = 0;
+  // False when no ptrain single-device fp32 run is among the runs and the first run stands in: every
+  // rendering says so, since speed-ups against another baseline mean something else.
+  bool baseline_is_single_device_fp32 = false;
+};
+
+// Reads every *.json below each directory (recursively, in path order, so that reports are stable).
+// Throws ptrain::Error naming the directory when it is missing or holds no record, and naming the file
+// and the key when a record is not valid JSON or not a run record.
+std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs);
+
+// Picks the baseline: the first ptrain run with strategy single, precision fp32 and one device.
+Report make_report(std::vector<ReportRun> runs, std::string title);
+
+// Training throughput over the baseline's; nullopt when either is missing or the baseline's is zero.
+std::optional<double> speedup_vs_baseline(const Report& report, size_t run);
+// 1 - peak allocated bytes per GPU / the baseline's (negative: more memory than the baseline); nullopt
+// when either is missing. Allocator bytes rather than NVML's: NVML counts the CUDA context and other
+// processes too, which are not the training's doing.
+std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run);
+
+std::string render_markdown(const Report& report);
+std::string render_csv(const Report& report);
+std::string render_html(const Report& report);
+
+// Escapes & < > " ' for text and attribute values of HTML and inline SVG.
+std::string escape_html(std::string_view text);
+
+struct WrittenReport {
+  std::string markdown_path, csv_path, html_path;
+  std::string markdown;  // what report.md holds, for printing
+};
+
+// read_runs, make_report and the three renderings into out_dir (created when missing). Each file is
+// written beside its final name and renamed over it: a browser or script never reads half a report.
+WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
+                           const std::string& title);
+
+}  // namespace ptrain::bench

@@ -1,0 +1,490 @@
+#include "ptrain/bench/report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "ptrain/core/error.h"
+
+using namespace ptrain;
+using metrics::EpochRecord;
+using metrics::RunRecord;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kGiB = 1024LL * 1024 * 1024;
+// A run name that would be markup if a rendering forgot to escape it; also a comma and quotes for the CSV.
+const std::string kHostileName = "amp-bf16 \"fast\", <script>alert(1)";
+const std::string kHostileTitle = "Nightly <b>bench</b> & co";
+
+// A fresh directory per test, kept when the test fails so that its report can be looked at.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "ptrain_bench_XXXXXX").string();
+    EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "kept %s for inspection\n", path_.c_str());
+    } else {
+      fs::remove_all(path_);
+    }
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+RunRecord record(const std::string& framework, const std::string& strategy, const std::string& precision,
+                 int64_t devices) {
+  RunRecord r;
+  r.framework = framework;
+  r.ptrain_version = framework == "ptrain" ? "0.1.0" : "";
+  r.torch_version = "2.5.1";
+  r.command_line = "train " + precision;
+  r.model = "resnet50";
+  r.dataset = "cifar10";
+  r.precision = precision;
+  r.strategy = strategy;
+  r.device = "cuda:0";
+  r.world_size = strategy == "ddp" ? devices : 1;
+  r.devices = devices;
+  r.batch_size_per_device = 128;
+  r.global_batch_size = 128 * devices;
+  r.epochs = 2;
+  r.steps = 782;
+  r.image_size = 224;
+  r.host_peak_rss_bytes = 3 * kGiB;
+  return r;
+}
+
+EpochRecord epoch(int64_t index, double seconds, double loss, std::optional<double> test_accuracy) {
+  return {index, seconds, loss, std::nullopt, test_accuracy ? std::optional<double>(0.4) : std::nullopt,
+          test_accuracy, 50000 / seconds, 50000};
+}
+
+RunRecord fp32_baseline() {
+  RunRecord r = record("ptrain", "single", "fp32", 1);
+  r.images_per_second = 1000.0;
+  r.total_wall_seconds = 120.0;
+  r.train_wall_seconds = 100.0;
+  r.peak_allocated_bytes = 4 * kGiB;
+  r.peak_reserved_bytes = 5 * kGiB;
+  r.peak_nvml_used_bytes = 5 * kGiB;
+  r.gpu_util_mean = 80.4;
+  r.gpu_util_peak = 99.0;
+  r.final_test_accuracy = 0.9012;
+  r.epochs_detail = {epoch(0, 50.0, 1.2, 0.85), epoch(1, 50.0, 0.6, 0.9012)};
+  return r;
+}
+
+RunRecord ptrain_bf16() {
+  RunRecord r = record("ptrain", "single", "amp-bf16", 1);
+  r.images_per_second = 2500.0;
+  r.total_wall_seconds = 50.0;
+  r.train_wall_seconds = 40.0;
+  r.peak_allocated_bytes = 2 * kGiB;
+  r.peak_nvml_used_bytes = std::nullopt;  // the report must say n/a, not 0
+  r.gpu_util_mean = 85.0;
+  r.gpu_util_peak = 100.0;
+  r.final_test_accuracy = 0.8987;
+  r.epochs_detail = {epoch(0, 20.0, 1.25, 0.84), epoch(1, 20.0, 0.62, 0.8987)};
+  return r;
+}
+
+RunRecord pytorch_bf16() {
+  RunRecord r = record("pytorch", "single", "amp-bf16", 1);
+  r.images_per_second = 2000.0;
+  r.total_wall_seconds = 62.5;
+  r.train_wall_seconds = 50.0;
+  r.peak_allocated_bytes = 3 * kGiB;
+  r.peak_nvml_used_bytes = 4 * kGiB;
+  r.final_test_accuracy = 0.8991;
+  r.epochs_detail = {epoch(0, 25.0, 1.3, std::nullopt), epoch(1, 25.0, 0.65, 0.8991)};
+  return r;
+}
+
+void write_json(const fs::path& path, const json& j) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path);
+  out << j.dump(2);
+  ASSERT_TRUE(out.good()) << path;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Two ptrain runs and one PyTorch run in two directories, as `ptrain report --runs ptrain --runs pytorch`
+// would find them. The records are written as their writers write them: ptrain's baseline as an older
+// record without "framework", PyTorch's without "ptrain_version".
+bench::WrittenReport write_three_run_report(const fs::path& dir) {
+  json baseline = metrics::to_json(fp32_baseline());
+  baseline.erase("framework");
+  write_json(dir / "ptrain" / "fp32-baseline.json", baseline);
+  write_json(dir / "ptrain" / (kHostileName + ".json"), metrics::to_json(ptrain_bf16()));
+  json pytorch = metrics::to_json(pytorch_bf16());
+  pytorch.erase("ptrain_version");
+  write_json(dir / "pytorch" / "pytorch-amp-bf16.json", pytorch);
+  return bench::write_report({(dir / "ptrain").string(), (dir / "pytorch").string()}, (dir / "report").string(),
+                             kHostileTitle);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  for (const auto& l : lines_of(text)) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+// RFC 4180: quoted fields may hold commas, doubled quotes and line breaks.
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1);
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"' && field.empty()) {
+      quoted = true;
+    } else if (c == ',') {
+      rows.back().push_back(field);
+      field.clear();
+    } else if (c == '\n') {
+      rows.back().push_back(field);
+      field.clear();
+      rows.emplace_back();
+    } else {
+      field += c;
+    }
+  }
+  EXPECT_FALSE(quoted) << "unterminated quoted field";
+  if (rows.back().empty() && field.empty()) rows.pop_back();
+  return rows;
+}
+
+// The <svg ...> start tags of every chart, by data-chart, and the marks inside each.
+struct ChartInHtml {
+  std::map<std::string, std::string> attributes;
+  int marks = 0;
+};
+
+std::map<std::string, ChartInHtml> charts_of(const std::string& html) {
+  std::map<std::string, ChartInHtml> charts;
+  const std::regex svg_tag(R"(<svg\b([^>]*)>)");
+  const std::regex attribute(R"(([a-z-]+)="([^"]*)\")");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), svg_tag); it != std::sregex_iterator(); ++it) {
+    ChartInHtml chart;
+    const std::string attrs = (*it)[1];
+    for (auto a = std::sregex_iterator(attrs.begin(), attrs.end(), attribute); a != std::sregex_iterator(); ++a) {
+      chart.attributes[(*a)[1]] = (*a)[2];
+    }
+    const size_t start = static_cast<size_t>(it->position());
+    const size_t end = html.find("</svg>", start);
+    const std::string inside = html.substr(start, end - start);
+    for (size_t at = inside.find("class=\"mark\""); at != std::string::npos; at = inside.find("class=\"mark\"", at + 1)) {
+      ++chart.marks;
+    }
+    charts[chart.attributes["data-chart"]] = chart;
+  }
+  return charts;
+}
+
+const std::map<std::string, int> kExpectedMarks = {
+    {"throughput", 3},      // every run
+    {"peak-memory", 5},     // allocated for all three, NVML for the two that measured it
+    {"total-time", 3},      //
+    {"accuracy", 3},        //
+    {"loss-curve", 6},      // two epochs each
+    {"accuracy-curve", 5},  // PyTorch's first epoch has no test accuracy
+};
+
+void expect_error_naming(const std::function<void()>& action, const std::vector<std::string>& fragments) {
+  try {
+    action();
+    ADD_FAILURE() << "no error; expected one naming " << fragments.front();
+  } catch (const Error& e) {
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.what();
+    }
+  }
+}
+
+fs::path find_headless_browser() {
+  if (const char* configured = std::getenv("PTRAIN_HEADLESS_BROWSER")) {
+    return ::access(configured, X_OK) == 0 ? fs::path(configured) : fs::path();
+  }
+  std::vector<fs::path> candidates;
+  if (const char* path = std::getenv("PATH")) {
+    std::istringstream dirs(path);
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      if (!dir.empty()) candidates.push_back(fs::path(dir) / "chromium-headless-shell");
+    }
+  }
+  candidates.push_back("/usr/lib/chromium/chromium-headless-shell");  // Debian's real binary
+  for (const auto& candidate : candidates) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
+  ScratchDir scratch;
+  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  EXPECT_EQ(read_text(written.markdown_path), written.markdown);
+  const std::string& md = written.markdown;
+
+  EXPECT_TRUE(has_line(md, "# Nightly \\<b\\>bench\\</b\\> & co")) << md;
+  EXPECT_TRUE(has_line(md,
+                       "| run | framework | strategy | precision | devices | batch/device | peak allocated/GPU | "
+                       "peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | "
+                       "throughput img/s | test accuracy | speed-up vs baseline | memory saved vs baseline |"))
+      << md;
+  // Runs in directory order, files sorted within each: the baseline need not come first.
+  EXPECT_TRUE(has_line(md,
+                       "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2.00 GiB | "
+                       "n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 89.87% | 2.50x | 50.0% |"))
+      << md;
+  EXPECT_TRUE(has_line(md,
+                       "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 4.00 GiB | 5.00 GiB | 80% | 99% | "
+                       "2 min 00 s | 1 min 40 s | 1000 | 90.12% | 1.00x | 0.0% |"))
+      << md;
+  EXPECT_TRUE(has_line(md,
+                       "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 3.00 GiB | 4.00 GiB | n/a | n/a | "
+                       "1 min 03 s | 50.0 s | 2000 | 89.91% | 2.00x | 25.0% |"))
+      << md;
+  EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
+  EXPECT_EQ(md.find("<script>"), std::string::npos);
+
+  const std::vector<std::string> lines = lines_of(md);
+  const auto table_rows = std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("| ", 0) == 0; });
+  EXPECT_EQ(table_rows, 2 + 3);  // header, alignment row, one row per run
+}
+
+TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
+  ScratchDir scratch;
+  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const auto rows = parse_csv(read_text(written.csv_path));
+  ASSERT_EQ(rows.size(), 4u);
+  const std::vector<std::string> header = {
+      "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "peak_allocated_bytes_per_gpu",
+      "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
+      "train_wall_seconds", "images_per_second", "final_test_accuracy", "speedup_vs_baseline",
+      "memory_saved_vs_baseline_fraction"};
+  EXPECT_EQ(rows[0], header);
+  for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
+
+  std::map<std::string, std::map<std::string, std::string>> by_run;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    for (size_t c = 0; c < header.size(); ++c) by_run[rows[r][0]][header[c]] = rows[r][c];
+  }
+  ASSERT_EQ(by_run.count(kHostileName), 1u) << "the quoted run name did not survive";
+  const auto& bf16 = by_run[kHostileName];
+  EXPECT_EQ(bf16.at("peak_allocated_bytes_per_gpu"), std::to_string(2 * kGiB));
+  EXPECT_EQ(bf16.at("peak_nvml_used_bytes_per_gpu"), "");
+  EXPECT_EQ(bf16.at("total_wall_seconds"), "50");
+  EXPECT_EQ(bf16.at("images_per_second"), "2500");
+  EXPECT_DOUBLE_EQ(std::stod(bf16.at("speedup_vs_baseline")), 2.5);
+  EXPECT_DOUBLE_EQ(std::stod(bf16.at("memory_saved_vs_baseline_fraction")), 0.5);
+  EXPECT_DOUBLE_EQ(std::stod(bf16.at("final_test_accuracy")), 0.8987);
+  const auto& pytorch = by_run.at("pytorch-amp-bf16");
+  EXPECT_EQ(pytorch.at("framework"), "pytorch");
+  EXPECT_EQ(pytorch.at("gpu_util_mean_percent"), "");
+  EXPECT_EQ(pytorch.at("gpu_util_peak_percent"), "");
+  EXPECT_DOUBLE_EQ(std::stod(pytorch.at("total_wall_seconds")), 62.5);
+  EXPECT_DOUBLE_EQ(std::stod(pytorch.at("speedup_vs_baseline")), 2.0);
+  EXPECT_DOUBLE_EQ(std::stod(pytorch.at("memory_saved_vs_baseline_fraction")), 0.25);
+  EXPECT_DOUBLE_EQ(std::stod(by_run.at("fp32-baseline").at("gpu_util_mean_percent")), 80.4);
+}
+
+TEST(BenchReport, HtmlHasEveryChartWithItsMarksEscapedAndSelfContained) {
+  ScratchDir scratch;
+  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const std::string html = read_text(written.html_path);
+
+  const auto charts = charts_of(html);
+  ASSERT_EQ(charts.size(), kExpectedMarks.size()) << html;
+  for (const auto& [name, expected] : kExpectedMarks) {
+    ASSERT_EQ(charts.count(name), 1u) << "no chart " << name;
+    EXPECT_EQ(charts.at(name).marks, expected) << name;
+    EXPECT_EQ(charts.at(name).attributes.at("data-marks"), std::to_string(expected)) << name;
+  }
+
+  EXPECT_NE(html.find("<title>Nightly &lt;b&gt;bench&lt;/b&gt; &amp; co</title>"), std::string::npos);
+  EXPECT_NE(html.find("amp-bf16 &quot;fast&quot;, &lt;script&gt;alert(1)"), std::string::npos);
+  EXPECT_EQ(html.find("<script>alert"), std::string::npos);
+  EXPECT_EQ(html.find("<b>bench"), std::string::npos);
+  size_t script_tags = 0;
+  for (size_t at = html.find("<script"); at != std::string::npos; at = html.find("<script", at + 1)) ++script_tags;
+  EXPECT_EQ(script_tags, 1u) << "only the page's own mark-counting script";
+
+  // Nothing to fetch: no links, sources or stylesheets, and no URL but SVG's namespace name.
+  for (const std::string reference : {"src=", "href=", "<link", "url(", "@import"}) {
+    EXPECT_EQ(html.find(reference), std::string::npos) << reference;
+  }
+  const std::string html_without_namespace =
+      std::regex_replace(html, std::regex(R"(xmlns="http://www\.w3\.org/2000/svg")"), "");
+  EXPECT_EQ(html_without_namespace.find("http"), std::string::npos);
+
+  // ptrain and PyTorch bars differ in colour, and the legend says which is which.
+  const std::string throughput = html.substr(html.find("data-chart=\"throughput\""));
+  EXPECT_NE(throughput.find("fill=\"#2563eb\""), std::string::npos);
+  EXPECT_NE(throughput.find("fill=\"#ee4c2c\""), std::string::npos);
+  EXPECT_NE(throughput.find(">PyTorch</text>"), std::string::npos);
+  EXPECT_NE(throughput.find(">ptrain</text>"), std::string::npos);
+  // The table's missing values are n/a there too.
+  EXPECT_NE(html.find("<td class=\"number\">n/a</td>"), std::string::npos);
+}
+
+TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutEpochsHaveNoCurve) {
+  ScratchDir scratch;
+  RunRecord ddp = fp32_baseline();
+  ddp.strategy = "ddp";
+  ddp.world_size = ddp.devices = 2;
+  ddp.global_batch_size = 256;
+  ddp.images_per_second = 1800.0;
+  ddp.final_test_accuracy.reset();
+  ddp.epochs_detail.clear();
+  write_json(scratch.path() / "runs" / "a-ddp.json", metrics::to_json(ddp));
+  write_json(scratch.path() / "runs" / "b-pytorch.json", metrics::to_json(pytorch_bf16()));
+  const auto written = bench::write_report({(scratch.path() / "runs").string()},
+                                           (scratch.path() / "out").string(), "fallback");
+
+  EXPECT_TRUE(has_line(written.markdown,
+                       "No ptrain single-device fp32 run among these records: the first run, a-ddp (ptrain, ddp, "
+                       "fp32, 2 devices, batch 128/device), is the baseline."))
+      << written.markdown;
+  EXPECT_TRUE(has_line(written.markdown,
+                       "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 4.00 GiB | 5.00 GiB | 80% | 99% | 2 min 00 s | "
+                       "1 min 40 s | 1800 | n/a | 1.00x | 0.0% |"))
+      << written.markdown;
+  EXPECT_NE(written.markdown.find("| 2000 | 89.91% | 1.11x | 25.0% |"), std::string::npos) << written.markdown;
+
+  const std::string html = read_text(written.html_path);
+  const auto charts = charts_of(html);
+  EXPECT_EQ(charts.at("loss-curve").marks, 2);
+  EXPECT_EQ(charts.at("accuracy-curve").marks, 1);
+  EXPECT_EQ(charts.at("accuracy").marks, 1);
+  EXPECT_NE(html.find("No curve for runs without epochs_detail: a-ddp."), std::string::npos);
+  EXPECT_NE(html.find("No ptrain single-device fp32 run among these records"), std::string::npos);
+}
+
+TEST(BenchReport, MissingOrEmptyDirectoryIsAnErrorNamingIt) {
+  ScratchDir scratch;
+  const fs::path empty = scratch.path() / "empty";
+  fs::create_directories(empty);
+  std::ofstream(empty / "notes.txt") << "not a record";
+  const std::string out = (scratch.path() / "out").string();
+  expect_error_naming([&] { bench::write_report({empty.string()}, out, "t"); }, {empty.string(), "no run record"});
+  const fs::path missing = scratch.path() / "missing";
+  expect_error_naming([&] { bench::write_report({missing.string()}, out, "t"); }, {missing.string(), "does not exist"});
+  EXPECT_FALSE(fs::exists(out)) << "a failed report must not leave a half-written directory";
+}
+
+TEST(BenchReport, MalformedRecordIsAnErrorNamingTheFileAndTheKey) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  const std::string out = (scratch.path() / "out").string();
+  json wrong_type = metrics::to_json(fp32_baseline());
+  wrong_type["images_per_second"] = "fast";
+  write_json(runs / "wrong-type.json", wrong_type);
+  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+                      {(runs / "wrong-type.json").string(), "'images_per_second'"});
+
+  fs::remove_all(runs);
+  json unknown_framework = metrics::to_json(fp32_baseline());
+  unknown_framework["framework"] = "tensorflow";
+  write_json(runs / "tf.json", unknown_framework);
+  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+                      {(runs / "tf.json").string(), "'framework'", "tensorflow"});
+
+  fs::remove_all(runs);
+  json ptrain_without_version = metrics::to_json(fp32_baseline());
+  ptrain_without_version.erase("ptrain_version");
+  write_json(runs / "no-version.json", ptrain_without_version);
+  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+                      {(runs / "no-version.json").string(), "'ptrain_version'"});
+
+  fs::remove_all(runs);
+  fs::create_directories(runs);
+  std::ofstream(runs / "truncated.json") << "{\"schema_version\": 1, \"model\": ";
+  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+                      {(runs / "truncated.json").string(), "not valid JSON"});
+}
+
+TEST(BenchReport, RunsOfTheSameNameInTwoDirectoriesAreTold) {
+  ScratchDir scratch;
+  write_json(scratch.path() / "monday" / "fp32.json", metrics::to_json(fp32_baseline()));
+  write_json(scratch.path() / "tuesday" / "fp32.json", metrics::to_json(ptrain_bf16()));
+  const auto runs = bench::read_runs({(scratch.path() / "monday").string(), (scratch.path() / "tuesday/").string()});
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].name, "monday/fp32");
+  EXPECT_EQ(runs[1].name, "tuesday/fp32");
+}
+
+// The charts must not only be written but laid out by a browser: each mark a non-empty box.
+TEST(BenchReport, HeadlessBrowserRendersEveryMarkOfEveryChart) {
+  const fs::path browser = find_headless_browser();
+  ASSERT_FALSE(browser.empty())
+      << "chromium-headless-shell not found (PATH, /usr/lib/chromium, or $PTRAIN_HEADLESS_BROWSER): run "
+         "scripts/setup-debian.sh, which installs Debian's chromium-headless-shell (CI runs it too)";
+  ScratchDir scratch;
+  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const fs::path errors = scratch.path() / "browser-stderr.txt";
+  const std::string command = "timeout 120 '" + browser.string() +
+                              "' --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom 'file://" +
+                              fs::absolute(written.html_path).string() + "' 2>'" + errors.string() + "'";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr) << command;
+  std::string dom;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) dom.append(buffer, n);
+  const int status = ::pclose(pipe);
+  ASSERT_EQ(status, 0) << command << "\n" << read_text(errors);
+
+  EXPECT_TRUE(std::regex_search(dom, std::regex(R"(<body\b[^>]*\bdata-charts-checked="1")")))
+      << "the page's script did not run\n" << dom.substr(0, 2000);
+  const auto charts = charts_of(dom);
+  ASSERT_EQ(charts.size(), kExpectedMarks.size()) << dom.substr(0, 2000);
+  for (const auto& [name, expected] : kExpectedMarks) {
+    ASSERT_EQ(charts.count(name), 1u) << "no chart " << name;
+    const auto& attributes = charts.at(name).attributes;
+    ASSERT_EQ(attributes.count("data-rendered-marks"), 1u) << name;
+    EXPECT_EQ(charts.at(name).marks, expected) << name;
+    EXPECT_EQ(attributes.at("data-rendered-marks"), std::to_string(expected)) << name;
+  }
+}
