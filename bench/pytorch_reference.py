@@ -306,6 +306,7 @@ def finite_or_null(value):
 
 def write_json_atomically(path, record):
     # Replaced atomically, as ptrain's run record is: a reader never sees half a file.
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     temp = f"{path}.tmp.{os.getpid()}"
     with open(temp, "w") as f:
         json.dump(finite_or_null(record), f, indent=2, allow_nan=False)

@@ -52,6 +52,8 @@ TEST(Cli, TrainsAndWritesTheMetricsRecord) {
   ASSERT_TRUE(in.good()) << "no metrics file at " << metrics;
   const auto json = nlohmann::json::parse(in);
   EXPECT_EQ(json["schema_version"], 1);
+  EXPECT_EQ(json["framework"], "ptrain");
+  EXPECT_FALSE(json["ptrain_version"].get<std::string>().empty());
   EXPECT_EQ(json["steps"], 2 * (256 / 16));
   EXPECT_EQ(json["epochs_detail"].size(), 2u);
   EXPECT_TRUE(json["peak_allocated_bytes"].is_null()) << "no CUDA allocator on the CPU: must be null, not a number";
@@ -233,6 +235,72 @@ TEST(Cli, LaunchFailsWhenARankFails) {
   const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 60 -- " +
                        PTRAIN_EXECUTABLE + " train --strategy ddp --precision fp8");
   EXPECT_NE(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+
+namespace {
+
+const char* kTinySuite = R"(name: tiny
+workload: {model: resnet20, dataset: synthetic, data-path: "128:3x8x8:4", batch-size: 16, epochs: 1, test-limit: 32, threads: 1}
+runs:
+  - {precision: fp32}
+  - {precision: fp32, strategy: ddp, devices: 2}
+  - {precision: fp32, strategy: dp, devices: 2}
+)";
+
+size_t count_of(const std::string& text, const std::string& word) {
+  size_t n = 0;
+  for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
+  const auto dir = scratch("bench");
+  std::ofstream(dir / "suite.yaml") << kTinySuite;
+  const std::string bench = "bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string();
+  const Result r = run(bench);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[1/3] ptrain fp32, single, 1 device (2 after this)"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "      done: "), 3u) << r.output;
+  for (const char* file : {"report.md", "report.csv", "report.html", "bench.json", "workload.yaml"})
+    EXPECT_TRUE(fs::is_regular_file(dir / "out" / file)) << file;
+  std::ifstream in(dir / "out" / "runs" / "ptrain" / "fp32-ddp-x2.json");
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto ddp = nlohmann::json::parse(in);
+  EXPECT_EQ(ddp["world_size"], 2);
+  EXPECT_EQ(ddp["strategy"], "ddp");
+  std::ifstream dp_in(dir / "out" / "runs" / "ptrain" / "fp32-dp-x2.json");
+  const auto dp = nlohmann::json::parse(dp_in);
+  EXPECT_EQ(dp["devices"], 2);
+  EXPECT_EQ(dp["world_size"], 1);
+  // Every run appears in the report, and the report says what the baseline is.
+  std::ifstream md_in(dir / "out" / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2"}) EXPECT_NE(md.find(id), std::string::npos) << md;
+
+  // A second bench with the same --out continues: nothing is run again.
+  const Result again = run(bench);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(count_of(again.output, ": done earlier"), 3u) << again.output;
+  EXPECT_EQ(count_of(again.output, "      done: "), 0u) << again.output;
+}
+
+TEST(Cli, BenchKeepsGoingPastAFailingRunAndNamesIt) {
+  const auto dir = scratch("bench_fail");
+  std::ofstream(dir / "suite.yaml") << R"(workload: {model: resnet20, dataset: synthetic, data-path: "64:3x8x8:4", batch-size: 16, epochs: 1, threads: 1}
+runs:
+  - {precision: fp16}
+  - {precision: fp32}
+)";
+  const Result r = run("bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("FAILED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ptrain-fp16-single-x1.log"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("      done: "), std::string::npos) << "the fp32 run after the failure must still run\n" << r.output;
+  const Result bad = run("bench --gpus 0 --suite nosuchsuite");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("configs/bench/nosuchsuite.yaml"), std::string::npos) << bad.output;
 }
 
 }  // namespace

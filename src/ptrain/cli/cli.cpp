@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ptrain/bench/report.h"
+#include "ptrain/bench/runner.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
@@ -105,6 +107,38 @@ int run_cli(int argc, char** argv) {
       "An accelerate config YAML: processes, machines, rendezvous, and for ptrain train the strategy, precision "
       "and device (through PTRAIN_STRATEGY, PTRAIN_PRECISION, PTRAIN_DEVICE; flags win)");
 
+  std::vector<std::string> report_run_dirs;
+  std::string report_out_dir;
+  std::string report_title = "ptrain benchmark report";
+  CLI::App* report_cmd = app.add_subcommand(
+      "report",
+      "Compare run records, ptrain's and PyTorch references' (bench/pytorch_reference.py): writes report.md "
+      "(also printed), report.csv and report.html, a self-contained page with charts");
+  report_cmd->add_option("--runs", report_run_dirs, "Directory of run records (*.json, searched recursively); repeat for more")
+      ->required()->check(CLI::ExistingDirectory);
+  report_cmd->add_option("--out", report_out_dir, "Directory for report.md, report.csv and report.html (created when missing)")
+      ->required();
+  report_cmd->add_option("--title", report_title, "Heading of the report")->capture_default_str();
+
+  bench::BenchOptions bench_options;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench",
+      "Run a whole comparison (a suite: one workload, many precisions and strategies), each run in its own "
+      "process, then write the report; an interrupted bench continues where it stopped");
+  bench_cmd->add_option("--suite", bench_options.suite, "A suite name under configs/bench (standard) or a YAML file")
+      ->capture_default_str();
+  bench_cmd->add_option("--out", bench_options.out_dir, "Directory for the runs' records, logs and the report")
+      ->capture_default_str();
+  bench_cmd->add_option("--gpus", bench_options.gpus, "GPUs to use (default: every visible one; 0: the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_flag("--pytorch", bench_options.pytorch,
+                      "Also run every run through PyTorch (bench/pytorch_reference.py) for the report to compare");
+  bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
+      ->capture_default_str();
+  bench_cmd->add_option("--source-dir", bench_options.source_dir,
+                        "The ptrain checkout holding configs/bench and bench/ (default: the current directory "
+                        "when it has them, else the one ptrain was built from)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,6 +146,29 @@ int run_cli(int argc, char** argv) {
   }
 
   try {
+    if (bench_cmd->parsed()) {
+      if (bench_options.source_dir.empty()) {
+        bench_options.source_dir =
+            std::filesystem::is_directory("configs/bench") ? std::filesystem::current_path().string() : PTRAIN_SOURCE_DIR;
+      }
+      bench_options.ptrain_executable = std::filesystem::read_symlink("/proc/self/exe").string();
+      const bench::BenchOutcome outcome = bench::run_bench(bench_options, std::cout);
+      if (!outcome.report.markdown.empty()) {
+        std::cout << "\n" << outcome.report.markdown << "report written to " << outcome.report.markdown_path << ", "
+                  << outcome.report.csv_path << " and " << outcome.report.html_path << std::endl;
+      }
+      std::cout << "ptrain bench: " << outcome.completed << " run(s) done now, " << outcome.done_earlier
+                << " earlier, " << outcome.not_available << " not available, " << outcome.failed << " failed"
+                << std::endl;
+      for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
+      return outcome.failed > 0 ? 1 : 0;
+    }
+    if (report_cmd->parsed()) {
+      const bench::WrittenReport written = bench::write_report(report_run_dirs, report_out_dir, report_title);
+      std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
+                << " and " << written.html_path << std::endl;
+      return 0;
+    }
     if (launch_cmd->parsed()) {
       if (accelerate_option->count() > 0) apply_accelerate_config(*launch_cmd, accelerate_config, launch_options);
       return dist::launch(launch_options);

@@ -484,6 +484,7 @@ metrics::RunRecord TrainingRun::run() {
     record_.final_test_accuracy = last_eval.accuracy;
     record_.final_test_loss = last_eval.loss;
   }
+  record_.ptrain_version = PTRAIN_VERSION;
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);

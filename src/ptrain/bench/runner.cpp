@@ -1,0 +1,342 @@
+#include "ptrain/bench/runner.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "ptrain/bench/suite.h"
+#include "ptrain/core/error.h"
+#include "ptrain/metrics/run_record.h"
+
+namespace ptrain::bench {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string join_command(const std::vector<std::string>& words) {
+  std::string command;
+  for (const auto& w : words) command += (command.empty() ? "" : " ") + quoted(w);
+  return command;
+}
+
+// The output of a shell command, or nullopt when it failed (git outside a checkout, for one).
+std::optional<std::string> capture(const std::string& command) {
+  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  if (!pipe) return std::nullopt;
+  std::string out;
+  std::array<char, 256> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
+  if (pclose(pipe) != 0) return std::nullopt;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+// A port nobody listens on now, for a run's rendezvous: benches (and tests) running side by side must
+// not meet on a fixed default port.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  check(fd >= 0, "ptrain bench: cannot open a socket to find a free port");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  check(ok, "ptrain bench: cannot find a free port");
+  return ntohs(address.sin_port);
+}
+
+struct Job {
+  std::string framework;  // ptrain | pytorch
+  SuiteRun run;
+  std::string command;    // shell command line, environment prefix included
+  std::string metrics_path, log_path;
+  std::string unavailable;  // why this job cannot run (PyTorch has no such mode); empty: it can
+};
+
+void write_workload_file(const Suite& suite, const std::string& path) {
+  std::ofstream out(path);
+  out << "# The workload of suite '" << suite.name << "' (" << suite.source << "), as ptrain bench ran it.\n";
+  for (const auto& [key, value] : suite.workload) {
+    out << key << ": " << (value.find(',') != std::string::npos ? "[" + value + "]" : value) << "\n";
+  }
+  check(out.good(), "cannot write " + path);
+}
+
+std::string workload_value(const Suite& suite, const std::string& key) {
+  for (const auto& [k, v] : suite.workload) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& workload_file,
+               const std::string& out) {
+  Job job{"ptrain", run};
+  job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
+  job.log_path = out + "/logs/ptrain-" + run.id() + ".log";
+  std::vector<std::string> train{o.ptrain_executable, "train", "--config", workload_file, "--precision", run.precision,
+                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", job.metrics_path};
+  if (run.master_weights) train.push_back("--master-weights");
+  const bool gpu = suite.on_gpu;
+  std::string environment;
+  if (gpu) environment = "CUDA_VISIBLE_DEVICES=" + [&] {
+    std::string list;
+    for (int64_t i = 0; i < run.devices; ++i) list += (i ? "," : "") + std::to_string(i);
+    return list;
+  }() + " ";
+  if (run.strategy == "dp") {
+    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
+  } else if (run.strategy == "ddp") {
+    train.insert(train.end(), {"--device", gpu ? "cuda" : "cpu"});
+    if (!gpu) {
+      // Processes sharing the cores: each takes its share instead of all of them.
+      const auto cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+      train.insert(train.end(), {"--threads", std::to_string(std::max<int64_t>(1, cores / run.devices))});
+    }
+    std::vector<std::string> launch{o.ptrain_executable, "launch", "--nproc-per-node", std::to_string(run.devices),
+                                    "--master-port", std::to_string(free_port()), "--"};
+    train.insert(train.begin(), launch.begin(), launch.end());
+  } else {
+    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
+  }
+  job.command = environment + join_command(train);
+  return job;
+}
+
+// The workload keys bench/pytorch_reference.py understands, and its flag for each.
+const std::map<std::string, std::string>& pytorch_flags() {
+  static const std::map<std::string, std::string> flags{
+      {"model", "--model"},           {"dataset", "--dataset"},         {"data-path", "--data"},
+      {"image-size", "--image-size"}, {"batch-size", "--batch-size"},   {"epochs", "--epochs"},
+      {"max-steps", "--max-steps"},   {"lr", "--lr"},                   {"warmup-epochs", "--warmup-epochs"},
+      {"seed", "--seed"}};
+  return flags;
+}
+
+Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
+  Job job{"pytorch", run};
+  job.metrics_path = out + "/runs/pytorch/" + run.id() + ".json";
+  job.log_path = out + "/logs/pytorch-" + run.id() + ".log";
+  if (run.master_weights) {
+    job.unavailable = "PyTorch has no fp32 master weights for a model in pure half precision";
+    return job;
+  }
+  const std::string script = o.source_dir + "/bench/pytorch_reference.py";
+  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", run.strategy,
+                                "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu"};
+  // Keys ptrain and the reference share go across; the reference's defaults are the standard workload's.
+  // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
+  for (const auto& [key, value] : suite.workload) {
+    const auto flag = pytorch_flags().find(key);
+    if (flag != pytorch_flags().end()) {
+      args.insert(args.end(), {flag->second, value});
+    } else if (key == "augment") {
+      if (value == "false") args.push_back("--no-augment");
+    } else if (key == "channels-last") {
+      if (value == "true") args.push_back("--channels-last");
+    } else if (key == "eval-each-epoch" || key == "log-every" || key == "threads" || key == "loader-threads" ||
+               key == "progress") {
+      // How often to evaluate or log, and CPU threading: no effect on what a run measures.
+    } else {
+      job.unavailable = "the PyTorch reference has no equivalent of workload key '" + key + "'";
+      return job;
+    }
+  }
+  std::string environment;
+  if (suite.on_gpu) {
+    std::string list;
+    for (int64_t i = 0; i < run.devices; ++i) list += (i ? "," : "") + std::to_string(i);
+    environment = "CUDA_VISIBLE_DEVICES=" + list + " ";
+  }
+  std::vector<std::string> command{o.python};
+  if (run.strategy == "ddp") {
+    command.insert(command.end(), {"-m", "torch.distributed.run", "--master_port", std::to_string(free_port()),
+                                   "--nproc_per_node",
+                                   std::to_string(run.devices), "--redirects", "1", "--tee", "1", "--log_dir",
+                                   out + "/logs/torchrun-" + run.id()});
+  } else if (run.strategy == "dp") {
+    args.insert(args.end(), {"--gpus", std::to_string(run.devices)});
+  }
+  command.insert(command.end(), args.begin(), args.end());
+  job.command = environment + join_command(command);
+  return job;
+}
+
+bool finished_earlier(const Job& job) {
+  if (!fs::is_regular_file(job.metrics_path)) return false;
+  try {
+    std::ifstream in(job.metrics_path);
+    metrics::run_record_from_json(nlohmann::json::parse(in));
+    return true;
+  } catch (const std::exception&) {
+    return false;  // half a file from an interrupted run: run it again
+  }
+}
+
+bool is_progress_line(const std::string& line) {
+  const auto at = line.find("epoch ");
+  return at != std::string::npos && (at == 0 || line.rfind("[rank 0] ", 0) == 0 || line.rfind("[pytorch]", 0) == 0);
+}
+
+struct Exit {
+  int code = 0;
+  bool interrupted = false;
+  std::string last_line;
+};
+
+Exit run_job(const Job& job, std::ostream& progress) {
+  fs::create_directories(fs::path(job.metrics_path).parent_path());
+  fs::create_directories(fs::path(job.log_path).parent_path());
+  std::ofstream log(job.log_path);
+  log << "$ " << job.command << "\n";
+  FILE* pipe = popen((job.command + " 2>&1").c_str(), "r");
+  check(pipe != nullptr, "cannot start: " + job.command);
+  Exit exit;
+  std::string line;
+  std::array<char, 4096> buffer{};
+  while (fgets(buffer.data(), buffer.size(), pipe)) {
+    line += buffer.data();
+    if (line.empty() || line.back() != '\n') continue;
+    log << line;
+    log.flush();
+    line.pop_back();
+    if (!line.empty()) exit.last_line = line;
+    if (is_progress_line(line)) progress << "      " << line << std::endl;
+    line.clear();
+  }
+  const int status = pclose(pipe);
+  exit.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  exit.interrupted = exit.code == 130 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+  return exit;
+}
+
+std::string summary_of(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  const auto r = metrics::run_record_from_json(nlohmann::json::parse(in));
+  char text[256];
+  std::snprintf(text, sizeof(text), "%.0f s, %.0f img/s", r.total_wall_seconds, r.images_per_second);
+  std::string s = text;
+  if (r.final_test_accuracy) {
+    std::snprintf(text, sizeof(text), ", test accuracy %.2f%%", *r.final_test_accuracy * 100);
+    s += text;
+  }
+  if (r.peak_allocated_bytes) {
+    std::snprintf(text, sizeof(text), ", peak %.2f GiB per GPU", static_cast<double>(*r.peak_allocated_bytes) / (1 << 30));
+    s += text;
+  }
+  return s;
+}
+
+void write_bench_record(const Suite& suite, const BenchOptions& o, const std::vector<Job>& jobs,
+                        const std::string& path) {
+  nlohmann::json j;
+  j["suite"] = suite.name;
+  j["suite_file"] = suite.source;
+  j["on_gpu"] = suite.on_gpu;
+  j["git_commit"] = capture("git -C " + quoted(o.source_dir) + " rev-parse HEAD").value_or("");
+  j["ptrain_executable"] = o.ptrain_executable;
+  j["workload"] = nlohmann::json::object();
+  for (const auto& [k, v] : suite.workload) j["workload"][k] = v;
+  j["commands"] = nlohmann::json::array();
+  for (const auto& job : jobs) {
+    j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
+                             {"unavailable", job.unavailable}});
+  }
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
+  check(!o.ptrain_executable.empty(), "ptrain bench: the ptrain executable to run is unknown");
+  int64_t gpus = o.gpus;
+  const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  if (gpus < 0) gpus = visible;
+  check(gpus <= visible, "--gpus " + std::to_string(gpus) + ": only " + std::to_string(visible) + " GPU(s) are visible");
+  const Suite suite = load_suite(o.suite, o.source_dir, gpus);
+  if (o.pytorch) {
+    check(fs::is_regular_file(o.source_dir + "/bench/pytorch_reference.py"),
+          "--pytorch: no bench/pytorch_reference.py under " + o.source_dir);
+  }
+
+  const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
+  fs::create_directories(out);
+  const std::string workload_file = out + "/workload.yaml";
+  write_workload_file(suite, workload_file);
+
+  std::vector<Job> jobs;
+  for (const auto& run : suite.runs) {
+    jobs.push_back(ptrain_job(suite, run, o, workload_file, out));
+    if (o.pytorch) jobs.push_back(pytorch_job(suite, run, o, out));
+  }
+  write_bench_record(suite, o, jobs, out + "/bench.json");
+
+  progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs on "
+           << (suite.on_gpu ? std::to_string(gpus) + " GPU(s)" : std::string("the CPU"))
+           << (o.pytorch ? ", each also through PyTorch" : "") << "; results in " << out << std::endl;
+  BenchOutcome outcome;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
+    progress << "[" << i + 1 << "/" << jobs.size() << "] " << job.framework << " " << job.run.label() << " ("
+             << jobs.size() - i - 1 << " after this)";
+    if (!job.unavailable.empty()) {
+      progress << ": not run: " << job.unavailable << std::endl;
+      ++outcome.not_available;
+      continue;
+    }
+    if (finished_earlier(job)) {
+      progress << ": done earlier, " << summary_of(job.metrics_path) << std::endl;
+      ++outcome.done_earlier;
+      continue;
+    }
+    progress << std::endl;
+    const auto started = std::chrono::steady_clock::now();
+    const Exit exit = run_job(job, progress);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (exit.interrupted) {
+      throw Error("ptrain bench interrupted during " + job.framework + " " + job.run.label() +
+                  "; the runs that finished are kept and the next `ptrain bench` with the same --out continues");
+    }
+    if (exit.code == 0 && finished_earlier(job)) {
+      progress << "      done: " << summary_of(job.metrics_path) << std::endl;
+      ++outcome.completed;
+    } else {
+      const std::string reason = exit.code == 0 ? "exited without writing " + job.metrics_path
+                                                : "exit status " + std::to_string(exit.code) + ": " + exit.last_line;
+      progress << "      FAILED after " << static_cast<int64_t>(seconds) << " s (" << reason << "); log: " << job.log_path
+               << std::endl;
+      outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
+      ++outcome.failed;
+    }
+  }
+  if (outcome.completed + outcome.done_earlier > 0) {
+    outcome.report = write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);
+  }
+  return outcome;
+}
+
+}  // namespace ptrain::bench

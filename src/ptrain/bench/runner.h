@@ -1,0 +1,37 @@
+// `ptrain bench`: every run of a suite in its own process (so that each run's memory figures are its
+// own), each run's record kept as a file, so that an interrupted bench continues where it stopped, and
+// the report written at the end. With pytorch set, the same runs also go through PyTorch
+// (bench/pytorch_reference.py), so that the report puts both side by side.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "ptrain/bench/report.h"
+
+namespace ptrain::bench {
+
+struct BenchOptions {
+  std::string suite = "standard";  // a name under configs/bench, or a YAML file
+  std::string source_dir;          // the ptrain checkout: configs/bench and bench/pytorch_reference.py
+  std::string out_dir = "runs/bench";
+  int64_t gpus = -1;               // GPUs to use; -1: every visible one; 0: the CPU
+  bool pytorch = false;            // also run each run through PyTorch
+  std::string python = "python3";  // the Python that has torch (and torchvision) for the PyTorch runs
+  std::string ptrain_executable;   // the binary that trains (normally this one)
+};
+
+struct BenchOutcome {
+  int completed = 0, done_earlier = 0, failed = 0, not_available = 0;
+  std::vector<std::string> failures;  // "<framework> <run>: <reason>"
+  WrittenReport report;
+};
+
+// Throws ptrain::Error for a bad suite or options before anything runs; a failing run is reported in the
+// outcome (and its log kept) while the others go on. An interrupted run (Ctrl-C) stops the bench with
+// ptrain::Error after keeping what finished.
+BenchOutcome run_bench(const BenchOptions& options, std::ostream& progress);
+
+}  // namespace ptrain::bench
