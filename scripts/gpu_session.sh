@@ -8,6 +8,9 @@
 #                         a MODE being a precision name, optionally +master or +cl (channels-last)
 #   pytorch MODE...       the same workload in PyTorch eager (bench/pytorch_reference.py)
 #   multi STRATEGY MODE...  dp or ddp on every GPU, ptrain then PyTorch's DataParallel / DDP
+#   bench NAME FLAGS...   `ptrain bench FLAGS` into .bench/NAME (carry .bench to continue an interrupted
+#                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
+#                         where many would be cut)
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
 # their file names.
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
@@ -133,6 +136,15 @@ step_pytorch() {
   done
 }
 
+step_bench() {
+  local name=$1
+  shift
+  ensure_data
+  mkdir -p .bench
+  ./build-gpu/ptrain bench --out ".bench/$name" "$@" || echo "ptrain bench exit status $?"
+  tar -czf "$OUT/bench-$name.tgz" -C .bench "$name"
+}
+
 # multi STRATEGY MODE...: the workload on every GPU of the machine under dp or ddp, ptrain then PyTorch's
 # own DataParallel / DistributedDataParallel, each run alone on the GPUs.
 step_multi() {
@@ -174,6 +186,7 @@ while [ $# -gt 0 ]; do
     smoke) step_smoke "$1"; shift ;;
     reference) step_reference "$@"; break ;;
     multi) step_multi "$@"; break ;;
+    bench) step_bench "$@"; break ;;
     pytorch) step_pytorch "$@"; break ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

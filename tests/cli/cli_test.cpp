@@ -261,7 +261,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   const std::string bench = "bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string();
   const Result r = run(bench);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[1/3] ptrain fp32, single, 1 device (2 after this)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1/3] ptrain fp32, single, 1 device (2 to run after this)"), std::string::npos) << r.output;
   EXPECT_EQ(count_of(r.output, "      done: "), 3u) << r.output;
   for (const char* file : {"report.md", "report.csv", "report.html", "bench.json", "workload.yaml"})
     EXPECT_TRUE(fs::is_regular_file(dir / "out" / file)) << file;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -13,11 +14,13 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "ptrain/bench/lanes.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/run_record.h"
@@ -71,7 +74,7 @@ int free_port() {
 struct Job {
   std::string framework;  // ptrain | pytorch
   SuiteRun run;
-  std::string command;    // shell command line, environment prefix included
+  std::string command;    // shell command line; the GPUs it may see are prefixed when it starts
   std::string metrics_path, log_path;
   std::string unavailable;  // why this job cannot run (PyTorch has no such mode); empty: it can
 };
@@ -101,12 +104,6 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
                                  "--strategy", run.strategy, "--progress", "lines", "--metrics-out", job.metrics_path};
   if (run.master_weights) train.push_back("--master-weights");
   const bool gpu = suite.on_gpu;
-  std::string environment;
-  if (gpu) environment = "CUDA_VISIBLE_DEVICES=" + [&] {
-    std::string list;
-    for (int64_t i = 0; i < run.devices; ++i) list += (i ? "," : "") + std::to_string(i);
-    return list;
-  }() + " ";
   if (run.strategy == "dp") {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
   } else if (run.strategy == "ddp") {
@@ -122,7 +119,7 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
   } else {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
   }
-  job.command = environment + join_command(train);
+  job.command = join_command(train);
   return job;
 }
 
@@ -165,12 +162,6 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
       return job;
     }
   }
-  std::string environment;
-  if (suite.on_gpu) {
-    std::string list;
-    for (int64_t i = 0; i < run.devices; ++i) list += (i ? "," : "") + std::to_string(i);
-    environment = "CUDA_VISIBLE_DEVICES=" + list + " ";
-  }
   std::vector<std::string> command{o.python};
   if (run.strategy == "ddp") {
     command.insert(command.end(), {"-m", "torch.distributed.run", "--master_port", std::to_string(free_port()),
@@ -181,7 +172,7 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     args.insert(args.end(), {"--gpus", std::to_string(run.devices)});
   }
   command.insert(command.end(), args.begin(), args.end());
-  job.command = environment + join_command(command);
+  job.command = join_command(command);
   return job;
 }
 
@@ -207,13 +198,34 @@ struct Exit {
   std::string last_line;
 };
 
-Exit run_job(const Job& job, std::ostream& progress) {
+// Progress lines from runs that may run side by side: whole lines, one writer at a time.
+class ProgressSink {
+ public:
+  explicit ProgressSink(std::ostream& out) : out_(out) {}
+  void line(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out_ << text << std::endl;
+  }
+
+ private:
+  std::ostream& out_;
+  std::mutex mutex_;
+};
+
+std::string gpu_list(const std::vector<int64_t>& gpus) {
+  std::string list;
+  for (auto g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+  return list;
+}
+
+Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string& prefix, ProgressSink& progress) {
   fs::create_directories(fs::path(job.metrics_path).parent_path());
   fs::create_directories(fs::path(job.log_path).parent_path());
+  const std::string command = (gpus.empty() ? "" : "CUDA_VISIBLE_DEVICES=" + gpu_list(gpus) + " ") + job.command;
   std::ofstream log(job.log_path);
-  log << "$ " << job.command << "\n";
-  FILE* pipe = popen((job.command + " 2>&1").c_str(), "r");
-  check(pipe != nullptr, "cannot start: " + job.command);
+  log << "$ " << command << "\n";
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  check(pipe != nullptr, "cannot start: " + command);
   Exit exit;
   std::string line;
   std::array<char, 4096> buffer{};
@@ -224,7 +236,7 @@ Exit run_job(const Job& job, std::ostream& progress) {
     log.flush();
     line.pop_back();
     if (!line.empty()) exit.last_line = line;
-    if (is_progress_line(line)) progress << "      " << line << std::endl;
+    if (is_progress_line(line)) progress.line(prefix + line);
     line.clear();
   }
   const int status = pclose(pipe);
@@ -256,6 +268,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   j["suite"] = suite.name;
   j["suite_file"] = suite.source;
   j["on_gpu"] = suite.on_gpu;
+  j["side_by_side"] = o.side_by_side && suite.on_gpu;
   j["git_commit"] = capture("git -C " + quoted(o.source_dir) + " rev-parse HEAD").value_or("");
   j["ptrain_executable"] = o.ptrain_executable;
   j["workload"] = nlohmann::json::object();
@@ -297,41 +310,74 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
 
   progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs on "
            << (suite.on_gpu ? std::to_string(gpus) + " GPU(s)" : std::string("the CPU"))
-           << (o.pytorch ? ", each also through PyTorch" : "") << "; results in " << out << std::endl;
+           << (o.pytorch ? ", each also through PyTorch" : "")
+           << (o.side_by_side && suite.on_gpu ? ", runs that need fewer GPUs side by side" : "") << "; results in "
+           << out << std::endl;
   BenchOutcome outcome;
+  ProgressSink sink(progress);
+  std::mutex mutex;  // guards outcome and interrupted
+  std::string interrupted;
+  // Runs that can start are those not done earlier and possible; the others are reported at once.
+  std::vector<size_t> to_run;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& job = jobs[i];
-    progress << "[" << i + 1 << "/" << jobs.size() << "] " << job.framework << " " << job.run.label() << " ("
-             << jobs.size() - i - 1 << " after this)";
+    const std::string head = "[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework +
+                             " " + job.run.label();
     if (!job.unavailable.empty()) {
-      progress << ": not run: " << job.unavailable << std::endl;
+      sink.line(head + ": not run: " + job.unavailable);
       ++outcome.not_available;
-      continue;
-    }
-    if (finished_earlier(job)) {
-      progress << ": done earlier, " << summary_of(job.metrics_path) << std::endl;
+    } else if (finished_earlier(job)) {
+      sink.line(head + ": done earlier, " + summary_of(job.metrics_path));
       ++outcome.done_earlier;
-      continue;
+    } else {
+      to_run.push_back(i);
     }
-    progress << std::endl;
+  }
+  const bool lanes = o.side_by_side && suite.on_gpu;
+  std::vector<int64_t> needs;
+  for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
+  run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned_gpus) {
+    const size_t i = to_run[n];
+    const Job& job = jobs[i];
+    // Alone on the machine, a run sees its first GPUs; in a lane, the ones it was given.
+    std::vector<int64_t> visible = assigned_gpus;
+    if (!lanes && suite.on_gpu) {
+      for (int64_t g = 0; g < job.run.devices; ++g) visible.push_back(g);
+    }
+    const std::string prefix = lanes ? "      [" + std::to_string(i + 1) + "] " : "      ";
+    sink.line("[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework + " " +
+              job.run.label() + " (" + std::to_string(to_run.size() - n - 1) + " to run after this" +
+              (lanes ? ", GPU " + gpu_list(visible) : "") + ")");
     const auto started = std::chrono::steady_clock::now();
-    const Exit exit = run_job(job, progress);
+    Exit exit;
+    try {
+      exit = run_job(job, visible, prefix, sink);
+    } catch (const std::exception& e) {
+      exit.code = 127;
+      exit.last_line = e.what();
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::lock_guard<std::mutex> lock(mutex);
     if (exit.interrupted) {
-      throw Error("ptrain bench interrupted during " + job.framework + " " + job.run.label() +
-                  "; the runs that finished are kept and the next `ptrain bench` with the same --out continues");
+      interrupted = job.framework + " " + job.run.label();
+      return false;
     }
     if (exit.code == 0 && finished_earlier(job)) {
-      progress << "      done: " << summary_of(job.metrics_path) << std::endl;
+      sink.line(prefix + "done: " + summary_of(job.metrics_path));
       ++outcome.completed;
     } else {
       const std::string reason = exit.code == 0 ? "exited without writing " + job.metrics_path
                                                 : "exit status " + std::to_string(exit.code) + ": " + exit.last_line;
-      progress << "      FAILED after " << static_cast<int64_t>(seconds) << " s (" << reason << "); log: " << job.log_path
-               << std::endl;
+      sink.line(prefix + "FAILED after " + std::to_string(static_cast<int64_t>(seconds)) + " s (" + reason +
+                "); log: " + job.log_path);
       outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
       ++outcome.failed;
     }
+    return true;
+  });
+  if (!interrupted.empty()) {
+    throw Error("ptrain bench interrupted during " + interrupted +
+                "; the runs that finished are kept and the next `ptrain bench` with the same --out continues");
   }
   if (outcome.completed + outcome.done_earlier > 0) {
     outcome.report = write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);

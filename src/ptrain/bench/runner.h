@@ -19,6 +19,10 @@ struct BenchOptions {
   std::string out_dir = "runs/bench";
   int64_t gpus = -1;               // GPUs to use; -1: every visible one; 0: the CPU
   bool pytorch = false;            // also run each run through PyTorch
+  // Runs that need fewer GPUs than the machine has start side by side, each on GPUs of its own (a
+  // two-GPU machine trains two one-GPU runs at once); a run needing every GPU still runs alone. Each
+  // run's memory figures stay its own; the runs share the host's cores.
+  bool side_by_side = false;
   std::string python = "python3";  // the Python that has torch (and torchvision) for the PyTorch runs
   std::string ptrain_executable;   // the binary that trains (normally this one)
 };

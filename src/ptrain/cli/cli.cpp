@@ -133,6 +133,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--pytorch", bench_options.pytorch,
                       "Also run every run through PyTorch (bench/pytorch_reference.py) for the report to compare");
+  bench_cmd->add_flag("--side-by-side", bench_options.side_by_side,
+                      "Start runs that need fewer GPUs than there are side by side, each on GPUs of its own");
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,
