@@ -3,6 +3,10 @@
 // PyTorch DataParallel's BatchNorm semantics.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include "parity.h"
 #include "ptrain/core/error.h"
 #include "ptrain/precision/autocast_guard.h"
@@ -102,6 +106,34 @@ TEST(DataParallel, ReplicasRunUnderTheCallersAutocastAndGradMode) {
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   EXPECT_FALSE(out.requires_grad());
   EXPECT_TRUE(out.narrow(0, kGlobalBatch / 2, kGlobalBatch / 2).equal(expected));
+}
+
+// LibTorch caches cuDNN's plans per thread: a replica that moved to a new thread each step would be
+// tuned again every step.
+TEST(DataParallel, EachReplicaKeepsItsThreadForTheWholeRun) {
+  struct Threads {
+    std::mutex mutex;
+    std::vector<std::thread::id> ids;
+  };
+  struct Noting : Mlp {
+    explicit Noting(std::shared_ptr<Threads> t) : threads(std::move(t)) {}
+    torch::Tensor forward(torch::Tensor x) override {
+      std::lock_guard<std::mutex> lock(threads->mutex);
+      threads->ids.push_back(std::this_thread::get_id());
+      return Mlp::forward(x);
+    }
+    std::shared_ptr<Model> make_replica() const override { return std::make_shared<Noting>(threads); }
+    std::shared_ptr<Threads> threads;
+  };
+  auto threads = std::make_shared<Threads>();
+  auto model = std::make_shared<Noting>(threads);
+  DataParallel dp(cpu_replicas(3));
+  dp.prepare(*model);
+  for (int step = 0; step < 4; ++step) dp.forward(*model, global_batch(step, false).x);
+  std::set<std::thread::id> others(threads->ids.begin(), threads->ids.end());
+  others.erase(std::this_thread::get_id());
+  EXPECT_EQ(threads->ids.size(), 12u);
+  EXPECT_EQ(others.size(), 2u) << "two replicas beside the model, each on one thread for all four steps";
 }
 
 TEST(DataParallel, ABatchSmallerThanTheReplicasLeavesSomeIdle) {

@@ -7,10 +7,11 @@
 // device with one NCCL reduce per dtype. Parameters live in one flat buffer per dtype on every
 // device, so the optimizer's update reaches the replicas as one NCCL broadcast before the next forward.
 //
-// Replica 0 is the model itself; its buffers (BatchNorm running statistics) are the ones that count,
-// and are copied to the other replicas before every forward, as DataParallel does. Each replica
-// normalises with the statistics of its own part of the batch (no synchronised BatchNorm, as in
-// PyTorch, where SyncBatchNorm refuses DataParallel).
+// Each replica after the first runs on a thread of its own for the whole run (cuDNN caches its plans
+// per thread; see data_parallel.cpp). Replica 0 is the model itself; its buffers (BatchNorm running
+// statistics) are the ones that count, and are copied to the other replicas before every forward, as
+// DataParallel does. Each replica normalises with the statistics of its own part of the batch (no
+// synchronised BatchNorm, as in PyTorch, where SyncBatchNorm refuses DataParallel).
 //
 // On the CPU the same code runs replicas that are all on the CPU (tests); the reduce and broadcast are
 // then tensor copies.
