@@ -116,14 +116,31 @@ def make_synthetic(n, channels, height, width, classes, seed):
     return images, labels, [f"class{c}" for c in range(classes)]
 
 
+def load_idx_gz(path):
+    # The gzipped IDX files of (Fashion-)MNIST: magic (2 zero bytes, type 0x08, rank), big-endian sizes, data.
+    import gzip
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    rank = data[3]
+    sizes = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
+    return torch.frombuffer(bytearray(data[4 + 4 * rank:]), dtype=torch.uint8).view(*sizes)
+
+
 def load_dataset(name, path, train):
+    if name in ("fashion-mnist", "mnist"):
+        # ptrain's default location: where Debian's dataset-fashion-mnist installs the files.
+        root = path or "/usr/share/datasets/fashion-mnist"
+        split = "train" if train else "t10k"
+        images = load_idx_gz(os.path.join(root, f"{split}-images-idx3-ubyte.gz")).unsqueeze(1)
+        labels = load_idx_gz(os.path.join(root, f"{split}-labels-idx1-ubyte.gz")).to(torch.int64)
+        return images, labels, [str(c) for c in range(10)]
     if name == "cifar10":
         return load_image_folder(os.path.join(path, "train" if train else "test"))
     if name == "synthetic":
         n, c, h, w, classes = parse_synthetic_spec(path)
         # Same split sizes and seeds as ptrain: test split is a fifth of N.
         return make_synthetic(n if train else max(n // 5, 1), c, h, w, classes, 1 if train else 2)
-    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, synthetic)")
+    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, fashion-mnist, mnist, synthetic)")
 
 
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
@@ -318,9 +335,11 @@ def write_json_atomically(path, record):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
+    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "fashion-mnist", "mnist", "synthetic"])
+    p.add_argument("--test-limit", type=int, default=0, help="evaluate on the first N test images; 0: all")
     p.add_argument("--data", default=None,
-                   help="cifar10: folder with train/ and test/ (default .data/cifar10); synthetic: "
+                   help="cifar10: folder with train/ and test/ (default .data/cifar10); fashion-mnist, mnist: "
+                        "folder of the gzipped IDX files (default /usr/share/datasets/fashion-mnist); synthetic: "
                         f"N:CxHxW:classes (default {SYNTHETIC_DEFAULT})")
     p.add_argument("--model", default="resnet50")
     p.add_argument("--image-size", type=int, default=224, help="0: the data's own size")
@@ -350,7 +369,7 @@ def parse_args(argv=None):
                    help="debug: save the final state_dict; rank 0 writes FILE, rank r>0 FILE.rank<r>")
     a = p.parse_args(argv)
     if a.data is None:
-        a.data = SYNTHETIC_DEFAULT if a.dataset == "synthetic" else ".data/cifar10"
+        a.data = {"synthetic": SYNTHETIC_DEFAULT, "cifar10": ".data/cifar10"}.get(a.dataset, "")
     for flag, value in (("--batch-size", a.batch_size), ("--epochs", a.epochs)):
         if value <= 0:
             p.error(f"{flag} must be positive, got {value}")
@@ -420,16 +439,63 @@ def setup(p, a):
     return Context(device, dp_device_ids=dp_ids)
 
 
-def build_model(a, ctx, num_classes, half):
+CIFAR_RESNET_DEPTHS = {"resnet20": 20, "resnet32": 32, "resnet44": 44, "resnet56": 56}
+
+
+class CifarResNet(torch.nn.Module):
+    """He et al.'s CIFAR ResNets as ptrain builds them (src/ptrain/models/resnet.cpp): a 3x3 stem of 16
+    channels, three stages of basic blocks (16, 32, 64 channels), 1x1 convolution shortcuts where the
+    shape changes, torchvision's initialisation."""
+
+    def __init__(self, depth, in_channels, num_classes, norm_layer):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock, conv1x1, conv3x3
+        blocks_per_stage = (depth - 2) // 6
+        self.conv1 = conv3x3(in_channels, 16)
+        self.bn1 = norm_layer(16)
+        self.relu = torch.nn.ReLU(inplace=True)
+        inplanes = 16
+        for stage, planes in enumerate((16, 32, 64)):
+            blocks = []
+            for b in range(blocks_per_stage):
+                stride = 2 if stage > 0 and b == 0 else 1
+                shortcut = None
+                if stride != 1 or inplanes != planes:
+                    shortcut = torch.nn.Sequential(conv1x1(inplanes, planes, stride), norm_layer(planes))
+                blocks.append(BasicBlock(inplanes, planes, stride, shortcut, norm_layer=norm_layer))
+                inplanes = planes
+            setattr(self, f"layer{stage + 1}", torch.nn.Sequential(*blocks))
+        self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, (torch.nn.BatchNorm2d, torch.nn.GroupNorm)):
+                torch.nn.init.ones_(m.weight)
+                torch.nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def build_model(a, ctx, num_classes, in_channels, half):
     # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
-    factory = getattr(torchvision.models, a.model, None)
-    if factory is None or not callable(factory):
-        raise SystemExit(f"--model: torchvision has no model '{a.model}'")
-    kwargs = {"num_classes": num_classes}
-    if a.norm == "group":
-        kwargs["norm_layer"] = lambda c: torch.nn.GroupNorm(min(32, c), c)
-    model = factory(**kwargs)
+    norm_layer = (lambda c: torch.nn.GroupNorm(min(32, c), c)) if a.norm == "group" else torch.nn.BatchNorm2d
+    if a.model in CIFAR_RESNET_DEPTHS:
+        model = CifarResNet(CIFAR_RESNET_DEPTHS[a.model], in_channels, num_classes, norm_layer)
+    else:
+        factory = getattr(torchvision.models, a.model, None)
+        if factory is None or not callable(factory):
+            raise SystemExit(f"--model: neither torchvision nor the CIFAR ResNets have a model '{a.model}'")
+        if in_channels != 3:
+            raise SystemExit(f"--model {a.model}: torchvision's models take 3 channels, the data has {in_channels}")
+        kwargs = {"num_classes": num_classes}
+        if a.norm == "group":
+            kwargs["norm_layer"] = norm_layer
+        model = factory(**kwargs)
     if half is not None and a.strategy != "fsdp":
         model = model.to(half)
     model = model.to(ctx.device)
@@ -500,15 +566,15 @@ def main(argv=None):
     t0 = time.time()
     xtr, ytr, classes = load_dataset(a.dataset, a.data, True)
     xte, yte, _ = load_dataset(a.dataset, a.data, False)
-    if xtr.shape[1] != 3:
-        raise SystemExit(f"--data: torchvision's ResNet takes 3 channels, the data has {xtr.shape[1]}")
+    if a.test_limit > 0:
+        xte, yte = xte[:a.test_limit], yte[:a.test_limit]
     mean, std = NORMALIZATION.get(a.dataset, ([0.5] * 3, [0.5] * 3))
     image_size = a.image_size or xtr.shape[2]
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
     in_dtype = half or torch.float32
     # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
-    model = build_model(a, ctx, len(classes), half)
+    model = build_model(a, ctx, len(classes), xtr.shape[1], half)
 
     # The epoch's order and this rank's share of it, exactly as torch's DistributedSampler makes them.
     sampler = torch.utils.data.DistributedSampler(range(len(xtr)), num_replicas=ctx.world, rank=ctx.rank,

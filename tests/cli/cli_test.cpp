@@ -286,6 +286,29 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   EXPECT_EQ(count_of(again.output, "      done: "), 0u) << again.output;
 }
 
+// The same runs through PyTorch (the oracle Python's torch), so that one report holds both.
+TEST(Cli, BenchWithPytorchPutsBothFrameworksInOneReport) {
+  const auto dir = scratch("bench_pytorch");
+  std::ofstream(dir / "suite.yaml") << kTinySuite;
+  const Result r = run("bench --gpus 0 --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) + " --source-dir " +
+                       PTRAIN_SOURCE_DIR + " --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "      done: "), 5u) << r.output;
+  EXPECT_NE(r.output.find("[6/6] pytorch fp32, dp, 2 devices: not run: PyTorch's DataParallel"),
+            std::string::npos) << r.output;
+  std::ifstream in(dir / "out" / "runs" / "pytorch" / "fp32-ddp-x2.json");
+  ASSERT_TRUE(in.good()) << r.output;
+  const auto ddp = nlohmann::json::parse(in);
+  EXPECT_EQ(ddp["framework"], "pytorch");
+  EXPECT_EQ(ddp["world_size"], 2);
+  EXPECT_EQ(ddp["model"], "resnet20");
+  EXPECT_EQ(ddp["steps"], 128 / 32) << "each rank takes its half of the epoch";
+  std::ifstream md_in(dir / "out" / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| pytorch/fp32-ddp-x2 | pytorch |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ptrain/fp32-ddp-x2 | ptrain |"), std::string::npos) << md;
+}
+
 TEST(Cli, BenchKeepsGoingPastAFailingRunAndNamesIt) {
   const auto dir = scratch("bench_fail");
   std::ofstream(dir / "suite.yaml") << R"(workload: {model: resnet20, dataset: synthetic, data-path: "64:3x8x8:4", batch-size: 16, epochs: 1, threads: 1}

@@ -14,6 +14,7 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -22,6 +23,7 @@
 
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/run_record.h"
 
@@ -123,14 +125,42 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
   return job;
 }
 
-// The workload keys bench/pytorch_reference.py understands, and its flag for each.
-const std::map<std::string, std::string>& pytorch_flags() {
-  static const std::map<std::string, std::string> flags{
-      {"model", "--model"},           {"dataset", "--dataset"},         {"data-path", "--data"},
-      {"image-size", "--image-size"}, {"batch-size", "--batch-size"},   {"epochs", "--epochs"},
-      {"max-steps", "--max-steps"},   {"lr", "--lr"},                   {"warmup-epochs", "--warmup-epochs"},
-      {"seed", "--seed"}};
+// The workload keys bench/pytorch_reference.py understands, its flag for each, and ptrain's default,
+// passed when the workload leaves the key out: the script's own defaults are the standard workload's, and
+// both sides must train the same job.
+struct PytorchFlag {
+  std::string flag, ptrain_default;
+};
+const std::map<std::string, PytorchFlag>& pytorch_flags() {
+  static const std::map<std::string, PytorchFlag> flags = [] {
+    const config::TrainConfig d;
+    const auto text = [](double v) {
+      std::ostringstream out;
+      out << v;
+      return out.str();
+    };
+    return std::map<std::string, PytorchFlag>{
+        {"model", {"--model", d.model.name}},
+        {"dataset", {"--dataset", d.data.dataset}},
+        {"data-path", {"--data", d.data.path}},
+        {"image-size", {"--image-size", std::to_string(d.data.image_size)}},
+        {"batch-size", {"--batch-size", std::to_string(d.run.batch_size)}},
+        {"epochs", {"--epochs", std::to_string(d.run.epochs)}},
+        {"max-steps", {"--max-steps", std::to_string(d.run.max_steps)}},
+        {"lr", {"--lr", text(d.optim.lr)}},
+        {"warmup-epochs", {"--warmup-epochs", text(d.optim.warmup_epochs)}},
+        {"seed", {"--seed", std::to_string(d.run.seed)}},
+        {"test-limit", {"--test-limit", std::to_string(d.data.test_limit)}}};
+  }();
   return flags;
+}
+
+// Keys whose value the script cannot change: accepted when they ask for what it does anyway.
+const std::map<std::string, std::vector<std::string>>& pytorch_fixed_values() {
+  static const std::map<std::string, std::vector<std::string>> fixed{
+      {"optimizer", {"sgd"}}, {"momentum", {"0.9"}}, {"weight-decay", {"5e-4", "0.0005"}},
+      {"schedule", {"cosine"}}, {"nesterov", {"false"}}};
+  return fixed;
 }
 
 Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
@@ -141,15 +171,28 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     job.unavailable = "PyTorch has no fp32 master weights for a model in pure half precision";
     return job;
   }
+  if (run.strategy == "dp" && !suite.on_gpu) {
+    job.unavailable = "PyTorch's DataParallel runs the module once on the CPU, without replicas";
+    return job;
+  }
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
   std::vector<std::string> args{script, "--precision", run.precision, "--strategy", run.strategy,
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu"};
-  // Keys ptrain and the reference share go across; the reference's defaults are the standard workload's.
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
+  for (const auto& [key, flag] : pytorch_flags()) {
+    const std::string value = workload_value(suite, key);
+    const std::string given = value.empty() ? flag.ptrain_default : value;
+    if (!given.empty()) args.insert(args.end(), {flag.flag, given});
+  }
   for (const auto& [key, value] : suite.workload) {
-    const auto flag = pytorch_flags().find(key);
-    if (flag != pytorch_flags().end()) {
-      args.insert(args.end(), {flag->second, value});
+    const auto fixed = pytorch_fixed_values().find(key);
+    if (pytorch_flags().count(key) > 0) {
+      continue;
+    } else if (fixed != pytorch_fixed_values().end()) {
+      if (std::find(fixed->second.begin(), fixed->second.end(), value) == fixed->second.end()) {
+        job.unavailable = "the PyTorch reference trains with " + key + " " + fixed->second.front() + ", not " + value;
+        return job;
+      }
     } else if (key == "augment") {
       if (value == "false") args.push_back("--no-augment");
     } else if (key == "channels-last") {
