@@ -122,31 +122,19 @@ inline std::vector<torch::Tensor> state_of(models::Model& model) {
   return state;
 }
 
-// One process, whole batch, plain modules: the reference.
-inline std::vector<torch::Tensor> train_reference(const RunSetup& s, int* clipped_steps) {
+// One process, whole batch, plain modules: the reference. With rows < kGlobalBatch, only the first rows of
+// each batch: what one replica alone would learn (a control that the comparison can fail).
+inline std::vector<torch::Tensor> train_reference(const RunSetup& s, int* clipped_steps, int64_t rows = kGlobalBatch) {
   auto model = make_model(s, 100);
   model->train();
-  *clipped_steps = 0;
-  for (int step = 0; step < s.steps; ++step) {
-    const auto batch = global_batch(step, s.images);
-    torch::mse_loss(model->forward(batch.x), batch.y).backward();
-    if (clip(*model, s.clip)) ++*clipped_steps;
-    sgd_step(*model, s.lr);
-  }
-  return state_of(*model);
-}
-
-
-// The reference on only the first `rows` of each batch: what one replica alone would learn.
-inline std::vector<torch::Tensor> train_reference_on_first_rows(const RunSetup& s, int64_t rows) {
-  auto model = make_model(s, 100);
-  model->train();
+  int clipped = 0;
   for (int step = 0; step < s.steps; ++step) {
     const auto batch = global_batch(step, s.images);
     torch::mse_loss(model->forward(batch.x.narrow(0, 0, rows)), batch.y.narrow(0, 0, rows)).backward();
-    clip(*model, s.clip);
+    if (clip(*model, s.clip)) ++clipped;
     sgd_step(*model, s.lr);
   }
+  if (clipped_steps) *clipped_steps = clipped;
   return state_of(*model);
 }
 
