@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -219,14 +220,14 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
   return job;
 }
 
-bool finished_earlier(const Job& job) {
-  if (!fs::is_regular_file(job.metrics_path)) return false;
+// The job's record when it is there and whole; nullopt otherwise.
+std::optional<metrics::RunRecord> finished_record(const Job& job) {
+  if (!fs::is_regular_file(job.metrics_path)) return std::nullopt;
   try {
     std::ifstream in(job.metrics_path);
-    metrics::run_record_from_json(nlohmann::json::parse(in));
-    return true;
+    return metrics::run_record_from_json(nlohmann::json::parse(in));
   } catch (const std::exception&) {
-    return false;  // half a file from an interrupted run: run it again
+    return std::nullopt;  // half a file from an interrupted run: run it again
   }
 }
 
@@ -288,9 +289,7 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
   return exit;
 }
 
-std::string summary_of(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  const auto r = metrics::run_record_from_json(nlohmann::json::parse(in));
+std::string summary_of(const metrics::RunRecord& r) {
   char text[256];
   std::snprintf(text, sizeof(text), "%.0f s, %.0f img/s", r.total_wall_seconds, r.images_per_second);
   std::string s = text;
@@ -369,8 +368,8 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
     if (!job.unavailable.empty()) {
       sink.line(head + ": not run: " + job.unavailable);
       ++outcome.not_available;
-    } else if (finished_earlier(job)) {
-      sink.line(head + ": done earlier, " + summary_of(job.metrics_path));
+    } else if (const auto record = finished_record(job)) {
+      sink.line(head + ": done earlier, " + summary_of(*record));
       ++outcome.done_earlier;
     } else {
       to_run.push_back(i);
@@ -405,8 +404,9 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       interrupted = job.framework + " " + job.run.label();
       return false;
     }
-    if (exit.code == 0 && finished_earlier(job)) {
-      sink.line(prefix + "done: " + summary_of(job.metrics_path));
+    const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;
+    if (record) {
+      sink.line(prefix + "done: " + summary_of(*record));
       ++outcome.completed;
     } else {
       const std::string reason = exit.code == 0 ? "exited without writing " + job.metrics_path
