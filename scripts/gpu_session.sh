@@ -12,7 +12,7 @@
 #                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
 #                         where many would be cut)
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
-# their file names.
+# their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs.
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
 #   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
@@ -70,7 +70,11 @@ step_keep_binary() {
 step_prebuilt() {
   unpack_deps
   ensure_data
-  mkdir -p build-gpu && cp .gpu-bin/ptrain build-gpu/ptrain && chmod +x build-gpu/ptrain
+  # A warm machine still has the binary an earlier call built (build-gpu may link to a folder outside the
+  # carried tree); otherwise the carried one.
+  if [ ! -x build-gpu/ptrain ]; then
+    mkdir -p build-gpu && cp .gpu-bin/ptrain build-gpu/ptrain && chmod +x build-gpu/ptrain
+  fi
   build-gpu/ptrain --help > /dev/null
 }
 
@@ -157,19 +161,20 @@ step_multi() {
     echo "== ptrain $strategy $mode on $gpus GPUs ($EPOCHS epochs ${LIMIT:-})"
     local train=(train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --strategy "$strategy"
                  --epochs "$EPOCHS" ${LIMIT:-} --progress lines --log-every 100 --metrics-out "$OUT/multi-ptrain-$name.json")
+    local limit=(timeout --signal=INT --kill-after=20 "${RUN_TIMEOUT:-100000}")
     if [ "$strategy" = ddp ]; then
-      ./build-gpu/ptrain launch --nproc-per-node "$gpus" -- ./build-gpu/ptrain "${train[@]}" 2>&1 \
+      "${limit[@]}" ./build-gpu/ptrain launch --nproc-per-node "$gpus" -- ./build-gpu/ptrain "${train[@]}" 2>&1 \
         | tee "$OUT/multi-ptrain-$name.log" | grep -E "rank 0\] (epoch [0-9]+:|result)|rror"
     else
-      ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror"
+      "${limit[@]}" ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror"
     fi
     echo "== pytorch $strategy $mode on $gpus GPUs"
     local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$strategy"
                --epochs "$EPOCHS" ${LIMIT:-} --metrics-out "$OUT/multi-pytorch-$name.json")
     if [ "$strategy" = ddp ]; then
-      torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+      "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
     else
-      python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+      "${limit[@]}" python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
     fi
   done
 }
