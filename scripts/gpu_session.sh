@@ -164,17 +164,17 @@ step_multi() {
     local limit=(timeout --signal=INT --kill-after=20 "${RUN_TIMEOUT:-100000}")
     if [ "$strategy" = ddp ]; then
       "${limit[@]}" ./build-gpu/ptrain launch --nproc-per-node "$gpus" -- ./build-gpu/ptrain "${train[@]}" 2>&1 \
-        | tee "$OUT/multi-ptrain-$name.log" | grep -E "rank 0\] (epoch [0-9]+:|result)|rror"
+        | tee "$OUT/multi-ptrain-$name.log" | grep -E "rank 0\] (epoch [0-9]+:|result)|rror" || echo "(run ended with status $?)"
     else
-      "${limit[@]}" ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror"
+      "${limit[@]}" ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror" || echo "(run ended with status $?)"
     fi
     echo "== pytorch $strategy $mode on $gpus GPUs"
     local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$strategy"
                --epochs "$EPOCHS" ${LIMIT:-} --metrics-out "$OUT/multi-pytorch-$name.json")
     if [ "$strategy" = ddp ]; then
-      "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+      "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
     else
-      "${limit[@]}" python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror"
+      "${limit[@]}" python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
     fi
   done
 }
