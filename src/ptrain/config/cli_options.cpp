@@ -103,6 +103,53 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "dp: devices this one process drives (cuda:0 ... cuda:N-1, or N replicas on the CPU); "
                  "0: every visible GPU")
       ->group("Distributed")->check(non_negative);
+  app.add_flag("--offload-optimizer,!--no-offload-optimizer", c.sharding.offload_optimizer,
+               "zero*: optimizer state and its update on the CPU")
+      ->group("Sharding");
+  app.add_flag("--offload-params,!--no-offload-params", c.sharding.offload_params,
+               "zero3, fsdp: parameter shards on the CPU between uses")
+      ->group("Sharding");
+  app.add_option("--reduce-bucket-mb", c.sharding.reduce_bucket_mb, "zero2/3: gradient reduce-scatter bucket in MiB")
+      ->group("Sharding")->check(positive)->capture_default_str();
+  app.add_option("--allgather-bucket-mb", c.sharding.allgather_bucket_mb,
+                 "zero1/2: parameter all-gather bucket in MiB")
+      ->group("Sharding")->check(positive)->capture_default_str();
+  app.add_flag("--overlap-comm,!--no-overlap-comm", c.sharding.overlap_comm,
+               "Reduce gradients while backward still runs")
+      ->group("Sharding");
+  app.add_flag("--contiguous-gradients,!--no-contiguous-gradients", c.sharding.contiguous_gradients,
+               "Copy gradients into one flat buffer as they are produced")
+      ->group("Sharding");
+  app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding, "full-shard | shard-grad-op | no-shard | hybrid-shard")
+      ->group("Sharding")
+      ->check(CLI::IsMember({"full-shard", "shard-grad-op", "no-shard", "hybrid-shard"}))
+      ->capture_default_str();
+  app.add_option("--auto-wrap", c.sharding.auto_wrap, "fsdp units: size | type | none")
+      ->group("Sharding")->check(CLI::IsMember({"size", "type", "none"}))->capture_default_str();
+  app.add_option("--min-num-params", c.sharding.min_num_params, "Size-based wrap: parameters a unit holds at least")
+      ->group("Sharding")->check(positive)->capture_default_str();
+  app.add_option("--wrap-types", c.sharding.wrap_types, "Type-based wrap: module type names, comma-separated")
+      ->group("Sharding")->delimiter(',');
+  app.add_option("--backward-prefetch", c.sharding.backward_prefetch, "fsdp: pre | post | none")
+      ->group("Sharding")->check(CLI::IsMember({"pre", "post", "none"}))->capture_default_str();
+  app.add_flag("--forward-prefetch,!--no-forward-prefetch", c.sharding.forward_prefetch,
+               "fsdp: gather the next unit during this one's forward")
+      ->group("Sharding");
+  app.add_flag("--sync-module-states,!--no-sync-module-states", c.sharding.sync_module_states,
+               "Broadcast rank 0's parameters and buffers at start")
+      ->group("Sharding");
+  const auto dtype_names = CLI::IsMember({"fp32", "fp16", "bf16"});
+  app.add_option("--param-dtype", c.sharding.param_dtype, "fsdp mixed precision: parameter dtype (fp32 | fp16 | bf16)")
+      ->group("Sharding")->check(dtype_names);
+  app.add_option("--reduce-dtype", c.sharding.reduce_dtype, "dtype gradients are reduced in (fp32 | fp16 | bf16)")
+      ->group("Sharding")->check(dtype_names);
+  app.add_option("--buffer-dtype", c.sharding.buffer_dtype, "fsdp mixed precision: buffer dtype (fp32 | fp16 | bf16)")
+      ->group("Sharding")->check(dtype_names);
+  app.add_option("--state-dict", c.sharding.state_dict, "Checkpoints of sharded strategies: full | sharded")
+      ->group("Sharding")->check(CLI::IsMember({"full", "sharded"}))->capture_default_str();
+  app.add_option("--hybrid-group-size", c.sharding.hybrid_group_size,
+                 "hybrid-shard: ranks sharing one copy of the model; 0: the ranks of one node")
+      ->group("Sharding")->check(non_negative);
   app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: every hardware thread")
       ->group("Run")->check(non_negative);
   app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,

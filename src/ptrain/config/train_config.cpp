@@ -30,6 +30,20 @@ nlohmann::json to_json(const TrainConfig& c) {
       {"dist", {{"backend", c.dist.backend}, {"timeout_seconds", c.dist.timeout_seconds},
                 {"bucket_cap_mb", c.dist.bucket_cap_mb}, {"sync_batchnorm", c.dist.sync_batchnorm},
                 {"replicas", c.dist.replicas}}},
+      {"sharding", {{"offload_optimizer", c.sharding.offload_optimizer},
+                    {"offload_params", c.sharding.offload_params},
+                    {"reduce_bucket_mb", c.sharding.reduce_bucket_mb},
+                    {"allgather_bucket_mb", c.sharding.allgather_bucket_mb},
+                    {"overlap_comm", c.sharding.overlap_comm},
+                    {"contiguous_gradients", c.sharding.contiguous_gradients},
+                    {"fsdp_sharding", c.sharding.fsdp_sharding}, {"auto_wrap", c.sharding.auto_wrap},
+                    {"min_num_params", c.sharding.min_num_params}, {"wrap_types", c.sharding.wrap_types},
+                    {"backward_prefetch", c.sharding.backward_prefetch},
+                    {"forward_prefetch", c.sharding.forward_prefetch},
+                    {"sync_module_states", c.sharding.sync_module_states},
+                    {"param_dtype", c.sharding.param_dtype}, {"reduce_dtype", c.sharding.reduce_dtype},
+                    {"buffer_dtype", c.sharding.buffer_dtype}, {"state_dict", c.sharding.state_dict},
+                    {"hybrid_group_size", c.sharding.hybrid_group_size}}},
   };
 }
 

@@ -57,7 +57,7 @@ struct RunConfig {
   int64_t eval_batch_size = 0;             // 0: same as batch_size
   std::string device = "auto";             // auto | cpu | cuda | cuda:N
   uint64_t seed = 0;
-  std::string strategy = "single";         // single | dp | ddp
+  std::string strategy = "single";         // single | dp | ddp | zero1 | zero2 | zero3 | fsdp
   int64_t global_batch_size = 0;           // alternative to batch_size: per device = global / (world x accum)
   int64_t threads = 0;                     // intra-op CPU threads; 0: every hardware thread
   bool eval_each_epoch = true;
@@ -78,6 +78,29 @@ struct DistributedConfig {
   int64_t replicas = 0;                    // dp: devices one process drives; 0: every visible GPU
 };
 
+// ZeRO stages and FSDP: what is sharded, where shards live between uses, how a model is cut into units.
+// DeepSpeed's zero_optimization block and accelerate's fsdp_config map onto these keys.
+struct ShardingConfig {
+  bool offload_optimizer = false;          // zero*: optimizer state and its update on the CPU
+  bool offload_params = false;             // zero3, fsdp: parameter shards on the CPU between uses
+  double reduce_bucket_mb = 25;            // zero2/3: gradients reduce-scattered in buckets of this size
+  double allgather_bucket_mb = 25;         // zero1/2: updated parameters all-gathered in buckets of this size
+  bool overlap_comm = true;                // reductions overlap backward compute
+  bool contiguous_gradients = true;        // gradients copied into one flat buffer as they are produced
+  std::string fsdp_sharding = "full-shard";  // full-shard | shard-grad-op | no-shard | hybrid-shard
+  std::string auto_wrap = "size";          // size | type | none: how fsdp cuts the model into units
+  int64_t min_num_params = 100000000;      // size-based wrap: a unit holds at least this many parameters
+  std::vector<std::string> wrap_types;     // type-based wrap: module type names (e.g. Bottleneck)
+  std::string backward_prefetch = "pre";   // pre | post | none
+  bool forward_prefetch = false;           // gather the next unit while this one runs forward
+  bool sync_module_states = true;          // broadcast rank 0's parameters and buffers at start
+  std::string param_dtype;                 // fsdp mixed precision; empty: the precision mode's
+  std::string reduce_dtype;                // dtype gradients are reduced in; empty: the parameters'
+  std::string buffer_dtype;                // dtype of buffers (BatchNorm statistics); empty: the parameters'
+  std::string state_dict = "full";         // full (gathered on rank 0) | sharded (a file a rank + manifest)
+  int64_t hybrid_group_size = 0;           // hybrid-shard: ranks sharing one copy; 0: the ranks of one node
+};
+
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
@@ -85,6 +108,7 @@ struct TrainConfig {
   PrecisionConfig precision;
   RunConfig run;
   DistributedConfig dist;
+  ShardingConfig sharding;
 };
 
 nlohmann::json to_json(const TrainConfig& config);
