@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/core/error.h"
+#include "ptrain/metrics/cpu_allocator.h"
 
 using namespace ptrain::metrics;
 
@@ -61,3 +62,23 @@ TEST(CudaAllocator, PeaksFollowAllocations) {
   EXPECT_EQ(bus_id[4], ':');
 }
 #endif
+
+TEST(CpuAllocator, CountsTensorBytesAndKeepsThePeak) {
+  install_cpu_allocation_counter();
+  install_cpu_allocation_counter();  // idempotent
+  reset_cpu_allocator_peak();
+  const int64_t before = cpu_allocated_bytes();
+  constexpr int64_t kFloats = 4 << 20;  // 16 MiB
+  {
+    auto a = torch::ones({kFloats});
+    EXPECT_GE(cpu_allocated_bytes() - before, kFloats * 4);
+    auto b = a * 2;  // a second 16 MiB
+    EXPECT_GE(cpu_allocated_bytes() - before, 2 * kFloats * 4);
+    EXPECT_EQ(b[7].item<float>(), 2.0f);
+  }
+  // Both freed: what is held returns to where it was, the peak stays at both.
+  EXPECT_LT(cpu_allocated_bytes() - before, kFloats);
+  EXPECT_GE(cpu_peak_allocated_bytes() - before, 2 * kFloats * 4);
+  reset_cpu_allocator_peak();
+  EXPECT_EQ(cpu_peak_allocated_bytes(), cpu_allocated_bytes());
+}

@@ -75,6 +75,20 @@ inline bool autocast_cache_enabled() { return at::autocast::is_autocast_cache_en
 inline void set_autocast_cache_enabled(bool enabled) { at::autocast::set_autocast_cache_enabled(enabled); }
 inline void clear_autocast_cache() { at::autocast::clear_cache(); }
 
+// c10::Allocator: 2.3 dropped the const of allocate() and made copy_data() a pure virtual. An allocator
+// derives from CpuAllocatorBase and declares `c10::DataPtr allocate(size_t) PTRAIN_ALLOCATE_CONST override`.
+#if PTRAIN_TORCH_AT_LEAST(2, 3)
+#define PTRAIN_ALLOCATE_CONST
+struct CpuAllocatorBase : c10::Allocator {
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+#else
+#define PTRAIN_ALLOCATE_CONST const
+using CpuAllocatorBase = c10::Allocator;
+#endif
+
 #if PTRAIN_WITH_CUDA
 // Peaks of the CUDA caching allocator over all pools. 2.6 moved DeviceStats and StatType out of
 // c10::cuda::CUDACachingAllocator into c10/core/CachingDeviceAllocator.h (namespace

@@ -7,6 +7,7 @@
 
 #if PTRAIN_WITH_CUDA
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -57,6 +58,32 @@ void reset_cuda_allocator_peak(int device) {
 #else
   (void)device;
 #endif
+}
+
+int64_t cuda_device_total_bytes(int device) {
+#if PTRAIN_WITH_CUDA
+  ensure_cuda_initialised(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  const c10::cuda::CUDAGuard on_device(static_cast<c10::DeviceIndex>(device));
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(total_bytes);
+#else
+  throw Error("cuda:" + std::to_string(device) + ": this build of ptrain has no CUDA");
+#endif
+}
+
+int64_t host_total_bytes() {
+  const std::string path = "/proc/meminfo";
+  std::ifstream in(path);
+  check(in.good(), "cannot read " + path + ": host memory needs Linux's /proc");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemTotal:", 0) != 0) continue;
+    const auto digits = line.find_first_of("0123456789");
+    check(digits != std::string::npos, path + ": no value in line '" + line + "'");
+    return std::stoll(line.substr(digits)) * 1024;
+  }
+  throw Error(path + " has no MemTotal line");
 }
 
 int64_t host_rss_bytes() { return proc_status_kib("VmRSS") * 1024; }

@@ -22,6 +22,11 @@ void reset_cuda_allocator_peak(int device);  // no-op in CPU builds
 int64_t host_rss_bytes();
 int64_t host_peak_rss_bytes();
 
+// Total memory of a CUDA device (CPU builds: throws ptrain::Error), and the host's (MemTotal of
+// /proc/meminfo; throws ptrain::Error without it).
+int64_t cuda_device_total_bytes(int device);
+int64_t host_total_bytes();
+
 // "0000:3B:00.0" for a CUDA device index, the key that maps it to NVML's numbering.
 // CPU builds: throws ptrain::Error.
 std::string cuda_device_pci_bus_id(int device);

@@ -13,6 +13,7 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/data/loader.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/gpu_sampler.h"
 #include "ptrain/metrics/memory.h"
@@ -128,6 +129,7 @@ class TrainingRun {
   TrainingPosition start_;
   double train_seconds_ = 0;
   int64_t images_trained_ = 0;
+  int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
 };
 
@@ -374,7 +376,12 @@ metrics::RunRecord TrainingRun::run() {
     at::globalContext().setBenchmarkCuDNN(true);
   }
 #endif
+  if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
   load_data();
+  if (device_.is_cpu()) {
+    metrics::reset_cpu_allocator_peak();
+    cpu_bytes_before_model_ = metrics::cpu_allocated_bytes();
+  }
   build_model();
   build_optimizer();
   resume();
@@ -465,6 +472,8 @@ metrics::RunRecord TrainingRun::run() {
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
   record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
+  if (device_.is_cpu())
+    record_.peak_allocated_bytes = metrics::cpu_peak_allocated_bytes() - cpu_bytes_before_model_;
   for (const auto& device : local_devices()) {
     if (!device.is_cuda()) break;
     // Per GPU: the highest of this process's devices (under dp the first one, which gathers the outputs).
