@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
 
+#include "ptrain/bench/estimate.h"
 #include "ptrain/bench/report.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/config/accelerate_config.h"
@@ -135,11 +137,27 @@ int run_cli(int argc, char** argv) {
                       "Also run every run through PyTorch (bench/pytorch_reference.py) for the report to compare");
   bench_cmd->add_flag("--side-by-side", bench_options.side_by_side,
                       "Start runs that need fewer GPUs than there are side by side, each on GPUs of its own");
+  bench_cmd->add_flag("--estimate,!--no-estimate", bench_options.estimate,
+                      "Predict each ptrain run's peak memory first (ptrain estimate), for the report to show beside "
+                      "the measurement (default: on)");
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,
                         "The ptrain checkout holding configs/bench and bench/ (default: the current directory "
                         "when it has them, else the one ptrain was built from)");
+
+  config::TrainConfig estimate_config;
+  int64_t estimate_devices = 0;
+  std::string estimate_json;
+  CLI::App* estimate_cmd = app.add_subcommand(
+      "estimate",
+      "Predict the memory each device needs for a training run (the train flags), under every strategy: model "
+      "states by each strategy's arithmetic, activations measured by two short probe runs at small batches");
+  CLI::Option* estimate_config_file = config::add_train_options(*estimate_cmd, estimate_config);
+  estimate_cmd->add_option("--devices", estimate_devices,
+                           "Devices the multi-device strategies spread over (default: the visible GPUs; 2 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  estimate_cmd->add_option("--json", estimate_json, "Also write the estimate as JSON to this file");
 
   try {
     app.parse(argc, argv);
@@ -164,6 +182,22 @@ int run_cli(int argc, char** argv) {
                 << std::endl;
       for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
       return outcome.failed > 0 ? 1 : 0;
+    }
+    if (estimate_cmd->parsed()) {
+      if (estimate_config_file->count() > 0)
+        config::apply_yaml_config(*estimate_cmd, estimate_config_file->as<std::string>());
+      int64_t devices = estimate_devices;
+      if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
+      const bench::MemoryEstimate estimate = bench::estimate_memory(estimate_config, devices);
+      std::cout << bench::render_estimate(estimate);
+      if (!estimate_json.empty()) {
+        const auto parent = std::filesystem::path(estimate_json).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent);
+        std::ofstream out(estimate_json);
+        check(out.good(), estimate_json + ": cannot write the estimate");
+        out << bench::to_json(estimate).dump(2) << "\n";
+      }
+      return 0;
     }
     if (report_cmd->parsed()) {
       const bench::WrittenReport written = bench::write_report(report_run_dirs, report_out_dir, report_title);

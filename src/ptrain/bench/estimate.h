@@ -1,0 +1,63 @@
+// `ptrain estimate`: the memory a training run needs on each device, before it runs, for every strategy,
+// with advice on which one fits. Model states (parameters, gradients, optimizer state, fp32 master
+// weights, communication buffers) follow each strategy's arithmetic; what grows with the batch
+// (activations, the batch itself) and the fixed rest (workspaces) are measured: two probes, short real
+// training runs of the same model and precision at two small batches, in this process, their difference
+// giving the bytes per sample. Measured peaks are the allocator's (CUDA caching allocator; on the CPU the
+// counting allocator of metrics/cpu_allocator.h), so the prediction compares with a run's
+// peak_allocated_bytes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ptrain/config/train_config.h"
+
+namespace ptrain::bench {
+
+// Per device, in bytes.
+struct ModelStates {
+  int64_t params = 0, grads = 0, optimizer = 0, masters = 0, buffers = 0;  // buffers: communication
+  int64_t total() const { return params + grads + optimizer + masters + buffers; }
+};
+
+struct StrategyEstimate {
+  std::string strategy;   // single, dp, ddp, zero1, zero2, zero3, zero3+offload
+  int64_t devices = 1;
+  ModelStates states;
+  int64_t activations = 0;  // bytes per sample x the per-device batch
+  int64_t fixed = 0;        // measured rest: workspaces, batches in flight
+  int64_t total = 0;        // the predicted peak_allocated_bytes
+  bool fits = false;
+};
+
+struct MemoryEstimate {
+  std::string model, precision, device;
+  int64_t parameters = 0;
+  int64_t batch_size = 0;  // per device
+  std::optional<int64_t> capacity_bytes;  // the device's memory (host RAM for the CPU)
+  std::vector<std::pair<int64_t, int64_t>> probes;  // (batch, measured peak)
+  int64_t bytes_per_sample = 0, fixed_bytes = 0;
+  std::string configured_strategy;
+  std::vector<StrategyEstimate> strategies;
+  std::string advice;
+};
+
+// The model states one device holds under `strategy` over `devices` devices (the arithmetic alone).
+// parameters: the model's parameter count; dtype sizes from the precision mode; the optimizer's slots
+// from its name (sgd with momentum: 1, adamw: 2).
+ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
+                         const config::TrainConfig& config, bool cpu);
+
+// Runs the probes and predicts every strategy over `devices` devices. Throws ptrain::Error for a config
+// that cannot train (naming the key) or a probe that fails.
+MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t devices);
+
+std::string render_estimate(const MemoryEstimate& estimate);
+nlohmann::json to_json(const MemoryEstimate& estimate);
+
+}  // namespace ptrain::bench

@@ -1,0 +1,129 @@
+// ptrain estimate: its predictions against what real runs of the same job measure on the CPU's counting
+// allocator, and the arithmetic of the model states each strategy keeps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ptrain/bench/estimate.h"
+#include "ptrain/core/error.h"
+#include "ptrain/train/plan.h"
+#include "ptrain/train/trainer.h"
+
+namespace ptrain::bench {
+namespace {
+
+config::TrainConfig small_job(const std::string& precision, bool master) {
+  config::TrainConfig c;
+  c.model.name = "resnet20";
+  c.data.dataset = "synthetic";
+  c.data.path = "512:1x28x28:10";
+  c.run.batch_size = 32;
+  c.run.device = "cpu";
+  c.run.max_steps = 3;
+  c.run.progress = "none";
+  c.run.threads = 2;
+  c.data.test_limit = 64;
+  c.precision.precision = precision;
+  c.precision.master_weights = master;
+  return c;
+}
+
+int64_t measured_peak(config::TrainConfig c) {
+  const auto record = train::train(train::make_plan(c), "estimate_test");
+  EXPECT_TRUE(record.peak_allocated_bytes.has_value());
+  return record.peak_allocated_bytes.value_or(0);
+}
+
+const StrategyEstimate& row(const MemoryEstimate& e, const std::string& strategy) {
+  for (const auto& s : e.strategies)
+    if (s.strategy == strategy) return s;
+  throw Error("no row " + strategy);
+}
+
+struct Mode {
+  const char* precision;
+  bool master;
+};
+
+class EstimateVsMeasured : public ::testing::TestWithParam<Mode> {};
+
+// The acceptance bound of the estimate: within 15% of the measured peak, for every mode of the CPU suite.
+TEST_P(EstimateVsMeasured, OneDeviceWithin15Percent) {
+  const auto job = small_job(GetParam().precision, GetParam().master);
+  const MemoryEstimate e = estimate_memory(job, 2);
+  ASSERT_EQ(e.probes.size(), 2u);
+  EXPECT_GT(e.bytes_per_sample, 0);
+  const int64_t predicted = row(e, "single").total;
+  const int64_t measured = measured_peak(job);
+  EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(measured), 1.0, 0.15)
+      << "predicted " << predicted << " measured " << measured << "\n" << render_estimate(e);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuSuiteModes, EstimateVsMeasured,
+                         ::testing::Values(Mode{"fp32", false}, Mode{"bf16", false}, Mode{"bf16", true},
+                                           Mode{"amp-bf16", false}),
+                         [](const auto& info) {
+                           return std::string(info.param.precision == std::string("amp-bf16") ? "amp_bf16"
+                                                                                              : info.param.precision) +
+                                  (info.param.master ? "_master" : "");
+                         });
+
+TEST(Estimate, DataParallelOnTheCpuWithin15Percent) {
+  auto job = small_job("fp32", false);
+  const MemoryEstimate e = estimate_memory(job, 2);
+  job.run.strategy = "dp";
+  job.dist.replicas = 2;
+  const int64_t measured = measured_peak(job);
+  const int64_t predicted = row(e, "dp").total;
+  EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(measured), 1.0, 0.15)
+      << "predicted " << predicted << " measured " << measured << "\n" << render_estimate(e);
+}
+
+TEST(Estimate, ModelStatesFollowTheZeroArithmetic) {
+  config::TrainConfig c;  // sgd with momentum: one optimizer slot
+  const int64_t psi = 1000000;
+  const auto single = model_states("single", 1, psi, c, /*cpu=*/true);
+  EXPECT_EQ(single.params, 4 * psi);
+  EXPECT_EQ(single.grads, 4 * psi);
+  EXPECT_EQ(single.optimizer, 4 * psi);
+  EXPECT_EQ(single.masters, 0);
+  EXPECT_EQ(model_states("ddp", 4, psi, c, true).buffers, 4 * psi);
+  const auto z1 = model_states("zero1", 4, psi, c, true);
+  EXPECT_EQ(z1.params, 4 * psi);
+  EXPECT_EQ(z1.grads, 4 * psi);
+  EXPECT_EQ(z1.optimizer, psi);
+  const auto z2 = model_states("zero2", 4, psi, c, true);
+  EXPECT_EQ(z2.grads, psi);
+  EXPECT_EQ(z2.params, 4 * psi);
+  const auto z3 = model_states("zero3", 4, psi, c, true);
+  EXPECT_EQ(z3.params, psi);
+  EXPECT_EQ(z3.total(), 3 * psi);
+  EXPECT_EQ(model_states("zero3+offload", 4, psi, c, true).optimizer, 0);
+
+  // Mixed precision: DeepSpeed's 2 + 2 bytes a parameter of half weights and gradients and 12 of fp32
+  // state (master copy and adamw's two moments), plus the fp32 gradient ptrain's master copy keeps.
+  c.precision.precision = "bf16";
+  c.precision.master_weights = true;
+  c.optim.name = "adamw";
+  const auto mixed = model_states("single", 1, psi, c, true);
+  EXPECT_EQ(mixed.params, 2 * psi);
+  EXPECT_EQ(mixed.grads, 2 * psi);
+  EXPECT_EQ(mixed.optimizer, 8 * psi);
+  EXPECT_EQ(mixed.masters, 8 * psi);
+  EXPECT_THROW(model_states("fsdp", 2, psi, c, true), Error);
+}
+
+TEST(Estimate, BadInputIsNamed) {
+  auto job = small_job("fp32", false);
+  job.model.name = "resnet-nine";
+  try {
+    estimate_memory(job, 2);
+    FAIL() << "an unknown model must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resnet-nine"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(estimate_memory(small_job("fp32", false), 0), Error);
+}
+
+}  // namespace
+}  // namespace ptrain::bench
