@@ -102,6 +102,7 @@ RunRecord ptrain_bf16() {
   r.gpu_util_peak = 100.0;
   r.final_test_accuracy = 0.8987;
   r.epochs_detail = {epoch(0, 20.0, 1.25, 0.84), epoch(1, 20.0, 0.62, 0.8987)};
+  r.extra["estimate"] = {{"strategy", "single"}, {"predicted_peak_allocated_bytes", 2.25 * kGiB}};
   return r;
 }
 
@@ -271,20 +272,20 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   EXPECT_TRUE(has_line(md, "# Nightly \\<b\\>bench\\</b\\> & co")) << md;
   EXPECT_TRUE(has_line(md,
                        "| run | framework | strategy | precision | devices | batch/device | peak allocated/GPU | "
-                       "peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | "
+                       "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | "
                        "throughput img/s | test accuracy | speed-up vs baseline | memory saved vs baseline |"))
       << md;
-  // Runs in directory order, files sorted within each: the baseline need not come first.
+  // Runs ordered by devices, strategy and precision (fp32 before the mixed modes), ptrain before PyTorch.
   EXPECT_TRUE(has_line(md,
                        "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2.00 GiB | "
-                       "n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 89.87% | 2.50x | 50.0% |"))
+                       "2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 89.87% | 2.50x | 50.0% |"))
       << md;
   EXPECT_TRUE(has_line(md,
-                       "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 4.00 GiB | 5.00 GiB | 80% | 99% | "
+                       "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | "
                        "2 min 00 s | 1 min 40 s | 1000 | 90.12% | 1.00x | 0.0% |"))
       << md;
   EXPECT_TRUE(has_line(md,
-                       "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 3.00 GiB | 4.00 GiB | n/a | n/a | "
+                       "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 3.00 GiB | n/a | 4.00 GiB | n/a | n/a | "
                        "1 min 03 s | 50.0 s | 2000 | 89.91% | 2.00x | 25.0% |"))
       << md;
   EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
@@ -302,7 +303,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   ASSERT_EQ(rows.size(), 4u);
   const std::vector<std::string> header = {
       "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "peak_allocated_bytes_per_gpu",
-      "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
+      "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
       "train_wall_seconds", "images_per_second", "final_test_accuracy", "speedup_vs_baseline",
       "memory_saved_vs_baseline_fraction"};
   EXPECT_EQ(rows[0], header);
@@ -316,6 +317,8 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   const auto& bf16 = by_run[kHostileName];
   EXPECT_EQ(bf16.at("peak_allocated_bytes_per_gpu"), std::to_string(2 * kGiB));
   EXPECT_EQ(bf16.at("peak_nvml_used_bytes_per_gpu"), "");
+  EXPECT_DOUBLE_EQ(std::stod(bf16.at("predicted_peak_allocated_bytes_per_gpu")), 2.25 * kGiB);
+  EXPECT_EQ(by_run.at("fp32-baseline").at("predicted_peak_allocated_bytes_per_gpu"), "");
   EXPECT_EQ(bf16.at("total_wall_seconds"), "50");
   EXPECT_EQ(bf16.at("images_per_second"), "2500");
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("speedup_vs_baseline")), 2.5);
@@ -385,11 +388,11 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
                                            (scratch.path() / "out").string(), "fallback");
 
   EXPECT_TRUE(has_line(written.markdown,
-                       "No ptrain single-device fp32 run among these records: the first run, a-ddp (ptrain, ddp, "
-                       "fp32, 2 devices, batch 128/device), is the baseline."))
+                       "No ptrain single-device fp32 run among these records: a-ddp (ptrain, ddp, fp32, 2 devices, "
+                       "batch 128/device), the first ptrain run, is the baseline."))
       << written.markdown;
   EXPECT_TRUE(has_line(written.markdown,
-                       "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 4.00 GiB | 5.00 GiB | 80% | 99% | 2 min 00 s | "
+                       "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | "
                        "1 min 40 s | 1800 | n/a | 1.00x | 0.0% |"))
       << written.markdown;
   EXPECT_NE(written.markdown.find("| 2000 | 89.91% | 1.11x | 25.0% |"), std::string::npos) << written.markdown;

@@ -1,6 +1,7 @@
 #include "ptrain/bench/report.h"
 
 #include <algorithm>
+#include <tuple>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -100,6 +101,15 @@ struct Column {
 
 const RunRecord& record_of(const Report& report, size_t run) { return report.runs[run].record; }
 
+// What `ptrain estimate` predicted for the run before it ran (ptrain bench puts it in the record's extra).
+std::optional<double> predicted_peak(const RunRecord& r) {
+  const auto estimate = r.extra.find("estimate");
+  if (estimate == r.extra.end() || !estimate->is_object()) return std::nullopt;
+  const auto bytes = estimate->find("predicted_peak_allocated_bytes");
+  if (bytes == estimate->end() || !bytes->is_number()) return std::nullopt;
+  return bytes->get<double>();
+}
+
 const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
     std::vector<Column> c;
@@ -130,6 +140,8 @@ const std::vector<Column>& columns() {
     add("peak allocated/GPU", "peak_allocated_bytes_per_gpu", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_allocated_bytes); },
                gib_text));
+    add("predicted peak/GPU", "predicted_peak_allocated_bytes_per_gpu", true,
+        number([](const Report& r, size_t i) { return predicted_peak(record_of(r, i)); }, gib_text));
     add("peak NVML used/GPU", "peak_nvml_used_bytes_per_gpu", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_nvml_used_bytes); },
                gib_text));
@@ -176,8 +188,9 @@ std::vector<std::string> table_notes(const Report& report) {
   if (report.baseline_is_single_device_fp32) {
     notes.push_back("Baseline: " + base.name + " (the ptrain single-device fp32 run).");
   } else {
-    notes.push_back("No ptrain single-device fp32 run among these records: the first run, " + base.name + " (" +
-                    run_descriptor(base.record) + "), is the baseline.");
+    notes.push_back("No ptrain single-device fp32 run among these records: " + base.name + " (" +
+                    run_descriptor(base.record) + "), the first " +
+                    (base.record.framework == metrics::kFrameworkPtrain ? "ptrain run" : "run") + ", is the baseline.");
   }
   notes.push_back(
       "Speed-up: training throughput (img/s, evaluation excluded) over the baseline's. Memory saved: 1 - peak "
@@ -638,15 +651,47 @@ std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
   return runs;
 }
 
+namespace {
+
+// Where a name stands in a list of known names; unknown ones after all of them, among themselves by name.
+size_t rank_in(const std::vector<std::string>& order, const std::string& name) {
+  const auto it = std::find(order.begin(), order.end(), name);
+  return static_cast<size_t>(it - order.begin());
+}
+
+// Rows read as the comparison goes: devices, then the strategy, then the precision from full to least,
+// each ptrain run before the PyTorch run of the same mode.
+bool comes_before(const ReportRun& a, const ReportRun& b) {
+  static const std::vector<std::string> strategies{"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"};
+  static const std::vector<std::string> precisions{"fp32", "tf32", "fp16", "fp16+master", "bf16", "bf16+master",
+                                                   "amp-fp16", "amp-bf16"};
+  const auto key = [](const ReportRun& run) {
+    const auto& r = run.record;
+    return std::make_tuple(r.devices, rank_in(strategies, r.strategy), r.strategy, rank_in(precisions, r.precision),
+                           r.precision, r.framework != "ptrain", run.name);
+  };
+  return key(a) < key(b);
+}
+
+}  // namespace
+
 Report make_report(std::vector<ReportRun> runs, std::string title) {
   check(!runs.empty(), "a report needs at least one run");
   Report report;
   report.title = std::move(title);
   report.runs = std::move(runs);
+  std::stable_sort(report.runs.begin(), report.runs.end(), comes_before);
   const auto it = std::find_if(report.runs.begin(), report.runs.end(),
                                [](const ReportRun& run) { return is_single_device_fp32_ptrain(run.record); });
   report.baseline_is_single_device_fp32 = it != report.runs.end();
-  report.baseline = report.baseline_is_single_device_fp32 ? static_cast<size_t>(it - report.runs.begin()) : 0;
+  if (report.baseline_is_single_device_fp32) {
+    report.baseline = static_cast<size_t>(it - report.runs.begin());
+  } else {
+    const auto first_ptrain = std::find_if(report.runs.begin(), report.runs.end(), [](const ReportRun& run) {
+      return run.record.framework == metrics::kFrameworkPtrain;
+    });
+    report.baseline = first_ptrain != report.runs.end() ? static_cast<size_t>(first_ptrain - report.runs.begin()) : 0;
+  }
   return report;
 }
 

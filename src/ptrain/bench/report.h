@@ -24,7 +24,8 @@ struct Report {
   std::string title;
   std::vector<ReportRun> runs;
   size_t baseline = 0;
-  // False when no ptrain single-device fp32 run is among the runs and the first run stands in: every
+  // False when no ptrain single-device fp32 run is among the runs and the first ptrain run (or, without
+  // one, the first run) stands in: every
   // rendering says so, since speed-ups against another baseline mean something else.
   bool baseline_is_single_device_fp32 = false;
 };
@@ -34,7 +35,9 @@ struct Report {
 // and the key when a record is not valid JSON or not a run record.
 std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs);
 
-// Picks the baseline: the first ptrain run with strategy single, precision fp32 and one device.
+// Orders the runs by devices, strategy (single, dp, ddp, zero1..3, fsdp) and precision (fp32 to amp-bf16),
+// ptrain before PyTorch, and picks the baseline: the first ptrain run with strategy single, precision fp32
+// and one device.
 Report make_report(std::vector<ReportRun> runs, std::string title);
 
 // Training throughput over the baseline's; nullopt when either is missing or the baseline's is zero.

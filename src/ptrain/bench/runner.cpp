@@ -79,6 +79,7 @@ struct Job {
   SuiteRun run;
   std::string command;    // shell command line; the GPUs it may see are prefixed when it starts
   std::string metrics_path, log_path;
+  std::string estimate_path;  // ptrain runs: where `ptrain estimate` leaves its prediction; empty: none
   std::string unavailable;  // why this job cannot run (PyTorch has no such mode); empty: it can
 };
 
@@ -123,7 +124,42 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
   }
   job.command = join_command(train);
+  if (o.estimate) {
+    job.estimate_path = out + "/estimates/" + run.id() + ".json";
+    std::vector<std::string> estimate{o.ptrain_executable, "estimate", "--config", workload_file, "--precision",
+                                      run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",
+                                      "--devices", std::to_string(run.devices), "--json", job.estimate_path};
+    if (run.master_weights) estimate.push_back("--master-weights");
+    // A failed estimate leaves the run without a prediction, not without its measurement.
+    job.command = join_command({"mkdir", "-p", out + "/estimates"}) + " && " +
+                  join_command({"rm", "-f", job.estimate_path}) + "; " + join_command(estimate) + "; " + job.command;
+  }
   return job;
+}
+
+// Puts the prediction `ptrain estimate` made for the run's strategy into the run's record (extra.estimate),
+// where the report finds it. A missing or unreadable estimate leaves the record as it is.
+void attach_estimate(const Job& job) {
+  if (job.estimate_path.empty() || !fs::is_regular_file(job.estimate_path)) return;
+  try {
+    std::ifstream in(job.estimate_path);
+    const auto estimate = nlohmann::json::parse(in);
+    std::ifstream record_in(job.metrics_path);
+    metrics::RunRecord record = metrics::run_record_from_json(nlohmann::json::parse(record_in));
+    for (const auto& row : estimate.at("strategies")) {
+      if (row.at("strategy") != job.run.strategy) continue;
+      record.extra["estimate"] = {{"strategy", row.at("strategy")},
+                                  {"devices", row.at("devices")},
+                                  {"predicted_peak_allocated_bytes", row.at("predicted_peak_allocated_bytes")},
+                                  {"bytes_per_sample", estimate.at("bytes_per_sample")},
+                                  {"fixed_bytes", estimate.at("fixed_bytes")},
+                                  {"probes", estimate.at("probes")}};
+      metrics::write_run_record(job.metrics_path, record);
+      return;
+    }
+  } catch (const std::exception&) {
+    // The prediction is an addition: a run's own record stands without it.
+  }
 }
 
 // The workload keys bench/pytorch_reference.py understands, its flag for each, and ptrain's default,
@@ -404,6 +440,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       interrupted = job.framework + " " + job.run.label();
       return false;
     }
+    if (exit.code == 0) attach_estimate(job);
     const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;
     if (record) {
       sink.line(prefix + "done: " + summary_of(*record));

@@ -24,6 +24,9 @@ struct BenchOptions {
   // run's memory figures stay its own; the runs share the host's cores.
   bool side_by_side = false;
   std::string python = "python3";  // the Python that has torch (and torchvision) for the PyTorch runs
+  // Before each ptrain run, `ptrain estimate` predicts its peak memory per device (two short probe runs),
+  // and the report puts the prediction beside what the run measured.
+  bool estimate = true;
   std::string ptrain_executable;   // the binary that trains (normally this one)
 };
 
