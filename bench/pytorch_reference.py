@@ -568,7 +568,8 @@ def main(argv=None):
     xte, yte, _ = load_dataset(a.dataset, a.data, False)
     if a.test_limit > 0:
         xte, yte = xte[:a.test_limit], yte[:a.test_limit]
-    mean, std = NORMALIZATION.get(a.dataset, ([0.5] * 3, [0.5] * 3))
+    # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
+    mean, std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
     image_size = a.image_size or xtr.shape[2]
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
