@@ -84,8 +84,9 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "Dynamic loss scaling: overflows tolerated before the scale halves (DeepSpeed; 1: GradScaler)")
       ->group("Precision")->check(positive)->capture_default_str();
   app.add_flag("--consecutive-hysteresis,!--no-consecutive-hysteresis", c.precision.consecutive_hysteresis,
-               "The tolerated overflows refill after any clean step (else only when the scale grows, as DeepSpeed's default)")
-      ->group("Precision")->capture_default_str();
+               "The tolerated overflows refill after any clean step (default; else only when the scale grows, as "
+               "DeepSpeed's default)")
+      ->group("Precision");
   app.add_option("--min-loss-scale", c.precision.min_loss_scale, "Dynamic loss scaling: the scale's floor; 0: none")
       ->group("Precision")->check(non_negative)->capture_default_str();
 
