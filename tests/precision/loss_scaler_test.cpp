@@ -205,6 +205,9 @@ TEST(LossScaler, CudaPathMatchesTheReference) {
   options.hysteresis = 2;
   const auto runs = [](int64_t s) { return (s % 17) < (s / 17) % 5 ? Grad::Inf : Grad::Ok; };
   EXPECT_EQ(run_against_reference(options, 600, runs, torch::kCUDA).size(), 600u);
+  options.consecutive_hysteresis = false;  // DeepSpeed's default, with a floor
+  options.min_scale = 4096.0;
+  EXPECT_EQ(run_against_reference(options, 600, runs, torch::kCUDA).size(), 600u);
   LossScalerOptions small;  // 2^10: randn * scale stays below float16's maximum, 65504
   small.init_scale = 1024.0;
   for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
@@ -222,11 +225,13 @@ TEST(LossScaler, CudaPathMatchesTheReference) {
 // replayed step after step with new gradient contents, must follow the reference like eager steps.
 TEST(LossScaler, StepCapturesInACudaGraph) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t hysteresis : {1, 2}) {
+  for (const int64_t hysteresis : {1, 2, -2}) {  // -2: hysteresis 2 refilled only on growth, with a floor
     SCOPED_TRACE("hysteresis " + std::to_string(hysteresis));
     LossScalerOptions options;
     options.growth_interval = 3;
-    options.hysteresis = hysteresis;
+    options.hysteresis = std::abs(hysteresis);
+    options.consecutive_hysteresis = hysteresis > 0;
+    if (hysteresis < 0) options.min_scale = 1024.0;
     LossScaler scaler(options, torch::kCUDA);
     const auto initial = scaler.state();
     auto g32 = torch::ones({64}, torch::kCUDA);
