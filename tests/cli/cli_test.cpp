@@ -73,6 +73,26 @@ TEST(Cli, DryRunPrintsThePlanWithoutTraining) {
   EXPECT_EQ(r.output.find("result:"), std::string::npos) << r.output;
 }
 
+TEST(Cli, DryRunShowsWhatADeepSpeedConfigBecomes) {
+  const auto dir = scratch("deepspeed");
+  const auto ds_config = dir / "ds_config.json";
+  std::ofstream(ds_config) << R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
+    "gradient_clipping": 0.5, "steps_per_print": 10, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "weight_decay": 0.01}}, "zero_optimization": {"stage": 0}})";
+  const Result r = run(kSmallRun + "--dry-run --deepspeed-config " + ds_config.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // kSmallRun's --batch-size 16 wins over the file's micro batch; the accumulation follows from train_batch_size.
+  for (const char* text : {"precision bf16 with fp32 master weights", "strategy ddp", "batch 16 per device x 2 accumulation",
+                           "global batch 32", "optimizer adamw lr 0.001", "clip norm 0.5", "'steps_per_print'",
+                           "'train_micro_batch_size_per_gpu' (8) is overridden by --batch-size 16"}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
+  std::ofstream(ds_config) << R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4})";
+  const Result bad = run(kSmallRun + "--dry-run --deepspeed-config " + ds_config.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("train_batch_size 30 disagrees"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, BadInputIsNamed) {
   const Result precision = run("train --precision fp8");
   EXPECT_NE(precision.exit_code, 0);

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "ptrain/config/accelerate_config.h"
+#include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
 #include "test_support.h"  // tests/io
 
@@ -63,10 +64,12 @@ TEST(AccelerateConfig, MultiCpuMixedPrecisionAndGpuIds) {
 }
 
 TEST(AccelerateConfig, UnsupportedSettingsAreNamed) {
-  const auto fsdp = write_yaml("fsdp", kBase + "distributed_type: FSDP\nnum_processes: 2\n");
-  EXPECT_NE(error_of(fsdp).find("'distributed_type'"), std::string::npos);
-  const auto unknown = write_yaml("unknown", kBase + "distributed_type: MULTI_GPU\nfsdp_config: {}\n");
-  EXPECT_NE(error_of(unknown).find("'fsdp_config'"), std::string::npos);
+  const auto megatron = write_yaml("megatron", kBase + "distributed_type: MEGATRON_LM\nnum_processes: 2\n");
+  EXPECT_NE(error_of(megatron).find("'distributed_type'"), std::string::npos);
+  const auto misplaced = write_yaml("misplaced", kBase + "distributed_type: MULTI_GPU\nfsdp_config:\n  fsdp_version: 1\n");
+  EXPECT_NE(error_of(misplaced).find("'fsdp_config'"), std::string::npos);
+  const auto unknown = write_yaml("unknown", kBase + "distributed_type: MULTI_GPU\nmegatron_lm_config: {}\n");
+  EXPECT_NE(error_of(unknown).find("'megatron_lm_config'"), std::string::npos);
   const auto tpu = write_yaml("tpu", kBase + "tpu_use_cluster: true\n");
   EXPECT_NE(error_of(tpu).find("TPU"), std::string::npos);
   const auto uneven = write_yaml("uneven", kBase + "distributed_type: MULTI_GPU\nnum_processes: 3\nnum_machines: 2\n");
@@ -76,6 +79,115 @@ TEST(AccelerateConfig, UnsupportedSettingsAreNamed) {
   EXPECT_NE(message.find("'mixed_precision'"), std::string::npos) << message;
   EXPECT_NE(message.find(precision), std::string::npos) << message;
   EXPECT_NE(error_of("/nonexistent/accelerate.yaml").find("/nonexistent/accelerate.yaml"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+std::string env_of(const ptrain::config::AccelerateLaunch& launch, const std::string& name) {
+  const auto it = launch.environment.find(name);
+  return it == launch.environment.end() ? "<unset>" : it->second;
+}
+
+TEST(AccelerateConfig, TheIssuesFsdpFileReadsUnchanged) {
+  // configs/accelerate/fsdp-4.yaml is the file of issue 4, verbatim.
+  const auto launch = read_accelerate_config(repo_file("configs/accelerate/fsdp-4.yaml"));
+  EXPECT_EQ(launch.num_processes_per_machine, 4);
+  EXPECT_EQ(env_of(launch, "PTRAIN_STRATEGY"), "fsdp");
+  EXPECT_EQ(env_of(launch, "PTRAIN_FSDP_SHARDING"), "full-shard");  // fsdp_sharding_strategy: 1
+  EXPECT_EQ(env_of(launch, "PTRAIN_AUTO_WRAP"), "size");
+  EXPECT_EQ(env_of(launch, "PTRAIN_MIN_NUM_PARAMS"), "1000000");
+  EXPECT_EQ(env_of(launch, "PTRAIN_BACKWARD_PREFETCH"), "pre");
+  EXPECT_EQ(env_of(launch, "PTRAIN_FORWARD_PREFETCH"), "true");
+  EXPECT_EQ(env_of(launch, "PTRAIN_OFFLOAD_PARAMS"), "false");
+  EXPECT_EQ(env_of(launch, "PTRAIN_SYNC_MODULE_STATES"), "true");
+  EXPECT_EQ(env_of(launch, "PTRAIN_STATE_DICT"), "sharded");
+  EXPECT_EQ(env_of(launch, "PTRAIN_PRECISION"), "<unset>");  // mixed_precision: 'no'
+  bool orig_params_named = false;
+  for (const auto& w : launch.warnings) orig_params_named |= w.find("fsdp_use_orig_params") != std::string::npos;
+  EXPECT_TRUE(orig_params_named);
+}
+
+TEST(AccelerateConfig, FsdpReachesTheTrainConfigThroughTheEnvironment) {
+  const auto launch = read_accelerate_config(repo_file("configs/accelerate/fsdp-4.yaml"));
+  for (const auto& [name, value] : launch.environment) ::setenv(name.c_str(), value.c_str(), 1);
+  ptrain::config::TrainConfig c;
+  CLI::App app;
+  ptrain::config::add_train_options(app, c);
+  const char* argv[] = {"train"};
+  app.parse(1, const_cast<char**>(argv));
+  for (const auto& [name, value] : launch.environment) ::unsetenv(name.c_str());
+  EXPECT_EQ(c.run.strategy, "fsdp");
+  EXPECT_EQ(c.sharding.fsdp_sharding, "full-shard");
+  EXPECT_EQ(c.sharding.auto_wrap, "size");
+  EXPECT_EQ(c.sharding.min_num_params, 1000000);
+  EXPECT_EQ(c.sharding.backward_prefetch, "pre");
+  EXPECT_TRUE(c.sharding.forward_prefetch);
+  EXPECT_TRUE(c.sharding.sync_module_states);
+  EXPECT_EQ(c.sharding.state_dict, "sharded");
+}
+
+TEST(AccelerateConfig, FsdpSpellingsAndNumbers) {
+  const auto fsdp = [](const std::string& keys) {
+    return write_yaml("fsdp_keys", kBase + "distributed_type: FSDP\nnum_processes: 2\nmixed_precision: bf16\n"
+                                           "fsdp_config:\n" + keys);
+  };
+  const auto launch = read_accelerate_config(fsdp(
+      "  fsdp_backward_prefetch: BACKWARD_POST\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+      "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n  fsdp_transformer_layer_cls_to_wrap: Bottleneck, BasicBlock\n"
+      "  fsdp_state_dict_type: FULL_STATE_DICT\n  fsdp_activation_checkpointing: true\n  fsdp_version: 1\n"));
+  EXPECT_EQ(env_of(launch, "PTRAIN_BACKWARD_PREFETCH"), "post");
+  EXPECT_EQ(env_of(launch, "PTRAIN_FSDP_SHARDING"), "shard-grad-op");
+  EXPECT_EQ(env_of(launch, "PTRAIN_AUTO_WRAP"), "type");
+  EXPECT_EQ(env_of(launch, "PTRAIN_WRAP_TYPES"), "Bottleneck,BasicBlock");
+  EXPECT_EQ(env_of(launch, "PTRAIN_STATE_DICT"), "full");
+  EXPECT_EQ(env_of(launch, "PTRAIN_ACTIVATION_CHECKPOINTING"), "true");
+  EXPECT_EQ(env_of(launch, "PTRAIN_PRECISION"), "amp-bf16");
+  EXPECT_EQ(env_of(launch, "PTRAIN_PARAM_DTYPE"), "bf16");
+  EXPECT_EQ(env_of(launch, "PTRAIN_REDUCE_DTYPE"), "bf16");
+  for (const auto& [number, name] : std::vector<std::pair<std::string, std::string>>{
+           {"1", "full-shard"}, {"2", "shard-grad-op"}, {"3", "no-shard"}, {"4", "hybrid-shard"}}) {
+    EXPECT_EQ(env_of(read_accelerate_config(fsdp("  fsdp_sharding_strategy: " + number + "\n")), "PTRAIN_FSDP_SHARDING"),
+              name);
+  }
+  EXPECT_NE(error_of(fsdp("  fsdp_sharding_strategy: 5\n")).find("_HYBRID_SHARD_ZERO2"), std::string::npos);
+  EXPECT_NE(error_of(fsdp("  fsdp_state_dict_type: LOCAL_STATE_DICT\n")).find("LOCAL_STATE_DICT"), std::string::npos);
+  EXPECT_NE(error_of(fsdp("  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n"))
+                .find("disagree"),
+            std::string::npos);
+  EXPECT_NE(error_of(fsdp("  fsdp_wrap_everything: true\n")).find("fsdp_config.fsdp_wrap_everything"),
+            std::string::npos);
+}
+
+TEST(AccelerateConfig, DeepSpeedMapsToZeroStages) {
+  const auto launch = read_accelerate_config(repo_file("configs/accelerate/deepspeed-zero2-2.yaml"));
+  EXPECT_EQ(launch.num_processes_per_machine, 2);
+  EXPECT_EQ(env_of(launch, "PTRAIN_STRATEGY"), "zero2");
+  EXPECT_EQ(env_of(launch, "PTRAIN_OFFLOAD_OPTIMIZER"), "true");
+  EXPECT_EQ(env_of(launch, "PTRAIN_GRAD_ACCUM"), "2");
+  EXPECT_EQ(env_of(launch, "PTRAIN_CLIP_GRAD_NORM"), "1.0");
+  EXPECT_EQ(env_of(launch, "PTRAIN_PRECISION"), "bf16");  // DeepSpeed: a bf16 model, fp32 master weights
+  EXPECT_EQ(env_of(launch, "PTRAIN_MASTER_WEIGHTS"), "true");
+
+  const auto ds = [](const std::string& keys) {
+    return write_yaml("ds_keys", kBase + "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n" + keys);
+  };
+  for (int stage = 0; stage <= 3; ++stage) {
+    const char* expected[] = {"ddp", "zero1", "zero2", "zero3"};
+    EXPECT_EQ(env_of(read_accelerate_config(ds("  zero_stage: " + std::to_string(stage) + "\n")), "PTRAIN_STRATEGY"),
+              expected[stage]);
+  }
+  const auto zero3 = read_accelerate_config(ds("  zero_stage: 3\n  offload_param_device: cpu\n  zero3_init_flag: true\n"));
+  EXPECT_EQ(env_of(zero3, "PTRAIN_OFFLOAD_PARAMS"), "true");
+  EXPECT_FALSE(zero3.warnings.empty());  // zero3_init_flag is named
+  const auto file = read_accelerate_config(ds("  deepspeed_config_file: /tmp/ds_config.json\n"));
+  EXPECT_EQ(env_of(file, "PTRAIN_DEEPSPEED_CONFIG"), "/tmp/ds_config.json");
+  EXPECT_EQ(env_of(file, "PTRAIN_STRATEGY"), "<unset>");  // the file says
+  EXPECT_NE(error_of(ds("  zero_stage: 2\n  offload_param_device: cpu\n")).find("zero_stage 3"), std::string::npos);
+  EXPECT_NE(error_of(ds("  offload_optimizer_device: nvme\n")).find("nvme"), std::string::npos);
+  EXPECT_NE(error_of(ds("  deepspeed_moe_layer_cls_names: Expert\n")).find("deepspeed_moe_layer_cls_names"),
+            std::string::npos);
 }
 
 }  // namespace

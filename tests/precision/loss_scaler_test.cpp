@@ -29,11 +29,14 @@ enum class Grad { Ok, Inf, NaN };
 // start at init_scale; on a step with inf/NaN multiply by backoff_factor and restart the count of
 // clean steps; after growth_interval consecutive clean steps multiply by growth_factor (skipped when
 // the product is not finite in float32, as _amp_update_scale_'s kernel does) and restart the count.
-// Hysteresis (DeepSpeed): only the hysteresis-th consecutive overflow backs off; a clean step refills it.
+// Hysteresis (DeepSpeed's DynamicLossScaler): only the hysteresis-th overflow backs off; a clean step
+// refills the tolerance (consecutive_hysteresis), or only a step that grows the scale (DeepSpeed's
+// default); the scale never backs off below min_scale.
 struct ReferenceScaler {
   float scale;
-  double growth, backoff;
+  double growth, backoff, min_scale;
   int64_t interval, hysteresis;
+  bool consecutive;
   int64_t clean_steps = 0;
   int64_t tolerated_left;
 
@@ -41,8 +44,10 @@ struct ReferenceScaler {
       : scale(static_cast<float>(o.init_scale)),
         growth(o.growth_factor),
         backoff(o.backoff_factor),
+        min_scale(o.min_scale),
         interval(o.growth_interval),
         hysteresis(o.hysteresis),
+        consecutive(o.consecutive_hysteresis),
         tolerated_left(o.hysteresis) {}
 
   void step(bool overflow) {
@@ -51,14 +56,15 @@ struct ReferenceScaler {
       if (tolerated_left > 1) {
         --tolerated_left;
       } else {
-        scale = static_cast<float>(static_cast<double>(scale) * backoff);
+        scale = static_cast<float>(std::max(static_cast<double>(scale) * backoff, min_scale));
       }
       return;
     }
-    tolerated_left = hysteresis;
+    if (consecutive) tolerated_left = hysteresis;
     if (++clean_steps == interval) {
       const float grown = static_cast<float>(static_cast<double>(scale) * growth);
       if (std::isfinite(grown)) scale = grown;
+      if (!consecutive) tolerated_left = hysteresis;
       clean_steps = 0;
     }
   }
@@ -199,6 +205,9 @@ TEST(LossScaler, CudaPathMatchesTheReference) {
   options.hysteresis = 2;
   const auto runs = [](int64_t s) { return (s % 17) < (s / 17) % 5 ? Grad::Inf : Grad::Ok; };
   EXPECT_EQ(run_against_reference(options, 600, runs, torch::kCUDA).size(), 600u);
+  options.consecutive_hysteresis = false;  // DeepSpeed's default, with a floor
+  options.min_scale = 4096.0;
+  EXPECT_EQ(run_against_reference(options, 600, runs, torch::kCUDA).size(), 600u);
   LossScalerOptions small;  // 2^10: randn * scale stays below float16's maximum, 65504
   small.init_scale = 1024.0;
   for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
@@ -216,11 +225,13 @@ TEST(LossScaler, CudaPathMatchesTheReference) {
 // replayed step after step with new gradient contents, must follow the reference like eager steps.
 TEST(LossScaler, StepCapturesInACudaGraph) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t hysteresis : {1, 2}) {
+  for (const int64_t hysteresis : {1, 2, -2}) {  // -2: hysteresis 2 refilled only on growth, with a floor
     SCOPED_TRACE("hysteresis " + std::to_string(hysteresis));
     LossScalerOptions options;
     options.growth_interval = 3;
-    options.hysteresis = hysteresis;
+    options.hysteresis = std::abs(hysteresis);
+    options.consecutive_hysteresis = hysteresis > 0;
+    if (hysteresis < 0) options.min_scale = 1024.0;
     LossScaler scaler(options, torch::kCUDA);
     const auto initial = scaler.state();
     auto g32 = torch::ones({64}, torch::kCUDA);
@@ -368,6 +379,66 @@ TEST(LossScaler, MinScaleIsAFloor) {
   }
 }
 
+// DeepSpeed's default (consecutive_hysteresis false): the tolerance refills only when the scale grows,
+// so two isolated overflows within one growth interval back off.
+TEST(LossScaler, HysteresisWithoutConsecutiveRefillsOnlyOnGrowth) {
+  LossScalerOptions options;
+  options.growth_interval = 3;
+  options.hysteresis = 2;
+  options.consecutive_hysteresis = false;
+  LossScaler scaler(options, torch::kCPU);
+  auto step = [&](Grad fault) {
+    std::vector<torch::Tensor> g{torch::full({2}, 1.0f)};
+    if (fault == Grad::Inf) g[0][0] = std::numeric_limits<float>::infinity();
+    if (fault == Grad::NaN) g[0][1] = std::numeric_limits<float>::quiet_NaN();
+    scaler.unscale_(g);
+    scaler.update();
+    return scaler.current_scale();
+  };
+  EXPECT_EQ(step(Grad::Inf), 65536.0);  // tolerated
+  EXPECT_EQ(step(Grad::Ok), 65536.0);   // clean, but no refill
+  EXPECT_EQ(step(Grad::NaN), 32768.0);  // isolated, yet the second since the last growth: back off
+  EXPECT_EQ(step(Grad::Ok), 32768.0);
+  EXPECT_EQ(step(Grad::Ok), 32768.0);
+  EXPECT_EQ(step(Grad::Ok), 65536.0);   // grows and refills
+  EXPECT_EQ(step(Grad::Inf), 65536.0);  // tolerated again
+  EXPECT_EQ(step(Grad::Inf), 32768.0);
+
+  const auto fault_at = [](int64_t s) { return s % 5 == 2 ? Grad::Inf : s % 11 == 4 ? Grad::NaN : Grad::Ok; };
+  EXPECT_EQ(run_against_reference(options, 600, fault_at).size(), 600u);
+}
+
+// DeepSpeed's fp16 defaults (hysteresis 2, min_loss_scale 1) under injected infs and NaNs: the scale
+// walks down to its floor and stays there, then grows back once the faults stop.
+TEST(LossScaler, HysteresisTwoWithAMinimumScale) {
+  LossScalerOptions options;
+  options.init_scale = 16.0;
+  options.growth_interval = 4;
+  options.hysteresis = 2;
+  options.min_scale = 2.0;
+  for (const bool consecutive : {true, false}) {
+    SCOPED_TRACE(consecutive ? "consecutive" : "refill on growth");
+    options.consecutive_hysteresis = consecutive;
+    LossScaler scaler(options, torch::kCPU);
+    std::vector<double> sequence;
+    for (int64_t s = 0; s < 16; ++s) {
+      std::vector<torch::Tensor> g{torch::full({3}, 1.0f), torch::full({2}, 1.0f)};
+      if (s < 8) g[s % 2][s % 2] = s % 3 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                              : std::numeric_limits<float>::infinity();
+      scaler.unscale_(g);
+      EXPECT_EQ(scaler.found_inf().item<float>(), s < 8 ? 1.0f : 0.0f);
+      scaler.update();
+      sequence.push_back(scaler.current_scale());
+    }
+    // Eight overflows in a row: the first is tolerated, then halving to the floor 2 and staying there;
+    // four clean steps grow it to 4, four more to 8.
+    const std::vector<double> expected{16, 8, 4, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 8};
+    EXPECT_EQ(sequence, expected);
+    const auto fault_at = [](int64_t s) { return s % 7 < 3 ? Grad::Inf : s % 13 == 5 ? Grad::NaN : Grad::Ok; };
+    EXPECT_EQ(run_against_reference(options, 400, fault_at).size(), 400u);
+  }
+}
+
 TEST(LossScaler, StaticScaleNeverChanges) {
   LossScalerOptions options;
   options.init_scale = 128.0;
@@ -490,4 +561,19 @@ TEST(LossScaler, OptionsFollowThePolicy) {
   EXPECT_FALSE(fixed.dynamic);
   EXPECT_EQ(fixed.init_scale, 512.0);
   EXPECT_FALSE(ptrain::precision::loss_scaler_options(resolve_precision("bf16", false, c10::kCPU)).enabled);
+
+  // The dynamic scale's rules travel in the policy (DeepSpeed's fp16 block sets them).
+  auto policy = resolve_precision("fp16", true, c10::kCUDA);
+  policy.initial_loss_scale = 4096;
+  policy.loss_scale_window = 1000;
+  policy.hysteresis = 2;
+  policy.consecutive_hysteresis = false;
+  policy.min_loss_scale = 1;
+  const auto deepspeed = ptrain::precision::loss_scaler_options(policy);
+  EXPECT_TRUE(deepspeed.dynamic);
+  EXPECT_EQ(deepspeed.init_scale, 4096.0);
+  EXPECT_EQ(deepspeed.growth_interval, 1000);
+  EXPECT_EQ(deepspeed.hysteresis, 2);
+  EXPECT_FALSE(deepspeed.consecutive_hysteresis);
+  EXPECT_EQ(deepspeed.min_scale, 1.0);
 }

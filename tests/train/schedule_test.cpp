@@ -33,6 +33,16 @@ TEST(LrSchedule, WarmupRisesLinearlyThenHandsOver) {
   EXPECT_NEAR(s.lr(5), 0.4, 1e-12);
 }
 
+TEST(LrSchedule, WarmupInStepsAsDeepSpeedCountsIt) {
+  auto c = base();
+  c.schedule = "cosine";
+  c.warmup_steps = 4;  // independent of the epoch length
+  ptrain::train::LrSchedule s(c, 1000, 104);
+  EXPECT_NEAR(s.lr(0), 0.1, 1e-12);
+  EXPECT_NEAR(s.lr(3), 0.4, 1e-12);
+  EXPECT_NEAR(s.lr(54), 0.2, 1e-12);  // half-way through the 100 cosine steps
+}
+
 TEST(LrSchedule, StepDecaysAtMilestoneEpochs) {
   auto c = base();
   c.schedule = "step";

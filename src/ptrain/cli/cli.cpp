@@ -14,8 +14,10 @@
 #include "ptrain/bench/runner.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
+#include "ptrain/config/deepspeed_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/dist/environment.h"
 #include "ptrain/dist/launcher.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/train/plan.h"
@@ -106,8 +108,9 @@ int run_cli(int argc, char** argv) {
   std::string accelerate_config;
   CLI::Option* accelerate_option = launch_cmd->add_option(
       "--config", accelerate_config,
-      "An accelerate config YAML: processes, machines, rendezvous, and for ptrain train the strategy, precision "
-      "and device (through PTRAIN_STRATEGY, PTRAIN_PRECISION, PTRAIN_DEVICE; flags win)");
+      "An accelerate config YAML (distributed_type NO, MULTI_GPU, MULTI_CPU, FSDP, DEEPSPEED): processes, "
+      "machines, rendezvous, and for ptrain train the strategy, precision, device, fsdp_config and "
+      "deepspeed_config keys (through the PTRAIN_* variable of each train flag; flags win)");
 
   std::vector<std::string> report_run_dirs;
   std::string report_out_dir;
@@ -211,6 +214,14 @@ int run_cli(int argc, char** argv) {
     }
     if (train_cmd->parsed()) {
       if (config_file->count() > 0) config::apply_yaml_config(*train_cmd, config_file->as<std::string>());
+      if (!train_config.run.deepspeed_config.empty()) {
+        const dist::LaunchEnvironment env = dist::detect_environment();
+        const auto warnings =
+            config::apply_deepspeed_config(*train_cmd, train_config, train_config.run.deepspeed_config, env.world_size);
+        if (env.rank == 0) {
+          for (const auto& warning : warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
+        }
+      }
       const train::Plan plan = train::make_plan(train_config);
       if (train_config.run.dry_run) {
         std::cout << train::describe(plan) << std::endl;

@@ -2,8 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <set>
 
+#include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::config {
@@ -28,6 +30,170 @@ bool boolean_of(const YAML::Node& node, const std::string& where) {
   }
 }
 
+// Sets the `ptrain train` option `flag` for every started process (through its PTRAIN_* variable).
+void set_option(AccelerateLaunch& launch, const std::string& flag, const std::string& value) {
+  launch.environment[env_name_of(flag)] = value;
+}
+
+std::string choice(const YAML::Node& value, const std::string& where,
+                   const std::vector<std::pair<std::string, std::string>>& names) {
+  const std::string text = text_of(value);
+  std::string known;
+  for (const auto& [name, mapped] : names) {
+    if (name == text) return mapped;
+    known += (known.empty() ? "" : ", ") + name;
+  }
+  throw Error(where + ": '" + text + "' is not one of " + known);
+}
+
+// fsdp_config: PyTorch FSDP's settings as accelerate names them (both spellings accelerate has used).
+void read_fsdp_config(const YAML::Node& fsdp, const std::string& path, AccelerateLaunch& launch) {
+  std::string backward_prefetch, backward_prefetch_key;
+  std::string sharding, sharding_key;
+  for (const auto& entry : fsdp) {
+    const std::string key = entry.first.as<std::string>();
+    const YAML::Node& value = entry.second;
+    const std::string where = path + ": key 'fsdp_config." + key + "'";
+    const auto flag = [&](const char* name) { set_option(launch, name, boolean_of(value, where) ? "true" : "false"); };
+    if (key == "fsdp_auto_wrap_policy") {
+      set_option(launch, "auto-wrap",
+                 choice(value, where, {{"SIZE_BASED_WRAP", "size"}, {"TRANSFORMER_BASED_WRAP", "type"}, {"NO_WRAP", "none"}}));
+    } else if (key == "fsdp_transformer_layer_cls_to_wrap") {
+      std::string types;
+      if (value.IsSequence()) {
+        for (const auto& item : value) types += (types.empty() ? "" : ",") + text_of(item);
+      } else {
+        types = text_of(value);
+      }
+      types.erase(std::remove(types.begin(), types.end(), ' '), types.end());
+      set_option(launch, "wrap-types", types);
+    } else if (key == "fsdp_min_num_params") {
+      const int min_num_params = integer_of(value, where);
+      check(min_num_params >= 0, where + " must not be negative");
+      if (min_num_params > 0) {
+        set_option(launch, "min-num-params", std::to_string(min_num_params));
+      } else {
+        launch.warnings.push_back(where + " is 0: ptrain keeps its own --min-num-params");
+      }
+    } else if (key == "fsdp_backward_prefetch" || key == "fsdp_backward_prefetch_policy") {
+      const std::string mapped =
+          choice(value, where, {{"BACKWARD_PRE", "pre"}, {"BACKWARD_POST", "post"}, {"NO_PREFETCH", "none"}});
+      check(backward_prefetch.empty() || backward_prefetch == mapped,
+            path + ": fsdp_config." + backward_prefetch_key + " and fsdp_config." + key + " disagree");
+      backward_prefetch = mapped;
+      backward_prefetch_key = key;
+    } else if (key == "fsdp_forward_prefetch") {
+      flag("forward-prefetch");
+    } else if (key == "fsdp_offload_params") {
+      flag("offload-params");
+    } else if (key == "fsdp_sharding_strategy" || key == "fsdp_reshard_after_forward") {
+      std::string mapped;
+      if (key == "fsdp_reshard_after_forward" && (text_of(value) == "true" || text_of(value) == "false")) {
+        mapped = boolean_of(value, where) ? "full-shard" : "shard-grad-op";  // FSDP2's spelling
+      } else {
+        mapped = choice(value, where,
+                        {{"FULL_SHARD", "full-shard"}, {"1", "full-shard"}, {"SHARD_GRAD_OP", "shard-grad-op"},
+                         {"2", "shard-grad-op"}, {"NO_SHARD", "no-shard"}, {"3", "no-shard"},
+                         {"HYBRID_SHARD", "hybrid-shard"}, {"4", "hybrid-shard"}, {"_HYBRID_SHARD_ZERO2", "-"},
+                         {"5", "-"}});
+        check(mapped != "-", where + ": _HYBRID_SHARD_ZERO2 (5) is not supported (HYBRID_SHARD is)");
+      }
+      check(sharding.empty() || sharding == mapped,
+            path + ": fsdp_config." + sharding_key + " and fsdp_config." + key + " disagree");
+      sharding = mapped;
+      sharding_key = key;
+    } else if (key == "fsdp_state_dict_type") {
+      const std::string mapped = choice(value, where,
+                                        {{"FULL_STATE_DICT", "full"}, {"SHARDED_STATE_DICT", "sharded"},
+                                         {"LOCAL_STATE_DICT", "-"}});
+      check(mapped != "-", where + ": LOCAL_STATE_DICT is not supported (FULL_STATE_DICT or SHARDED_STATE_DICT)");
+      set_option(launch, "state-dict", mapped);
+    } else if (key == "fsdp_sync_module_states") {
+      flag("sync-module-states");
+    } else if (key == "fsdp_activation_checkpointing") {
+      flag("activation-checkpointing");
+    } else if (key == "fsdp_use_orig_params") {
+      launch.warnings.push_back(where + " has no effect: ptrain's parameters keep their identity under fsdp");
+    } else if (key == "fsdp_cpu_ram_efficient_loading") {
+      if (boolean_of(value, where))
+        launch.warnings.push_back(where + " has no effect: every rank builds the model, and --sync-module-states "
+                                          "broadcasts rank 0's");
+    } else if (key == "fsdp_version") {
+      const int version = integer_of(value, where);
+      check(version == 1 || version == 2, where + " must be 1 or 2");
+    } else {
+      throw Error(where + " is not an FSDP setting ptrain knows");
+    }
+  }
+  if (!backward_prefetch.empty()) set_option(launch, "backward-prefetch", backward_prefetch);
+  if (!sharding.empty()) set_option(launch, "fsdp-sharding", sharding);
+}
+
+// deepspeed_config: accelerate's short form of a ds_config.json, or the path of one.
+void read_deepspeed_section(const YAML::Node& ds, const std::string& path, AccelerateLaunch& launch,
+                            bool& has_config_file) {
+  int stage = 2;  // accelerate's default
+  std::string offload_optimizer = "none", offload_param = "none";
+  for (const auto& entry : ds) {
+    const std::string key = entry.first.as<std::string>();
+    const YAML::Node& value = entry.second;
+    const std::string where = path + ": key 'deepspeed_config." + key + "'";
+    if (key == "zero_stage") {
+      stage = integer_of(value, where);
+      check(stage >= 0 && stage <= 3, where + " must be 0, 1, 2 or 3");
+    } else if (key == "offload_optimizer_device" || key == "offload_param_device") {
+      const std::string device = text_of(value);
+      check(device == "none" || device == "cpu", where + ": '" + device + "' is not supported (none or cpu)");
+      (key == "offload_optimizer_device" ? offload_optimizer : offload_param) = device;
+    } else if (key == "offload_optimizer_nvme_path" || key == "offload_param_nvme_path") {
+      launch.warnings.push_back(where + " has no effect: ptrain does not offload to NVMe");
+    } else if (key == "gradient_accumulation_steps") {
+      const int steps = integer_of(value, where);
+      check(steps > 0, where + " must be positive");
+      set_option(launch, "grad-accum", std::to_string(steps));
+    } else if (key == "gradient_clipping") {
+      double norm = 0;
+      try {
+        norm = value.as<double>();
+      } catch (const YAML::Exception&) {
+        throw Error(where + " must be a number, not '" + text_of(value) + "'");
+      }
+      check(norm >= 0, where + " must not be negative");
+      set_option(launch, "clip-grad-norm", text_of(value));
+    } else if (key == "zero3_init_flag" || key == "zero3_save_16bit_model") {
+      if (boolean_of(value, where))
+        launch.warnings.push_back(where + (key == "zero3_init_flag"
+                                               ? " has no effect: ptrain builds the model, then shards it"
+                                               : " has no effect: checkpoints follow --state-dict"));
+    } else if (key == "deepspeed_config_file") {
+      set_option(launch, "deepspeed-config", text_of(value));
+      has_config_file = true;
+    } else if (key == "deepspeed_multinode_launcher" || key == "deepspeed_hostfile" ||
+               key == "deepspeed_exclusion_filter" || key == "deepspeed_inclusion_filter") {
+      launch.warnings.push_back(where + " has no effect: run ptrain launch on every node");
+    } else {
+      throw Error(where + " is not a DeepSpeed setting ptrain knows");
+    }
+  }
+  if (has_config_file) {
+    check(!ds["zero_stage"] && !ds["offload_optimizer_device"] && !ds["offload_param_device"] &&
+              !ds["gradient_accumulation_steps"] && !ds["gradient_clipping"],
+          path + ": deepspeed_config.deepspeed_config_file and the keys it replaces (zero_stage, offload_*_device, "
+                 "gradient_accumulation_steps, gradient_clipping) are given together; keep them in the file");
+    return;
+  }
+  static const char* const kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
+  set_option(launch, "strategy", kStrategies[stage]);
+  if (offload_optimizer == "cpu") {
+    check(stage >= 1, path + ": deepspeed_config.offload_optimizer_device cpu needs zero_stage 1 or more");
+    set_option(launch, "offload-optimizer", "true");
+  }
+  if (offload_param == "cpu") {
+    check(stage == 3, path + ": deepspeed_config.offload_param_device cpu needs zero_stage 3");
+    set_option(launch, "offload-params", "true");
+  }
+}
+
 }  // namespace
 
 AccelerateLaunch read_accelerate_config(const std::string& path) {
@@ -46,6 +212,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   int num_processes = 1;
   bool use_cpu = false;
   std::string mixed_precision = "no";
+  YAML::Node fsdp_config, deepspeed_config;
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
     const YAML::Node& value = entry.second;
@@ -54,8 +221,12 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
       check(text_of(value) == "LOCAL_MACHINE", where + ": only LOCAL_MACHINE is supported, not '" + text_of(value) + "'");
     } else if (key == "distributed_type") {
       distributed_type = text_of(value);
-      check(distributed_type == "NO" || distributed_type == "MULTI_GPU" || distributed_type == "MULTI_CPU",
-            where + ": '" + distributed_type + "' is not supported (supported: NO, MULTI_GPU, MULTI_CPU)");
+      check(distributed_type == "NO" || distributed_type == "MULTI_GPU" || distributed_type == "MULTI_CPU" ||
+                distributed_type == "FSDP" || distributed_type == "DEEPSPEED",
+            where + ": '" + distributed_type + "' is not supported (supported: NO, MULTI_GPU, MULTI_CPU, FSDP, DEEPSPEED)");
+    } else if (key == "fsdp_config" || key == "deepspeed_config") {
+      check(value.IsMap() || value.IsNull(), where + " must be a mapping");
+      (key == "fsdp_config" ? fsdp_config : deepspeed_config) = value;
     } else if (key == "mixed_precision") {
       mixed_precision = text_of(value);
       check(mixed_precision == "no" || mixed_precision == "fp16" || mixed_precision == "bf16",
@@ -91,10 +262,15 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
     } else if (key == "tpu_env" || key == "tpu_use_cluster" || key == "tpu_use_sudo") {
       const bool unused = value.IsSequence() ? value.size() == 0 : !boolean_of(value, where);
       check(unused, where + ": TPUs are not supported");
+    } else if (key == "debug" || key == "enable_cpu_affinity") {
+      if (boolean_of(value, where))
+        launch.warnings.push_back(where + " has no effect: " +
+                                  (key == "debug" ? "ptrain's collectives report errors on every rank anyway"
+                                                  : "ptrain does not pin processes to CPUs"));
     } else if (key == "main_training_function" || key == "same_network") {
       launch.warnings.push_back(path + ": key '" + key + "' has no effect: ptrain runs the command given after --");
     } else {
-      throw Error(where + " is not an accelerate setting ptrain knows (FSDP and DeepSpeed settings are not supported yet)");
+      throw Error(where + " is not an accelerate setting ptrain knows");
     }
   }
   check(num_processes % launch.num_machines == 0,
@@ -108,9 +284,40 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   const bool distributed = distributed_type != "NO";
   check(distributed || num_processes == 1, path + ": distributed_type NO with num_processes " +
                                                std::to_string(num_processes) + " (use MULTI_GPU or MULTI_CPU)");
-  if (distributed) launch.environment["PTRAIN_STRATEGY"] = "ddp";
-  if (use_cpu || distributed_type == "MULTI_CPU") launch.environment["PTRAIN_DEVICE"] = "cpu";
-  if (mixed_precision != "no") launch.environment["PTRAIN_PRECISION"] = "amp-" + mixed_precision;
+  const auto filled = [](const YAML::Node& node) { return node && node.IsMap() && node.size() > 0; };
+  check(!filled(fsdp_config) || distributed_type == "FSDP",
+        path + ": key 'fsdp_config' is given, but distributed_type is " + distributed_type + ", not FSDP");
+  check(!filled(deepspeed_config) || distributed_type == "DEEPSPEED",
+        path + ": key 'deepspeed_config' is given, but distributed_type is " + distributed_type + ", not DEEPSPEED");
+  bool has_deepspeed_file = false;
+  if (distributed_type == "FSDP") {
+    set_option(launch, "strategy", "fsdp");
+    if (filled(fsdp_config)) read_fsdp_config(fsdp_config, path, launch);
+  } else if (distributed_type == "DEEPSPEED") {
+    read_deepspeed_section(filled(deepspeed_config) ? deepspeed_config : YAML::Node(YAML::NodeType::Map), path, launch,
+                           has_deepspeed_file);
+  } else if (distributed) {
+    set_option(launch, "strategy", "ddp");
+  }
+  if (use_cpu || distributed_type == "MULTI_CPU") set_option(launch, "device", "cpu");
+  if (mixed_precision != "no") {
+    if (distributed_type == "DEEPSPEED") {
+      // DeepSpeed keeps the model in half precision and fp32 master weights in the optimizer; with a
+      // ds_config file, its fp16/bf16 blocks decide.
+      if (has_deepspeed_file) {
+        launch.warnings.push_back(path + ": key 'mixed_precision' is decided by deepspeed_config_file's fp16/bf16 blocks");
+      } else {
+        set_option(launch, "precision", mixed_precision);
+        set_option(launch, "master-weights", "true");
+      }
+    } else {
+      set_option(launch, "precision", "amp-" + mixed_precision);
+      if (distributed_type == "FSDP") {
+        // accelerate's FSDP mixed precision: parameters, gradient reduction and buffers in that dtype.
+        for (const char* flag : {"param-dtype", "reduce-dtype", "buffer-dtype"}) set_option(launch, flag, mixed_precision);
+      }
+    }
+  }
   return launch;
 }
 

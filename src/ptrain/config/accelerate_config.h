@@ -1,7 +1,9 @@
 // accelerate's launch config (the YAML `accelerate config` writes), read unchanged by `ptrain launch
 // --config`. It becomes launcher options plus the environment through which the started `ptrain train`
-// processes learn the strategy, precision and device (PTRAIN_STRATEGY, PTRAIN_PRECISION, PTRAIN_DEVICE;
-// their flags still win).
+// processes learn their settings: each is the PTRAIN_* variable of a train flag (PTRAIN_STRATEGY,
+// PTRAIN_PRECISION, PTRAIN_FSDP_SHARDING, PTRAIN_DEEPSPEED_CONFIG, ...; see env_name_of), and flags
+// still win. distributed_type NO, MULTI_GPU, MULTI_CPU, FSDP (fsdp_config) and DEEPSPEED
+// (deepspeed_config, or its deepspeed_config_file) are read.
 #pragma once
 
 #include <map>
@@ -20,7 +22,7 @@ struct AccelerateLaunch {
   std::vector<std::string> warnings;               // keys read but without effect in ptrain, named
 };
 
-// Unknown keys, values ptrain cannot honour (FSDP, DeepSpeed, TPU, ...) and inconsistent counts throw
+// Unknown keys, values ptrain cannot honour (TPU, NVMe offload, ...) and inconsistent counts throw
 // ptrain::Error naming the file and the key.
 AccelerateLaunch read_accelerate_config(const std::string& path);
 

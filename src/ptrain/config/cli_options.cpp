@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "ptrain/core/error.h"
@@ -58,6 +59,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--min-lr", c.optim.min_lr, "Cosine schedule floor")->group("Optimizer")->check(non_negative);
   app.add_option("--warmup-epochs", c.optim.warmup_epochs, "Linear warm-up length in epochs (fractions allowed)")
       ->group("Optimizer")->check(non_negative);
+  app.add_option("--warmup-steps", c.optim.warmup_steps, "Linear warm-up length in optimizer steps (instead of --warmup-epochs)")
+      ->group("Optimizer")->check(non_negative);
   app.add_option("--clip-grad-norm", c.optim.clip_grad_norm, "Clip the global gradient L2 norm; 0: off")
       ->group("Optimizer")->check(non_negative);
   app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")
@@ -66,13 +69,26 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
       ->group("Precision")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}))
-      ->envname("PTRAIN_PRECISION")
       ->capture_default_str();
   app.add_flag("--master-weights,!--no-master-weights", c.precision.master_weights,
                "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
       ->group("Precision");
   app.add_option("--loss-scale", c.precision.loss_scale, "auto | dynamic | none | a static scale")
       ->group("Precision")->capture_default_str();
+  app.add_option("--initial-loss-scale", c.precision.initial_loss_scale, "Dynamic loss scaling: the first scale")
+      ->group("Precision")->check(positive)->capture_default_str();
+  app.add_option("--loss-scale-window", c.precision.loss_scale_window,
+                 "Dynamic loss scaling: clean steps before the scale doubles")
+      ->group("Precision")->check(positive)->capture_default_str();
+  app.add_option("--hysteresis", c.precision.hysteresis,
+                 "Dynamic loss scaling: overflows tolerated before the scale halves (DeepSpeed; 1: GradScaler)")
+      ->group("Precision")->check(positive)->capture_default_str();
+  app.add_flag("--consecutive-hysteresis,!--no-consecutive-hysteresis", c.precision.consecutive_hysteresis,
+               "The tolerated overflows refill after any clean step (default; else only when the scale grows, as "
+               "DeepSpeed's default)")
+      ->group("Precision");
+  app.add_option("--min-loss-scale", c.precision.min_loss_scale, "Dynamic loss scaling: the scale's floor; 0: none")
+      ->group("Precision")->check(non_negative)->capture_default_str();
 
   app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive)->capture_default_str();
   app.add_option("--max-steps", c.run.max_steps, "Stop after this many optimizer steps; 0: all epochs")
@@ -82,11 +98,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--eval-batch-size", c.run.eval_batch_size, "Evaluation batch; 0: --batch-size")
       ->group("Run")->check(non_negative);
   app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")
-      ->group("Run")->envname("PTRAIN_DEVICE")->capture_default_str();
+      ->group("Run")->capture_default_str();
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp"}))->envname("PTRAIN_STRATEGY")->capture_default_str();
+      ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"}))->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
@@ -166,8 +182,25 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--progress", c.run.progress, "auto | bar | lines | none")
       ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}))->capture_default_str();
   app.add_flag("--dry-run", c.run.dry_run, "Print the validated plan and exit")->group("Run");
+  app.add_option("--deepspeed-config", c.run.deepspeed_config,
+                 "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
+                 "clipping, optimizer and scheduler become the keys above (flags and --config win)")
+      ->group("Run")->check(CLI::ExistingFile);
+
+  // Every option can also come from the environment (PTRAIN_<FLAG>, e.g. PTRAIN_STRATEGY): `ptrain launch
+  // --config` hands an accelerate config's settings to the processes it starts this way. Flags win.
+  for (CLI::Option* opt : app.get_options()) {
+    const auto& names = opt->get_lnames();
+    if (!names.empty() && names.front() != "help") opt->envname(env_name_of(names.front()));
+  }
 
   return app.add_option("--config", "YAML file with the same keys as the flags (flags win)")->group("Run");
+}
+
+std::string env_name_of(const std::string& flag) {
+  std::string name = "PTRAIN_";
+  for (const char ch : flag) name += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return name;
 }
 
 namespace {

@@ -11,8 +11,11 @@
 namespace ptrain::config {
 
 // Adds the flags of `ptrain train` to app, writing into config (which must outlive the parse).
-// Returns the --config option.
+// Returns the --config option. Every option also reads the environment variable env_name_of(its flag).
 CLI::Option* add_train_options(CLI::App& app, TrainConfig& config);
+
+// The environment variable of a flag name without dashes: "batch-size" -> "PTRAIN_BATCH_SIZE".
+std::string env_name_of(const std::string& flag);
 
 // After app has parsed the command line: applies the YAML file's keys to every option the command
 // line did not set (flags win). Keys are flag names without dashes; '_' and '-' are interchangeable.

@@ -1,5 +1,6 @@
-// The typed config tree of `ptrain train`. Every flag, every key of a --config YAML file (and, later,
-// accelerate and DeepSpeed files) lands here; train/plan.h validates it once into a Plan.
+// The typed config tree of `ptrain train`. Every flag, every key of a --config YAML file, of an
+// accelerate config (config/accelerate_config.h) and of a DeepSpeed ds_config.json
+// (config/deepspeed_config.h) lands here; train/plan.h validates it once into a Plan.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ struct OptimizerConfig {
   double gamma = 0.1;                      // step schedule factor
   double min_lr = 0.0;                     // cosine floor
   double warmup_epochs = 0.0;              // linear warm-up from 0, in (fractional) epochs
+  int64_t warmup_steps = 0;                // the same in optimizer steps (instead of warmup_epochs); 0: off
   double clip_grad_norm = 0.0;             // global L2 norm bound; 0: off
   int64_t grad_accum = 1;                  // micro-batches per optimizer step
 };
@@ -48,6 +50,12 @@ struct PrecisionConfig {
   std::string precision = "fp32";          // fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16
   bool master_weights = false;             // pure fp16/bf16: fp32 copy for the optimizer step
   std::string loss_scale = "auto";         // auto | dynamic | none | <static scale>
+  // Dynamic loss scaling (defaults: torch.amp.GradScaler; DeepSpeed's fp16 block sets its own).
+  double initial_loss_scale = 65536;       // the first scale (DeepSpeed: 2^initial_scale_power)
+  int64_t loss_scale_window = 2000;        // clean steps before the scale doubles (GradScaler growth_interval)
+  int64_t hysteresis = 1;                  // overflows tolerated before the scale halves (DeepSpeed)
+  bool consecutive_hysteresis = true;      // tolerance refills after any clean step (false: only when the scale grows)
+  double min_loss_scale = 0;               // the scale never halves below this; 0: no floor
 };
 
 struct RunConfig {
@@ -68,6 +76,7 @@ struct RunConfig {
   int64_t log_every = 50;                  // optimizer steps between progress reads of the loss
   std::string progress = "auto";           // auto | bar | lines | none
   bool dry_run = false;                    // print the plan and exit
+  std::string deepspeed_config;            // a DeepSpeed ds_config.json mapped onto these keys (flags win)
 };
 
 struct DistributedConfig {

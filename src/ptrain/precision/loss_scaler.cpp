@@ -39,7 +39,15 @@ LossScalerOptions loss_scaler_options(const PrecisionPolicy& policy) {
   LossScalerOptions o;
   o.enabled = policy.loss_scaling;
   o.dynamic = policy.dynamic_loss_scale;
-  if (policy.static_loss_scale) o.init_scale = *policy.static_loss_scale;
+  if (policy.static_loss_scale) {
+    o.init_scale = *policy.static_loss_scale;
+    return o;
+  }
+  o.init_scale = policy.initial_loss_scale;
+  o.growth_interval = policy.loss_scale_window;
+  o.hysteresis = policy.hysteresis;
+  o.consecutive_hysteresis = policy.consecutive_hysteresis;
+  o.min_scale = policy.min_loss_scale;
   return o;
 }
 
@@ -113,9 +121,11 @@ void LossScaler::update() {
 //   overflow: scale *= backoff (but not below min_scale), tracker = 0;
 //   clean:    tracker += 1; when it reaches growth_interval, scale *= growth (only if the result is
 //             finite in float32) and tracker = 0.
-// Hysteresis (DeepSpeed's consecutive_hysteresis): an overflow with more than one tolerated overflow
-// left only decrements the counter (the step is still skipped, the tracker still resets); a clean
-// step refills it.
+// Hysteresis (DeepSpeed's DynamicLossScaler): an overflow with more than one tolerated overflow left
+// only decrements the counter (the step is still skipped, the tracker still resets); a clean step
+// refills it (consecutive_hysteresis), or only a step that grows the scale (DeepSpeed's default).
+// Unlike DeepSpeed, an overflow at min_scale does not abort the run (that would need a host read):
+// the scale stays at the floor and the step is skipped.
 void LossScaler::update_with_tensor_ops(const torch::Tensor& overflow) {
   const torch::Tensor back_off = overflow & (hysteresis_remaining_ <= 1);
   const torch::Tensor tracker_next = growth_tracker_ + 1;
@@ -130,8 +140,10 @@ void LossScaler::update_with_tensor_ops(const torch::Tensor& overflow) {
       torch::where(back_off, backed_off, torch::where(grow & torch::isfinite(grown), grown, scale_));
   const torch::Tensor new_tracker = torch::where(overflow | grow, torch::zeros_like(tracker_next), tracker_next);
   const torch::Tensor refilled = torch::full_like(hysteresis_remaining_, options_.hysteresis);
+  const torch::Tensor kept_or_refilled =
+      options_.consecutive_hysteresis ? refilled : torch::where(grow, refilled, hysteresis_remaining_);
   const torch::Tensor new_hysteresis =
-      torch::where(overflow, torch::clamp_min(hysteresis_remaining_ - 1, 1), refilled);
+      torch::where(overflow, torch::clamp_min(hysteresis_remaining_ - 1, 1), kept_or_refilled);
 
   scale_.copy_(new_scale);
   growth_tracker_.copy_(new_tracker);

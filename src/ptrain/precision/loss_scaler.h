@@ -22,14 +22,18 @@ struct LossScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
-  int64_t hysteresis = 1;  // DeepSpeed: consecutive overflows tolerated before backing off; 1 = GradScaler
+  int64_t hysteresis = 1;  // DeepSpeed: overflows tolerated before backing off; 1 = GradScaler
+  // DeepSpeed's consecutive_hysteresis: true refills the tolerance after any clean step (so only
+  // `hysteresis` overflows in a row back off); false refills it only when the scale grows (DeepSpeed's
+  // default: `hysteresis` overflows within one growth interval back off).
+  bool consecutive_hysteresis = true;
   double min_scale = 0.0;  // the scale never backs off below this (0: no floor, as GradScaler)
   bool dynamic = true;     // false: static scale, never changes (found_inf is still computed)
   bool enabled = true;     // false: scale() is the identity, unscale_/update do nothing
 };
 
 // The options --precision/--loss-scale asked for: disabled when the policy has no loss scaling,
-// static with the given scale, or GradScaler's defaults.
+// static with the given scale, or dynamic with the policy's rules (GradScaler's by default).
 LossScalerOptions loss_scaler_options(const PrecisionPolicy& policy);
 
 class LossScaler {

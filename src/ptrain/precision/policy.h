@@ -27,6 +27,13 @@ struct PrecisionPolicy {
   bool loss_scaling = false;
   bool dynamic_loss_scale = false;            // true: GradScaler-style dynamic scale
   std::optional<double> static_loss_scale;    // set when --loss-scale gave a number
+  // The dynamic scale's rules (--initial-loss-scale, --loss-scale-window, --hysteresis,
+  // --consecutive-hysteresis, --min-loss-scale); the defaults are torch.amp.GradScaler's.
+  double initial_loss_scale = 65536.0;
+  int64_t loss_scale_window = 2000;
+  int64_t hysteresis = 1;
+  bool consecutive_hysteresis = true;
+  double min_loss_scale = 0.0;
   bool allow_tf32 = false;
 };
 

@@ -33,6 +33,44 @@ torch::Device resolve_device(const std::string& name) {
   return device;
 }
 
+namespace {
+
+// --initial-loss-scale, --loss-scale-window, --hysteresis, --consecutive-hysteresis and --min-loss-scale
+// shape a dynamic scale; given (not at their defaults) without one, they are refused.
+void apply_loss_scaling_rules(const config::PrecisionConfig& p, precision::PrecisionPolicy& policy) {
+  const config::PrecisionConfig defaults;
+  const bool customised = p.initial_loss_scale != defaults.initial_loss_scale ||
+                          p.loss_scale_window != defaults.loss_scale_window || p.hysteresis != defaults.hysteresis ||
+                          p.consecutive_hysteresis != defaults.consecutive_hysteresis ||
+                          p.min_loss_scale != defaults.min_loss_scale;
+  check(!customised || (policy.loss_scaling && policy.dynamic_loss_scale),
+        "--initial-loss-scale, --loss-scale-window, --hysteresis, --consecutive-hysteresis and --min-loss-scale "
+        "shape dynamic loss scaling, which --precision " + policy.name + " with --loss-scale " + p.loss_scale +
+            " does not use");
+  check(p.min_loss_scale <= p.initial_loss_scale, "--min-loss-scale must not exceed --initial-loss-scale");
+  policy.initial_loss_scale = p.initial_loss_scale;
+  policy.loss_scale_window = p.loss_scale_window;
+  policy.hysteresis = p.hysteresis;
+  policy.consecutive_hysteresis = p.consecutive_hysteresis;
+  policy.min_loss_scale = p.min_loss_scale;
+}
+
+// The dynamic scale's rules where they differ from GradScaler's (a DeepSpeed fp16 block sets them).
+std::string loss_scale_rules(const precision::PrecisionPolicy& p) {
+  const precision::PrecisionPolicy defaults;
+  if (!p.loss_scaling || !p.dynamic_loss_scale) return "";
+  if (p.initial_loss_scale == defaults.initial_loss_scale && p.loss_scale_window == defaults.loss_scale_window &&
+      p.hysteresis == defaults.hysteresis && p.min_loss_scale == defaults.min_loss_scale)
+    return "";
+  std::ostringstream out;
+  out << " (initial " << p.initial_loss_scale << ", window " << p.loss_scale_window << ", hysteresis " << p.hysteresis
+      << (p.hysteresis > 1 ? (p.consecutive_hysteresis ? " consecutive" : " per window") : "") << ", floor "
+      << p.min_loss_scale << ")";
+  return out.str();
+}
+
+}  // namespace
+
 Plan make_plan(const config::TrainConfig& config) {
   Plan plan;
   plan.config = config;
@@ -77,6 +115,7 @@ Plan make_plan(const config::TrainConfig& config) {
   }
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
+  apply_loss_scaling_rules(c.precision, plan.precision);
 
   const auto names = models::model_names();
   if (std::find(names.begin(), names.end(), c.model.name) == names.end()) {
@@ -90,6 +129,7 @@ Plan make_plan(const config::TrainConfig& config) {
   plan.data = data::DataSpec{c.data.dataset, c.data.path};
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
+  check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
@@ -114,7 +154,8 @@ std::string describe(const Plan& plan) {
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
       << (c.data.augment ? ", augmented" : "") << "\n"
       << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
-      << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << "\n"
+      << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
+      << "\n"
       << "device " << plan.device.str()
       << (c.run.strategy == "dp" && plan.device.is_cuda() && c.dist.replicas > 1
               ? " to cuda:" + std::to_string(plan.device.index() + c.dist.replicas - 1)

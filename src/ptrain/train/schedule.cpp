@@ -9,9 +9,11 @@ namespace ptrain::train {
 
 LrSchedule::LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps)
     : config_(config), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps),
-      warmup_steps_(static_cast<int64_t>(std::llround(config.warmup_epochs * static_cast<double>(steps_per_epoch)))) {
+      warmup_steps_(config.warmup_steps > 0
+                        ? config.warmup_steps
+                        : static_cast<int64_t>(std::llround(config.warmup_epochs * static_cast<double>(steps_per_epoch)))) {
   check(steps_per_epoch > 0, "schedule: an epoch has no optimizer step (is --batch-size larger than the data?)");
-  check(warmup_steps_ <= total_steps_, "--warmup-epochs is longer than the whole run");
+  check(warmup_steps_ <= total_steps_, "--warmup-epochs (or --warmup-steps) is longer than the whole run");
   check(config.min_lr <= config.lr, "--min-lr must not exceed --lr");
   check(std::is_sorted(config.milestones.begin(), config.milestones.end()), "--milestones must be increasing");
 }
