@@ -86,7 +86,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp"}))->envname("PTRAIN_STRATEGY")->capture_default_str();
+      ->group("Run")
+      ->check(CLI::IsMember({"single", "dp", "ddp", "zero1", "zero2", "zero3"}))
+      ->envname("PTRAIN_STRATEGY")
+      ->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
