@@ -132,6 +132,14 @@ std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>&
   return closed;
 }
 
+torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 && group.backend() == "gloo" ? t.view(torch::kHalf) : t;
+}
+
+torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 && group.backend() == "gloo" ? torch::kFloat : dtype;
+}
+
 void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
                          const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who) {
   int64_t total = 0;
@@ -150,8 +158,9 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
                                                      " (parameter count, sizes or shapes differ)");
   }
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> state = params;
-  for (const auto& b : buffers) state.push_back(b);
+  std::vector<torch::Tensor> state;
+  for (const auto& p : params) state.push_back(as_movable(group, p));
+  for (const auto& b : buffers) state.push_back(as_movable(group, b));
   if (!state.empty()) group.broadcast(state, 0);
 }
 

@@ -64,6 +64,12 @@ class FlatParams {
 // usually produces their gradients.
 std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes);
 
+// gloo in LibTorch 1.13 moves no bfloat16. For collectives that only copy (broadcast, all-gather), a
+// bfloat16 tensor travels as the same bits viewed as float16; other tensors as they are.
+torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t);
+// The dtype gradients of `dtype` are summed in: float32 for bfloat16 over gloo, else their own.
+torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype);
+
 // Checks that every rank holds the same parameter shapes (or names `who` and the rank that differs),
 // then copies rank 0's parameters and buffers to all ranks.
 void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,

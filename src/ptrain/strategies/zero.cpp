@@ -59,7 +59,7 @@ struct Zero::State {
     if (group_.flat->allocated()) return;
     group_.flat->regrow();
     torch::NoGradGuard no_grad;
-    group->all_gather_into(group_.flat->full(), group_.param_shard.to(device));
+    group->all_gather_into(as_movable(*group, group_.flat->full()), as_movable(*group, group_.param_shard.to(device)));
   }
   void release(size_t g) {
     if (stage() == 3) groups[g].flat->free();
@@ -85,7 +85,20 @@ struct Zero::State {
       torch::NoGradGuard no_grad;
       auto flat = g.flat->flat_grads(1.0 / static_cast<double>(world()));
       for (const size_t i : g.members) params[i].mutable_grad().reset();
-      if (stage() == 1) {
+      const auto wide = reduction_dtype(*group, flat.scalar_type());
+      if (wide != flat.scalar_type()) {
+        // 16-bit gradients over gloo: summed in float32, then rounded once.
+        auto summed = flat.to(wide);
+        if (stage() == 1) {
+          std::vector<torch::Tensor> one{summed};
+          group->all_reduce_sum(one).wait();
+          g.grad_full = summed.to(flat.scalar_type());
+        } else {
+          auto shard = torch::empty({g.flat->shard_numel()}, summed.options());
+          group->reduce_scatter_sum(shard, summed);
+          g.grad_shard.copy_(shard);
+        }
+      } else if (stage() == 1) {
         g.grad_full = flat;
         std::vector<torch::Tensor> one{g.grad_full};
         g.work = group->all_reduce_sum(one);
@@ -262,7 +275,9 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   const bool training = model.is_training() && torch::GradMode::is_enabled();
   if (model.is_training() && options_.broadcast_buffers && world_size() > 1 && !s.buffers.empty()) {
     torch::NoGradGuard no_grad;
-    s.group->broadcast(s.buffers, 0);
+    std::vector<torch::Tensor> buffers;
+    for (const auto& b : s.buffers) buffers.push_back(as_movable(*s.group, b));
+    s.group->broadcast(buffers, 0);
   }
   if (training) s.begin_micro_step();
   if (s.stage() < 3) return model.forward(inputs);
@@ -377,7 +392,7 @@ class ZeroTarget final : public UpdateTarget {
     if (s.stage() == 3) return;  // gathered just in time, in forward
     for (auto& group : s.groups) {
       auto shard = group.flat->shard().clone();
-      s.group->all_gather_into(group.flat->full(), shard);
+      s.group->all_gather_into(as_movable(*s.group, group.flat->full()), as_movable(*s.group, shard));
     }
   }
 
@@ -502,7 +517,7 @@ class ZeroTarget final : public UpdateTarget {
   std::vector<torch::Tensor> gather_split(size_t g, const torch::Tensor& shard) {
     const auto& flat = *s_->groups[g].flat;
     auto whole = torch::empty({flat.padded_numel()}, shard.options().device(s_->comm_device()));
-    s_->group->all_gather_into(whole, shard.to(s_->comm_device()));
+    s_->group->all_gather_into(as_movable(*s_->group, whole), as_movable(*s_->group, shard.to(s_->comm_device())));
     std::vector<torch::Tensor> out;
     for (const auto& part : flat.split(whole)) out.push_back(part.to(torch::kCPU).clone());
     return out;
