@@ -705,6 +705,8 @@ def main(argv=None):
         "peak_reserved_bytes": None if reserved is None else int(reserved),
         "peak_nvml_used_bytes": None if nvml_peak is None else int(nvml_peak),
         "gpu_util_mean": util_mean, "gpu_util_peak": util_peak, "host_peak_rss_bytes": host_peak_rss_bytes(),
+        # ptrain's accounting of model-state memory has no PyTorch counterpart here.
+        "model_state_param_bytes": None, "model_state_grad_bytes": None, "model_state_optimizer_bytes": None,
         "final_test_accuracy": final_acc, "final_test_loss": final_loss, "epochs_detail": epochs_detail,
         "environment": environment, "extra": extra,
     }

@@ -36,4 +36,12 @@ TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {
   EXPECT_NE(plan_error(c).find("--warmup-steps"), std::string::npos);
 }
 
+TEST(Plan, FsdpIsRefusedWithTheZeroStagesThatShardAlike) {
+  auto c = cpu_config();
+  c.run.strategy = "fsdp";  // what accelerate's FSDP config asks for
+  const std::string message = plan_error(c);
+  EXPECT_NE(message.find("--strategy fsdp"), std::string::npos) << message;
+  EXPECT_NE(message.find("zero3"), std::string::npos) << message;
+}
+
 }  // namespace

@@ -118,6 +118,9 @@ json to_json(const RunRecord& r) {
               {"gpu_util_mean", optional_or_null(r.gpu_util_mean)},
               {"gpu_util_peak", optional_or_null(r.gpu_util_peak)},
               {"host_peak_rss_bytes", r.host_peak_rss_bytes},
+              {"model_state_param_bytes", optional_or_null(r.model_state_param_bytes)},
+              {"model_state_grad_bytes", optional_or_null(r.model_state_grad_bytes)},
+              {"model_state_optimizer_bytes", optional_or_null(r.model_state_optimizer_bytes)},
               {"final_test_accuracy", optional_or_null(r.final_test_accuracy)},
               {"final_test_loss", optional_or_null(r.final_test_loss)},
               {"epochs_detail", epochs},
@@ -163,6 +166,12 @@ RunRecord run_record_from_json(const json& o) {
   r.gpu_util_mean = read_optional<double>(o, "gpu_util_mean", where);
   r.gpu_util_peak = read_optional<double>(o, "gpu_util_peak", where);
   r.host_peak_rss_bytes = read_int(o, "host_peak_rss_bytes", where);
+  // Absent in records written before they existed.
+  for (auto [key, value] : {std::pair{"model_state_param_bytes", &r.model_state_param_bytes},
+                            std::pair{"model_state_grad_bytes", &r.model_state_grad_bytes},
+                            std::pair{"model_state_optimizer_bytes", &r.model_state_optimizer_bytes}}) {
+    if (o.contains(key)) *value = read_optional<int64_t>(o, key, where);
+  }
   r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
   r.final_test_loss = read_optional<double>(o, "final_test_loss", where);
   const json& epochs = field(o, "epochs_detail", where);

@@ -44,6 +44,9 @@ struct RunRecord {
   std::optional<int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_nvml_used_bytes;
   std::optional<double> gpu_util_mean, gpu_util_peak;
   int64_t host_peak_rss_bytes = 0;
+  // Rank 0's model state between steps (parameters, gradients, optimizer state incl. fp32 masters):
+  // what the ZeRO stages shard. Null in records that predate them or come from PyTorch.
+  std::optional<int64_t> model_state_param_bytes, model_state_grad_bytes, model_state_optimizer_bytes;
   std::optional<double> final_test_accuracy, final_test_loss;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known

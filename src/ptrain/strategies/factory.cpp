@@ -6,6 +6,7 @@
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/single_device.h"
 #include "ptrain/strategies/strategy.h"
+#include "ptrain/strategies/zero.h"
 
 namespace ptrain::strategies {
 
@@ -21,16 +22,27 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
                                          : torch::Device(torch::kCPU));
     return std::make_unique<DataParallel>(std::move(devices));
   }
-  if (name == "ddp") {
+  const auto make_group = [&] {
     const std::string backend = !config.dist.backend.empty() ? config.dist.backend : device.is_cuda() ? "nccl" : "gloo";
-    auto group = std::make_shared<dist::ProcessGroup>(
+    return std::make_shared<dist::ProcessGroup>(
         launch, backend, std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_seconds * 1000)));
+  };
+  if (name == "ddp") {
+    auto group = make_group();
     DdpOptions options;
     options.bucket_cap_mb = config.dist.bucket_cap_mb;
     options.sync_batchnorm = config.dist.sync_batchnorm;
     return std::make_unique<DistributedDataParallel>(std::move(group), device, options);
   }
-  throw Error("--strategy: unknown strategy '" + name + "' (known: single, dp, ddp)");
+  if (name == "zero1" || name == "zero2" || name == "zero3") {
+    ZeroOptions options;
+    options.stage = name.back() - '0';
+    options.offload_optimizer = config.sharding.offload_optimizer;
+    options.offload_params = config.sharding.offload_params;
+    options.reduce_bucket_mb = config.sharding.reduce_bucket_mb;
+    return std::make_unique<Zero>(make_group(), device, options);
+  }
+  throw Error("--strategy: unknown strategy '" + name + "' (known: single, dp, ddp, zero1, zero2, zero3)");
 }
 
 }  // namespace ptrain::strategies

@@ -19,11 +19,15 @@ torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& grads) {
   return torch::stack(norms).norm(2);
 }
 
-torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& grads, double max_norm) {
+void clip_grads_to_norm_(const std::vector<torch::Tensor>& grads, const torch::Tensor& total_norm, double max_norm) {
   torch::NoGradGuard no_grad;
+  auto coef = torch::clamp_max(max_norm / (total_norm + 1e-6), 1.0);
+  for (const auto& g : grads) g.mul_(coef.to(g.device(), g.scalar_type()));
+}
+
+torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& grads, double max_norm) {
   auto total = global_grad_norm(grads);
-  auto coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
-  for (const auto& g : grads) g.mul_(coef.to(g.dtype()));
+  clip_grads_to_norm_(grads, total, max_norm);
   return total;
 }
 

@@ -12,6 +12,10 @@ namespace ptrain::train {
 // grads non-finite, so a loss scaler still sees the overflow.
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& grads, double max_norm);
 
+// Scales grads in place so that their joint norm, total_norm (computed by the caller, e.g. over the
+// shards of every rank), becomes at most max_norm.
+void clip_grads_to_norm_(const std::vector<torch::Tensor>& grads, const torch::Tensor& total_norm, double max_norm);
+
 // The joint L2 norm alone, in float32 whatever the gradient dtype.
 torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& grads);
 

@@ -75,9 +75,22 @@ Plan make_plan(const config::TrainConfig& config) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
-  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp",
-        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp)");
-  if (c.run.strategy == "ddp") {
+  const bool zero = c.run.strategy == "zero1" || c.run.strategy == "zero2" || c.run.strategy == "zero3";
+  check(c.run.strategy != "fsdp",
+        "--strategy fsdp (also what accelerate's distributed_type FSDP asks for): this ptrain does not have FSDP yet; "
+        "zero3 shards as FSDP's full-shard does, zero2 as its shard-grad-op");
+  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp" || zero,
+        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp, zero1, zero2, zero3)");
+  check(!c.sharding.offload_optimizer || zero, "--offload-optimizer applies to --strategy zero1, zero2 or zero3 only");
+  check(!c.sharding.offload_params || c.run.strategy == "zero3",
+        "--offload-params applies to --strategy zero3 only (stages 1 and 2 keep every parameter on each rank)");
+  check(!zero || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
+  check(!zero || c.sharding.state_dict == "full",
+        "--state-dict " + c.sharding.state_dict + ": --strategy " + c.run.strategy +
+            " writes full checkpoints (gathered on rank 0, loadable by any strategy and world size); use --state-dict full");
+  check(!zero || c.sharding.reduce_dtype.empty(),
+        "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype");
+  if (c.run.strategy == "ddp" || zero) {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
     // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
@@ -86,7 +99,7 @@ Plan make_plan(const config::TrainConfig& config) {
     check(c.dist.backend != "nccl" || c.run.device.rfind("cuda", 0) == 0, "--backend nccl needs a CUDA --device");
   } else {
     check(c.dist.backend.empty() && !c.dist.sync_batchnorm,
-          "--backend and --sync-batchnorm apply to --strategy ddp only" +
+          "--backend and --sync-batchnorm apply to --strategy ddp only (--backend to zero1-3 too)" +
               std::string(c.run.strategy == "dp" ? " (PyTorch's SyncBatchNorm refuses DataParallel too)" : ""));
   }
   check(c.run.strategy == "dp" || c.dist.replicas == 0, "--replicas applies to --strategy dp only");

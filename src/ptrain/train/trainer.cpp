@@ -25,7 +25,6 @@
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/grad_clip.h"
-#include "ptrain/train/master_weights.h"
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/progress.h"
 #include "ptrain/train/schedule.h"
@@ -102,7 +101,7 @@ class TrainingRun {
   torch::Tensor optimizer_step(int64_t global_step);
   Evaluation evaluate();
   void save(TrainingPosition position);
-  std::vector<torch::Tensor> model_params() const;
+  void load_model_state(const io::NamedTensors& saved);
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
   // The devices of this process: the plan's device and, under dp, the ones after it.
@@ -118,8 +117,7 @@ class TrainingRun {
   data::Dataset train_set_, test_set_;
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::shared_ptr<models::Model> model_;
-  std::vector<std::string> param_names_;
-  std::unique_ptr<MasterWeights> masters_;
+  std::unique_ptr<strategies::UpdateTarget> target_;  // what the optimizer updates on this rank
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<precision::LossScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;
@@ -195,10 +193,7 @@ void TrainingRun::build_model() {
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->train();
   strategy_->prepare(*model_);
-  for (const auto& item : model_->named_parameters()) param_names_.push_back(item.key());
 }
-
-std::vector<torch::Tensor> TrainingRun::model_params() const { return model_->parameters(); }
 
 std::vector<torch::Device> TrainingRun::local_devices() const {
   std::vector<torch::Device> devices{device_};
@@ -208,12 +203,12 @@ std::vector<torch::Device> TrainingRun::local_devices() const {
 }
 
 void TrainingRun::build_optimizer() {
-  std::vector<torch::Tensor> optimized = model_params();
-  if (policy_.master_weights) {
-    masters_ = std::make_unique<MasterWeights>(optimized);
-    optimized = masters_->masters();
-  }
-  optimizer_ = make_optimizer(c_.optim, optimized, param_names_);
+  target_ = strategy_->update_target(*model_, policy_.master_weights);
+  optimizer_ = make_optimizer(c_.optim, target_->params(), target_->names());
+  const auto state_bytes = target_->model_state_bytes(optimizer_->state());
+  record_.model_state_param_bytes = state_bytes.params;
+  record_.model_state_grad_bytes = state_bytes.grads;
+  record_.model_state_optimizer_bytes = state_bytes.optimizer;
   if (policy_.loss_scaling) scaler_.emplace(precision::loss_scaler_options(policy_), device_);
   schedule_ = std::make_unique<LrSchedule>(c_.optim, steps_per_epoch_, std::max<int64_t>(total_steps_, 1));
   totals_ = std::make_unique<RunningTotals>(device_);
@@ -222,15 +217,8 @@ void TrainingRun::build_optimizer() {
 void TrainingRun::resume() {
   if (plan_.resume_path.empty()) return;
   Checkpoint ckpt = load_checkpoint(plan_.resume_path);
-  models::load_state_dict(*model_, ckpt.model, plan_.resume_path);
-  if (masters_) {
-    // The checkpoint holds the fp32 masters themselves: reloading them from the rounded half weights would
-    // lose what made them worth keeping.
-    std::map<std::string, torch::Tensor> by_name(ckpt.model.begin(), ckpt.model.end());
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < param_names_.size(); ++i) masters_->masters()[i].copy_(by_name.at(param_names_[i]));
-  }
-  optimizer_->load_state(ckpt.optimizer, plan_.resume_path);
+  load_model_state(ckpt.model);
+  optimizer_->load_state(target_->local_optimizer_state(ckpt.optimizer), plan_.resume_path);
   if (scaler_) scaler_->load_state(ckpt.scaler);
   totals_->load(ckpt.progress);
   start_ = ckpt.position;
@@ -252,22 +240,39 @@ void TrainingRun::resume() {
   }
 }
 
+// The checkpoint holds every parameter whole (the fp32 masters where there are any) and the buffers:
+// parameters go through the update target, which owns their shards and masters; buffers are copied here.
+void TrainingRun::load_model_state(const io::NamedTensors& saved) {
+  target_->load_full_parameters(saved, plan_.resume_path);
+  std::map<std::string, torch::Tensor> by_name(saved.begin(), saved.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model_->named_buffers()) {
+    auto it = by_name.find(item.key());
+    check(it != by_name.end(), plan_.resume_path + ": buffer '" + item.key() + "' is missing");
+    check(it->second.sizes() == item.value().sizes(), plan_.resume_path + ": buffer '" + item.key() + "' has shape " +
+                                                          c10::str(it->second.sizes()) + ", expected " +
+                                                          c10::str(item.value().sizes()));
+    item.value().copy_(it->second);
+  }
+}
+
 void TrainingRun::save(TrainingPosition position) {
-  if (c_.run.checkpoint_dir.empty() || !strategy_->is_main()) return;
+  if (c_.run.checkpoint_dir.empty()) return;
+  // Gathering shards is collective: every rank takes part, rank 0 writes.
+  const auto params = target_->full_parameters();
+  const auto optimizer_state = target_->full_optimizer_state(optimizer_->state());
+  if (!strategy_->is_main()) return;
   position.world_size = devices();
   position.batch_size = c_.run.batch_size;
   Checkpoint ckpt;
   ckpt.position = position;
   ckpt.model = models::state_dict(*model_);
-  if (masters_) {
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < param_names_.size(); ++i) index[param_names_[i]] = i;
-    for (auto& [name, tensor] : ckpt.model) {
-      auto it = index.find(name);
-      if (it != index.end()) tensor = masters_->masters()[it->second];
-    }
+  std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+  for (auto& [name, tensor] : ckpt.model) {
+    auto it = full.find(name);
+    if (it != full.end()) tensor = it->second;
   }
-  ckpt.optimizer = optimizer_->state();
+  ckpt.optimizer = optimizer_state;
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = totals_->named();
   ckpt.run = config::to_json(c_);
@@ -277,14 +282,21 @@ void TrainingRun::save(TrainingPosition position) {
 // Unscale, clip, update: everything after the last micro-batch's backward. Returns nothing to the host.
 torch::Tensor TrainingRun::optimizer_step(int64_t global_step) {
   strategy_->finish_backward();
-  if (masters_) masters_->copy_grads_to_masters();
+  target_->gradients_ready();
   std::vector<torch::Tensor> grads;
   for (const auto& p : optimizer_->params()) grads.push_back(p.grad());
-  if (scaler_) scaler_->unscale_(grads);
+  if (scaler_) {
+    scaler_->unscale_(grads);
+    target_->agree_found_inf(scaler_->found_inf());
+  }
   torch::Tensor grad_norm;
-  if (c_.optim.clip_grad_norm > 0) grad_norm = clip_grad_norm_(grads, c_.optim.clip_grad_norm);
+  if (c_.optim.clip_grad_norm > 0) {
+    // A rank may hold a shard of the gradients: the norm that clips is the one over all of them.
+    grad_norm = target_->global_norm(global_grad_norm(grads));
+    clip_grads_to_norm_(grads, grad_norm, c_.optim.clip_grad_norm);
+  }
   optimizer_->step(schedule_->lr(global_step), scaler_ ? &scaler_->found_inf() : nullptr);
-  if (masters_) masters_->copy_masters_to_params();
+  target_->parameters_updated();
   if (scaler_) scaler_->update();
   optimizer_->zero_grad();
   return grad_norm;

@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-namespace ptrain::train {
+namespace ptrain::strategies {
 
 class MasterWeights {
  public:
@@ -25,4 +25,4 @@ class MasterWeights {
   std::vector<torch::Tensor> masters_;
 };
 
-}  // namespace ptrain::train
+}  // namespace ptrain::strategies

@@ -1,8 +1,8 @@
-#include "ptrain/train/master_weights.h"
+#include "ptrain/strategies/master_weights.h"
 
 #include "ptrain/core/error.h"
 
-namespace ptrain::train {
+namespace ptrain::strategies {
 
 MasterWeights::MasterWeights(std::vector<torch::Tensor> model_params) : params_(std::move(model_params)) {
   torch::NoGradGuard no_grad;
@@ -29,4 +29,4 @@ void MasterWeights::copy_masters_to_params() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
 }
 
-}  // namespace ptrain::train
+}  // namespace ptrain::strategies

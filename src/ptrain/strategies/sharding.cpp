@@ -1,0 +1,167 @@
+#include "ptrain/strategies/sharding.h"
+
+#include <algorithm>
+
+#include <c10/core/StorageImpl.h>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::strategies {
+
+FlatParams::FlatParams(std::vector<torch::Tensor> params, std::vector<std::string> names, int64_t rank,
+                       int64_t world_size)
+    : params_(std::move(params)), names_(std::move(names)), rank_(rank), world_size_(world_size) {
+  check(!params_.empty(), "sharding: a flat group needs at least one parameter");
+  check(params_.size() == names_.size(), "sharding: one name per parameter is needed");
+  check(world_size_ > 0 && rank_ >= 0 && rank_ < world_size_, "sharding: rank outside the world");
+  const auto dtype = params_.front().scalar_type();
+  const auto device = params_.front().device();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    check(params_[i].scalar_type() == dtype && params_[i].device() == device,
+          "sharding: parameter '" + names_[i] + "' differs in dtype or device from '" + names_.front() +
+              "' of its flat group");
+    check(params_[i].is_non_overlapping_and_dense(), "sharding: parameter '" + names_[i] + "' is not dense");
+    offsets_.push_back(numel_);
+    numel_ += params_[i].numel();
+  }
+  shard_numel_ = (numel_ + world_size_ - 1) / world_size_;
+  full_ = torch::zeros({padded_numel()}, params_.front().options().requires_grad(false));
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto view = view_of(full_, i);
+    view.copy_(params_[i].detach());
+    // set_data keeps the parameter object (and its autograd identity and version counter) and makes it
+    // a view of the flat storage.
+    params_[i].set_data(view);
+  }
+}
+
+torch::Tensor FlatParams::view_of(const torch::Tensor& flat, size_t i) const {
+  // The parameter's own strides (channels-last stays channels-last) over its dense span of the flat layout.
+  return flat.as_strided(params_[i].sizes(), params_[i].strides(), flat.storage_offset() + offsets_[i]);
+}
+
+torch::Tensor FlatParams::shard_of(const torch::Tensor& flat) const {
+  check(flat.numel() == padded_numel(), "sharding: shard_of a tensor outside the flat layout");
+  return flat.narrow(0, rank_ * shard_numel_, shard_numel_);
+}
+
+torch::Tensor FlatParams::flat_grads(double scale) const {
+  torch::NoGradGuard no_grad;
+  auto flat = torch::zeros({padded_numel()}, full_.options());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& g = params_[i].grad();
+    if (!g.defined()) continue;
+    auto view = view_of(flat, i);
+    view.copy_(g);
+    if (scale != 1.0) view.mul_(scale);
+  }
+  return flat;
+}
+
+torch::Tensor FlatParams::join(const std::vector<torch::Tensor>& per_param, const torch::TensorOptions& options) const {
+  check(per_param.size() == params_.size(), "sharding: join needs one tensor per parameter");
+  torch::NoGradGuard no_grad;
+  auto flat = torch::zeros({padded_numel()}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    check(per_param[i].sizes() == params_[i].sizes(), "sharding: '" + names_[i] + "' has shape " +
+                                                          c10::str(per_param[i].sizes()) + ", expected " +
+                                                          c10::str(params_[i].sizes()));
+    view_of(flat, i).copy_(per_param[i]);
+  }
+  return flat;
+}
+
+std::vector<torch::Tensor> FlatParams::split(const torch::Tensor& flat) const {
+  check(flat.numel() == padded_numel() && flat.is_contiguous(), "sharding: split needs a contiguous flat tensor");
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) out.push_back(view_of(flat, i));
+  return out;
+}
+
+void FlatParams::free() {
+  if (!allocated_) return;
+  auto* storage = full_.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, full_.device()));
+  storage->set_nbytes(0);
+  allocated_ = false;
+}
+
+void FlatParams::regrow() {
+  if (allocated_) return;
+  auto* storage = full_.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(padded_numel()) * full_.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+  allocated_ = true;
+}
+
+std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes) {
+  struct Open {
+    torch::ScalarType dtype;
+    torch::Device device;
+    std::vector<size_t> members;
+    int64_t bytes = 0;
+  };
+  std::vector<Open> open;
+  std::vector<std::vector<size_t>> closed;
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    auto it = std::find_if(open.begin(), open.end(),
+                           [&](const Open& o) { return o.dtype == p.scalar_type() && o.device == p.device(); });
+    if (it == open.end()) {
+      open.push_back({p.scalar_type(), p.device(), {}, 0});
+      it = std::prev(open.end());
+    }
+    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+    if (!it->members.empty() && it->bytes + bytes > cap_bytes) {
+      closed.push_back(std::move(it->members));
+      it->members.clear();
+      it->bytes = 0;
+    }
+    it->members.push_back(k);
+    it->bytes += bytes;
+  }
+  for (auto& o : open) {
+    if (!o.members.empty()) closed.push_back(std::move(o.members));
+  }
+  std::stable_sort(closed.begin(), closed.end(),
+                   [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
+  // Within a group, registration order: the flat layout then reads like the model.
+  for (auto& members : closed) std::sort(members.begin(), members.end());
+  return closed;
+}
+
+torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 && group.backend() == "gloo" ? t.view(torch::kHalf) : t;
+}
+
+torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 && group.backend() == "gloo" ? torch::kFloat : dtype;
+}
+
+void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
+                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who) {
+  int64_t total = 0;
+  int64_t shape_hash = 0;
+  for (const auto& p : params) {
+    total += p.numel();
+    for (const auto d : p.sizes()) shape_hash = shape_hash * 31 + d + 1;
+    shape_hash %= (int64_t{1} << 40);
+  }
+  const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
+  const auto everyone = group.all_gather(mine.to(group.backend() == "nccl" ? device : torch::Device(torch::kCPU)));
+  for (size_t r = 0; r < everyone.size(); ++r) {
+    check(torch::equal(everyone[r].cpu(), mine), who + ": rank " + std::to_string(r) +
+                                                     " has a different model than rank " +
+                                                     std::to_string(group.rank()) +
+                                                     " (parameter count, sizes or shapes differ)");
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> state;
+  for (const auto& p : params) state.push_back(as_movable(group, p));
+  for (const auto& b : buffers) state.push_back(as_movable(group, b));
+  if (!state.empty()) group.broadcast(state, 0);
+}
+
+}  // namespace ptrain::strategies

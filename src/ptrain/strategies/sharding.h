@@ -1,0 +1,78 @@
+// The machinery the sharded strategies (ZeRO stages, FSDP) share: parameters of one dtype laid out back
+// to back in one flat buffer, padded so that it splits into world_size shards of equal size; the
+// parameters themselves become views of that buffer, so one collective over the buffer moves them all,
+// and a shard is a plain offset. The buffer's storage can be freed and regrown in place: parameter
+// objects, and the views autograd saved of them, stay valid across the gap.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ptrain/dist/process_group.h"
+
+namespace ptrain::strategies {
+
+class FlatParams {
+ public:
+  // params: one dtype and device; they keep their values and become views of full(). Rank and world
+  // size fix which shard is this rank's.
+  FlatParams(std::vector<torch::Tensor> params, std::vector<std::string> names, int64_t rank, int64_t world_size);
+
+  const std::vector<torch::Tensor>& params() const { return params_; }
+  const std::vector<std::string>& names() const { return names_; }
+  int64_t numel() const { return numel_; }                // the parameters' elements, without padding
+  int64_t shard_numel() const { return shard_numel_; }    // every rank's shard, padding included
+  int64_t padded_numel() const { return shard_numel_ * world_size_; }
+  int64_t offset(size_t i) const { return offsets_[i]; }  // where parameter i starts in the flat layout
+
+  // The padded flat buffer whose storage the parameters view, and this rank's slice of it.
+  const torch::Tensor& full() const { return full_; }
+  torch::Tensor shard() const { return shard_of(full_); }
+  // This rank's slice of any tensor of the flat layout (padded_numel() elements).
+  torch::Tensor shard_of(const torch::Tensor& flat) const;
+
+  // A new flat tensor (padding zero) holding each parameter's .grad() times scale; zeros where a
+  // parameter has no gradient.
+  torch::Tensor flat_grads(double scale) const;
+  // The flat layout of per-parameter tensors (in params() order, each of its parameter's shape), and back:
+  // split() returns views of flat with each parameter's shape and strides.
+  torch::Tensor join(const std::vector<torch::Tensor>& per_param, const torch::TensorOptions& options) const;
+  std::vector<torch::Tensor> split(const torch::Tensor& flat) const;
+
+  // Releases the storage of full() (the parameters keep their shapes but hold no data until regrow()),
+  // and allocates it again; regrow() leaves the contents undefined.
+  void free();
+  void regrow();
+  bool allocated() const { return allocated_; }
+
+ private:
+  torch::Tensor view_of(const torch::Tensor& flat, size_t i) const;
+
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> offsets_;
+  int64_t rank_, world_size_, numel_ = 0, shard_numel_ = 0;
+  torch::Tensor full_;
+  bool allocated_ = true;
+};
+
+// Parameter indices in groups of one dtype and device, each at most cap_bytes (a parameter larger than
+// the cap is a group alone), walking the parameters in reverse order: the order in which backward
+// usually produces their gradients.
+std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes);
+
+// gloo in LibTorch 1.13 moves no bfloat16. For collectives that only copy (broadcast, all-gather), a
+// bfloat16 tensor travels as the same bits viewed as float16; other tensors as they are.
+torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t);
+// The dtype gradients of `dtype` are summed in: float32 for bfloat16 over gloo, else their own.
+torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype);
+
+// Checks that every rank holds the same parameter shapes (or names `who` and the rank that differs),
+// then copies rank 0's parameters and buffers to all ranks.
+void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
+                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who);
+
+}  // namespace ptrain::strategies

@@ -1,0 +1,540 @@
+#include "ptrain/strategies/zero.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "ptrain/core/error.h"
+#include "ptrain/strategies/sharding.h"
+
+namespace ptrain::strategies {
+
+struct Zero::State {
+  struct Group {
+    std::unique_ptr<FlatParams> flat;
+    std::vector<size_t> members;  // indices into params
+    size_t pending = 0;           // members whose gradient backward has not produced yet
+    torch::Tensor grad_full;      // stage 1: the flat gradients, all-reduced
+    torch::Tensor grad_shard;     // stages 2, 3: this rank's shard of the reduced gradients
+    torch::Tensor param_shard;    // stage 3: this rank's shard of the parameters, kept between uses
+    dist::Work work;
+  };
+
+  State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o)
+      : group(std::move(g)), device(d), options(o) {}
+
+  std::shared_ptr<dist::ProcessGroup> group;
+  torch::Device device;
+  ZeroOptions options;
+  std::mutex mutex;
+
+  std::vector<torch::Tensor> params;  // trainable parameters, in model order
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> frozen;  // parameters that need no gradient: replicated, as they are
+  std::vector<torch::Tensor> buffers;
+  std::vector<Group> groups;          // in reduction order (the order backward should complete them)
+  std::vector<size_t> group_of;
+  std::vector<bool> seen;             // this micro-step's backward produced the parameter's gradient
+  std::vector<int> unit_group;        // stage 3: per model unit, its group or -1
+  int rest_group = -1;                // stage 3: parameters outside every unit (or all, without units)
+  size_t next_to_reduce = 0;
+  bool sync = true;
+  bool prepared = false;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+
+  int stage() const { return options.stage; }
+  int64_t world() const { return group->world_size(); }
+  // Where collectives run: the device for NCCL, the CPU for gloo.
+  torch::Device comm_device() const { return group->backend() == "nccl" ? device : torch::Device(torch::kCPU); }
+
+  // Stage 3: the group's parameters whole, from every rank's shard.
+  void gather(size_t g) {
+    auto& group_ = groups[g];
+    if (group_.flat->allocated()) return;
+    group_.flat->regrow();
+    torch::NoGradGuard no_grad;
+    group->all_gather_into(as_movable(*group, group_.flat->full()), as_movable(*group, group_.param_shard.to(device)));
+  }
+  void release(size_t g) {
+    if (stage() == 3) groups[g].flat->free();
+  }
+  void release_all() {
+    for (size_t g = 0; g < groups.size(); ++g) release(g);
+  }
+
+  void begin_micro_step() {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::fill(seen.begin(), seen.end(), false);
+    for (auto& g : groups) g.pending = g.members.size();
+    next_to_reduce = 0;
+    // An accumulation micro-step whose backward skipped some parameter leaves its group gathered.
+    if (stage() == 3) release_all();
+  }
+
+  // Caller holds mutex. Groups are reduced strictly in order, so every rank issues the same collectives
+  // whatever order its hooks fired in.
+  void reduce_complete_groups_locked() {
+    while (next_to_reduce < groups.size() && groups[next_to_reduce].pending == 0) {
+      auto& g = groups[next_to_reduce++];
+      torch::NoGradGuard no_grad;
+      auto flat = g.flat->flat_grads(1.0 / static_cast<double>(world()));
+      for (const size_t i : g.members) params[i].mutable_grad().reset();
+      const auto wide = reduction_dtype(*group, flat.scalar_type());
+      if (wide != flat.scalar_type()) {
+        // 16-bit gradients over gloo: summed in float32, then rounded once.
+        auto summed = flat.to(wide);
+        if (stage() == 1) {
+          std::vector<torch::Tensor> one{summed};
+          group->all_reduce_sum(one).wait();
+          g.grad_full = summed.to(flat.scalar_type());
+        } else {
+          auto shard = torch::empty({g.flat->shard_numel()}, summed.options());
+          group->reduce_scatter_sum(shard, summed);
+          g.grad_shard.copy_(shard);
+        }
+      } else if (stage() == 1) {
+        g.grad_full = flat;
+        std::vector<torch::Tensor> one{g.grad_full};
+        g.work = group->all_reduce_sum(one);
+      } else {
+        group->reduce_scatter_sum(g.grad_shard, flat);
+      }
+    }
+  }
+
+  void on_gradient(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (sync) {
+      check(!seen[index], "zero: parameter '" + names[index] +
+                              "' received its gradient twice in one synchronised step (several backward calls "
+                              "before finish_backward, or a parameter used twice?)");
+    }
+    if (seen[index]) return;
+    seen[index] = true;
+    const size_t g = group_of[index];
+    if (--groups[g].pending > 0) return;
+    release(g);  // its backward is over: stage 3 frees the gathered parameters
+    if (sync) reduce_complete_groups_locked();
+  }
+
+  void finish() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (sync) {
+      // Parameters that received no gradient contribute zeros (or what earlier micro-steps accumulated).
+      for (auto& g : groups) g.pending = 0;
+      reduce_complete_groups_locked();
+      for (auto& g : groups) g.work.wait();
+    }
+    release_all();
+    std::fill(seen.begin(), seen.end(), false);
+    for (auto& g : groups) g.pending = g.members.size();
+    next_to_reduce = 0;
+  }
+};
+
+namespace {
+
+class ZeroGradientHook : public torch::autograd::FunctionPostHook {
+ public:
+  ZeroGradientHook(std::weak_ptr<Zero::State> state, size_t index) : state_(std::move(state)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto state = state_.lock()) state->on_gradient(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<Zero::State> state_;
+  size_t index_;
+};
+
+int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
+
+}  // namespace
+
+Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options)
+    : options_(options) {
+  check(group != nullptr, "zero: needs a process group");
+  check(options_.stage >= 1 && options_.stage <= 3, "zero: stage must be 1, 2 or 3");
+  check(!options_.offload_params || options_.stage == 3, "--offload-params needs --strategy zero3 (or fsdp)");
+  check(options_.reduce_bucket_mb > 0, "--reduce-bucket-mb must be positive");
+  state_ = std::make_shared<State>(std::move(group), device, options_);
+}
+
+Zero::~Zero() {
+  for (size_t i = 0; i < state_->accumulators.size(); ++i) state_->accumulators[i]->del_post_hook(state_->hook_keys[i]);
+}
+
+int64_t Zero::rank() const { return state_->group->rank(); }
+int64_t Zero::world_size() const { return state_->group->world_size(); }
+
+void Zero::prepare(models::Model& model) {
+  auto& s = *state_;
+  check(!s.prepared, name() + ": prepare() called twice");
+  s.prepared = true;
+  std::vector<torch::Tensor> all;
+  for (const auto& item : model.named_parameters()) {
+    all.push_back(item.value());
+    if (item.value().requires_grad()) {
+      s.params.push_back(item.value());
+      s.names.push_back(item.key());
+    } else {
+      s.frozen.push_back(item.value());
+    }
+  }
+  check(!s.params.empty(), name() + ": the model has no trainable parameters");
+  for (const auto& b : model.buffers()) s.buffers.push_back(b);
+  check_and_broadcast(*s.group, all, s.buffers, s.device, name());
+
+  // Groups, in the order backward should complete them.
+  std::vector<std::vector<size_t>> layout;
+  if (s.stage() < 3) {
+    layout = group_by_size(s.params, megabytes_to_bytes(options_.reduce_bucket_mb));
+  } else {
+    std::map<const void*, size_t> index_of;
+    for (size_t i = 0; i < s.params.size(); ++i) index_of[s.params[i].unsafeGetTensorImpl()] = i;
+    std::vector<bool> assigned(s.params.size(), false);
+    std::vector<std::vector<size_t>> per_unit;
+    for (const auto& [unit_name, module] : model.units()) {
+      std::vector<size_t> members;
+      for (const auto& p : module->parameters()) {
+        auto it = index_of.find(p.unsafeGetTensorImpl());
+        if (it == index_of.end() || assigned[it->second]) continue;
+        assigned[it->second] = true;
+        members.push_back(it->second);
+      }
+      std::sort(members.begin(), members.end());
+      per_unit.push_back(std::move(members));
+    }
+    std::vector<size_t> rest;
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      if (!assigned[i]) rest.push_back(i);
+    }
+    // Backward completes the last unit first; the parameters outside the units are reduced last.
+    s.unit_group.assign(per_unit.size(), -1);
+    for (size_t u = per_unit.size(); u-- > 0;) {
+      if (per_unit[u].empty()) continue;
+      s.unit_group[u] = static_cast<int>(layout.size());
+      layout.push_back(per_unit[u]);
+    }
+    if (!rest.empty()) {
+      s.rest_group = static_cast<int>(layout.size());
+      layout.push_back(rest);
+    }
+  }
+
+  s.group_of.assign(s.params.size(), 0);
+  s.seen.assign(s.params.size(), false);
+  torch::NoGradGuard no_grad;
+  for (auto& members : layout) {
+    State::Group g;
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    for (const size_t i : members) {
+      s.group_of[i] = s.groups.size();
+      params.push_back(s.params[i]);
+      names.push_back(s.names[i]);
+    }
+    g.flat = std::make_unique<FlatParams>(params, names, rank(), world_size());
+    g.members = members;
+    g.pending = members.size();
+    const auto options = g.flat->full().options();
+    if (s.stage() == 1) {
+      g.grad_full = torch::zeros({g.flat->padded_numel()}, options);
+    } else {
+      g.grad_shard = torch::zeros({g.flat->shard_numel()}, options);
+    }
+    if (s.stage() == 3) {
+      g.param_shard = g.flat->shard().clone();
+      if (options_.offload_params) {
+        g.param_shard = g.param_shard.to(torch::kCPU);
+        if (s.device.is_cuda()) g.param_shard = g.param_shard.pin_memory();
+      }
+      g.flat->free();
+    }
+    s.groups.push_back(std::move(g));
+  }
+
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
+    check(accumulator != nullptr, name() + ": parameter '" + s.names[i] + "' is not a leaf that requires grad");
+    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ZeroGradientHook>(state_, i)));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+}
+
+torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
+  auto& s = *state_;
+  check(s.prepared, name() + ": forward() before prepare()");
+  const bool training = model.is_training() && torch::GradMode::is_enabled();
+  if (model.is_training() && options_.broadcast_buffers && world_size() > 1 && !s.buffers.empty()) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> buffers;
+    for (const auto& b : s.buffers) buffers.push_back(as_movable(*s.group, b));
+    s.group->broadcast(buffers, 0);
+  }
+  if (training) s.begin_micro_step();
+  if (s.stage() < 3) return model.forward(inputs);
+
+  // Gathers the group again when backward reaches the output of its forward, i.e. just before its backward.
+  std::weak_ptr<State> weak = state_;
+  auto gather_in_backward = [&](torch::Tensor& output, size_t g) {
+    if (!training || !output.requires_grad()) return;
+    output.register_hook([weak, g](const torch::Tensor&) {
+      if (auto state = weak.lock()) state->gather(g);
+    });
+  };
+  if (s.rest_group >= 0) s.gather(static_cast<size_t>(s.rest_group));
+  torch::Tensor x = inputs;
+  if (s.unit_group.empty()) {
+    x = model.forward(x);
+  } else {
+    for (size_t u = 0; u < s.unit_group.size(); ++u) {
+      const int g = s.unit_group[u];
+      if (g >= 0) s.gather(static_cast<size_t>(g));
+      x = model.forward_unit(u, x);
+      if (g >= 0) {
+        gather_in_backward(x, static_cast<size_t>(g));
+        s.release(static_cast<size_t>(g));
+      }
+    }
+  }
+  if (s.rest_group >= 0) {
+    gather_in_backward(x, static_cast<size_t>(s.rest_group));
+    s.release(static_cast<size_t>(s.rest_group));
+  }
+  return x;
+}
+
+void Zero::set_gradient_sync(bool enabled) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->sync = enabled;
+}
+
+void Zero::finish_backward() {
+  check(state_->prepared, name() + ": finish_backward() before prepare()");
+  state_->finish();
+}
+
+torch::Tensor Zero::all_reduce_sum(torch::Tensor t) {
+  std::vector<torch::Tensor> one{t};
+  state_->group->all_reduce_sum(one).wait();
+  return t;
+}
+
+namespace {
+
+// The optimizer steps one flat shard per group: the parameters' own shard when it has the optimizer's
+// dtype and device, else a copy (fp32 masters, or the CPU copy of --offload-optimizer).
+class ZeroTarget final : public UpdateTarget {
+ public:
+  ZeroTarget(std::shared_ptr<Zero::State> state, bool master_weights) : s_(std::move(state)) {
+    auto& s = *s_;
+    torch::NoGradGuard no_grad;
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      const auto source = param_shard(g);
+      const auto dtype = master_weights ? torch::kFloat : source.scalar_type();
+      const auto device = s.options.offload_optimizer ? torch::Device(torch::kCPU) : s.device;
+      const bool separate = master_weights || s.options.offload_optimizer || dtype != source.scalar_type() ||
+                            device != source.device();
+      torch::Tensor opt = separate ? source.to(device, dtype, /*non_blocking=*/false, /*copy=*/true) : source.detach();
+      if (separate && s.options.offload_optimizer && s.device.is_cuda()) opt = opt.pin_memory();
+      params_.push_back(opt);
+      separate_.push_back(separate);
+      grads_.push_back(separate ? torch::zeros_like(opt) : torch::Tensor());
+      names_.push_back("zero." + std::to_string(g));
+    }
+  }
+
+  const std::vector<torch::Tensor>& params() const override { return params_; }
+  const std::vector<std::string>& names() const override { return names_; }
+
+  void gradients_ready() override {
+    torch::NoGradGuard no_grad;
+    for (size_t g = 0; g < params_.size(); ++g) {
+      auto reduced = grad_shard(g);
+      if (separate_[g]) {
+        grads_[g].copy_(reduced);
+        params_[g].mutable_grad() = grads_[g];
+      } else {
+        params_[g].mutable_grad() = reduced;
+      }
+    }
+  }
+
+  void agree_found_inf(const torch::Tensor& found_inf) override {
+    auto t = found_inf.to(s_->comm_device(), torch::kFloat, false, /*copy=*/true);
+    std::vector<torch::Tensor> one{t};
+    s_->group->all_reduce_sum(one).wait();
+    found_inf.copy_(t.clamp_max(1.0));
+  }
+
+  torch::Tensor global_norm(const torch::Tensor& local_norm) override {
+    // Shards are disjoint (padding is zero): squares add up.
+    auto squared = local_norm.to(s_->comm_device(), torch::kFloat, false, /*copy=*/true).square();
+    std::vector<torch::Tensor> one{squared};
+    s_->group->all_reduce_sum(one).wait();
+    return squared.sqrt().to(local_norm.device());
+  }
+
+  void parameters_updated() override {
+    auto& s = *s_;
+    torch::NoGradGuard no_grad;
+    for (size_t g = 0; g < params_.size(); ++g) {
+      if (separate_[g]) param_shard(g).copy_(params_[g]);
+    }
+    if (s.stage() == 3) return;  // gathered just in time, in forward
+    for (auto& group : s.groups) {
+      auto shard = group.flat->shard().clone();
+      s.group->all_gather_into(as_movable(*s.group, group.flat->full()), as_movable(*s.group, shard));
+    }
+  }
+
+  io::NamedTensors full_parameters() override {
+    auto& s = *s_;
+    std::map<std::string, torch::Tensor> by_name;
+    for (size_t g = 0; g < params_.size(); ++g) {
+      auto parts = gather_split(g, params_[g]);
+      for (size_t i = 0; i < parts.size(); ++i) by_name[s.groups[g].flat->names()[i]] = parts[i];
+    }
+    io::NamedTensors out;
+    for (const auto& name : s.names) out.emplace_back(name, by_name.at(name));
+    return out;
+  }
+
+  io::NamedTensors full_optimizer_state(const io::NamedTensors& state) override {
+    io::NamedTensors out;
+    for (const auto& [key, tensor] : state) {
+      size_t g = 0;
+      std::string slot;
+      if (!parse_key(key, &g, &slot)) {
+        out.emplace_back(key, tensor);
+        continue;
+      }
+      auto parts = gather_split(g, tensor);
+      const auto& names = s_->groups[g].flat->names();
+      for (size_t i = 0; i < parts.size(); ++i) out.emplace_back(names[i] + "." + slot, parts[i]);
+    }
+    return out;
+  }
+
+  io::NamedTensors local_optimizer_state(const io::NamedTensors& full) override {
+    auto& s = *s_;
+    std::map<std::string, size_t> param_index;
+    for (size_t i = 0; i < s.names.size(); ++i) param_index[s.names[i]] = i;
+    std::map<std::string, torch::Tensor> by_name;
+    std::vector<std::set<std::string>> slots(s.groups.size());
+    io::NamedTensors out;
+    for (const auto& [key, tensor] : full) {
+      const auto dot = key.rfind('.');
+      auto it = dot == std::string::npos ? param_index.end() : param_index.find(key.substr(0, dot));
+      if (it == param_index.end()) {
+        out.emplace_back(key, tensor);
+        continue;
+      }
+      slots[s.group_of[it->second]].insert(key.substr(dot + 1));
+      by_name[key] = tensor;
+    }
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      const auto& flat = *s.groups[g].flat;
+      for (const auto& slot : slots[g]) {
+        std::vector<torch::Tensor> per_param;
+        for (const auto& name : flat.names()) {
+          auto it = by_name.find(name + "." + slot);
+          check(it != by_name.end(), "optimizer state '" + name + "." + slot + "' is missing");
+          per_param.push_back(it->second);
+        }
+        auto joined = flat.join(per_param, per_param.front().options().device(torch::kCPU));
+        out.emplace_back(names_[g] + "." + slot, flat.shard_of(joined).clone());
+      }
+    }
+    return out;
+  }
+
+  void load_full_parameters(const io::NamedTensors& full, const std::string& source) override {
+    auto& s = *s_;
+    std::map<std::string, torch::Tensor> by_name(full.begin(), full.end());
+    torch::NoGradGuard no_grad;
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      const auto& flat = *s.groups[g].flat;
+      std::vector<torch::Tensor> per_param;
+      for (const auto& name : flat.names()) {
+        auto it = by_name.find(name);
+        check(it != by_name.end(), source + ": parameter '" + name + "' is missing");
+        per_param.push_back(it->second);
+      }
+      const auto joined = flat.join(per_param, per_param.front().options().device(torch::kCPU));
+      if (s.stage() < 3) {
+        flat.full().copy_(joined);
+      } else {
+        s.groups[g].param_shard.copy_(flat.shard_of(joined));
+      }
+      if (separate_[g]) params_[g].copy_(flat.shard_of(joined));
+    }
+  }
+
+  ModelStateBytes model_state_bytes(const io::NamedTensors& optimizer_state) const override {
+    const auto& s = *s_;
+    ModelStateBytes bytes;
+    for (const auto& p : s.frozen) bytes.params += bytes_of(p);
+    for (size_t g = 0; g < s.groups.size(); ++g) {
+      const auto& group = s.groups[g];
+      bytes.params += s.stage() == 3 ? bytes_of(group.param_shard) : bytes_of(group.flat->full());
+      bytes.grads += s.stage() == 1 ? bytes_of(group.grad_full) : bytes_of(group.grad_shard);
+      if (separate_[g]) bytes.optimizer += bytes_of(params_[g]) + bytes_of(grads_[g]);
+    }
+    for (const auto& [name, t] : optimizer_state) bytes.optimizer += bytes_of(t);
+    return bytes;
+  }
+
+ private:
+  torch::Tensor param_shard(size_t g) const {
+    const auto& group = s_->groups[g];
+    return s_->stage() == 3 ? group.param_shard : group.flat->shard();
+  }
+  torch::Tensor grad_shard(size_t g) const {
+    const auto& group = s_->groups[g];
+    return s_->stage() == 1 ? group.flat->shard_of(group.grad_full) : group.grad_shard;
+  }
+
+  // "zero.<g>.<slot>" -> g, slot.
+  bool parse_key(const std::string& key, size_t* g, std::string* slot) const {
+    if (key.rfind("zero.", 0) != 0) return false;
+    const auto dot = key.find('.', 5);
+    if (dot == std::string::npos) return false;
+    *g = static_cast<size_t>(std::stoul(key.substr(5, dot - 5)));
+    *slot = key.substr(dot + 1);
+    return *g < s_->groups.size();
+  }
+
+  // Every rank's shard of a tensor of group g's layout, as full per-parameter tensors on the CPU.
+  std::vector<torch::Tensor> gather_split(size_t g, const torch::Tensor& shard) {
+    const auto& flat = *s_->groups[g].flat;
+    auto whole = torch::empty({flat.padded_numel()}, shard.options().device(s_->comm_device()));
+    s_->group->all_gather_into(as_movable(*s_->group, whole), as_movable(*s_->group, shard.to(s_->comm_device())));
+    std::vector<torch::Tensor> out;
+    for (const auto& part : flat.split(whole)) out.push_back(part.to(torch::kCPU).clone());
+    return out;
+  }
+
+  std::shared_ptr<Zero::State> s_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<bool> separate_;
+  std::vector<torch::Tensor> grads_;
+};
+
+}  // namespace
+
+std::unique_ptr<UpdateTarget> Zero::update_target(models::Model&, bool master_weights) {
+  check(state_->prepared, name() + ": update_target() before prepare()");
+  return std::make_unique<ZeroTarget>(state_, master_weights);
+}
+
+}  // namespace ptrain::strategies
