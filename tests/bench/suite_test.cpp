@@ -1,6 +1,7 @@
 // Suites: what a user's YAML says is what runs, and what it gets wrong is named by file and key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "ptrain/bench/suite.h"
@@ -39,6 +40,12 @@ TEST(Suite, StandardSuiteLoadsForGpusAndForTheCpu) {
   EXPECT_EQ(gpu.runs.back().devices, 4);
   const Suite cpu = load_suite("standard", PTRAIN_SOURCE_DIR, 0);
   EXPECT_FALSE(cpu.on_gpu);
+  for (const char* stage : {"zero1", "zero2", "zero3"}) {
+    EXPECT_TRUE(std::any_of(gpu.runs.begin(), gpu.runs.end(), [&](const SuiteRun& r) { return r.strategy == stage; }))
+        << stage << " missing from the GPU runs";
+    EXPECT_TRUE(std::any_of(cpu.runs.begin(), cpu.runs.end(), [&](const SuiteRun& r) { return r.strategy == stage; }))
+        << stage << " missing from the CPU runs";
+  }
   bool fashion = false;
   for (const auto& [key, value] : cpu.workload) fashion = fashion || (key == "dataset" && value == "fashion-mnist");
   EXPECT_TRUE(fashion) << "the CPU variant trains on the embedded Fashion-MNIST";
@@ -77,6 +84,7 @@ TEST(Suite, BadSuitesAreNamedByFileAndKey) {
   expect_refused("runs: [{precision: fp32}]\n", {"'workload'"});
   expect_refused("workload: {model: resnet20, precision: fp16}\nruns: [{precision: fp32}]\n", {"'precision'", "per run"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: fsdp9}]\n", {"runs[0]", "fsdp9"});
+  expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: fsdp}]\n", {"runs[0]", "zero3"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, devices: 3}]\n", {"runs[0]", "only 2 GPU"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: dp, devices: many}]\n", {"many"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32}, {precision: fp32}]\n", {"runs[1]", "same run"});

@@ -271,6 +271,7 @@ runs:
   - {precision: fp32}
   - {precision: fp32, strategy: ddp, devices: 2}
   - {precision: fp32, strategy: dp, devices: 2}
+  - {precision: fp32, strategy: zero2, devices: 2}
 )";
 
 size_t count_of(const std::string& text, const std::string& word) {
@@ -285,8 +286,8 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   const std::string bench = "bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string();
   const Result r = run(bench);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[1/3] ptrain fp32, single, 1 device (2 to run after this)"), std::string::npos) << r.output;
-  EXPECT_EQ(count_of(r.output, "      done: "), 3u) << r.output;
+  EXPECT_NE(r.output.find("[1/4] ptrain fp32, single, 1 device (3 to run after this)"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "      done: "), 4u) << r.output;
   for (const char* file : {"report.md", "report.csv", "report.html", "bench.json", "workload.yaml"})
     EXPECT_TRUE(fs::is_regular_file(dir / "out" / file)) << file;
   std::ifstream in(dir / "out" / "runs" / "ptrain" / "fp32-ddp-x2.json");
@@ -301,10 +302,15 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   // Every run appears in the report, and the report says what the baseline is.
   std::ifstream md_in(dir / "out" / "report.md");
   const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
-  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2"}) EXPECT_NE(md.find(id), std::string::npos) << md;
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2"})
+    EXPECT_NE(md.find(id), std::string::npos) << md;
+  std::ifstream zero_in(dir / "out" / "runs" / "ptrain" / "fp32-zero2-x2.json");
+  const auto zero2 = nlohmann::json::parse(zero_in);
+  EXPECT_EQ(zero2["strategy"], "zero2");
+  EXPECT_EQ(zero2["world_size"], 2);
   // Each ptrain run carries the memory `ptrain estimate` predicted before it ran, close to what it measured.
   EXPECT_NE(md.find("predicted peak/GPU"), std::string::npos) << md;
-  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2"}) {
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2"}) {
     std::ifstream record_in(dir / "out" / "runs" / "ptrain" / (std::string(id) + ".json"));
     const auto record = nlohmann::json::parse(record_in);
     ASSERT_TRUE(record["extra"].contains("estimate")) << id << "\n" << r.output;
@@ -316,7 +322,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   // A second bench with the same --out continues: nothing is run again.
   const Result again = run(bench);
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(count_of(again.output, ": done earlier"), 3u) << again.output;
+  EXPECT_EQ(count_of(again.output, ": done earlier"), 4u) << again.output;
   EXPECT_EQ(count_of(again.output, "      done: "), 0u) << again.output;
 }
 
@@ -327,8 +333,10 @@ TEST(Cli, BenchWithPytorchPutsBothFrameworksInOneReport) {
   const Result r = run("bench --gpus 0 --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) + " --source-dir " +
                        PTRAIN_SOURCE_DIR + " --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "      done: "), 5u) << r.output;
-  EXPECT_NE(r.output.find("[6/6] pytorch fp32, dp, 2 devices: not run: PyTorch's DataParallel"),
+  EXPECT_EQ(count_of(r.output, "      done: "), 6u) << r.output;
+  EXPECT_NE(r.output.find("[6/8] pytorch fp32, dp, 2 devices: not run: PyTorch's DataParallel"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[8/8] pytorch fp32, zero2, 2 devices: not run: PyTorch has no ZeRO-2"),
             std::string::npos) << r.output;
   std::ifstream in(dir / "out" / "runs" / "pytorch" / "fp32-ddp-x2.json");
   ASSERT_TRUE(in.good()) << r.output;

@@ -74,6 +74,11 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
+// Strategies that start a process per device (through ptrain launch or torchrun).
+bool one_process_per_device(const std::string& strategy) {
+  return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3";
+}
+
 struct Job {
   std::string framework;  // ptrain | pytorch
   SuiteRun run;
@@ -110,7 +115,7 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
   const bool gpu = suite.on_gpu;
   if (run.strategy == "dp") {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
-  } else if (run.strategy == "ddp") {
+  } else if (one_process_per_device(run.strategy)) {
     train.insert(train.end(), {"--device", gpu ? "cuda" : "cpu"});
     if (!gpu) {
       // Processes sharing the cores: each takes its share instead of all of them.
@@ -212,8 +217,22 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     job.unavailable = "PyTorch's DataParallel runs the module once on the CPU, without replicas";
     return job;
   }
+  // PyTorch's own counterparts of the ZeRO stages: ZeroRedundancyOptimizer shards the optimizer state as
+  // zero1 does; FSDP's full-shard shards parameters, gradients and optimizer state as zero3 does.
+  std::string strategy = run.strategy;
+  if (run.strategy == "zero2") {
+    job.unavailable = "PyTorch has no ZeRO-2 of its own (FSDP's shard-grad-op, the nearest, is not in the reference)";
+    return job;
+  }
+  if (run.strategy == "zero3") {
+    if (!suite.on_gpu) {
+      job.unavailable = "PyTorch's FSDP, the counterpart of zero3, needs CUDA";
+      return job;
+    }
+    strategy = "fsdp";
+  }
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
-  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", run.strategy,
+  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", strategy,
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu"};
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
@@ -243,7 +262,7 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     }
   }
   std::vector<std::string> command{o.python};
-  if (run.strategy == "ddp") {
+  if (one_process_per_device(run.strategy)) {
     command.insert(command.end(), {"-m", "torch.distributed.run", "--master_port", std::to_string(free_port()),
                                    "--nproc_per_node",
                                    std::to_string(run.devices), "--redirects", "1", "--tee", "1", "--log_dir",
