@@ -125,7 +125,7 @@ def check_record(name, path, strategy, world_size, devices, batch, steps, evalua
                 "framework": "pytorch"}
     for key, want in expected.items():
         check(r.get(key) == want, f"{name}: {key} = {r.get(key)!r}, expected {want!r}")
-    # The CPU has no allocator statistics and no NVML: docs/metrics.md says null, never 0.
+    # PyTorch in Python counts no CPU allocations, and the CPU has no NVML: docs/metrics.md says null, never 0.
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "peak_nvml_used_bytes", "gpu_util_mean",
                 "gpu_util_peak"):
         check(r.get(key) is None, f"{name}: {key} = {r.get(key)!r} on the CPU, expected null")
