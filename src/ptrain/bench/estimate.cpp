@@ -7,9 +7,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/core/error.h"
-#include "ptrain/data/registry.h"
 #include "ptrain/metrics/memory.h"
-#include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
@@ -34,20 +32,9 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
-int64_t count_parameters(const config::TrainConfig& config) {
-  const auto test = data::open_dataset({config.data.dataset, config.data.path}, /*train=*/false,
-                                       static_cast<int>(config.data.loader_threads));
-  const int64_t native = test.images.size(2);
-  const auto model = models::make_model({config.model.name, static_cast<int64_t>(test.classes.size()),
-                                         test.images.size(1), config.data.image_size > 0 ? config.data.image_size : native});
-  int64_t n = 0;
-  for (const auto& p : model->parameters()) n += p.numel();
-  return n;
-}
-
 // One short real training run (two optimizer steps, so the optimizer state exists at the second step's
-// peak) at `batch` per device on one device; returns its allocator peak.
-int64_t probe_peak(const config::TrainConfig& config, int64_t batch) {
+// peak) at `batch` per device on one device; returns its record, allocator peak checked present.
+metrics::RunRecord probe(const config::TrainConfig& config, int64_t batch) {
   config::TrainConfig probe = config;
   probe.run.strategy = "single";
   probe.run.batch_size = batch;
@@ -66,9 +53,9 @@ int64_t probe_peak(const config::TrainConfig& config, int64_t batch) {
   probe.dist.replicas = 0;
   const train::Plan plan = train::make_plan(probe);
   const auto record = train::train(plan, "ptrain estimate (probe at batch " + std::to_string(batch) + ")");
-  check(record.peak_allocated_bytes.has_value(),
+  check(record.peak_allocated_bytes.has_value() && record.model_state_param_bytes.has_value(),
         "ptrain estimate: the probe run on " + plan.device.str() + " measured no allocator peak");
-  return *record.peak_allocated_bytes;
+  return record;
 }
 
 bool fits(int64_t total, const std::optional<int64_t>& capacity, bool cpu) {
@@ -149,13 +136,17 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
   e.device = plan.device.str();
   e.batch_size = config.run.batch_size;
   e.configured_strategy = config.run.strategy;
-  e.parameters = count_parameters(config);
   e.capacity_bytes = device_capacity(plan.device);
 
   // Two probes at small batches; their difference is what one more sample costs. Large enough that
-  // activations, not gradients, set the peak; small enough to be quick.
+  // activations, not gradients, set the peak; small enough to be quick. The first probe's model states
+  // also count the trainable parameters, in their training dtype.
   const int64_t small = std::max<int64_t>(2, std::min<int64_t>(config.run.batch_size / 8, 16));
-  for (const int64_t batch : {small, 2 * small}) e.probes.emplace_back(batch, probe_peak(config, batch));
+  for (const int64_t batch : {small, 2 * small}) {
+    const metrics::RunRecord record = probe(config, batch);
+    if (e.probes.empty()) e.parameters = *record.model_state_param_bytes / element_size(plan.precision.param_dtype);
+    e.probes.emplace_back(batch, *record.peak_allocated_bytes);
+  }
   const auto [b1, p1] = e.probes[0];
   const auto [b2, p2] = e.probes[1];
   e.bytes_per_sample = std::max<int64_t>(0, (p2 - p1) / (b2 - b1));
