@@ -7,7 +7,7 @@
 #   reference MODE...     the reference workload (configs/cifar10-resnet50-224.yaml, 5 epochs) per MODE,
 #                         a MODE being a precision name, optionally +master or +cl (channels-last)
 #   pytorch MODE...       the same workload in PyTorch eager (bench/pytorch_reference.py)
-#   multi STRATEGY MODE...  dp or ddp on every GPU, ptrain then PyTorch's DataParallel / DDP
+#   multi STRATEGY MODE...  dp, ddp, zero1-3 or fsdp on every GPU, ptrain then PyTorch's counterpart
 #   bench NAME FLAGS...   `ptrain bench FLAGS` into .bench/NAME (carry .bench to continue an interrupted
 #                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
 #                         where many would be cut)
@@ -149,8 +149,13 @@ step_bench() {
   tar -czf "$OUT/bench-$name.tgz" -C .bench "$name"
 }
 
-# multi STRATEGY MODE...: the workload on every GPU of the machine under dp or ddp, ptrain then PyTorch's
-# own DataParallel / DistributedDataParallel, each run alone on the GPUs.
+# multi STRATEGY MODE...: the workload on every GPU of the machine under STRATEGY (dp, ddp, zero1-3, fsdp),
+# ptrain then PyTorch's counterpart, each run alone on the GPUs: DataParallel for dp, DDP for ddp,
+# ZeroRedundancyOptimizer for zero1, FSDP full-shard for zero3 and fsdp; zero2 has none in PyTorch.
+pytorch_counterpart() {
+  case $1 in dp|ddp|zero1|fsdp) echo "$1" ;; zero3) echo fsdp ;; *) echo "" ;; esac
+}
+
 step_multi() {
   local strategy=$1 gpus mode name
   shift
@@ -162,19 +167,22 @@ step_multi() {
     local train=(train --config configs/cifar10-resnet50-224.yaml $(mode_flags $mode) --strategy "$strategy"
                  --epochs "$EPOCHS" ${LIMIT:-} --progress lines --log-every 100 --metrics-out "$OUT/multi-ptrain-$name.json")
     local limit=(timeout --signal=INT --kill-after=20 "${RUN_TIMEOUT:-100000}")
-    if [ "$strategy" = ddp ]; then
+    if [ "$strategy" = dp ]; then
+      "${limit[@]}" ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror" || echo "(run ended with status $?)"
+    else
       "${limit[@]}" ./build-gpu/ptrain launch --nproc-per-node "$gpus" -- ./build-gpu/ptrain "${train[@]}" 2>&1 \
         | tee "$OUT/multi-ptrain-$name.log" | grep -E "rank 0\] (epoch [0-9]+:|result)|rror" || echo "(run ended with status $?)"
-    else
-      "${limit[@]}" ./build-gpu/ptrain "${train[@]}" 2>&1 | tee "$OUT/multi-ptrain-$name.log" | grep -E "^epoch [0-9]+:|result|rror" || echo "(run ended with status $?)"
     fi
-    echo "== pytorch $strategy $mode on $gpus GPUs"
-    local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$strategy"
+    local theirs
+    theirs=$(pytorch_counterpart "$strategy")
+    [ -n "$theirs" ] || { echo "== pytorch: no counterpart of $strategy"; continue; }
+    echo "== pytorch $theirs $mode on $gpus GPUs"
+    local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$theirs"
                --epochs "$EPOCHS" ${LIMIT:-} --metrics-out "$OUT/multi-pytorch-$name.json")
-    if [ "$strategy" = ddp ]; then
-      "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
-    else
+    if [ "$theirs" = dp ]; then
       "${limit[@]}" python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
+    else
+      "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
     fi
   done
 }
