@@ -147,11 +147,12 @@ TEST(AccelerateConfig, FsdpSpellingsAndNumbers) {
   EXPECT_EQ(env_of(launch, "PTRAIN_PARAM_DTYPE"), "bf16");
   EXPECT_EQ(env_of(launch, "PTRAIN_REDUCE_DTYPE"), "bf16");
   for (const auto& [number, name] : std::vector<std::pair<std::string, std::string>>{
-           {"1", "full-shard"}, {"2", "shard-grad-op"}, {"3", "no-shard"}, {"4", "hybrid-shard"}}) {
+           {"1", "full-shard"}, {"2", "shard-grad-op"}, {"3", "no-shard"}, {"4", "hybrid-shard"},
+           {"5", "hybrid-shard-zero2"}, {"_HYBRID_SHARD_ZERO2", "hybrid-shard-zero2"}}) {
     EXPECT_EQ(env_of(read_accelerate_config(fsdp("  fsdp_sharding_strategy: " + number + "\n")), "PTRAIN_FSDP_SHARDING"),
               name);
   }
-  EXPECT_NE(error_of(fsdp("  fsdp_sharding_strategy: 5\n")).find("_HYBRID_SHARD_ZERO2"), std::string::npos);
+  EXPECT_NE(error_of(fsdp("  fsdp_sharding_strategy: 6\n")).find("fsdp_sharding_strategy"), std::string::npos);
   EXPECT_NE(error_of(fsdp("  fsdp_state_dict_type: LOCAL_STATE_DICT\n")).find("LOCAL_STATE_DICT"), std::string::npos);
   EXPECT_NE(error_of(fsdp("  fsdp_backward_prefetch: BACKWARD_PRE\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n"))
                 .find("disagree"),

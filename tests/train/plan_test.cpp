@@ -36,12 +36,40 @@ TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {
   EXPECT_NE(plan_error(c).find("--warmup-steps"), std::string::npos);
 }
 
-TEST(Plan, FsdpIsRefusedWithTheZeroStagesThatShardAlike) {
+TEST(Plan, FsdpSettingsAreRefusedUnderOtherStrategies) {
   auto c = cpu_config();
-  c.run.strategy = "fsdp";  // what accelerate's FSDP config asks for
-  const std::string message = plan_error(c);
-  EXPECT_NE(message.find("--strategy fsdp"), std::string::npos) << message;
-  EXPECT_NE(message.find("zero3"), std::string::npos) << message;
+  c.run.strategy = "ddp";
+  c.sharding.auto_wrap = "type";
+  EXPECT_NE(plan_error(c).find("--auto-wrap applies to --strategy fsdp only"), std::string::npos) << plan_error(c);
+  c = cpu_config();
+  c.run.strategy = "zero3";
+  c.sharding.param_dtype = "bf16";
+  EXPECT_NE(plan_error(c).find("--param-dtype"), std::string::npos) << plan_error(c);
+  c = cpu_config();
+  c.run.strategy = "fsdp";
+  c.sharding.offload_optimizer = true;
+  EXPECT_NE(plan_error(c).find("--offload-params moves the optimizer step"), std::string::npos) << plan_error(c);
+}
+
+TEST(Plan, FsdpParamDtypeTurnsFp32IntoHalfComputeOnFp32Masters) {
+  auto c = cpu_config();
+  c.run.strategy = "fsdp";
+  c.sharding.param_dtype = "bf16";
+  auto plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.precision.param_dtype, torch::kBFloat16);
+  EXPECT_EQ(plan.precision.compute_dtype, torch::kBFloat16);
+  EXPECT_TRUE(plan.precision.master_weights);
+  EXPECT_FALSE(plan.precision.autocast);
+
+  c.precision.precision = "amp-bf16";  // accelerate's FSDP with mixed_precision bf16
+  c.sharding.buffer_dtype = "bf16";
+  plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.precision.param_dtype, torch::kBFloat16);
+  EXPECT_TRUE(plan.precision.autocast);
+  EXPECT_TRUE(plan.precision.master_weights);
+
+  c.sharding.buffer_dtype = "fp32";
+  EXPECT_NE(plan_error(c).find("--buffer-dtype fp32"), std::string::npos) << plan_error(c);
 }
 
 }  // namespace

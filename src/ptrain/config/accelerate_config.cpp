@@ -94,9 +94,8 @@ void read_fsdp_config(const YAML::Node& fsdp, const std::string& path, Accelerat
         mapped = choice(value, where,
                         {{"FULL_SHARD", "full-shard"}, {"1", "full-shard"}, {"SHARD_GRAD_OP", "shard-grad-op"},
                          {"2", "shard-grad-op"}, {"NO_SHARD", "no-shard"}, {"3", "no-shard"},
-                         {"HYBRID_SHARD", "hybrid-shard"}, {"4", "hybrid-shard"}, {"_HYBRID_SHARD_ZERO2", "-"},
-                         {"5", "-"}});
-        check(mapped != "-", where + ": _HYBRID_SHARD_ZERO2 (5) is not supported (HYBRID_SHARD is)");
+                         {"HYBRID_SHARD", "hybrid-shard"}, {"4", "hybrid-shard"},
+                         {"_HYBRID_SHARD_ZERO2", "hybrid-shard-zero2"}, {"5", "hybrid-shard-zero2"}});
       }
       check(sharding.empty() || sharding == mapped,
             path + ": fsdp_config." + sharding_key + " and fsdp_config." + key + " disagree");

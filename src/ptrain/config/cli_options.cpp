@@ -136,9 +136,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--contiguous-gradients,!--no-contiguous-gradients", c.sharding.contiguous_gradients,
                "Copy gradients into one flat buffer as they are produced")
       ->group("Sharding");
-  app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding, "full-shard | shard-grad-op | no-shard | hybrid-shard")
+  app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding,
+                 "full-shard | shard-grad-op | no-shard | hybrid-shard | hybrid-shard-zero2")
       ->group("Sharding")
-      ->check(CLI::IsMember({"full-shard", "shard-grad-op", "no-shard", "hybrid-shard"}))
+      ->check(CLI::IsMember({"full-shard", "shard-grad-op", "no-shard", "hybrid-shard", "hybrid-shard-zero2"}))
       ->capture_default_str();
   app.add_option("--auto-wrap", c.sharding.auto_wrap, "fsdp units: size | type | none")
       ->group("Sharding")->check(CLI::IsMember({"size", "type", "none"}))->capture_default_str();

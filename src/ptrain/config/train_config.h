@@ -96,7 +96,7 @@ struct ShardingConfig {
   double allgather_bucket_mb = 25;         // zero1/2: updated parameters all-gathered in buckets of this size
   bool overlap_comm = true;                // reductions overlap backward compute
   bool contiguous_gradients = true;        // gradients copied into one flat buffer as they are produced
-  std::string fsdp_sharding = "full-shard";  // full-shard | shard-grad-op | no-shard | hybrid-shard
+  std::string fsdp_sharding = "full-shard";  // full-shard | shard-grad-op | no-shard | hybrid-shard[-zero2]
   std::string auto_wrap = "size";          // size | type | none: how fsdp cuts the model into units
   int64_t min_num_params = 100000000;      // size-based wrap: a unit holds at least this many parameters
   std::vector<std::string> wrap_types;     // type-based wrap: module type names (e.g. Bottleneck)

@@ -1,5 +1,6 @@
 #include "ptrain/dist/process_group.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -177,7 +178,43 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
   }
 }
 
+ProcessGroup::ProcessGroup(int64_t rank, int64_t world_size, std::string backend, std::chrono::milliseconds timeout)
+    : rank_(rank), world_size_(world_size), backend_(std::move(backend)), timeout_(timeout), impl_(std::make_unique<Backend>()) {}
+
 ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>& ranks, const std::string& name) {
+  auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  check(me != ranks.end(), "dist: rank " + std::to_string(rank_) + " is not a member of subgroup '" + name + "'");
+  for (const auto r : ranks)
+    check(r >= 0 && r < world_size_, "dist: subgroup '" + name + "' names rank " + std::to_string(r) + " of a group of " +
+                                         std::to_string(world_size_));
+  const auto sub_rank = static_cast<int64_t>(me - ranks.begin());
+  const auto sub_size = static_cast<int64_t>(ranks.size());
+  std::shared_ptr<ProcessGroup> sub(new ProcessGroup(sub_rank, sub_size, backend_, timeout_));
+  sub->impl_->store = c10::make_intrusive<c10d::PrefixStore>(name, impl_->store);
+  try {
+    if (backend_ == "gloo") {
+#if PTRAIN_HAVE_GLOO
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout_);
+      auto* parent = static_cast<c10d::ProcessGroupGloo*>(impl_->group.get());
+      options->devices = parent->getOptions()->devices;
+      sub->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(sub->impl_->store, static_cast<int>(sub_rank),
+                                                                      static_cast<int>(sub_size), options);
+#endif
+    } else {
+#if PTRAIN_WITH_CUDA
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout_;
+      sub->impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(sub->impl_->store, static_cast<int>(sub_rank),
+                                                                      static_cast<int>(sub_size), options);
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw Error("dist: subgroup '" + name + "' of " + where() + " did not form: " + describe(e));
+  }
+  return sub;
+}
 
 std::string ProcessGroup::where() const {
   return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + " (" + backend_ + ", timeout " +
@@ -265,6 +302,10 @@ std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& input) 
 }
 
 void ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
+  all_gather_into_async(output_flat, input_shard).wait();
+}
+
+Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
   const int64_t n = input_shard.numel();
   check(output_flat.numel() == world_size_ * n,
         "dist: all_gather_into needs an output of world_size * shard = " + std::to_string(world_size_ * n) +
@@ -274,7 +315,7 @@ void ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch
   auto input = input_shard.contiguous().view({-1});
   auto output = output_flat.view({-1});
   auto& group = impl_->group;
-  start("all_gather", where(), timeout_, [&](auto& works) {
+  return start("all_gather", where(), timeout_, [&](auto& works) {
     if (backend_ == "nccl") {
       works.push_back(group->_allgather_base(output, input, c10d::AllgatherOptions()));
       return;
@@ -284,7 +325,7 @@ void ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch
     for (int64_t r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
     std::vector<at::Tensor> inputs{input};
     works.push_back(group->allgather(outputs, inputs, c10d::AllgatherOptions()));
-  }).wait();
+  });
 }
 
 void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat) {

@@ -56,12 +56,21 @@ class ProcessGroup {
   std::vector<torch::Tensor> all_gather(const torch::Tensor& input);
   // output_flat (world_size * input_shard.numel() elements) gets every rank's shard, in rank order.
   void all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
+  // The same, in flight until the returned work is waited on (prefetching); both tensors must stay
+  // alive until then.
+  Work all_gather_into_async(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
   // output_shard gets this rank's slice of the sum over ranks of input_flat. gloo has no reduce-scatter
   // in LibTorch 1.13, so there it is an all-reduce of a copy followed by a narrow: correct, but it
   // moves world_size times the data a real reduce-scatter would.
   void reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat);
 
+  // A group of some of this group's ranks (`ranks`, in this group's numbering, this rank among them),
+  // its own communicator under `name`: hybrid sharding's shard and replica groups. Only the members
+  // call it, every member with the same ranks and name; it rendezvouses through this group's store.
+  std::shared_ptr<ProcessGroup> subgroup(const std::vector<int64_t>& ranks, const std::string& name);
+
  private:
+  ProcessGroup(int64_t rank, int64_t world_size, std::string backend, std::chrono::milliseconds timeout);
   struct Backend;
   std::string where() const;  // "rank 1 of 3 (gloo, timeout 5 s)", for error messages
 

@@ -4,6 +4,7 @@
 #include "ptrain/dist/process_group.h"
 #include "ptrain/strategies/data_parallel.h"
 #include "ptrain/strategies/ddp.h"
+#include "ptrain/strategies/fsdp.h"
 #include "ptrain/strategies/single_device.h"
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/strategies/zero.h"
@@ -42,7 +43,8 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
     options.reduce_bucket_mb = config.sharding.reduce_bucket_mb;
     return std::make_unique<Zero>(make_group(), device, options);
   }
-  throw Error("--strategy: unknown strategy '" + name + "' (known: single, dp, ddp, zero1, zero2, zero3)");
+  if (name == "fsdp") return make_fsdp(make_group(), device, fsdp_options(config.sharding), launch.local_world_size);
+  throw Error("--strategy: unknown strategy '" + name + "' (known: single, dp, ddp, zero1, zero2, zero3, fsdp)");
 }
 
 }  // namespace ptrain::strategies

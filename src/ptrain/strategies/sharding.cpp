@@ -141,7 +141,8 @@ torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::Scalar
 }
 
 void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
-                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who) {
+                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who,
+                         bool broadcast) {
   int64_t total = 0;
   int64_t shape_hash = 0;
   for (const auto& p : params) {
@@ -157,6 +158,7 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
                                                      std::to_string(group.rank()) +
                                                      " (parameter count, sizes or shapes differ)");
   }
+  if (!broadcast) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
   for (const auto& p : params) state.push_back(as_movable(group, p));

@@ -71,8 +71,9 @@ torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t
 torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype);
 
 // Checks that every rank holds the same parameter shapes (or names `who` and the rank that differs),
-// then copies rank 0's parameters and buffers to all ranks.
+// then, with broadcast, copies rank 0's parameters and buffers to all ranks.
 void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
-                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who);
+                         const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who,
+                         bool broadcast = true);
 
 }  // namespace ptrain::strategies

@@ -23,12 +23,17 @@ struct Zero::State {
     torch::Tensor grad_shard;     // stages 2, 3: this rank's shard of the reduced gradients
     torch::Tensor param_shard;    // stage 3: this rank's shard of the parameters, kept between uses
     dist::Work work;
+    dist::Work gather_work;       // stage 3: an all-gather in flight (prefetch)
+    torch::Tensor gather_source;  // what it sends, alive until it is done
+    int before = -1;              // stage 3: the group whose forward runs just before this one's (-1: none)
   };
 
   State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o)
       : group(std::move(g)), device(d), options(o) {}
 
-  std::shared_ptr<dist::ProcessGroup> group;
+  std::shared_ptr<dist::ProcessGroup> group;        // every rank
+  std::shared_ptr<dist::ProcessGroup> shard_group;  // the ranks one shard layout spans: group, or a hybrid part
+  std::shared_ptr<dist::ProcessGroup> replica_group;  // hybrid: the ranks holding this rank's shard; else null
   torch::Device device;
   ZeroOptions options;
   std::mutex mutex;
@@ -40,7 +45,7 @@ struct Zero::State {
   std::vector<Group> groups;          // in reduction order (the order backward should complete them)
   std::vector<size_t> group_of;
   std::vector<bool> seen;             // this micro-step's backward produced the parameter's gradient
-  std::vector<int> unit_group;        // stage 3: per model unit, its group or -1
+  std::vector<int> unit_group;        // stage 3: per model unit, its group or -1 (the root)
   int rest_group = -1;                // stage 3: parameters outside every unit (or all, without units)
   size_t next_to_reduce = 0;
   bool sync = true;
@@ -53,16 +58,30 @@ struct Zero::State {
   // Where collectives run: the device for NCCL, the CPU for gloo.
   torch::Device comm_device() const { return group->backend() == "nccl" ? device : torch::Device(torch::kCPU); }
 
-  // Stage 3: the group's parameters whole, from every rank's shard.
-  void gather(size_t g) {
+  // Stage 3: starts gathering the group's parameters whole from every rank's shard, unless they are
+  // gathered or on their way.
+  void start_gather(size_t g) {
     auto& group_ = groups[g];
     if (group_.flat->allocated()) return;
     group_.flat->regrow();
     torch::NoGradGuard no_grad;
-    group->all_gather_into(as_movable(*group, group_.flat->full()), as_movable(*group, group_.param_shard.to(device)));
+    group_.gather_source = as_movable(*shard_group, group_.param_shard.to(device));
+    group_.gather_work = shard_group->all_gather_into_async(as_movable(*shard_group, group_.flat->full()), group_.gather_source);
+  }
+  // ... and waits until they are there.
+  void gather(size_t g) {
+    start_gather(g);
+    groups[g].gather_work.wait();
+    groups[g].gather_source = torch::Tensor();
+  }
+  void prefetch(int g) {
+    if (g >= 0) start_gather(static_cast<size_t>(g));
   }
   void release(size_t g) {
-    if (stage() == 3) groups[g].flat->free();
+    if (stage() != 3) return;
+    groups[g].gather_work.wait();
+    groups[g].gather_source = torch::Tensor();
+    groups[g].flat->free();
   }
   void release_all() {
     for (size_t g = 0; g < groups.size(); ++g) release(g);
@@ -85,27 +104,42 @@ struct Zero::State {
       torch::NoGradGuard no_grad;
       auto flat = g.flat->flat_grads(1.0 / static_cast<double>(world()));
       for (const size_t i : g.members) params[i].mutable_grad().reset();
-      const auto wide = reduction_dtype(*group, flat.scalar_type());
-      if (wide != flat.scalar_type()) {
-        // 16-bit gradients over gloo: summed in float32, then rounded once.
-        auto summed = flat.to(wide);
-        if (stage() == 1) {
-          std::vector<torch::Tensor> one{summed};
+      const auto travel = communication_dtype(flat.scalar_type());
+      if (travel != flat.scalar_type()) {
+        // Summed in another dtype (--reduce-dtype; 16-bit gradients over gloo: float32), rounded once.
+        auto converted = flat.to(travel);
+        if (stage() <= 1) {
+          std::vector<torch::Tensor> one{converted};
           group->all_reduce_sum(one).wait();
-          g.grad_full = summed.to(flat.scalar_type());
+          g.grad_full = converted.to(flat.scalar_type());
         } else {
-          auto shard = torch::empty({g.flat->shard_numel()}, summed.options());
-          group->reduce_scatter_sum(shard, summed);
+          auto shard = torch::empty({g.flat->shard_numel()}, converted.options());
+          shard_group->reduce_scatter_sum(shard, converted);
+          reduce_across_replicas(shard);
           g.grad_shard.copy_(shard);
         }
-      } else if (stage() == 1) {
+      } else if (stage() <= 1) {
         g.grad_full = flat;
         std::vector<torch::Tensor> one{g.grad_full};
         g.work = group->all_reduce_sum(one);
       } else {
-        group->reduce_scatter_sum(g.grad_shard, flat);
+        shard_group->reduce_scatter_sum(g.grad_shard, flat);
+        reduce_across_replicas(g.grad_shard);
       }
     }
+  }
+
+  torch::ScalarType communication_dtype(torch::ScalarType dtype) const {
+    const auto wanted = options.reduce_dtype.value_or(dtype);
+    return reduction_dtype(*group, wanted);
+  }
+
+  // Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
+  // shard sum theirs.
+  void reduce_across_replicas(const torch::Tensor& shard) {
+    if (!replica_group) return;
+    std::vector<torch::Tensor> one{shard};
+    replica_group->all_reduce_sum(one).wait();
   }
 
   void on_gradient(size_t index) {
@@ -120,6 +154,7 @@ struct Zero::State {
     const size_t g = group_of[index];
     if (--groups[g].pending > 0) return;
     release(g);  // its backward is over: stage 3 frees the gathered parameters
+    if (stage() == 3 && options.backward_prefetch == Prefetch::backward_post) prefetch(groups[g].before);
     if (sync) reduce_complete_groups_locked();
   }
 
@@ -161,8 +196,9 @@ int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 
 Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options)
     : options_(options) {
   check(group != nullptr, "zero: needs a process group");
-  check(options_.stage >= 1 && options_.stage <= 3, "zero: stage must be 1, 2 or 3");
+  check(options_.stage >= 0 && options_.stage <= 3, "zero: stage must be 0, 1, 2 or 3");
   check(!options_.offload_params || options_.stage == 3, "--offload-params needs --strategy zero3 (or fsdp)");
+  check(options_.shard_group_size == 0 || options_.stage == 3, "zero: hybrid sharding needs stage 3");
   check(options_.reduce_bucket_mb > 0, "--reduce-bucket-mb must be positive");
   state_ = std::make_shared<State>(std::move(group), device, options_);
 }
@@ -190,7 +226,19 @@ void Zero::prepare(models::Model& model) {
   }
   check(!s.params.empty(), name() + ": the model has no trainable parameters");
   for (const auto& b : model.buffers()) s.buffers.push_back(b);
-  check_and_broadcast(*s.group, all, s.buffers, s.device, name());
+  check_and_broadcast(*s.group, all, s.buffers, s.device, name(), options_.sync_module_states);
+
+  s.shard_group = s.group;
+  if (options_.shard_group_size > 0 && options_.shard_group_size < world_size()) {
+    const int64_t size = options_.shard_group_size;
+    check(world_size() % size == 0, name() + ": hybrid sharding in groups of " + std::to_string(size) +
+                                        " ranks needs a world size divisible by it, not " + std::to_string(world_size()));
+    std::vector<int64_t> shard_ranks, replica_ranks;
+    for (int64_t r = 0; r < size; ++r) shard_ranks.push_back(rank() / size * size + r);
+    for (int64_t r = rank() % size; r < world_size(); r += size) replica_ranks.push_back(r);
+    s.shard_group = s.group->subgroup(shard_ranks, "shard" + std::to_string(rank() / size));
+    s.replica_group = s.group->subgroup(replica_ranks, "replica" + std::to_string(rank() % size));
+  }
 
   // Groups, in the order backward should complete them.
   std::vector<std::vector<size_t>> layout;
@@ -199,29 +247,49 @@ void Zero::prepare(models::Model& model) {
   } else {
     std::map<const void*, size_t> index_of;
     for (size_t i = 0; i < s.params.size(); ++i) index_of[s.params[i].unsafeGetTensorImpl()] = i;
+    const auto units = model.units();
+    std::vector<int> wrap_of(units.size());
+    if (options_.wrap) {
+      wrap_of = options_.wrap(model);
+      check(wrap_of.size() == units.size(), name() + ": the wrap policy answered for " + std::to_string(wrap_of.size()) +
+                                                " units, the model has " + std::to_string(units.size()));
+    } else {
+      for (size_t u = 0; u < units.size(); ++u) wrap_of[u] = static_cast<int>(u);
+    }
+    // Parameters per wrapped unit (id -> members); units sharing an id must be neighbours.
+    std::map<int, std::vector<size_t>> per_wrap;
     std::vector<bool> assigned(s.params.size(), false);
-    std::vector<std::vector<size_t>> per_unit;
-    for (const auto& [unit_name, module] : model.units()) {
-      std::vector<size_t> members;
-      for (const auto& p : module->parameters()) {
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int id = wrap_of[u];
+      if (id < 0) continue;
+      check(!per_wrap.count(id) || (u > 0 && wrap_of[u - 1] == id),
+            name() + ": wrapped unit " + std::to_string(id) + " spans units that are not neighbours");
+      auto& members = per_wrap[id];
+      for (const auto& p : units[u].second->parameters()) {
         auto it = index_of.find(p.unsafeGetTensorImpl());
         if (it == index_of.end() || assigned[it->second]) continue;
         assigned[it->second] = true;
         members.push_back(it->second);
       }
-      std::sort(members.begin(), members.end());
-      per_unit.push_back(std::move(members));
     }
     std::vector<size_t> rest;
     for (size_t i = 0; i < s.params.size(); ++i) {
       if (!assigned[i]) rest.push_back(i);
     }
-    // Backward completes the last unit first; the parameters outside the units are reduced last.
-    s.unit_group.assign(per_unit.size(), -1);
-    for (size_t u = per_unit.size(); u-- > 0;) {
-      if (per_unit[u].empty()) continue;
-      s.unit_group[u] = static_cast<int>(layout.size());
-      layout.push_back(per_unit[u]);
+    // Backward completes the last unit first; the root's parameters (outside every wrapped unit) last.
+    s.unit_group.assign(units.size(), -1);
+    std::map<int, int> group_of_wrap;
+    for (size_t u = units.size(); u-- > 0;) {
+      const int id = wrap_of[u];
+      if (id < 0) continue;
+      auto& members = per_wrap[id];
+      if (members.empty()) continue;
+      if (!group_of_wrap.count(id)) {
+        group_of_wrap[id] = static_cast<int>(layout.size());
+        std::sort(members.begin(), members.end());
+        layout.push_back(members);
+      }
+      s.unit_group[u] = group_of_wrap[id];
     }
     if (!rest.empty()) {
       s.rest_group = static_cast<int>(layout.size());
@@ -241,11 +309,13 @@ void Zero::prepare(models::Model& model) {
       params.push_back(s.params[i]);
       names.push_back(s.names[i]);
     }
-    g.flat = std::make_unique<FlatParams>(params, names, rank(), world_size());
+    // Stage 0 replicates: a layout of one shard, the whole group.
+    g.flat = s.stage() == 0 ? std::make_unique<FlatParams>(params, names, 0, 1)
+                            : std::make_unique<FlatParams>(params, names, s.shard_group->rank(), s.shard_group->world_size());
     g.members = members;
     g.pending = members.size();
     const auto options = g.flat->full().options();
-    if (s.stage() == 1) {
+    if (s.stage() <= 1) {
       g.grad_full = torch::zeros({g.flat->padded_numel()}, options);
     } else {
       g.grad_shard = torch::zeros({g.flat->shard_numel()}, options);
@@ -259,6 +329,13 @@ void Zero::prepare(models::Model& model) {
       g.flat->free();
     }
     s.groups.push_back(std::move(g));
+  }
+  // Backward runs the units in reverse: the group whose forward ran just before a group's comes next.
+  int previous = -1;
+  for (const int g : s.unit_group) {
+    if (g < 0 || g == previous) continue;
+    s.groups[static_cast<size_t>(g)].before = previous;
+    previous = g;
   }
 
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -282,32 +359,51 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   if (training) s.begin_micro_step();
   if (s.stage() < 3) return model.forward(inputs);
 
-  // Gathers the group again when backward reaches the output of its forward, i.e. just before its backward.
+  // Gathers the group again when backward reaches the output of its forward, i.e. just before its
+  // backward; backward prefetch "pre" then starts on the group backward reaches next.
   std::weak_ptr<State> weak = state_;
+  const bool prefetch_pre = options_.backward_prefetch == Prefetch::backward_pre;
   auto gather_in_backward = [&](torch::Tensor& output, size_t g) {
     if (!training || !output.requires_grad()) return;
-    output.register_hook([weak, g](const torch::Tensor&) {
-      if (auto state = weak.lock()) state->gather(g);
+    output.register_hook([weak, g, prefetch_pre](const torch::Tensor&) {
+      if (auto state = weak.lock()) {
+        state->gather(g);
+        if (prefetch_pre) state->prefetch(state->groups[g].before);
+      }
     });
   };
+  // Training keeps the root gathered from forward to backward, which needs it first.
   if (s.rest_group >= 0) s.gather(static_cast<size_t>(s.rest_group));
   torch::Tensor x = inputs;
   if (s.unit_group.empty()) {
     x = model.forward(x);
   } else {
-    for (size_t u = 0; u < s.unit_group.size(); ++u) {
+    const size_t n = s.unit_group.size();
+    for (size_t u = 0; u < n; ++u) {
       const int g = s.unit_group[u];
-      if (g >= 0) s.gather(static_cast<size_t>(g));
+      const bool first = g >= 0 && (u == 0 || s.unit_group[u - 1] != g);
+      const bool last = g >= 0 && (u + 1 == n || s.unit_group[u + 1] != g);
+      if (first) {
+        s.gather(static_cast<size_t>(g));
+        if (options_.forward_prefetch) {
+          for (size_t next = u + 1; next < n; ++next) {
+            if (s.unit_group[next] >= 0 && s.unit_group[next] != g) {
+              s.prefetch(s.unit_group[next]);
+              break;
+            }
+          }
+        }
+      }
       x = model.forward_unit(u, x);
-      if (g >= 0) {
+      if (last) {
         gather_in_backward(x, static_cast<size_t>(g));
-        s.release(static_cast<size_t>(g));
+        if (!training || options_.reshard_after_forward) s.release(static_cast<size_t>(g));
       }
     }
   }
   if (s.rest_group >= 0) {
     gather_in_backward(x, static_cast<size_t>(s.rest_group));
-    s.release(static_cast<size_t>(s.rest_group));
+    if (!training) s.release(static_cast<size_t>(s.rest_group));
   }
   return x;
 }
@@ -376,10 +472,12 @@ class ZeroTarget final : public UpdateTarget {
   }
 
   torch::Tensor global_norm(const torch::Tensor& local_norm) override {
-    // Shards are disjoint (padding is zero): squares add up.
+    if (s_->stage() == 0) return local_norm;  // every rank holds every gradient
+    // Shards are disjoint (padding is zero): squares add up over one layout's ranks (hybrid replicas
+    // hold the same shards).
     auto squared = local_norm.to(s_->comm_device(), torch::kFloat, false, /*copy=*/true).square();
     std::vector<torch::Tensor> one{squared};
-    s_->group->all_reduce_sum(one).wait();
+    s_->shard_group->all_reduce_sum(one).wait();
     return squared.sqrt().to(local_norm.device());
   }
 
@@ -389,10 +487,10 @@ class ZeroTarget final : public UpdateTarget {
     for (size_t g = 0; g < params_.size(); ++g) {
       if (separate_[g]) param_shard(g).copy_(params_[g]);
     }
-    if (s.stage() == 3) return;  // gathered just in time, in forward
+    if (s.stage() == 0 || s.stage() == 3) return;  // replicated; or gathered just in time, in forward
     for (auto& group : s.groups) {
       auto shard = group.flat->shard().clone();
-      s.group->all_gather_into(as_movable(*s.group, group.flat->full()), as_movable(*s.group, shard));
+      s.shard_group->all_gather_into(as_movable(*s.shard_group, group.flat->full()), as_movable(*s.shard_group, shard));
     }
   }
 
@@ -486,7 +584,7 @@ class ZeroTarget final : public UpdateTarget {
     for (size_t g = 0; g < s.groups.size(); ++g) {
       const auto& group = s.groups[g];
       bytes.params += s.stage() == 3 ? bytes_of(group.param_shard) : bytes_of(group.flat->full());
-      bytes.grads += s.stage() == 1 ? bytes_of(group.grad_full) : bytes_of(group.grad_shard);
+      bytes.grads += s.stage() <= 1 ? bytes_of(group.grad_full) : bytes_of(group.grad_shard);
       if (separate_[g]) bytes.optimizer += bytes_of(params_[g]) + bytes_of(grads_[g]);
     }
     for (const auto& [name, t] : optimizer_state) bytes.optimizer += bytes_of(t);
@@ -500,7 +598,7 @@ class ZeroTarget final : public UpdateTarget {
   }
   torch::Tensor grad_shard(size_t g) const {
     const auto& group = s_->groups[g];
-    return s_->stage() == 1 ? group.flat->shard_of(group.grad_full) : group.grad_shard;
+    return s_->stage() <= 1 ? group.flat->shard_of(group.grad_full) : group.grad_shard;
   }
 
   // "zero.<g>.<slot>" -> g, slot.
@@ -516,9 +614,14 @@ class ZeroTarget final : public UpdateTarget {
   // Every rank's shard of a tensor of group g's layout, as full per-parameter tensors on the CPU.
   std::vector<torch::Tensor> gather_split(size_t g, const torch::Tensor& shard) {
     const auto& flat = *s_->groups[g].flat;
-    auto whole = torch::empty({flat.padded_numel()}, shard.options().device(s_->comm_device()));
-    s_->group->all_gather_into(as_movable(*s_->group, whole), as_movable(*s_->group, shard.to(s_->comm_device())));
     std::vector<torch::Tensor> out;
+    if (s_->stage() == 0) {
+      for (const auto& part : flat.split(shard)) out.push_back(part.to(torch::kCPU).clone());
+      return out;
+    }
+    auto& shards = *s_->shard_group;
+    auto whole = torch::empty({flat.padded_numel()}, shard.options().device(s_->comm_device()));
+    shards.all_gather_into(as_movable(shards, whole), as_movable(shards, shard.to(s_->comm_device())));
     for (const auto& part : flat.split(whole)) out.push_back(part.to(torch::kCPU).clone());
     return out;
   }

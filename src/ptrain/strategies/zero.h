@@ -9,23 +9,44 @@
 // the order backward produces gradients; stage 3: one per unit); a group's gradients are reduced as
 // soon as backward has produced all of them. --offload-optimizer keeps the optimizer's shard and its
 // update on the CPU, --offload-params (stage 3) the parameter shards between uses.
+// FSDP (fsdp.h) runs on this same machinery with the options below its first block: its units, a
+// stage 0 for NO_SHARD, gathered parameters kept from forward to backward for SHARD_GRAD_OP, shards
+// within groups of ranks for HYBRID_SHARD, prefetching and the gradient reduction dtype.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ptrain/dist/process_group.h"
 #include "ptrain/strategies/strategy.h"
 
 namespace ptrain::strategies {
 
+enum class Prefetch { none, backward_pre, backward_post };
+
 struct ZeroOptions {
-  int stage = 1;
+  int stage = 1;                // 0: nothing sharded, gradients all-reduced per group (FSDP's NO_SHARD)
   bool offload_optimizer = false;
   bool offload_params = false;  // stage 3 only
   double reduce_bucket_mb = 25.0;
   // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training forward.
   bool broadcast_buffers = true;
+
+  std::string name;             // empty: "zero<stage>"
+  // Stage 3: which group each of models::Model::units() joins (consecutive units may share one); -1:
+  // the root group, gathered for the whole forward. Empty: every unit its own group.
+  std::function<std::vector<int>(models::Model&)> wrap;
+  bool reshard_after_forward = true;  // stage 3; false: a unit's parameters stay gathered until its backward
+  bool sync_module_states = true;     // copy rank 0's parameters and buffers in prepare()
+  Prefetch backward_prefetch = Prefetch::none;  // stage 3: gather the unit backward reaches next, early
+  bool forward_prefetch = false;                // stage 3: gather the next unit while this one runs forward
+  std::optional<torch::ScalarType> reduce_dtype;  // gradients travel and sum in this dtype
+  // Stage 3: shard within consecutive groups of this many ranks, each group a replica of the others;
+  // gradients are reduce-scattered in the group, then all-reduced across replicas. 0: one group.
+  int64_t shard_group_size = 0;
 };
 
 class Zero final : public Strategy {
@@ -33,7 +54,9 @@ class Zero final : public Strategy {
   Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options);
   ~Zero() override;
 
-  std::string name() const override { return "zero" + std::to_string(options_.stage); }
+  std::string name() const override {
+    return options_.name.empty() ? "zero" + std::to_string(options_.stage) : options_.name;
+  }
   int64_t rank() const override;
   int64_t world_size() const override;
 

@@ -71,26 +71,83 @@ std::string loss_scale_rules(const precision::PrecisionPolicy& p) {
 
 }  // namespace
 
+namespace {
+
+// FSDP's MixedPrecision policy on ptrain's precision modes: param_dtype X keeps fp32 shards for the
+// optimizer (master weights) and runs forward and backward on X parameters, with autocast as well when
+// the precision mode has it; gradients travel in reduce_dtype; buffers follow the parameters.
+void apply_fsdp_mixed_precision(const config::TrainConfig& c, Plan& plan) {
+  const auto& h = c.sharding;
+  const auto dtype_of = [](const std::string& name) {
+    return name == "fp16" ? torch::kHalf : name == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  };
+  if (!h.param_dtype.empty() && h.param_dtype != "fp32") {
+    const auto wanted = dtype_of(h.param_dtype);
+    auto& p = plan.precision;
+    if (p.param_dtype == torch::kFloat && !p.autocast && p.mode != precision::PrecisionMode::TF32) {
+      // fp32 with param_dtype X is FSDP's way to say: X compute on fp32 master shards.
+      auto resolved = precision::resolve_precision(h.param_dtype, /*master_weights=*/true, plan.device.type(),
+                                                   c.precision.loss_scale);
+      apply_loss_scaling_rules(c.precision, resolved);
+      p = resolved;
+    } else {
+      check(!p.autocast || p.autocast_dtype == wanted,
+            "--param-dtype " + h.param_dtype + " with --precision " + p.name + ": autocast runs in another dtype");
+      check(p.autocast || p.param_dtype == wanted || p.param_dtype == torch::kFloat,
+            "--param-dtype " + h.param_dtype + " with --precision " + p.name + ": the parameters are in another dtype");
+      p.param_dtype = wanted;
+      if (!p.autocast) p.compute_dtype = wanted;
+      p.master_weights = true;
+      p.master_dtype = torch::kFloat;
+    }
+    p.name += " (fsdp param_dtype " + h.param_dtype + ")";
+  }
+  const auto params = plan.precision.param_dtype;
+  check(h.buffer_dtype.empty() || dtype_of(h.buffer_dtype) == params,
+        "--buffer-dtype " + h.buffer_dtype + ": ptrain keeps buffers (BatchNorm statistics) in the parameters' dtype, " +
+            std::string(params == torch::kFloat ? "fp32" : params == torch::kHalf ? "fp16" : "bf16") + " in this run");
+}
+
+}  // namespace
+
 Plan make_plan(const config::TrainConfig& config) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
   const bool zero = c.run.strategy == "zero1" || c.run.strategy == "zero2" || c.run.strategy == "zero3";
-  check(c.run.strategy != "fsdp",
-        "--strategy fsdp (also what accelerate's distributed_type FSDP asks for): this ptrain does not have FSDP yet; "
-        "zero3 shards as FSDP's full-shard does, zero2 as its shard-grad-op");
-  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp" || zero,
-        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp, zero1, zero2, zero3)");
-  check(!c.sharding.offload_optimizer || zero, "--offload-optimizer applies to --strategy zero1, zero2 or zero3 only");
-  check(!c.sharding.offload_params || c.run.strategy == "zero3",
-        "--offload-params applies to --strategy zero3 only (stages 1 and 2 keep every parameter on each rank)");
-  check(!zero || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
-  check(!zero || c.sharding.state_dict == "full",
+  const bool fsdp = c.run.strategy == "fsdp";
+  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp" || zero || fsdp,
+        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp, zero1, zero2, zero3, fsdp)");
+  check(!c.sharding.offload_optimizer || zero,
+        "--offload-optimizer applies to --strategy zero1, zero2 or zero3 only" +
+            std::string(fsdp ? " (fsdp's --offload-params moves the optimizer step to the CPU too, as FSDP's CPU offload does)" : ""));
+  check(!c.sharding.offload_params || c.run.strategy == "zero3" || fsdp,
+        "--offload-params applies to --strategy zero3 and fsdp only (the others keep every parameter on each rank)");
+  check(!(zero || fsdp) || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
+  check(!(zero || fsdp) || c.sharding.state_dict == "full",
         "--state-dict " + c.sharding.state_dict + ": --strategy " + c.run.strategy +
             " writes full checkpoints (gathered on rank 0, loadable by any strategy and world size); use --state-dict full");
   check(!zero || c.sharding.reduce_dtype.empty(),
-        "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype");
-  if (c.run.strategy == "ddp" || zero) {
+        "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
+  if (!fsdp) {
+    // FSDP's settings mean nothing to the other strategies: name the first one given.
+    const config::ShardingConfig defaults;
+    const auto& h = c.sharding;
+    const std::vector<std::pair<bool, const char*>> fsdp_only = {
+        {h.fsdp_sharding != defaults.fsdp_sharding, "--fsdp-sharding"},
+        {h.auto_wrap != defaults.auto_wrap, "--auto-wrap"},
+        {h.min_num_params != defaults.min_num_params, "--min-num-params"},
+        {h.wrap_types != defaults.wrap_types, "--wrap-types"},
+        {h.backward_prefetch != defaults.backward_prefetch, "--backward-prefetch"},
+        {h.forward_prefetch != defaults.forward_prefetch, "--forward-prefetch"},
+        {h.sync_module_states != defaults.sync_module_states, "--no-sync-module-states"},
+        {h.param_dtype != defaults.param_dtype, "--param-dtype"},
+        {h.buffer_dtype != defaults.buffer_dtype, "--buffer-dtype"},
+        {h.hybrid_group_size != defaults.hybrid_group_size, "--hybrid-group-size"}};
+    for (const auto& [given, flag] : fsdp_only)
+      check(!given, std::string(flag) + " applies to --strategy fsdp only (this run's strategy is " + c.run.strategy + ")");
+  }
+  if (c.run.strategy == "ddp" || zero || fsdp) {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
     // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
@@ -129,6 +186,7 @@ Plan make_plan(const config::TrainConfig& config) {
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
   apply_loss_scaling_rules(c.precision, plan.precision);
+  if (fsdp) apply_fsdp_mixed_precision(c, plan);
 
   const auto names = models::model_names();
   if (std::find(names.begin(), names.end(), c.model.name) == names.end()) {

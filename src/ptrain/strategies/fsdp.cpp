@@ -1,0 +1,183 @@
+#include "ptrain/strategies/fsdp.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ptrain/core/error.h"
+
+namespace ptrain::strategies {
+namespace {
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+// "ptrain::models::(anonymous namespace)::Bottleneck" -> "Bottleneck"; LibTorch's holder classes end
+// in Impl ("LinearImpl" -> "Linear").
+std::string type_of(const torch::nn::Module& module) {
+  std::string name = module.name();
+  const auto colon = name.rfind("::");
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+// "layer2.3" -> "layer2"; top-level blocks have no parent.
+std::string parent_of(const std::string& unit_name) {
+  const auto dot = unit_name.rfind('.');
+  return dot == std::string::npos ? "" : unit_name.substr(0, dot);
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options) {
+  const auto units = model.units();
+  std::vector<int> wrap(units.size(), -1);
+  int next = 0;
+  if (options.auto_wrap == "none") return wrap;
+  if (options.auto_wrap == "type") {
+    check(!options.wrap_types.empty(), "--auto-wrap type needs --wrap-types (the block class names to wrap)");
+    std::set<std::string> seen;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const std::string type = type_of(*units[u].second);
+      seen.insert(type);
+      if (std::find(options.wrap_types.begin(), options.wrap_types.end(), type) != options.wrap_types.end()) wrap[u] = next++;
+    }
+    if (next == 0) {
+      std::string wanted, known;
+      for (const auto& t : options.wrap_types) wanted += (wanted.empty() ? "" : ", ") + t;
+      for (const auto& t : seen) known += (known.empty() ? "" : ", ") + t;
+      throw Error("--wrap-types " + wanted + ": no block of " + model.name() + " has such a type (its blocks: " + known + ")");
+    }
+    return wrap;
+  }
+  check(options.auto_wrap == "size", "--auto-wrap: unknown policy '" + options.auto_wrap + "' (known: size, type, none)");
+  check(options.min_num_params > 0, "--min-num-params must be positive");
+  std::vector<int64_t> counts;
+  for (const auto& [name, module] : units) counts.push_back(parameter_count(*module));
+  // As PyTorch's size-based policy, innermost first: a block that alone holds enough is a unit; then
+  // the blocks a parent still holds unwrapped become one unit when together they hold enough.
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (counts[u] >= options.min_num_params) wrap[u] = next++;
+  }
+  for (size_t u = 0; u < units.size();) {
+    const std::string parent = parent_of(units[u].first);
+    if (wrap[u] >= 0 || parent.empty()) {
+      ++u;
+      continue;
+    }
+    size_t end = u;
+    int64_t total = 0;
+    while (end < units.size() && wrap[end] < 0 && parent_of(units[end].first) == parent) total += counts[end++];
+    if (total >= options.min_num_params) {
+      for (size_t k = u; k < end; ++k) wrap[k] = next;
+      ++next;
+    }
+    u = end;
+  }
+  return wrap;
+}
+
+std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks) {
+  const auto units = model.units();
+  const auto wrap = fsdp_auto_wrap(model, options);
+  std::map<int, int64_t> unit_params;
+  int64_t total = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t n = parameter_count(*units[u].second);
+    unit_params[wrap[u]] += n;
+    total += n;
+  }
+  const int64_t all = parameter_count(model);
+  unit_params[-1] += all - total;  // parameters outside every block belong to the root
+  const bool sharded = options.sharding != "no-shard";
+  std::ostringstream out;
+  out << "fsdp " << options.sharding << ", auto-wrap " << options.auto_wrap;
+  if (options.auto_wrap == "size") out << " (min_num_params " << with_commas(options.min_num_params) << ")";
+  out << ": " << unit_params.size() - (unit_params.count(-1) && unit_params[-1] == 0 ? 1 : 0) << " units, "
+      << (sharded ? "each sharded over " + std::to_string(shard_ranks) + " ranks" : "replicated on every rank") << "\n";
+  const auto shard_of = [&](int64_t n) { return sharded ? (n + shard_ranks - 1) / shard_ranks : n; };
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t n = parameter_count(*units[u].second);
+    out << "  " << std::left << std::setw(12) << units[u].first << std::setw(12) << type_of(*units[u].second)
+        << std::right << std::setw(14) << with_commas(n) << " params  "
+        << (wrap[u] < 0 ? std::string("root") : "unit " + std::to_string(wrap[u])) << "\n";
+  }
+  for (const auto& [id, n] : unit_params) {
+    if (id < 0 && n == 0) continue;
+    out << "  " << (id < 0 ? std::string("root") : "unit " + std::to_string(id)) << ": " << with_commas(n)
+        << " params, " << with_commas(shard_of(n)) << " per rank\n";
+  }
+  return out.str();
+}
+
+FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
+  FsdpOptions o;
+  o.sharding = sharding.fsdp_sharding;
+  o.auto_wrap = sharding.auto_wrap;
+  o.min_num_params = sharding.min_num_params;
+  o.wrap_types = sharding.wrap_types;
+  o.backward_prefetch = sharding.backward_prefetch;
+  o.forward_prefetch = sharding.forward_prefetch;
+  o.offload_params = sharding.offload_params;
+  o.sync_module_states = sharding.sync_module_states;
+  if (!sharding.reduce_dtype.empty())
+    o.reduce_dtype = sharding.reduce_dtype == "fp16" ? torch::kHalf : sharding.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  o.hybrid_group_size = sharding.hybrid_group_size;
+  o.bucket_mb = sharding.reduce_bucket_mb;
+  return o;
+}
+
+ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size) {
+  ZeroOptions z;
+  z.name = "fsdp";
+  const std::string& s = options.sharding;
+  check(s == "full-shard" || s == "shard-grad-op" || s == "no-shard" || s == "hybrid-shard" || s == "hybrid-shard-zero2",
+        "--fsdp-sharding: unknown strategy '" + s +
+            "' (known: full-shard, shard-grad-op, no-shard, hybrid-shard, hybrid-shard-zero2)");
+  z.stage = s == "no-shard" ? 0 : 3;
+  z.reshard_after_forward = s == "full-shard" || s == "hybrid-shard";
+  if (s.rfind("hybrid", 0) == 0) {
+    z.shard_group_size = options.hybrid_group_size > 0 ? options.hybrid_group_size : local_world_size;
+  } else {
+    check(options.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");
+  }
+  check(!options.offload_params || z.stage == 3, "--offload-params: --fsdp-sharding no-shard keeps every parameter on "
+                                                  "each rank's device; offload needs a strategy that shards them");
+  z.offload_params = options.offload_params;
+  z.offload_optimizer = options.offload_params;  // FSDP's CPU offload steps the optimizer on the CPU too
+  const auto wrap = options;
+  z.wrap = [wrap](models::Model& model) { return fsdp_auto_wrap(model, wrap); };
+  check(options.backward_prefetch == "pre" || options.backward_prefetch == "post" || options.backward_prefetch == "none",
+        "--backward-prefetch: unknown '" + options.backward_prefetch + "' (known: pre, post, none)");
+  z.backward_prefetch = options.backward_prefetch == "pre"    ? Prefetch::backward_pre
+                        : options.backward_prefetch == "post" ? Prefetch::backward_post
+                                                              : Prefetch::none;
+  z.forward_prefetch = options.forward_prefetch;
+  z.sync_module_states = options.sync_module_states;
+  z.reduce_dtype = options.reduce_dtype;
+  z.reduce_bucket_mb = options.bucket_mb;
+  z.broadcast_buffers = false;  // FSDP leaves buffers alone after sync_module_states
+  return z;
+}
+
+std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+                                    const FsdpOptions& options, int64_t local_world_size) {
+  return std::make_unique<Zero>(std::move(group), device, fsdp_engine_options(options, local_world_size));
+}
+
+}  // namespace ptrain::strategies

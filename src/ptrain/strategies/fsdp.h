@@ -1,0 +1,60 @@
+// PyTorch FSDP's behaviour, on the sharding machinery of the ZeRO stages (zero.h): the model is cut
+// into units by an auto-wrap policy, and each unit's parameters are one flat buffer sharded over the
+// ranks (or, for NO_SHARD, replicated). Sharding strategies, in ZeRO's words:
+//   full-shard          parameters, gradients and optimizer state sharded; a unit's parameters are
+//                       gathered before its forward and again before its backward, freed after each
+//   shard-grad-op       gradients and optimizer state sharded; gathered parameters stay from a unit's
+//                       forward until its backward is over
+//   no-shard            nothing sharded; gradients all-reduced per bucket (DDP's arithmetic)
+//   hybrid-shard        full-shard within groups of ranks (by default the ranks of one node), each group
+//                       a replica: gradients reduce-scattered in the group, then all-reduced across groups
+//   hybrid-shard-zero2  the same with shard-grad-op
+// Units are the model's blocks (models::Model::units()) or runs of neighbouring blocks of one parent:
+// FSDP's policies wrap modules, and a block is the smallest module whose forward ptrain can surround.
+// Parameters outside every wrapped unit form the root unit, gathered from forward to the end of backward.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ptrain/dist/process_group.h"
+#include "ptrain/models/model.h"
+#include "ptrain/strategies/strategy.h"
+#include "ptrain/strategies/zero.h"
+
+namespace ptrain::strategies {
+
+struct FsdpOptions {
+  std::string sharding = "full-shard";  // see above
+  std::string auto_wrap = "size";       // size | type | none
+  int64_t min_num_params = 100000000;   // size: a unit holds at least this many parameters
+  std::vector<std::string> wrap_types;  // type: class names of blocks (e.g. Bottleneck, BasicBlock)
+  std::string backward_prefetch = "pre";  // pre | post | none
+  bool forward_prefetch = false;
+  bool offload_params = false;          // shards, their gradients and the optimizer step on the CPU
+  bool sync_module_states = true;
+  std::optional<torch::ScalarType> reduce_dtype;
+  int64_t hybrid_group_size = 0;        // hybrid-*: ranks sharing one copy; 0: the local world size
+  double bucket_mb = 25;                // no-shard: gradient all-reduce buckets
+};
+
+// --fsdp-sharding, --auto-wrap and the other FSDP flags (accelerate's fsdp_config lands there too).
+FsdpOptions fsdp_options(const config::ShardingConfig& sharding);
+
+// The unit each of model.units() joins under the policy: an index shared by neighbouring blocks of one
+// unit, or -1 for the root.
+std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options);
+
+// The model's blocks with the unit each joins and the parameters it holds, one line a block: what
+// --dry-run prints.
+std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks);
+
+// The ZeRO machinery's options that behave as FSDP with these options. local_world_size: ranks per node.
+ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size);
+
+std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+                                    const FsdpOptions& options, int64_t local_world_size);
+
+}  // namespace ptrain::strategies
