@@ -12,7 +12,8 @@
 #                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
 #                         where many would be cut)
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
-# their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs.
+# their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs;
+# SKIP_PYTORCH=1 leaves out multi's PyTorch run (when another step measures the same counterpart).
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
 #   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
@@ -175,6 +176,7 @@ step_multi() {
     fi
     local theirs
     theirs=$(pytorch_counterpart "$strategy")
+    [ -z "${SKIP_PYTORCH:-}" ] || continue
     [ -n "$theirs" ] || { echo "== pytorch: no counterpart of $strategy"; continue; }
     echo "== pytorch $theirs $mode on $gpus GPUs"
     local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$theirs"
