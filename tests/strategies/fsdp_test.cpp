@@ -5,6 +5,8 @@
 #include "sharded_harness.h"
 #include "ptrain/models/zoo.h"
 
+#include <filesystem>
+
 namespace ptrain::strategies {
 namespace {
 
@@ -58,6 +60,39 @@ TEST(Fsdp, HybridShardParity) {
   expect_zero_parity(s, 2);
 }
 
+// What distinguishes the sharding strategies between forward and backward: full-shard frees a unit's
+// gathered parameters after its forward, shard-grad-op keeps them until its backward is over; both hold
+// nothing but shards once the step's backward is finished.
+TEST(Fsdp, ShardGradOpKeepsGatheredParametersUntilBackward) {
+  const int port = testing::free_port();
+  const auto outcomes = testing::run_world(
+      2,
+      [&](int rank) {
+        for (const std::string sharding : {"full-shard", "shard-grad-op"}) {
+          auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 2, port + (sharding == "full-shard" ? 0 : 1)),
+                                                            "gloo", 20s);
+          UnitMlp model;
+          model.train();
+          auto strategy = make_fsdp(group, torch::kCPU, per_block(sharding), 2);
+          strategy->prepare(model);
+          const auto held = [&] {
+            return model.fc1->weight.storage().nbytes() > 0 && model.fc2->weight.storage().nbytes() > 0;
+          };
+          const auto out = strategy->forward(model, torch::randn({3, 6}));
+          const bool after_forward = held();
+          out.sum().backward();
+          strategy->finish_backward();
+          const bool after_backward = held();
+          const bool expected = sharding == "shard-grad-op";
+          if (after_forward != expected || after_backward)
+            throw std::runtime_error(sharding + ": gathered after forward " + std::to_string(after_forward) +
+                                     ", after backward " + std::to_string(after_backward));
+        }
+      },
+      60);
+  ranks_succeeded(outcomes);
+}
+
 TEST(Fsdp, PrefetchingChangesNothing) {
   for (const std::string prefetch : {"pre", "post", "none"}) {
     auto s = fsdp("full-shard", 2, 0.05);
@@ -103,9 +138,9 @@ TEST(Fsdp, ZooResNetWrappedByTypeMatchesDdp) {
   EXPECT_GT(worst_relative_difference(finals["ddp"], state_of(*make_zero_model(s, 100))), 1e-3);
 }
 
-// A full checkpoint written by FSDP at world size 2 resumes under FSDP at 3 and under DDP at 2.
-TEST(Fsdp, CheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
-  const auto s = fsdp("full-shard");
+// A checkpoint written by FSDP at world size 2, full (gathered on rank 0) or sharded (a file a rank),
+// resumes under FSDP at 3 and under DDP at 2; sharded zero3 and AdamW's state resume likewise.
+void expect_checkpoint_resumes(const ZeroSetup& s) {
   const std::string dir = testing::temp_dir("fsdp-ckpt");
   const std::string ckpt = dir + "/half.safetensors";
   {
@@ -114,7 +149,7 @@ TEST(Fsdp, CheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
         testing::run_world(2, [&](int rank) { train_rank(s, rank, 2, port, dir, 0, kSteps / 2, "", ckpt); }, 90)));
   }
   const auto reference = train_zero_reference(s, kSteps);
-  for (const auto& [strategy, world] : std::vector<std::pair<std::string, int>>{{"fsdp", 3}, {"ddp", 2}}) {
+  for (const auto& [strategy, world] : std::vector<std::pair<std::string, int>>{{s.strategy, 3}, {"ddp", 2}}) {
     auto resumed = s;
     resumed.strategy = strategy;
     const int port = testing::free_port();
@@ -123,6 +158,30 @@ TEST(Fsdp, CheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
         world, [&](int rank) { train_rank(resumed, rank, world, port, out, kSteps / 2, kSteps, ckpt); }, 90)))
         << strategy;
     EXPECT_LE(worst_gap(out, world, reference), 1e-5) << strategy << " x " << world;
+  }
+}
+
+TEST(Fsdp, FullCheckpointResumesAtAnotherWorldSizeAndUnderDdp) { expect_checkpoint_resumes(fsdp("full-shard")); }
+
+TEST(Fsdp, ShardedCheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
+  auto s = fsdp("full-shard");
+  s.sharded_checkpoint = true;
+  expect_checkpoint_resumes(s);
+  s.strategy = "zero3";
+  s.optimizer = "adamw";
+  expect_checkpoint_resumes(s);
+  // A missing shard file is named.
+  const std::string dir = testing::temp_dir("fsdp-ckpt-broken");
+  const std::string ckpt = dir + "/half.safetensors";
+  const int port = testing::free_port();
+  ASSERT_TRUE(ranks_succeeded(
+      testing::run_world(2, [&](int rank) { train_rank(s, rank, 2, port, dir, 0, 2, "", ckpt); }, 90)));
+  std::filesystem::remove(train::shard_path(ckpt, 1));
+  try {
+    train::load_checkpoint(ckpt);
+    ADD_FAILURE() << "a checkpoint without one of its shards loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("half.rank-00001.safetensors is missing"), std::string::npos) << e.what();
   }
 }
 

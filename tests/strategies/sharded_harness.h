@@ -51,6 +51,7 @@ struct ZeroSetup {
   bool bf16_masters = false;      // pure bfloat16 parameters, the optimizer on fp32 masters
   FsdpOptions fsdp;               // strategy fsdp: its options (offload_params comes from above)
   int local_world_size = 0;       // fsdp hybrid: ranks per node; 0: the world
+  bool sharded_checkpoint = false;  // save_to: every rank writes its shards, rank 0 the checkpoint naming them
 };
 
 // The ZeRO stage whose arithmetic the run's model state follows: ddp and FSDP's no-shard keep it all.
@@ -194,7 +195,17 @@ void train_rank(const ZeroSetup& s, int rank, int world, int port, const std::st
     if (storages.insert(p.storage().unsafeGetStorageImpl()).second) resident += static_cast<int64_t>(p.storage().nbytes());
   }
   torch::save(torch::tensor({bytes.params, bytes.grads, bytes.optimizer, resident}), rank_file(dir, "bytes", rank));
-  if (!save_to.empty() && rank == 0) {
+  if (!save_to.empty() && s.sharded_checkpoint) {
+    nlohmann::json layout;
+    const auto shards = target->local_shards(optimizer->state(), &layout);
+    train::save_shard(save_to, rank, world, shards, layout);
+    group->barrier();
+    if (rank == 0) {
+      train::Checkpoint ckpt;
+      ckpt.shards = world;
+      train::save_checkpoint(save_to, ckpt);
+    }
+  } else if (!save_to.empty() && rank == 0) {
     train::Checkpoint ckpt;
     ckpt.model = params;
     ckpt.optimizer = optimizer_state;

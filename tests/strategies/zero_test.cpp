@@ -228,7 +228,11 @@ TEST(ZeroPlan, RefusesWhatTheStagesCannotHonour) {
   c.run.strategy = "zero3";
   EXPECT_EQ(refusal(c), "");
   c.sharding.state_dict = "sharded";
-  EXPECT_NE(refusal(c).find("--state-dict"), std::string::npos) << refusal(c);
+  EXPECT_EQ(refusal(c), "");
+  auto replicated = c;
+  replicated.run.strategy = "ddp";
+  replicated.sharding.offload_params = replicated.sharding.offload_optimizer = false;
+  EXPECT_NE(refusal(replicated).find("--state-dict sharded"), std::string::npos) << refusal(replicated);
   c.sharding.state_dict = "full";
   c.dist.sync_batchnorm = true;
   EXPECT_NE(refusal(c).find("--sync-batchnorm"), std::string::npos) << refusal(c);

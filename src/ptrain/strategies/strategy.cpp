@@ -11,6 +11,11 @@ int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
+io::NamedTensors UpdateTarget::local_shards(const io::NamedTensors&, nlohmann::json*) {
+  throw Error("--state-dict sharded: this strategy holds every parameter whole on each rank; its checkpoints are full "
+              "(--state-dict full)");
+}
+
 namespace {
 
 // Every rank holds every parameter and the same reduced gradients: nothing to agree on or gather.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
@@ -61,6 +62,11 @@ class UpdateTarget {
   // shards, and cut a full optimizer state into the one this rank's optimizer loads.
   virtual void load_full_parameters(const io::NamedTensors& full, const std::string& source) = 0;
   virtual io::NamedTensors local_optimizer_state(const io::NamedTensors& full) = 0;
+
+  // Sharded checkpoints: this rank's shards of the parameters (keyed by group) and of the optimizer's
+  // state ("<group>.<slot>"; other optimizer keys as they are), and in `layout` how they cut into the
+  // full tensors (see train/checkpoint.h). Not collective. Replicated targets hold no shards and throw.
+  virtual io::NamedTensors local_shards(const io::NamedTensors& optimizer_state, nlohmann::json* layout);
 
   // This rank's model-state memory, given its optimizer's state.
   virtual ModelStateBytes model_state_bytes(const io::NamedTensors& optimizer_state) const = 0;

@@ -577,6 +577,31 @@ class ZeroTarget final : public UpdateTarget {
     }
   }
 
+  // The layout, per group: {"key", "numel", "shard_numel", "shard_index", "shard_count", "params": [{"name",
+  // "shape", "offset"}]}; the parameters' shards are the optimizer's (fp32 masters where there are any).
+  io::NamedTensors local_shards(const io::NamedTensors& optimizer_state, nlohmann::json* layout) override {
+    auto& s = *s_;
+    io::NamedTensors out;
+    *layout = nlohmann::json::array();
+    for (size_t g = 0; g < params_.size(); ++g) {
+      const auto& flat = *s.groups[g].flat;
+      nlohmann::json group = {{"key", names_[g]},
+                              {"numel", flat.numel()},
+                              {"shard_numel", flat.shard_numel()},
+                              {"shard_index", s.stage() == 0 ? 0 : s.shard_group->rank()},
+                              {"shard_count", s.stage() == 0 ? 1 : s.shard_group->world_size()},
+                              {"params", nlohmann::json::array()}};
+      for (size_t i = 0; i < flat.names().size(); ++i) {
+        group["params"].push_back(
+            {{"name", flat.names()[i]}, {"shape", flat.params()[i].sizes().vec()}, {"offset", flat.offset(i)}});
+      }
+      layout->push_back(group);
+      out.emplace_back(names_[g], params_[g].detach().to(torch::kCPU));
+    }
+    for (const auto& [key, tensor] : optimizer_state) out.emplace_back(key, tensor.to(torch::kCPU));
+    return out;
+  }
+
   ModelStateBytes model_state_bytes(const io::NamedTensors& optimizer_state) const override {
     const auto& s = *s_;
     ModelStateBytes bytes;

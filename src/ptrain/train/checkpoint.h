@@ -27,10 +27,20 @@ struct Checkpoint {
   io::NamedTensors scaler;
   io::NamedTensors progress;    // running sums of the epoch in progress, so its metrics survive a resume
   nlohmann::json run;           // the config that produced it, for the record
+  int64_t shards = 0;           // sharded: rank files beside this one hold the sharded tensors
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// A sharded checkpoint loads whole: the shards' tensors are reassembled into full parameters and
+// optimizer state, so that it loads into any strategy at any world size, as a full one does.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Sharded checkpoints (--state-dict sharded): every rank writes its shards (strategies::UpdateTarget::
+// local_shards) to shard_path(path, rank), then rank 0 writes the checkpoint at `path` with shards set
+// and without the sharded tensors. The checkpoint at `path` exists only once every shard does.
+std::string shard_path(const std::string& path, int64_t rank);
+void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
+                const nlohmann::json& layout);
 
 // "<dir>/step-<global_step>.safetensors", and the newest such file in dir (empty if none).
 std::string checkpoint_path(const std::string& dir, int64_t global_step);

@@ -124,9 +124,9 @@ Plan make_plan(const config::TrainConfig& config) {
   check(!c.sharding.offload_params || c.run.strategy == "zero3" || fsdp,
         "--offload-params applies to --strategy zero3 and fsdp only (the others keep every parameter on each rank)");
   check(!(zero || fsdp) || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
-  check(!(zero || fsdp) || c.sharding.state_dict == "full",
+  check(zero || fsdp || c.sharding.state_dict == "full",
         "--state-dict " + c.sharding.state_dict + ": --strategy " + c.run.strategy +
-            " writes full checkpoints (gathered on rank 0, loadable by any strategy and world size); use --state-dict full");
+            " holds every parameter whole and writes full checkpoints; sharded ones are for zero1-3 and fsdp");
   check(!zero || c.sharding.reduce_dtype.empty(),
         "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
   if (!fsdp) {

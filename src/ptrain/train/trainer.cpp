@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #if PTRAIN_WITH_CUDA
@@ -258,25 +259,43 @@ void TrainingRun::load_model_state(const io::NamedTensors& saved) {
 
 void TrainingRun::save(TrainingPosition position) {
   if (c_.run.checkpoint_dir.empty()) return;
-  // Gathering shards is collective: every rank takes part, rank 0 writes.
-  const auto params = target_->full_parameters();
-  const auto optimizer_state = target_->full_optimizer_state(optimizer_->state());
-  if (!strategy_->is_main()) return;
+  const std::string path = checkpoint_path(c_.run.checkpoint_dir, position.global_step);
+  Checkpoint ckpt;
+  ckpt.model = models::state_dict(*model_);
+  if (c_.sharding.state_dict == "sharded") {
+    // Every rank writes its shards; once all have (the sum below completes on every rank only then),
+    // rank 0 writes the checkpoint that names them.
+    nlohmann::json layout;
+    const auto shards = target_->local_shards(optimizer_->state(), &layout);
+    save_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
+    strategy_->all_reduce_sum(torch::ones({1}, device_));
+    if (!strategy_->is_main()) return;
+    std::set<std::string> sharded;
+    for (const auto& group : layout)
+      for (const auto& p : group.at("params")) sharded.insert(p.at("name").get<std::string>());
+    io::NamedTensors rest;
+    for (auto& [name, tensor] : ckpt.model)
+      if (!sharded.count(name)) rest.emplace_back(name, tensor);
+    ckpt.model = std::move(rest);
+    ckpt.shards = strategy_->world_size();
+  } else {
+    // Gathering shards is collective: every rank takes part, rank 0 writes.
+    const auto params = target_->full_parameters();
+    ckpt.optimizer = target_->full_optimizer_state(optimizer_->state());
+    if (!strategy_->is_main()) return;
+    std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+    for (auto& [name, tensor] : ckpt.model) {
+      auto it = full.find(name);
+      if (it != full.end()) tensor = it->second;
+    }
+  }
   position.world_size = devices();
   position.batch_size = c_.run.batch_size;
-  Checkpoint ckpt;
   ckpt.position = position;
-  ckpt.model = models::state_dict(*model_);
-  std::map<std::string, torch::Tensor> full(params.begin(), params.end());
-  for (auto& [name, tensor] : ckpt.model) {
-    auto it = full.find(name);
-    if (it != full.end()) tensor = it->second;
-  }
-  ckpt.optimizer = optimizer_state;
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = totals_->named();
   ckpt.run = config::to_json(c_);
-  save_checkpoint(checkpoint_path(c_.run.checkpoint_dir, position.global_step), ckpt);
+  save_checkpoint(path, ckpt);
 }
 
 // Unscale, clip, update: everything after the last micro-batch's backward. Returns nothing to the host.
