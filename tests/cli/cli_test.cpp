@@ -214,6 +214,49 @@ TEST(Cli, LaunchReadsAnAccelerateConfig) {
   EXPECT_EQ(json["precision"], "amp-bf16");
 }
 
+// The issue's accelerate FSDP file, unchanged: four processes (on the CPU here) train under fsdp with
+// sharded checkpoints, a file a rank beside the one naming them; the checkpoint resumes under ddp on two.
+TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
+  const auto dir = scratch("fsdp");
+  const auto metrics = dir / "run.json";
+  const int port = 36000 + static_cast<int>(::getpid() % 1000);
+  // 256 samples, 16 per device on 4 processes: 4 steps an epoch; two steps are enough.
+  const Result r = run("launch --config " + std::string(PTRAIN_SOURCE_DIR) + "/configs/accelerate/fsdp-4.yaml " +
+                       "--master-port " + std::to_string(port) + " --timeout 300 -- " + PTRAIN_EXECUTABLE + " " +
+                       kSmallRun + "--dist-timeout 60 --checkpoint-dir " + (dir / "ckpt").string() +
+                       " --checkpoint-every 2 --max-steps 2 --metrics-out " + metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("fsdp_use_orig_params"), std::string::npos) << r.output;  // named, not ignored
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["world_size"], 4);
+  EXPECT_EQ(json["strategy"], "fsdp");
+  const auto checkpoint = dir / "ckpt" / "step-00000002.safetensors";
+  ASSERT_TRUE(fs::exists(checkpoint)) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "step-00000002.rank-%05d.safetensors", rank);
+    EXPECT_TRUE(fs::exists(dir / "ckpt" / name)) << name;
+  }
+  const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(port + 1) + " --timeout 240 -- " +
+                             PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 4 --resume " +
+                             checkpoint.string());
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming a checkpoint of 4 device(s)"), std::string::npos) << resumed.output;
+}
+
+TEST(Cli, DryRunShowsTheUnitsAndTheModelStatesPerRank) {
+  const Result fsdp = run(kSmallRun + "--dry-run --strategy fsdp --min-num-params 20000");
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
+  for (const char* text : {"fsdp full-shard, auto-wrap size (min_num_params 20,000)", "layer3.2    BasicBlock", "unit 0:",
+                           "root:", "model states per rank"}) {
+    EXPECT_NE(fsdp.output.find(text), std::string::npos) << text << "\n" << fsdp.output;
+  }
+  const Result zero2 = run(kSmallRun + "--dry-run --strategy zero2 --reduce-bucket-mb 0.1");
+  ASSERT_EQ(zero2.exit_code, 0) << zero2.output;
+  EXPECT_NE(zero2.output.find("buckets of at most 0.1 MiB"), std::string::npos) << zero2.output;
+  EXPECT_NE(zero2.output.find("bucket 1:"), std::string::npos) << zero2.output;
+}
+
 // Node 1 in the background, node 0 in the foreground: two launchers on loopback make one job.
 TEST(Cli, TwoNodesOnLoopbackTrainTogether) {
   const auto dir = scratch("twonodes");
@@ -272,6 +315,7 @@ runs:
   - {precision: fp32, strategy: ddp, devices: 2}
   - {precision: fp32, strategy: dp, devices: 2}
   - {precision: fp32, strategy: zero2, devices: 2}
+  - {precision: fp32, strategy: fsdp, devices: 2}
 )";
 
 size_t count_of(const std::string& text, const std::string& word) {
@@ -286,8 +330,8 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   const std::string bench = "bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string();
   const Result r = run(bench);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[1/4] ptrain fp32, single, 1 device (3 to run after this)"), std::string::npos) << r.output;
-  EXPECT_EQ(count_of(r.output, "      done: "), 4u) << r.output;
+  EXPECT_NE(r.output.find("[1/5] ptrain fp32, single, 1 device (4 to run after this)"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "      done: "), 5u) << r.output;
   for (const char* file : {"report.md", "report.csv", "report.html", "bench.json", "workload.yaml"})
     EXPECT_TRUE(fs::is_regular_file(dir / "out" / file)) << file;
   std::ifstream in(dir / "out" / "runs" / "ptrain" / "fp32-ddp-x2.json");
@@ -302,7 +346,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   // Every run appears in the report, and the report says what the baseline is.
   std::ifstream md_in(dir / "out" / "report.md");
   const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
-  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2"})
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2", "fp32-fsdp-x2"})
     EXPECT_NE(md.find(id), std::string::npos) << md;
   std::ifstream zero_in(dir / "out" / "runs" / "ptrain" / "fp32-zero2-x2.json");
   const auto zero2 = nlohmann::json::parse(zero_in);
@@ -310,7 +354,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   EXPECT_EQ(zero2["world_size"], 2);
   // Each ptrain run carries the memory `ptrain estimate` predicted before it ran, close to what it measured.
   EXPECT_NE(md.find("predicted peak/GPU"), std::string::npos) << md;
-  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2"}) {
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2", "fp32-fsdp-x2"}) {
     std::ifstream record_in(dir / "out" / "runs" / "ptrain" / (std::string(id) + ".json"));
     const auto record = nlohmann::json::parse(record_in);
     ASSERT_TRUE(record["extra"].contains("estimate")) << id << "\n" << r.output;
@@ -322,7 +366,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   // A second bench with the same --out continues: nothing is run again.
   const Result again = run(bench);
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(count_of(again.output, ": done earlier"), 4u) << again.output;
+  EXPECT_EQ(count_of(again.output, ": done earlier"), 5u) << again.output;
   EXPECT_EQ(count_of(again.output, "      done: "), 0u) << again.output;
 }
 

@@ -12,6 +12,7 @@
 #include "ptrain/bench/estimate.h"
 #include "ptrain/bench/report.h"
 #include "ptrain/bench/runner.h"
+#include "ptrain/cli/dry_run.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/deepspeed_config.h"
@@ -224,7 +225,7 @@ int run_cli(int argc, char** argv) {
       }
       const train::Plan plan = train::make_plan(train_config);
       if (train_config.run.dry_run) {
-        std::cout << train::describe(plan) << std::endl;
+        std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
         return 0;
       }
       const metrics::RunRecord record = train::train(plan, joined(argc, argv));

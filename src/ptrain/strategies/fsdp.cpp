@@ -89,32 +89,35 @@ std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options
     }
     u = end;
   }
+  // Units numbered in forward order.
+  std::map<int, int> renumbered;
+  for (auto& id : wrap) {
+    if (id < 0) continue;
+    if (!renumbered.count(id)) {
+      const int next_id = static_cast<int>(renumbered.size());
+      renumbered[id] = next_id;
+    }
+    id = renumbered[id];
+  }
   return wrap;
 }
 
-std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks) {
+std::string describe_units(models::Model& model, const std::vector<int>& wrap, int64_t shard_ranks, bool sharded) {
   const auto units = model.units();
-  const auto wrap = fsdp_auto_wrap(model, options);
+  check(wrap.size() == units.size(), "describe_units: one entry a block is needed");
   std::map<int, int64_t> unit_params;
-  int64_t total = 0;
+  int64_t in_blocks = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     const int64_t n = parameter_count(*units[u].second);
     unit_params[wrap[u]] += n;
-    total += n;
+    in_blocks += n;
   }
-  const int64_t all = parameter_count(model);
-  unit_params[-1] += all - total;  // parameters outside every block belong to the root
-  const bool sharded = options.sharding != "no-shard";
-  std::ostringstream out;
-  out << "fsdp " << options.sharding << ", auto-wrap " << options.auto_wrap;
-  if (options.auto_wrap == "size") out << " (min_num_params " << with_commas(options.min_num_params) << ")";
-  out << ": " << unit_params.size() - (unit_params.count(-1) && unit_params[-1] == 0 ? 1 : 0) << " units, "
-      << (sharded ? "each sharded over " + std::to_string(shard_ranks) + " ranks" : "replicated on every rank") << "\n";
+  unit_params[-1] += parameter_count(model) - in_blocks;  // parameters outside every block belong to the root
   const auto shard_of = [&](int64_t n) { return sharded ? (n + shard_ranks - 1) / shard_ranks : n; };
+  std::ostringstream out;
   for (size_t u = 0; u < units.size(); ++u) {
-    const int64_t n = parameter_count(*units[u].second);
     out << "  " << std::left << std::setw(12) << units[u].first << std::setw(12) << type_of(*units[u].second)
-        << std::right << std::setw(14) << with_commas(n) << " params  "
+        << std::right << std::setw(14) << with_commas(parameter_count(*units[u].second)) << " params  "
         << (wrap[u] < 0 ? std::string("root") : "unit " + std::to_string(wrap[u])) << "\n";
   }
   for (const auto& [id, n] : unit_params) {
@@ -123,6 +126,24 @@ std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options
         << " params, " << with_commas(shard_of(n)) << " per rank\n";
   }
   return out.str();
+}
+
+std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks) {
+  const auto wrap = fsdp_auto_wrap(model, options);
+  std::set<int> units(wrap.begin(), wrap.end());
+  const bool sharded = options.sharding != "no-shard";
+  std::ostringstream out;
+  out << "fsdp " << options.sharding << ", auto-wrap " << options.auto_wrap;
+  if (options.auto_wrap == "size") out << " (min_num_params " << with_commas(options.min_num_params) << ")";
+  if (options.auto_wrap == "type") {
+    out << " (";
+    for (size_t i = 0; i < options.wrap_types.size(); ++i) out << (i ? ", " : "") << options.wrap_types[i];
+    out << ")";
+  }
+  out << ": " << units.size() - units.count(-1) << " units and the root, "
+      << (sharded ? "each sharded over " + std::to_string(shard_ranks) + (shard_ranks == 1 ? " rank" : " ranks")
+               : "replicated on every rank") << "\n";
+  return out.str() + describe_units(model, wrap, shard_ranks, sharded);
 }
 
 FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {

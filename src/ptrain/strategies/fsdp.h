@@ -47,8 +47,11 @@ FsdpOptions fsdp_options(const config::ShardingConfig& sharding);
 // unit, or -1 for the root.
 std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options);
 
-// The model's blocks with the unit each joins and the parameters it holds, one line a block: what
-// --dry-run prints.
+// The model's blocks with the unit each joins (wrap, as fsdp_auto_wrap answers) and the parameters it
+// holds, one line a block, then each unit's parameters and per-rank shard: what --dry-run prints for
+// fsdp and zero3.
+std::string describe_units(models::Model& model, const std::vector<int>& wrap, int64_t shard_ranks, bool sharded);
+// The same under FSDP's policy, headed by the policy.
 std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks);
 
 // The ZeRO machinery's options that behave as FSDP with these options. local_world_size: ranks per node.

@@ -1,0 +1,83 @@
+#include "ptrain/cli/dry_run.h"
+
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
+#include "ptrain/bench/estimate.h"
+#include "ptrain/data/registry.h"
+#include "ptrain/models/zoo.h"
+#include "ptrain/strategies/fsdp.h"
+#include "ptrain/strategies/sharding.h"
+
+namespace ptrain::cli {
+namespace {
+
+std::string mib(int64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return out.str();
+}
+
+// The buckets ddp all-reduces and ZeRO-1/2 reduce (and shard), in the order backward fills them.
+std::string describe_buckets(models::Model& model, double cap_mb, int64_t ranks, bool sharded) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model.parameters())
+    if (p.requires_grad()) params.push_back(p);
+  const auto groups = strategies::group_by_size(params, static_cast<int64_t>(cap_mb * 1024 * 1024));
+  std::ostringstream out;
+  out << groups.size() << " buckets of at most " << cap_mb << " MiB, in the order backward fills them"
+      << (sharded ? ", each sharded over " + std::to_string(ranks) + " ranks" : "") << "\n";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    int64_t n = 0;
+    for (const auto i : groups[g]) n += params[i].numel();
+    out << "  bucket " << g << ": " << groups[g].size() << " tensors, " << n << " params, " << mib(n * 4);
+    if (sharded) out << ", " << (n + ranks - 1) / ranks << " per rank";
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string describe_layout(const train::Plan& plan) {
+  const auto& c = plan.config;
+  const std::string& strategy = c.run.strategy;
+  const int64_t ranks = std::max<int64_t>(plan.launch.world_size, 1);
+  if (strategy == "single" || strategy == "dp") return "";
+  // The model as the trainer builds it: its classes and input shape come from the data.
+  const auto test_split = data::open_dataset(plan.data, /*train=*/false, static_cast<int>(c.data.loader_threads));
+  const int64_t native = test_split.images.size(2);
+  auto model = models::make_model({c.model.name, static_cast<int64_t>(test_split.classes.size()), test_split.images.size(1),
+                                   c.data.image_size > 0 ? c.data.image_size : native});
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+
+  std::ostringstream out;
+  out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
+      << " rank" << (ranks > 1 ? "s" : "") << ":\n";
+  if (strategy == "fsdp") {
+    const auto options = strategies::fsdp_options(c.sharding);
+    const bool hybrid = options.sharding.rfind("hybrid", 0) == 0;
+    const int64_t local = std::max<int64_t>(plan.launch.local_world_size, 1);
+    const int64_t shard_ranks = hybrid ? (options.hybrid_group_size > 0 ? options.hybrid_group_size : local) : ranks;
+    out << strategies::describe_fsdp_units(*model, options, shard_ranks);
+  } else if (strategy == "zero3") {
+    std::vector<int> each(model->units().size());
+    std::iota(each.begin(), each.end(), 0);
+    out << "zero3: every block a unit, sharded over " << ranks << " ranks\n"
+        << strategies::describe_units(*model, each, ranks, true);
+  } else if (strategy == "ddp") {
+    out << "ddp: " << describe_buckets(*model, c.dist.bucket_cap_mb, ranks, false);
+  } else {
+    out << strategy << ": " << describe_buckets(*model, c.sharding.reduce_bucket_mb, ranks, true);
+  }
+  const auto states = bench::model_states(strategy + (strategy == "zero3" && c.sharding.offload_optimizer ? "+offload" : ""),
+                                          ranks, parameters, c, !plan.device.is_cuda());
+  out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
+      << mib(states.grads) << ", optimizer " << mib(states.optimizer) << ", fp32 masters " << mib(states.masters)
+      << ", communication buffers " << mib(states.buffers) << " = " << mib(states.total());
+  return out.str();
+}
+
+}  // namespace ptrain::cli

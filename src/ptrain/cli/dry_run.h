@@ -1,0 +1,14 @@
+// `ptrain train --dry-run`: the plan, and what the strategy would make of the model without training:
+// its units (FSDP units, ZeRO-3 units, the buckets of ddp and ZeRO-1/2) with their parameter counts and
+// per-rank shards, and the model-state memory per rank the ZeRO arithmetic predicts.
+#pragma once
+
+#include <string>
+
+#include "ptrain/train/plan.h"
+
+namespace ptrain::cli {
+
+std::string describe_layout(const train::Plan& plan);
+
+}  // namespace ptrain::cli
