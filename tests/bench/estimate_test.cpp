@@ -110,7 +110,24 @@ TEST(Estimate, ModelStatesFollowTheZeroArithmetic) {
   EXPECT_EQ(mixed.grads, 2 * psi);
   EXPECT_EQ(mixed.optimizer, 8 * psi);
   EXPECT_EQ(mixed.masters, 8 * psi);
-  EXPECT_THROW(model_states("fsdp", 2, psi, c, true), Error);
+  EXPECT_THROW(model_states("zero4", 2, psi, c, true), Error);
+}
+
+// FSDP's sharding strategies in ZeRO's terms: full-shard is zero3's arithmetic, no-shard ddp's, hybrid
+// shards over its group only, shard-grad-op holds the gathered parameters whole at its peak.
+TEST(Estimate, FsdpFollowsTheZeroStageItMatches) {
+  config::TrainConfig c;
+  c.optim.name = "adamw";
+  const int64_t psi = 1000000;
+  const auto total = [&](const std::string& strategy, int64_t n) { return model_states(strategy, n, psi, c, true).total(); };
+  EXPECT_EQ(total("fsdp", 4), total("zero3", 4));
+  c.sharding.fsdp_sharding = "no-shard";
+  EXPECT_EQ(total("fsdp", 4), total("ddp", 4));
+  c.sharding.fsdp_sharding = "hybrid-shard";
+  c.sharding.hybrid_group_size = 2;
+  EXPECT_EQ(total("fsdp", 8), total("zero3", 2));
+  c.sharding.fsdp_sharding = "shard-grad-op";
+  EXPECT_EQ(total("fsdp", 4), total("zero3", 4) + 4 * psi);
 }
 
 TEST(Estimate, BadInputIsNamed) {

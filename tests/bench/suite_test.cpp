@@ -40,7 +40,7 @@ TEST(Suite, StandardSuiteLoadsForGpusAndForTheCpu) {
   EXPECT_EQ(gpu.runs.back().devices, 4);
   const Suite cpu = load_suite("standard", PTRAIN_SOURCE_DIR, 0);
   EXPECT_FALSE(cpu.on_gpu);
-  for (const char* stage : {"zero1", "zero2", "zero3"}) {
+  for (const char* stage : {"zero1", "zero2", "zero3", "fsdp"}) {
     EXPECT_TRUE(std::any_of(gpu.runs.begin(), gpu.runs.end(), [&](const SuiteRun& r) { return r.strategy == stage; }))
         << stage << " missing from the GPU runs";
     EXPECT_TRUE(std::any_of(cpu.runs.begin(), cpu.runs.end(), [&](const SuiteRun& r) { return r.strategy == stage; }))
@@ -84,7 +84,6 @@ TEST(Suite, BadSuitesAreNamedByFileAndKey) {
   expect_refused("runs: [{precision: fp32}]\n", {"'workload'"});
   expect_refused("workload: {model: resnet20, precision: fp16}\nruns: [{precision: fp32}]\n", {"'precision'", "per run"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: fsdp9}]\n", {"runs[0]", "fsdp9"});
-  expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: fsdp}]\n", {"runs[0]", "zero3"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, devices: 3}]\n", {"runs[0]", "only 2 GPU"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, strategy: dp, devices: many}]\n", {"many"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32}, {precision: fp32}]\n", {"runs[1]", "same run"});

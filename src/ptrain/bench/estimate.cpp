@@ -108,6 +108,22 @@ ModelStates model_states(const std::string& strategy, int64_t devices, int64_t p
     s.buffers = full.grads;  // the flat gradient buckets the all-reduce works on
     return s;
   }
+  if (strategy == "fsdp") {
+    // FSDP's sharding strategies in ZeRO's terms: no-shard holds what ddp does (its flat gradients are the
+    // buckets), the others what zero3 does over the ranks of one shard group; shard-grad-op keeps every
+    // unit's gathered parameters from forward to backward, so its peak holds them whole; parameter
+    // offload moves the shards and the optimizer step to the CPU.
+    const auto& h = config.sharding;
+    if (h.fsdp_sharding == "no-shard") {
+      s.buffers = full.grads;
+      return s;
+    }
+    const int64_t shards = h.fsdp_sharding.rfind("hybrid", 0) == 0 && h.hybrid_group_size > 0 ? h.hybrid_group_size : n;
+    s = model_states(h.offload_params ? "zero3+offload" : "zero3", shards, parameters, config, cpu);
+    if (h.offload_params) s.params = s.grads = 0;
+    if (h.fsdp_sharding == "shard-grad-op" || h.fsdp_sharding == "hybrid-shard-zero2") s.buffers = full.params;
+    return s;
+  }
   // ZeRO (DeepSpeed's arithmetic, Rajbhandari et al. 2020): stage 1 shards the optimizer state (and the
   // fp32 masters it steps), stage 2 the gradients too, stage 3 the parameters too.
   const bool offload = strategy.size() > 5 && strategy.substr(5) == "+offload";
@@ -155,7 +171,8 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
 
   const int64_t n = std::max<int64_t>(devices, 1);
   std::vector<std::pair<std::string, int64_t>> layouts{{"single", 1}, {"dp", n}, {"ddp", n}, {"zero1", n},
-                                                       {"zero2", n}, {"zero3", n}, {"zero3+offload", n}};
+                                                       {"zero2", n}, {"zero3", n}, {"zero3+offload", n},
+                                                       {"fsdp", n}};
   for (const auto& [strategy, count] : layouts) {
     StrategyEstimate s;
     s.strategy = strategy;

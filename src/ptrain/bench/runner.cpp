@@ -74,9 +74,11 @@ int free_port() {
   return ntohs(address.sin_port);
 }
 
+constexpr const char* kFsdpMinNumParams = "1000000";
+
 // Strategies that start a process per device (through ptrain launch or torchrun).
 bool one_process_per_device(const std::string& strategy) {
-  return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3";
+  return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "fsdp";
 }
 
 struct Job {
@@ -112,6 +114,9 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
   std::vector<std::string> train{o.ptrain_executable, "train", "--config", workload_file, "--precision", run.precision,
                                  "--strategy", run.strategy, "--progress", "lines", "--metrics-out", job.metrics_path};
   if (run.master_weights) train.push_back("--master-weights");
+  // FSDP's units as the PyTorch reference wraps its model (size-based, at least this many parameters), so
+  // that both sides shard the same units.
+  if (run.strategy == "fsdp") train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   const bool gpu = suite.on_gpu;
   if (run.strategy == "dp") {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
@@ -224,9 +229,9 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     job.unavailable = "PyTorch has no ZeRO-2 of its own (FSDP's shard-grad-op, the nearest, is not in the reference)";
     return job;
   }
-  if (run.strategy == "zero3") {
+  if (run.strategy == "zero3" || run.strategy == "fsdp") {
     if (!suite.on_gpu) {
-      job.unavailable = "PyTorch's FSDP, the counterpart of zero3, needs CUDA";
+      job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
       return job;
     }
     strategy = "fsdp";
@@ -234,6 +239,7 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
   std::vector<std::string> args{script, "--precision", run.precision, "--strategy", strategy,
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu"};
+  if (strategy == "fsdp") args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
     const std::string value = workload_value(suite, key);

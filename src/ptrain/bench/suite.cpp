@@ -74,10 +74,9 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
       } else if (key == "master-weights" || key == "master_weights") {
         run.master_weights = read_bool(kv.second, key_at);
       } else if (key == "strategy") {
-        check(value != "fsdp", key_at + ": ptrain has no FSDP yet (zero3 shards as its full-shard does)");
         check(value == "single" || value == "dp" || value == "ddp" || value == "zero1" || value == "zero2" ||
-                  value == "zero3",
-              key_at + ": unknown strategy '" + value + "' (known: single, dp, ddp, zero1, zero2, zero3)");
+                  value == "zero3" || value == "fsdp",
+              key_at + ": unknown strategy '" + value + "' (known: single, dp, ddp, zero1, zero2, zero3, fsdp)");
         run.strategy = value;
       } else if (key == "devices") {
         devices_given = true;
