@@ -30,6 +30,10 @@ struct Work::Impl {
   std::string operation;
   std::string where;  // "rank 1 of 3 (gloo, timeout 5 s)"
   std::chrono::milliseconds timeout{0};
+  // NCCL: wait() orders the current stream after the work and returns; its timeout is the watchdog's.
+  // (PyTorch 2.x blocks the host until the collective is done when wait() is given a timeout, which
+  // would drain the GPU's queue at every wait.) gloo: wait() blocks the host, bounded by the timeout.
+  bool stream_ordered = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::function<void()> after;  // copy-back from packed buffers, once every work has finished
   bool done = false;
@@ -112,7 +116,11 @@ void Work::wait() {
   impl_->done = true;
   for (auto& work : impl_->works) {
     try {
-      work->wait(impl_->timeout);
+      if (impl_->stream_ordered) {
+        work->wait();
+      } else {
+        work->wait(impl_->timeout);
+      }
     } catch (const std::exception& e) {
       fail(impl_->operation, impl_->where, e);
     }
@@ -226,11 +234,12 @@ namespace {
 // Starts c10d work items under one name; turns a failure to even start them into the same error.
 template <typename Launch>
 Work start(const std::string& operation, const std::string& where, std::chrono::milliseconds timeout,
-           Launch&& launch, std::function<void()> after = {}) {
+           bool stream_ordered, Launch&& launch, std::function<void()> after = {}) {
   auto impl = std::make_shared<Work::Impl>();
   impl->operation = operation;
   impl->where = where;
   impl->timeout = timeout;
+  impl->stream_ordered = stream_ordered;
   impl->after = std::move(after);
   try {
     launch(impl->works);
@@ -248,14 +257,14 @@ Work ProcessGroup::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
   if (tensors.empty()) return {};
   auto& group = impl_->group;
   if (tensors.size() == 1 && tensors.front().is_contiguous()) {
-    return start("all_reduce_sum", where(), timeout_, [&](auto& works) {
+    return start("all_reduce_sum", where(), timeout_, backend_ == "nccl", [&](auto& works) {
       std::vector<at::Tensor> one{tensors.front()};
       works.push_back(group->allreduce(one, c10d::AllreduceOptions()));
     });
   }
   auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
   return start(
-      "all_reduce_sum", where(), timeout_,
+      "all_reduce_sum", where(), timeout_, backend_ == "nccl",
       [&](auto& works) {
         for (auto& g : *packed) {
           std::vector<at::Tensor> one{g.flat};
@@ -272,7 +281,7 @@ void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) 
   auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
   auto& group = impl_->group;
   start(
-      "broadcast from rank " + std::to_string(root), where(), timeout_,
+      "broadcast from rank " + std::to_string(root), where(), timeout_, backend_ == "nccl",
       [&](auto& works) {
         for (auto& g : *packed) {
           std::vector<at::Tensor> one{g.flat};
@@ -288,7 +297,7 @@ void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) 
 
 void ProcessGroup::barrier() {
   auto& group = impl_->group;
-  start("barrier", where(), timeout_, [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
+  start("barrier", where(), timeout_, backend_ == "nccl", [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
       .wait();
 }
 
@@ -315,7 +324,7 @@ Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const
   auto input = input_shard.contiguous().view({-1});
   auto output = output_flat.view({-1});
   auto& group = impl_->group;
-  return start("all_gather", where(), timeout_, [&](auto& works) {
+  return start("all_gather", where(), timeout_, backend_ == "nccl", [&](auto& works) {
     if (backend_ == "nccl") {
       works.push_back(group->_allgather_base(output, input, c10d::AllgatherOptions()));
       return;
@@ -338,7 +347,7 @@ void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const t
   if (backend_ == "nccl") {
     auto output = output_shard.is_contiguous() ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
     auto input = input_flat.contiguous().view({-1});
-    start("reduce_scatter_sum", where(), timeout_, [&](auto& works) {
+    start("reduce_scatter_sum", where(), timeout_, backend_ == "nccl", [&](auto& works) {
       works.push_back(group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions()));
     }).wait();
     if (!output_shard.is_contiguous()) output_shard.copy_(output.view(output_shard.sizes()));
