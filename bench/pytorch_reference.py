@@ -354,6 +354,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics-out", default="")
     p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--log-every", type=int, default=0,
+                   help="print the step and the images per second since the last print every N steps (0: per epoch "
+                        "only), so that a slow run is told from a stuck one")
     p.add_argument("--strategy", default="single", choices=STRATEGIES)
     p.add_argument("--gpus", type=int, default=0, help="dp: number of GPUs (default: all visible)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (ddp/fsdp/zero1: cuda:LOCAL_RANK)")
@@ -620,7 +623,7 @@ def main(argv=None):
         order = torch.tensor(list(iter(sampler)), dtype=torch.int64).to(ctx.device)
         ctx.sync()
         ctx.barrier()
-        e0 = time.time()
+        e0 = last_log = time.time()
         loss_sum = torch.zeros((), device=ctx.device)
         n_steps = 0
         for i in range(steps_per_epoch):
@@ -640,6 +643,12 @@ def main(argv=None):
             loss_sum += loss.detach().float()
             step += 1
             n_steps += 1
+            if a.log_every and lead and step % a.log_every == 0:
+                ctx.sync()
+                now = time.time()
+                print(f"[pytorch] step {step}/{total}: {a.log_every * step_images * ctx.world / (now - last_log):.0f} "
+                      f"img/s", flush=True)
+                last_log = now
         ctx.sync()
         sec = time.time() - e0
         sec, = ctx.reduce([sec], "max")  # the epoch lasts as long as its slowest rank

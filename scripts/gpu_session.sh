@@ -17,6 +17,7 @@
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
 #   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
+#   dp-probe MODE         PyTorch's DataParallel for 40 logged steps, every thread's stack if it stalls
 # Two lanes run side by side on a two-GPU machine with CUDA_VISIBLE_DEVICES set per lane; each run is
 # then alone on its GPU (the lanes share the host's cores).
 # Results (JSON per run, logs) go to $OUT (or runs/gpu). Data comes from the carried
@@ -179,7 +180,7 @@ step_multi() {
     [ -z "${SKIP_PYTORCH:-}" ] || continue
     [ -n "$theirs" ] || { echo "== pytorch: no counterpart of $strategy"; continue; }
     echo "== pytorch $theirs $mode on $gpus GPUs"
-    local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$theirs"
+    local ref=(bench/pytorch_reference.py --data $DATA --precision "${mode%%+*}" --strategy "$theirs" --log-every 100
                --epochs "$EPOCHS" ${LIMIT:-} --metrics-out "$OUT/multi-pytorch-$name.json")
     if [ "$theirs" = dp ]; then
       "${limit[@]}" python3 "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
@@ -187,6 +188,16 @@ step_multi() {
       "${limit[@]}" torchrun --standalone --nproc_per_node "$gpus" "${ref[@]}" 2>&1 | tee "$OUT/multi-pytorch-$name.log" | grep -E "pytorch|rror" || echo "(run ended with status $?)"
     fi
   done
+}
+
+# dp-probe MODE: PyTorch's DataParallel for 40 logged steps; if it stalls for PROBE_SECONDS (default 90),
+# Python's fault handler prints every thread's stack (SIGABRT), to tell a slow run from a stuck one.
+step_dp_probe() {
+  ensure_data
+  PYTHONFAULTHANDLER=1 timeout -s ABRT "${PROBE_SECONDS:-90}" python3 bench/pytorch_reference.py --data $DATA \
+    --strategy dp --precision "$1" --max-steps 40 --warmup-epochs 0 --log-every 5 --no-eval \
+    --metrics-out "$OUT/dp-probe-$1.json" > "$OUT/dp-probe-$1.log" 2>&1 || echo "(dp probe ended with status $?)"
+  grep -E "pytorch|Thread|File" "$OUT/dp-probe-$1.log" | head -n 80 || true
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
@@ -197,6 +208,7 @@ while [ $# -gt 0 ]; do
     keep-binary) step_keep_binary ;;
     prebuilt) step_prebuilt ;;
     diagnose) step_diagnose "$1"; shift ;;
+    dp-probe) step_dp_probe "$1"; shift ;;
     test) step_test ;;
     smoke) step_smoke "$1"; shift ;;
     reference) step_reference "$@"; break ;;
