@@ -139,7 +139,7 @@ Plan make_plan(const config::TrainConfig& config) {
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
 
-  plan.data = data::DataSpec{c.data.dataset, c.data.path};
+  plan.data = data::DataSpec{c.data.dataset, c.data.path, c.data.seq_len};
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
