@@ -78,6 +78,18 @@ TEST(GptTraining, ModelAndDataMustAgree) {
       [&] { ptrain::train::train(ptrain::train::make_plan(resnet_on_tokens), "test"); });
   EXPECT_NE(message.find("image model"), std::string::npos) << message;
 
+  auto shaped_resnet = gpt_run();
+  shaped_resnet.model.name = "resnet20";
+  shaped_resnet.model.gpt_width = 128;
+  message = ptrain::testing::error_message<ptrain::Error>([&] { ptrain::train::make_plan(shaped_resnet); });
+  EXPECT_NE(message.find("--gpt-width applies to GPT models only"), std::string::npos) << message;
+
+  auto sequences_of_images = gpt_run();
+  sequences_of_images.data.dataset = "synthetic";
+  sequences_of_images.data.seq_len = 16;
+  message = ptrain::testing::error_message<ptrain::Error>([&] { ptrain::train::make_plan(sequences_of_images); });
+  EXPECT_NE(message.find("--seq-len applies to token datasets"), std::string::npos) << message;
+
   auto small_vocab = gpt_run();
   small_vocab.model.vocab_size = 16;
   message = ptrain::testing::error_message<ptrain::Error>(

@@ -136,6 +136,16 @@ Plan make_plan(const config::TrainConfig& config) {
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
     throw Error("--model: unknown model '" + c.model.name + "' (known: " + known + ")");
   }
+  if (!models::is_language_model(c.model.name)) {
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},
+                                      {"--gpt-width", c.model.gpt_width},
+                                      {"--gpt-heads", c.model.gpt_heads},
+                                      {"--vocab-size", c.model.vocab_size}}) {
+      check(value == 0, std::string(flag) + " applies to GPT models only, not to --model " + c.model.name);
+    }
+  }
+  check(c.data.seq_len == 0 || c.data.dataset == "synthetic-tokens" || c.data.dataset == "text",
+        "--seq-len applies to token datasets (synthetic-tokens, text) only, not to --dataset " + c.data.dataset);
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
 
