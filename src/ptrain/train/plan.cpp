@@ -171,11 +171,20 @@ std::string describe(const Plan& plan) {
   const auto& c = plan.config;
   const int64_t devices = plan.launch.world_size * (c.run.strategy == "dp" ? c.dist.replicas : 1);
   std::ostringstream out;
-  out << "model " << c.model.name << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
+  const bool tokens = models::is_language_model(c.model.name);
+  std::string shape;
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"layers", c.model.gpt_layers},
+                                    {"width", c.model.gpt_width},
+                                    {"heads", c.model.gpt_heads},
+                                    {"vocabulary", c.model.vocab_size}}) {
+    if (value > 0) shape += (shape.empty() ? " " : ", ") + std::string(flag) + " " + std::to_string(value);
+  }
+  out << "model " << c.model.name << shape << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
       << (c.model.channels_last ? " channels-last" : "") << "\n"
       << "data " << c.data.dataset << (c.data.path.empty() ? "" : " from " + c.data.path)
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
-      << (c.data.augment ? ", augmented" : "") << "\n"
+      << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
+      << (c.data.augment && !tokens ? ", augmented" : "") << "\n"
       << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
       << "\n"
