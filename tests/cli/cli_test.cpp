@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <future>
 #include <cstdio>
 #include <filesystem>
@@ -410,6 +411,35 @@ runs:
   const Result bad = run("bench --gpus 0 --suite nosuchsuite");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("configs/bench/nosuchsuite.yaml"), std::string::npos) << bad.output;
+}
+
+// A language model under a sharding strategy that knows nothing of it: gpt-tiny's units gathered one at a time
+// by zero3 on two processes, each on half of every batch, end where one process on the whole batch ends.
+TEST(Cli, GptUnderZero3OnTwoProcessesMatchesOneProcess) {
+  const auto dir = scratch("gpt_zero3");
+  const std::string gpt =
+      "train --model gpt-tiny --dataset synthetic-tokens --data-path 512:16:32 --epochs 1 --optimizer adamw "
+      "--lr 0.003 --weight-decay 0.01 --device cpu --progress none --threads 1 --test-limit 64 ";
+  const Result one = run(gpt + "--batch-size 16 --metrics-out " + (dir / "one.json").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const int port = 33000 + static_cast<int>(::getpid() % 1000);
+  const Result two = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 240 -- " +
+                         PTRAIN_EXECUTABLE + " " + gpt + "--batch-size 8 --strategy zero3 --dist-timeout 60 " +
+                         "--metrics-out " + (dir / "two.json").string());
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const auto a = nlohmann::json::parse(std::ifstream(dir / "one.json"));
+  const auto b = nlohmann::json::parse(std::ifstream(dir / "two.json"));
+  EXPECT_EQ(b["strategy"], "zero3");
+  EXPECT_EQ(b["world_size"], 2);
+  EXPECT_EQ(a["steps"], 32);
+  EXPECT_EQ(b["steps"], 32);
+  const double loss = a["final_test_loss"].get<double>();
+  EXPECT_LT(loss, 0.8 * std::log(32.0)) << "gpt-tiny learned little in 32 steps";
+  EXPECT_NEAR(b["final_test_loss"].get<double>(), loss, 1e-4 * loss);
+  EXPECT_NEAR(b["epochs_detail"][0]["train_loss"].get<double>(), a["epochs_detail"][0]["train_loss"].get<double>(),
+              1e-4 * loss);
+  // zero3 holds half of the parameters on each rank.
+  EXPECT_NEAR(b["model_state_param_bytes"].get<double>() / a["model_state_param_bytes"].get<double>(), 0.5, 0.01);
 }
 
 }  // namespace

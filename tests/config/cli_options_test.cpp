@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -103,6 +104,43 @@ TEST(TrainOptions, BadFlagValuesNameTheFlag) {
   EXPECT_NE(batch.find("--batch-size"), std::string::npos) << batch;
   const std::string unknown = error_of([] { parse({"--learning-rate", "1"}); });
   EXPECT_NE(unknown.find("--learning-rate"), std::string::npos) << unknown;
+}
+
+// The GPT shape and token flags, as flags, YAML keys and PTRAIN_<FLAG> variables (which `ptrain launch`
+// hands to the processes it starts); the flag wins over the variable.
+TEST(TrainOptions, GptFlagsComeFromFlagsYamlAndEnvironment) {
+  TrainConfig c = parse({"--model", "gpt-tiny", "--gpt-layers", "3", "--gpt-width", "96", "--gpt-heads", "6",
+                         "--seq-len", "128", "--vocab-size", "512"});
+  EXPECT_EQ(c.model.gpt_layers, 3);
+  EXPECT_EQ(c.model.gpt_width, 96);
+  EXPECT_EQ(c.model.gpt_heads, 6);
+  EXPECT_EQ(c.data.seq_len, 128);
+  EXPECT_EQ(c.model.vocab_size, 512);
+
+  c = parse({"--config", write_yaml("gpt", "gpt_layers: 5\ngpt-width: 80\nseq_len: 33\nvocab-size: 300\n")});
+  EXPECT_EQ(c.model.gpt_layers, 5);
+  EXPECT_EQ(c.model.gpt_width, 80);
+  EXPECT_EQ(c.data.seq_len, 33);
+  EXPECT_EQ(c.model.vocab_size, 300);
+
+  ::setenv("PTRAIN_GPT_LAYERS", "7", 1);
+  ::setenv("PTRAIN_GPT_WIDTH", "112", 1);
+  ::setenv("PTRAIN_GPT_HEADS", "8", 1);
+  ::setenv("PTRAIN_SEQ_LEN", "48", 1);
+  ::setenv("PTRAIN_VOCAB_SIZE", "1000", 1);
+  c = parse({"--gpt-heads", "4"});
+  for (const char* name : {"PTRAIN_GPT_LAYERS", "PTRAIN_GPT_WIDTH", "PTRAIN_GPT_HEADS", "PTRAIN_SEQ_LEN",
+                           "PTRAIN_VOCAB_SIZE"}) {
+    ::unsetenv(name);
+  }
+  EXPECT_EQ(c.model.gpt_layers, 7);
+  EXPECT_EQ(c.model.gpt_width, 112);
+  EXPECT_EQ(c.model.gpt_heads, 4);
+  EXPECT_EQ(c.data.seq_len, 48);
+  EXPECT_EQ(c.model.vocab_size, 1000);
+
+  const std::string negative = error_of([] { parse({"--gpt-layers", "-1"}); });
+  EXPECT_NE(negative.find("--gpt-layers"), std::string::npos) << negative;
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ TEST(Zoo, EveryNameBuildsAndRunsOneImage) {
   torch::NoGradGuard no_grad;
   for (const auto& name : ptrain::models::model_names()) {
     if (name.find("101") != std::string::npos || name.find("152") != std::string::npos) continue;  // slow, same code
+    if (ptrain::models::is_language_model(name)) continue;  // tokens in: gpt_test.cpp
     auto model = make_model({name, 7, 3, 32});
     model->eval();
     EXPECT_EQ(model->forward(torch::randn({1, 3, 32, 32})).sizes().vec(), (std::vector<int64_t>{1, 7})) << name;

@@ -14,7 +14,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   const auto non_negative = CLI::NonNegativeNumber;
   const auto positive = CLI::PositiveNumber;
 
-  app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56")
+  app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56, "
+                 "gpt-tiny/small/medium/large/xl (token datasets)")
       ->group("Model")->capture_default_str();
   app.add_option("--weights", c.model.weights, "Initial weights, a torchvision .pth or a .safetensors file")
       ->group("Model");
@@ -23,12 +24,23 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Model");
   app.add_flag("--channels-last,!--no-channels-last", c.model.channels_last, "NHWC memory format")
       ->group("Model");
+  app.add_option("--gpt-layers", c.model.gpt_layers, "GPT models: transformer blocks; 0 keeps the named size's")
+      ->group("Model")->check(non_negative);
+  app.add_option("--gpt-width", c.model.gpt_width, "GPT models: embedding width; 0 keeps the named size's")
+      ->group("Model")->check(non_negative);
+  app.add_option("--gpt-heads", c.model.gpt_heads, "GPT models: attention heads; 0 keeps the named size's")
+      ->group("Model")->check(non_negative);
+  app.add_option("--vocab-size", c.model.vocab_size,
+                 "GPT models: vocabulary size, at least the token dataset's; 0: the dataset's")
+      ->group("Model")->check(non_negative);
 
-  app.add_option("--dataset", c.data.dataset, "fashion-mnist | mnist | cifar10 | imagefolder | synthetic")
+  app.add_option("--dataset", c.data.dataset, "fashion-mnist | mnist | cifar10 | imagefolder | synthetic | synthetic-tokens | text")
       ->group("Data")->capture_default_str();
   app.add_option("--data-path", c.data.path, "Dataset location (default: the dataset's usual place)")->group("Data");
   app.add_option("--image-size", c.data.image_size, "Resize images to this square size; 0 keeps them")
       ->group("Data")->check(non_negative)->capture_default_str();
+  app.add_option("--seq-len", c.data.seq_len, "Token datasets: tokens per sample; 0: the dataset's default")
+      ->group("Data")->check(non_negative);
   app.add_flag("--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
       ->group("Data")->capture_default_str();
   app.add_option("--loader-threads", c.data.loader_threads, "Threads decoding image folders")

@@ -6,8 +6,11 @@ nlohmann::json to_json(const TrainConfig& c) {
   return {
       {"model", {{"name", c.model.name}, {"weights", c.model.weights},
                  {"activation_checkpointing", c.model.activation_checkpointing},
-                 {"channels_last", c.model.channels_last}}},
+                 {"channels_last", c.model.channels_last}, {"gpt_layers", c.model.gpt_layers},
+                 {"gpt_width", c.model.gpt_width}, {"gpt_heads", c.model.gpt_heads},
+                 {"vocab_size", c.model.vocab_size}}},
       {"data", {{"dataset", c.data.dataset}, {"path", c.data.path}, {"image_size", c.data.image_size},
+                {"seq_len", c.data.seq_len},
                 {"augment", c.data.augment}, {"loader_threads", c.data.loader_threads},
                 {"prefetch", c.data.prefetch}, {"train_limit", c.data.train_limit},
                 {"test_limit", c.data.test_limit}}},

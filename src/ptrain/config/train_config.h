@@ -16,12 +16,18 @@ struct ModelConfig {
   std::string weights;                     // initial weights (.pth or .safetensors); empty: random init
   bool activation_checkpointing = false;   // recompute each residual block in backward
   bool channels_last = false;              // NHWC memory format for inputs and 4-D weights
+  // GPT models: override the named size's shape; 0 keeps it.
+  int64_t gpt_layers = 0;                  // transformer blocks
+  int64_t gpt_width = 0;                   // embedding width (a multiple of the heads)
+  int64_t gpt_heads = 0;                   // attention heads
+  int64_t vocab_size = 0;                  // GPT models: vocabulary; 0: the token dataset's
 };
 
 struct DataConfig {
   std::string dataset = "fashion-mnist";   // a name of data/registry.h
   std::string path;                        // dataset location; empty: the dataset's default
   int64_t image_size = 0;                  // resize to this square size; 0: native size
+  int64_t seq_len = 0;                     // token datasets: tokens per sample; 0: the dataset's default
   bool augment = true;                     // random crop with padding + horizontal flip on training batches
   int64_t loader_threads = 2;              // decoding threads when an image folder is loaded
   int64_t prefetch = 2;                    // batches the loader keeps ready ahead of the step

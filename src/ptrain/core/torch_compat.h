@@ -6,6 +6,9 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cmath>
+#include <limits>
+
 #if PTRAIN_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -112,6 +115,25 @@ inline void reset_cuda_allocator_peaks(int device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
 #endif
+
+}  // namespace ptrain::compat
+
+namespace ptrain::compat {
+
+// Causal attention of q, k, v [batch, heads, time, head_dim]: softmax(q k^T / sqrt(head_dim)) v with each
+// position blind to later ones. 2.1 and later call scaled_dot_product_attention, whose CUDA kernels (flash,
+// memory-efficient) never hold the time x time scores; 1.13 has none, and computes it explicitly.
+inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+#if PTRAIN_TORCH_AT_LEAST(2, 1)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  const int64_t time = q.size(-2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  const auto future = torch::ones({time, time}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+#endif
+}
 
 }  // namespace ptrain::compat
 

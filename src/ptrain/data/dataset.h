@@ -11,13 +11,17 @@
 
 namespace ptrain::data {
 
+// Two forms: images (uint8 images, one class label each) and tokens (int64 sequences of T tokens, labelled
+// with each position's next token, for language models). Both are indexed by sample on dimension 0.
 struct Dataset {
-  torch::Tensor images;  // uint8, N x C x H x W, CPU, contiguous
-  torch::Tensor labels;  // int64, N
-  std::vector<std::string> classes;
+  torch::Tensor images;  // images: uint8, N x C x H x W; tokens: int64, N x T. CPU, contiguous
+  torch::Tensor labels;  // images: int64, N; tokens: int64, N x T
+  std::vector<std::string> classes;  // images only
+  int64_t vocab_size = 0;            // tokens only: every token is in 0..vocab_size-1
   std::string description;
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  bool is_tokens() const { return images.defined() && images.scalar_type() == torch::kInt64; }
 };
 
 }  // namespace ptrain::data

@@ -14,7 +14,7 @@ namespace ptrain::data {
 
 // One batch on its way from the worker to the consumer: the data, or the end of the epoch, or the worker's error.
 struct Loader::Pending {
-  torch::Tensor images;  // uint8, already on the target device
+  torch::Tensor images;  // uint8 images or int64 tokens, already on the target device
   torch::Tensor labels;
   int64_t index = 0;
   bool end = false;
@@ -37,14 +37,21 @@ Loader::Loader(const Dataset& dataset, LoaderOptions options)
     : dataset_(dataset),
       options_(std::move(options)),
       sampler_(dataset.size(), options_.rank, options_.world_size, options_.shuffle, options_.seed, options_.drop_last) {
-  check(dataset_.images.defined() && dataset_.images.dim() == 4 && dataset_.images.scalar_type() == torch::kUInt8,
-        "loader: dataset '" + dataset_.description + "' images must be uint8 N x C x H x W");
+  if (dataset_.is_tokens()) {
+    check(dataset_.images.dim() == 2 && dataset_.labels.defined() && dataset_.labels.sizes() == dataset_.images.sizes() &&
+              dataset_.labels.scalar_type() == torch::kInt64,
+          "loader: token dataset '" + dataset_.description + "' needs int64 N x T inputs and labels of the same shape");
+  } else {
+    check(dataset_.images.defined() && dataset_.images.dim() == 4 && dataset_.images.scalar_type() == torch::kUInt8,
+          "loader: dataset '" + dataset_.description + "' images must be uint8 N x C x H x W (or int64 N x T tokens)");
+  }
   check(dataset_.images.size(0) == dataset_.size(), "loader: dataset '" + dataset_.description + "' has " +
                                                         std::to_string(dataset_.images.size(0)) + " images but " +
                                                         std::to_string(dataset_.size()) + " labels");
   check(options_.batch_size >= 1, "loader: batch_size must be >= 1, got " + std::to_string(options_.batch_size));
   check(options_.prefetch >= 1, "loader: prefetch must be >= 1, got " + std::to_string(options_.prefetch));
   dataset_.images = dataset_.images.contiguous();
+  dataset_.labels = dataset_.labels.contiguous();
   if (options_.device.is_cuda()) {
 #if PTRAIN_WITH_CUDA
     if (!options_.device.has_index()) options_.device = torch::Device(torch::kCUDA, c10::cuda::current_device());
@@ -120,9 +127,11 @@ void Loader::produce(int64_t first_batch, std::vector<int64_t> order) {
       const int64_t count = std::min(options_.batch_size, samples - begin);
       auto index = torch::from_blob(order.data() + begin, {count}, torch::kInt64);
       auto host_options = torch::TensorOptions().pinned_memory(pin);
-      auto host_images = torch::empty({count, images.size(1), images.size(2), images.size(3)},
-                                      host_options.dtype(torch::kUInt8));
-      auto host_labels = torch::empty({count}, host_options.dtype(torch::kInt64));
+      // Images: uint8 [count, C, H, W] and labels [count]; tokens: int64 [count, T] both.
+      std::vector<int64_t> image_shape = images.sizes().vec(), label_shape = dataset_.labels.sizes().vec();
+      image_shape[0] = label_shape[0] = count;
+      auto host_images = torch::empty(image_shape, host_options.dtype(images.scalar_type()));
+      auto host_labels = torch::empty(label_shape, host_options.dtype(torch::kInt64));
       torch::index_select_out(host_images, images, 0, index);
       torch::index_select_out(host_labels, dataset_.labels, 0, index);
 
@@ -187,7 +196,10 @@ std::optional<Batch> Loader::next() {
   Batch batch;
   batch.index = item->index;
   batch.labels = item->labels;
-  if (options_.train) {
+  if (dataset_.is_tokens()) {
+    // Token ids stay int64: there is nothing to augment, and casting them to the compute dtype would corrupt them.
+    batch.images = item->images;
+  } else if (options_.train) {
     const auto seed = derive_seed(options_.seed, {static_cast<uint64_t>(epoch_), static_cast<uint64_t>(item->index),
                                                   static_cast<uint64_t>(options_.rank)});
     const auto draw = draw_augmentation(item->images.size(0), options_.augment, seed);

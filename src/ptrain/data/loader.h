@@ -1,5 +1,5 @@
 // Batches for training and evaluation: a background thread gathers and ships uint8 images ahead of the consumer,
-// the consumer augments them on the device.
+// the consumer augments them on the device. Token datasets pass through as int64, without augmentation.
 #pragma once
 
 #include <torch/torch.h>
@@ -35,8 +35,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  torch::Tensor images;  // augmented, on options.device, options.augment.out_dtype
-  torch::Tensor labels;  // int64 on options.device
+  torch::Tensor images;  // augmented, on options.device, options.augment.out_dtype; token datasets: int64 [B, T] as stored
+  torch::Tensor labels;  // int64 on options.device: [B], or [B, T] for tokens
   int64_t index;         // batch index in the epoch
 };
 

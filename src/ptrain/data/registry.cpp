@@ -8,6 +8,7 @@
 #include "ptrain/data/idx.h"
 #include "ptrain/data/image_folder.h"
 #include "ptrain/data/synthetic.h"
+#include "ptrain/data/tokens.h"
 
 namespace ptrain::data {
 
@@ -73,7 +74,9 @@ Dataset open_synthetic(const std::string& path, bool train) {
 
 }  // namespace
 
-std::vector<std::string> dataset_names() { return {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic"}; }
+std::vector<std::string> dataset_names() {
+  return {"fashion-mnist", "mnist", "cifar10", "imagefolder", "synthetic", "synthetic-tokens", "text"};
+}
 
 Dataset open_dataset(const DataSpec& spec, bool train, int threads) {
   if (spec.name == "fashion-mnist") return load_fashion_mnist(spec.path.empty() ? kFashionMnistDefault : spec.path, train);
@@ -82,6 +85,8 @@ Dataset open_dataset(const DataSpec& spec, bool train, int threads) {
   if (spec.name == "imagefolder")
     return load_image_folder((fs::path(require_path(spec)) / (train ? "train" : "test")).string(), threads);
   if (spec.name == "synthetic") return open_synthetic(spec.path, train);
+  if (spec.name == "synthetic-tokens") return open_synthetic_tokens(spec.path, spec.seq_len, train);
+  if (spec.name == "text") return load_text_tokens(spec.path, spec.seq_len, train);
   std::string known;
   for (const auto& name : dataset_names()) known += (known.empty() ? "" : ", ") + name;
   throw Error("unknown dataset '" + spec.name + "'; known: " + known);

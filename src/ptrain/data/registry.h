@@ -1,6 +1,7 @@
 // Datasets by name, as the configuration and the command line name them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@ namespace ptrain::data {
 struct DataSpec {
   std::string name;
   std::string path;  // empty: the dataset's default, where it has one
+  int64_t seq_len = 0;  // token datasets: tokens per sample; 0: the dataset's default
 };
 
 // Known names:
@@ -21,6 +23,10 @@ struct DataSpec {
 //   imagefolder    path/train and path/test, each laid out as torchvision's ImageFolder
 //   synthetic      path "N:CxHxW:classes", e.g. "50000:3x32x32:10" (the default when empty); the test split is
 //                  N / 5 images from another seed
+//   synthetic-tokens  path "N:T:V", e.g. "20000:64:256" (the default when empty): N sequences of T tokens below V
+//                  from a fixed random Markov chain (data/tokens.h); seq_len, when set, replaces T
+//   text           path is a UTF-8 text file read as bytes (vocabulary 256) in windows of seq_len + 1 bytes
+//                  (default 256); the last 10% of the file is the test split
 // threads is the number of decoding threads for image folders.
 Dataset open_dataset(const DataSpec& spec, bool train, int threads);
 

@@ -27,7 +27,7 @@ class Model : public torch::nn::Module {
   // The top-level blocks in forward order, together holding every parameter and buffer once: the units
   // that sharding, wrapping and pipelining strategies work with. A unit's parameters are named relative
   // to the unit name (unit "layer1.0" holds "conv1.weight", i.e. "layer1.0.conv1.weight"), except for
-  // the "stem" unit, which groups top-level modules under their own names ("conv1.weight").
+  // the "stem" and "head" units, which group top-level modules under their own names ("conv1.weight").
   virtual std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() = 0;
 
   // Runs unit `index` of units() alone; forward(x) is these applied in order, index 0 first.

@@ -1,6 +1,7 @@
 #include "ptrain/models/zoo.h"
 
 #include "ptrain/core/error.h"
+#include "ptrain/models/gpt.h"
 #include "ptrain/models/resnet.h"
 
 namespace ptrain::models {
@@ -12,6 +13,30 @@ constexpr int64_t kLargestCifarStemImage = 64;
 
 const std::vector<int> kTorchvisionDepths = {18, 34, 50, 101, 152};
 const std::vector<int> kCifarDepths = {20, 32, 44, 56};
+
+// GPT-2's sizes (124M, 350M, 774M, 1.5B parameters at its 50257-token vocabulary), and a tiny one for
+// tests and the CPU. --gpt-layers/--gpt-width/--gpt-heads reshape any of them.
+struct GptSize {
+  const char* name;
+  int64_t layers, width, heads;
+};
+const std::vector<GptSize> kGptSizes = {
+    {"gpt-tiny", 2, 64, 4}, {"gpt-small", 12, 768, 12}, {"gpt-medium", 24, 1024, 16},
+    {"gpt-large", 36, 1280, 20}, {"gpt-xl", 48, 1600, 25}};
+
+std::shared_ptr<Model> make_gpt(const ModelSpec& spec, const GptSize& size) {
+  check(spec.num_classes > 0, "model '" + spec.name + "': the vocabulary size must be positive, got " +
+                                  std::to_string(spec.num_classes));
+  check(spec.seq_len > 0, "model '" + spec.name + "': seq_len must be positive, got " + std::to_string(spec.seq_len));
+  GptOptions options;
+  options.name = spec.name;
+  options.vocab_size = spec.num_classes;
+  options.seq_len = spec.seq_len;
+  options.layers = spec.layers > 0 ? spec.layers : size.layers;
+  options.width = spec.width > 0 ? spec.width : size.width;
+  options.heads = spec.heads > 0 ? spec.heads : size.heads;
+  return std::make_shared<Gpt>(options);
+}
 
 std::string join(const std::vector<std::string>& names) {
   std::string text;
@@ -28,10 +53,16 @@ std::vector<std::string> model_names() {
     names.insert(names.end(), {base, base + "-cifar", base + "-imagenet"});
   }
   for (int d : kCifarDepths) names.push_back("resnet" + std::to_string(d));
+  for (const auto& size : kGptSizes) names.push_back(size.name);
   return names;
 }
 
+bool is_language_model(const std::string& name) { return name.rfind("gpt-", 0) == 0; }
+
 std::shared_ptr<Model> make_model(const ModelSpec& spec) {
+  for (const auto& size : kGptSizes) {
+    if (spec.name == size.name) return make_gpt(spec, size);
+  }
   check(spec.num_classes > 0, "model '" + spec.name + "': num_classes must be positive, got " +
                                   std::to_string(spec.num_classes));
   check(spec.in_channels > 0, "model '" + spec.name + "': in_channels must be positive, got " +

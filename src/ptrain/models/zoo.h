@@ -12,16 +12,23 @@ namespace ptrain::models {
 
 struct ModelSpec {
   std::string name;
-  int64_t num_classes;
-  int64_t in_channels;
-  int64_t image_size;  // side of the (square) input images
+  int64_t num_classes;  // image models: classes; language models: the vocabulary size
+  int64_t in_channels;  // image models
+  int64_t image_size;   // image models: side of the (square) input images
+  int64_t seq_len = 0;  // language models: the longest sequence (learned positions)
+  // GPT models: override the named size's shape; 0 keeps it.
+  int64_t layers = 0, width = 0, heads = 0;
 };
 
 // resnet18/34/50/101/152 take the CIFAR stem (3x3 conv, no max-pool) for images up to 64 pixels and
 // torchvision's ImageNet stem above; the suffixes -cifar and -imagenet force one. resnet20/32/44/56 are
-// He et al.'s CIFAR ResNets. An unknown name throws ptrain::Error listing model_names().
+// He et al.'s CIFAR ResNets. gpt-tiny/small/medium/large/xl are GPT-2 style language models (models/gpt.h)
+// taking int64 tokens. An unknown name throws ptrain::Error listing model_names().
 std::shared_ptr<Model> make_model(const ModelSpec& spec);
 
 std::vector<std::string> model_names();
+
+// Whether `name` is a language model (int64 tokens in, logits per position out) rather than an image model.
+bool is_language_model(const std::string& name);
 
 }  // namespace ptrain::models

@@ -194,10 +194,20 @@ Plan make_plan(const config::TrainConfig& config) {
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
     throw Error("--model: unknown model '" + c.model.name + "' (known: " + known + ")");
   }
+  if (!models::is_language_model(c.model.name)) {
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},
+                                      {"--gpt-width", c.model.gpt_width},
+                                      {"--gpt-heads", c.model.gpt_heads},
+                                      {"--vocab-size", c.model.vocab_size}}) {
+      check(value == 0, std::string(flag) + " applies to GPT models only, not to --model " + c.model.name);
+    }
+  }
+  check(c.data.seq_len == 0 || c.data.dataset == "synthetic-tokens" || c.data.dataset == "text",
+        "--seq-len applies to token datasets (synthetic-tokens, text) only, not to --dataset " + c.data.dataset);
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
 
-  plan.data = data::DataSpec{c.data.dataset, c.data.path};
+  plan.data = data::DataSpec{c.data.dataset, c.data.path, c.data.seq_len};
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
@@ -219,11 +229,20 @@ std::string describe(const Plan& plan) {
   const auto& c = plan.config;
   const int64_t devices = plan.launch.world_size * (c.run.strategy == "dp" ? c.dist.replicas : 1);
   std::ostringstream out;
-  out << "model " << c.model.name << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
+  const bool tokens = models::is_language_model(c.model.name);
+  std::string shape;
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"layers", c.model.gpt_layers},
+                                    {"width", c.model.gpt_width},
+                                    {"heads", c.model.gpt_heads},
+                                    {"vocabulary", c.model.vocab_size}}) {
+    if (value > 0) shape += (shape.empty() ? " " : ", ") + std::string(flag) + " " + std::to_string(value);
+  }
+  out << "model " << c.model.name << shape << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
       << (c.model.channels_last ? " channels-last" : "") << "\n"
       << "data " << c.data.dataset << (c.data.path.empty() ? "" : " from " + c.data.path)
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
-      << (c.data.augment ? ", augmented" : "") << "\n"
+      << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
+      << (c.data.augment && !tokens ? ", augmented" : "") << "\n"
       << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
       << "\n"

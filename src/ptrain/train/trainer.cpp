@@ -51,6 +51,11 @@ data::Dataset first_samples(data::Dataset dataset, int64_t limit) {
   return dataset;
 }
 
+// Image models give logits [B, classes] for labels [B]; language models [B, T, vocab] for labels [B, T], every
+// position a prediction of its next token. Both flatten to [predictions, classes] and [predictions].
+torch::Tensor prediction_logits(const torch::Tensor& logits) { return logits.dim() > 2 ? logits.flatten(0, -2) : logits; }
+torch::Tensor prediction_labels(const torch::Tensor& labels) { return labels.dim() > 1 ? labels.flatten() : labels; }
+
 void convert_to_channels_last(torch::nn::Module& module) {
   torch::NoGradGuard no_grad;
   for (auto& p : module.parameters()) {
@@ -183,9 +188,27 @@ void TrainingRun::load_data() {
 
 void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
-  const int64_t native_size = train_set_.images.size(2);
-  models::ModelSpec spec{c_.model.name, static_cast<int64_t>(train_set_.classes.size()), train_set_.images.size(1),
-                         c_.data.image_size > 0 ? c_.data.image_size : native_size};
+  const bool language_model = models::is_language_model(c_.model.name);
+  check(language_model == train_set_.is_tokens(),
+        language_model ? "--model " + c_.model.name + " is a language model: it needs a token dataset "
+                             "(--dataset synthetic-tokens or text), not " + c_.data.dataset
+                       : "--model " + c_.model.name + " is an image model: it cannot train on the token dataset " +
+                             c_.data.dataset);
+  models::ModelSpec spec{c_.model.name, 0, 0, 0};
+  if (language_model) {
+    check(c_.model.vocab_size == 0 || c_.model.vocab_size >= train_set_.vocab_size,
+          "--vocab-size " + std::to_string(c_.model.vocab_size) + " is smaller than the " +
+              std::to_string(train_set_.vocab_size) + " tokens of " + train_set_.description);
+    spec.num_classes = c_.model.vocab_size > 0 ? c_.model.vocab_size : train_set_.vocab_size;
+    spec.seq_len = std::max(train_set_.images.size(1), test_set_.images.size(1));
+    spec.layers = c_.model.gpt_layers;
+    spec.width = c_.model.gpt_width;
+    spec.heads = c_.model.gpt_heads;
+  } else {
+    spec.num_classes = static_cast<int64_t>(train_set_.classes.size());
+    spec.in_channels = train_set_.images.size(1);
+    spec.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
+  }
   model_ = models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
@@ -327,7 +350,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
   progress.start_epoch(epoch);
   int64_t step_in_epoch = first_micro_batch / accum;
   metrics::Stopwatch window;
-  int64_t window_images = 0;
+  int64_t window_images = 0, window_predictions = 0;
   auto window_loss = torch::zeros({}, totals_->loss_sum.options());
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
@@ -340,17 +363,21 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
         precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
         logits = strategy_->forward(*model_, batch->images);
       }
-      auto loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
+      const auto predictions = prediction_logits(logits);
+      const auto labels = prediction_labels(batch->labels);
+      auto loss = torch::nn::functional::cross_entropy(predictions.to(torch::kFloat), labels);
       auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
       (scaler_ ? scaler_->scale(scaled) : scaled).backward();
 
       torch::NoGradGuard no_grad;
       const auto n = batch->labels.size(0);
-      auto batch_loss = loss.detach().to(torch::kDouble) * static_cast<double>(n);
+      const auto predicted = labels.size(0);  // n, or n x T for tokens: loss and accuracy are per prediction
+      auto batch_loss = loss.detach().to(torch::kDouble) * static_cast<double>(predicted);
       totals_->loss_sum.add_(batch_loss);
       window_loss.add_(batch_loss);
-      totals_->correct.add_(logits.argmax(1).eq(batch->labels).sum());
-      totals_->samples.add_(static_cast<double>(n));
+      totals_->correct.add_(predictions.argmax(1).eq(labels).sum());
+      totals_->samples.add_(static_cast<double>(predicted));
+      window_predictions += predicted;
       window_images += n * strategy_->world_size();
     }
     optimizer_step(global_step_);
@@ -360,11 +387,12 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
       save({epoch, step_in_epoch * accum, global_step_, 0, 0});
     if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
-      const double mean_loss = window_loss.item<double>() / static_cast<double>(window_images / strategy_->world_size());
+      const double mean_loss = window_loss.item<double>() / static_cast<double>(window_predictions);
       const double seconds = window.elapsed_seconds();
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
       window_loss.zero_();
       window_images = 0;
+      window_predictions = 0;
       window.restart();
     }
   }
@@ -383,11 +411,13 @@ Evaluation TrainingRun::evaluate() {
       precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
       logits = strategy_->forward(*model_, batch->images);
     }
+    const auto predictions = prediction_logits(logits);
+    const auto labels = prediction_labels(batch->labels);
     loss_sum.add_(torch::nn::functional::cross_entropy(
-        logits.to(torch::kFloat), batch->labels,
+        predictions.to(torch::kFloat), labels,
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
-    correct.add_(logits.argmax(1).eq(batch->labels).sum());
-    seen += batch->labels.size(0);
+    correct.add_(predictions.argmax(1).eq(labels).sum());
+    seen += labels.size(0);
   }
   model_->train();
   strategy_->all_reduce_sum(loss_sum);
@@ -498,7 +528,7 @@ metrics::RunRecord TrainingRun::run() {
   record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
   record_.epochs = c_.run.epochs;
   record_.steps = global_step_;
-  record_.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
+  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
   record_.train_wall_seconds = train_seconds_;
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;

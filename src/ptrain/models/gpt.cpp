@@ -1,0 +1,194 @@
+#include "ptrain/models/gpt.h"
+
+#include <cmath>
+
+#include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"  // defines: causal_attention
+#include "ptrain/models/activation_checkpoint.h"  // defines: checkpoint
+
+namespace ptrain::models {
+
+namespace nn = torch::nn;
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // GPT-2's initialiser range
+constexpr double kLayerNormEps = 1e-5;
+
+// Multi-head causal self-attention: softmax(Q K^T / sqrt(d) + causal mask) V, computed explicitly on
+// LibTorch 1.13 and fused on 2.x (core/torch_compat.h).
+class CausalSelfAttention : public nn::Module {
+ public:
+  CausalSelfAttention(int64_t width, int64_t heads) : heads_(heads) {
+    c_attn = register_module("c_attn", nn::Linear(width, 3 * width));
+    c_proj = register_module("c_proj", nn::Linear(width, width));
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
+    const int64_t head_dim = width / heads_;
+    const auto qkv = c_attn->forward(x).split(width, /*dim=*/2);
+    // [B, T, C] -> [B, heads, T, head_dim]
+    const auto heads = [&](const torch::Tensor& t) { return t.view({batch, time, heads_, head_dim}).transpose(1, 2); };
+    const auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    const auto y = compat::causal_attention(q, k, v).transpose(1, 2).contiguous().view({batch, time, width});
+    return c_proj->forward(y);
+  }
+
+  nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t heads_;
+};
+
+class Mlp : public nn::Module {
+ public:
+  explicit Mlp(int64_t width) {
+    c_fc = register_module("c_fc", nn::Linear(width, 4 * width));
+    c_proj = register_module("c_proj", nn::Linear(4 * width, width));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh")); }
+
+  nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+
+nn::LayerNorm layer_norm(int64_t width) {
+  return nn::LayerNorm(nn::LayerNormOptions({width}).eps(kLayerNormEps));
+}
+
+// Holds top-level modules under their own names, for the "stem" and "head" units.
+struct Group : nn::Module {
+  Group(const std::string& a, std::shared_ptr<nn::Module> first, const std::string& b,
+        std::shared_ptr<nn::Module> second) {
+    register_module(a, std::move(first));
+    register_module(b, std::move(second));
+  }
+};
+
+}  // namespace
+
+// One pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+class GptBlock : public nn::Module {
+ public:
+  GptBlock(int64_t width, int64_t heads) {
+    ln_1 = register_module("ln_1", layer_norm(width));
+    attn = register_module("attn", std::make_shared<CausalSelfAttention>(width, heads));
+    ln_2 = register_module("ln_2", layer_norm(width));
+    mlp = register_module("mlp", std::make_shared<Mlp>(width));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn->forward(ln_1->forward(x));
+    return x + mlp->forward(ln_2->forward(x));
+  }
+
+  nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Mlp> mlp;
+};
+
+int64_t gpt_parameter_count(const GptOptions& o) {
+  const int64_t c = o.width;
+  const int64_t block = 2 * 2 * c                 // ln_1, ln_2
+                        + c * 3 * c + 3 * c       // c_attn
+                        + c * c + c               // attn.c_proj
+                        + c * 4 * c + 4 * c       // c_fc
+                        + 4 * c * c + c;          // mlp.c_proj
+  return o.vocab_size * c + o.seq_len * c + o.layers * block + 2 * c + o.vocab_size * c;
+}
+
+Gpt::Gpt(const GptOptions& options) : options_(options) {
+  const std::string where = "GPT '" + options.name + "': ";
+  check(options.vocab_size > 0, where + "vocab_size must be positive, got " + std::to_string(options.vocab_size));
+  check(options.seq_len > 0, where + "seq_len must be positive, got " + std::to_string(options.seq_len));
+  check(options.layers > 0, where + "layers (--gpt-layers) must be positive, got " + std::to_string(options.layers));
+  check(options.heads > 0, where + "heads (--gpt-heads) must be positive, got " + std::to_string(options.heads));
+  check(options.width > 0 && options.width % options.heads == 0,
+        where + "width (--gpt-width) " + std::to_string(options.width) + " must be a positive multiple of the " +
+            std::to_string(options.heads) + " heads (--gpt-heads)");
+
+  wte = register_module("wte", nn::Embedding(options.vocab_size, options.width));
+  wpe = register_module("wpe", nn::Embedding(options.seq_len, options.width));
+  auto h = register_module("h", nn::ModuleList());
+  for (int64_t i = 0; i < options.layers; ++i) {
+    blocks_.push_back(std::make_shared<GptBlock>(options.width, options.heads));
+    h->push_back(blocks_.back());
+  }
+  ln_f = register_module("ln_f", layer_norm(options.width));
+  lm_head = register_module("lm_head", nn::Linear(nn::LinearOptions(options.width, options.vocab_size).bias(false)));
+  stem_ = std::make_shared<Group>("wte", wte.ptr(), "wpe", wpe.ptr());
+  head_ = std::make_shared<Group>("ln_f", ln_f.ptr(), "lm_head", lm_head.ptr());
+
+  // GPT-2's initialisation: N(0, 0.02) weights and embeddings, zero biases, LayerNorms at 1 and 0, and the
+  // projections back into the residual stream scaled by 1/sqrt(2 * layers), one for each residual addition.
+  torch::NoGradGuard no_grad;
+  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(options.layers));
+  for (auto& item : named_parameters()) {
+    const std::string& key = item.key();
+    auto& p = item.value();
+    const bool is_bias = key.size() >= 5 && key.compare(key.size() - 5, 5, ".bias") == 0;
+    const bool in_layer_norm = key.rfind("ln_f.", 0) == 0 || key.find(".ln_1.") != std::string::npos ||
+                               key.find(".ln_2.") != std::string::npos;
+    if (in_layer_norm) {
+      is_bias ? p.zero_() : p.fill_(1.0);
+    } else if (is_bias) {
+      p.zero_();
+    } else if (key.find("c_proj.weight") != std::string::npos) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, kInitStd);
+    }
+  }
+}
+
+std::shared_ptr<Model> Gpt::make_replica() const {
+  auto replica = std::make_shared<Gpt>(options_);
+  replica->set_activation_checkpointing(checkpointing_);
+  return replica;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> Gpt::units() {
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> result;
+  result.emplace_back("stem", stem_);
+  for (size_t i = 0; i < blocks_.size(); ++i) result.emplace_back("h." + std::to_string(i), blocks_[i]);
+  result.emplace_back("head", head_);
+  return result;
+}
+
+torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
+  const size_t count = blocks_.size() + 2;
+  if (index >= count) {
+    throw Error("Gpt::forward_unit: index " + std::to_string(index) + " is beyond the " + std::to_string(count) +
+                " units");
+  }
+  if (index == 0) {
+    // Checked without building messages on the way through: this runs every step.
+    if (x.dim() != 2 || x.scalar_type() != torch::kInt64) {
+      throw Error(name() + ": expects int64 tokens of shape [batch, time], got " +
+                  std::string(c10::toString(x.scalar_type())) + " of shape " + c10::str(x.sizes()) +
+                  " (a language model needs a token dataset)");
+    }
+    const int64_t time = x.size(1);
+    if (time > options_.seq_len) {
+      throw Error(name() + ": sequences of " + std::to_string(time) + " tokens are longer than its " +
+                  std::to_string(options_.seq_len) + " positions");
+    }
+    const auto positions = torch::arange(time, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+    return wte->forward(x) + wpe->forward(positions);
+  }
+  if (index <= blocks_.size()) {
+    GptBlock& block = *blocks_[index - 1];
+    if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
+      return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
+    }
+    return block.forward(x);
+  }
+  return lm_head->forward(ln_f->forward(x));
+}
+
+torch::Tensor Gpt::forward(torch::Tensor tokens) {
+  const size_t count = blocks_.size() + 2;
+  for (size_t i = 0; i < count; ++i) tokens = forward_unit(i, tokens);
+  return tokens;
+}
+
+}  // namespace ptrain::models

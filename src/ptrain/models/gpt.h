@@ -1,0 +1,60 @@
+// A GPT-2 style decoder-only language model (Radford et al. 2019): pre-LayerNorm blocks of causal
+// self-attention and a 4x MLP with tanh-approximated GELU, learned positions, a final LayerNorm and a
+// linear head. Module names follow GPT-2's ("wte", "h.0.attn.c_attn", "ln_f", ...) with Linear weights
+// stored [out, in] as nn.Linear keeps them (not GPT-2's transposed Conv1D).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ptrain/models/model.h"
+
+namespace ptrain::models {
+
+struct GptOptions {
+  std::string name = "gpt";  // what name() reports
+  int64_t vocab_size = 256;
+  int64_t seq_len = 64;      // the longest input: rows of the position embedding
+  int64_t layers = 2;
+  int64_t width = 64;        // embedding width, a multiple of heads
+  int64_t heads = 4;
+};
+
+class GptBlock;
+
+// forward(tokens): int64 [B, T] with T <= seq_len -> logits [B, T, vocab_size] in the parameters' dtype
+// (or autocast's). units(): "stem" (wte, wpe), "h.0" ... "h.{layers-1}", "head" (ln_f, lm_head).
+class Gpt : public Model {
+ public:
+  explicit Gpt(const GptOptions& options);
+
+  torch::Tensor forward(torch::Tensor tokens) override;
+  void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
+  std::string name() const override { return options_.name; }
+  std::shared_ptr<Model> make_replica() const override;
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
+  torch::Tensor forward_unit(size_t index, torch::Tensor x) override;
+
+  const GptOptions& options() const { return options_; }
+
+ private:
+  GptOptions options_;
+  bool checkpointing_ = false;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<std::shared_ptr<GptBlock>> blocks_;
+  torch::nn::LayerNorm ln_f{nullptr};
+  // Not tied to wte (GPT-2 ties them): sharding strategies cut the model into units that must own disjoint
+  // parameters, and a weight shared by the first and the last unit would belong to both.
+  torch::nn::Linear lm_head{nullptr};
+  std::shared_ptr<torch::nn::Module> stem_, head_;  // top-level modules grouped for units()
+};
+
+// Parameters of a GPT with these options (embeddings, blocks, final LayerNorm and untied head).
+int64_t gpt_parameter_count(const GptOptions& options);
+
+}  // namespace ptrain::models
