@@ -9,6 +9,7 @@
 #include "ptrain/models/zoo.h"
 #include "ptrain/strategies/fsdp.h"
 #include "ptrain/strategies/sharding.h"
+#include "ptrain/train/trainer.h"
 
 namespace ptrain::cli {
 namespace {
@@ -38,6 +39,19 @@ std::string describe_buckets(models::Model& model, double cap_mb, int64_t ranks,
   return out.str();
 }
 
+constexpr int64_t kLargestListedModel = 1000000000;
+
+std::string model_states_line(const train::Plan& plan, const std::string& strategy, int64_t ranks, int64_t parameters) {
+  const auto& c = plan.config;
+  const auto states = bench::model_states(strategy + (strategy == "zero3" && c.sharding.offload_optimizer ? "+offload" : ""),
+                                          ranks, parameters, c, !plan.device.is_cuda());
+  std::ostringstream out;
+  out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
+      << mib(states.grads) << ", optimizer " << mib(states.optimizer) << ", fp32 masters " << mib(states.masters)
+      << ", communication buffers " << mib(states.buffers) << " = " << mib(states.total());
+  return out.str();
+}
+
 }  // namespace
 
 std::string describe_layout(const train::Plan& plan) {
@@ -45,15 +59,21 @@ std::string describe_layout(const train::Plan& plan) {
   const std::string& strategy = c.run.strategy;
   const int64_t ranks = std::max<int64_t>(plan.launch.world_size, 1);
   if (strategy == "single" || strategy == "dp") return "";
-  // The model as the trainer builds it: its classes and input shape come from the data.
+  // The model as the trainer builds it: its shape comes from the data (the test split stands for both).
   const auto test_split = data::open_dataset(plan.data, /*train=*/false, static_cast<int>(c.data.loader_threads));
-  const int64_t native = test_split.images.size(2);
-  auto model = models::make_model({c.model.name, static_cast<int64_t>(test_split.classes.size()), test_split.images.size(1),
-                                   c.data.image_size > 0 ? c.data.image_size : native});
+  const models::ModelSpec spec = train::model_spec(c, test_split, test_split);
+  std::ostringstream out;
+  // A model too big to build in host memory just for this listing is counted, not built.
+  const auto counted = models::parameters_without_building(spec);
+  if (counted && *counted > kLargestListedModel) {
+    out << "\n" << c.model.name << " has " << *counted << " parameters: too many to build on the host for a listing "
+        << "of its units (" << mib(*counted * 4) << " in fp32)\n";
+    return out.str() + model_states_line(plan, strategy, ranks, *counted);
+  }
+  auto model = models::make_model(spec);
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
 
-  std::ostringstream out;
   out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
   if (strategy == "fsdp") {
@@ -72,12 +92,7 @@ std::string describe_layout(const train::Plan& plan) {
   } else {
     out << strategy << ": " << describe_buckets(*model, c.sharding.reduce_bucket_mb, ranks, true);
   }
-  const auto states = bench::model_states(strategy + (strategy == "zero3" && c.sharding.offload_optimizer ? "+offload" : ""),
-                                          ranks, parameters, c, !plan.device.is_cuda());
-  out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
-      << mib(states.grads) << ", optimizer " << mib(states.optimizer) << ", fp32 masters " << mib(states.masters)
-      << ", communication buffers " << mib(states.buffers) << " = " << mib(states.total());
-  return out.str();
+  return out.str() + model_states_line(plan, strategy, ranks, parameters);
 }
 
 }  // namespace ptrain::cli

@@ -24,7 +24,7 @@ const std::vector<GptSize> kGptSizes = {
     {"gpt-tiny", 2, 64, 4}, {"gpt-small", 12, 768, 12}, {"gpt-medium", 24, 1024, 16},
     {"gpt-large", 36, 1280, 20}, {"gpt-xl", 48, 1600, 25}};
 
-std::shared_ptr<Model> make_gpt(const ModelSpec& spec, const GptSize& size) {
+GptOptions gpt_options(const ModelSpec& spec, const GptSize& size) {
   check(spec.num_classes > 0, "model '" + spec.name + "': the vocabulary size must be positive, got " +
                                   std::to_string(spec.num_classes));
   check(spec.seq_len > 0, "model '" + spec.name + "': seq_len must be positive, got " + std::to_string(spec.seq_len));
@@ -35,7 +35,7 @@ std::shared_ptr<Model> make_gpt(const ModelSpec& spec, const GptSize& size) {
   options.layers = spec.layers > 0 ? spec.layers : size.layers;
   options.width = spec.width > 0 ? spec.width : size.width;
   options.heads = spec.heads > 0 ? spec.heads : size.heads;
-  return std::make_shared<Gpt>(options);
+  return options;
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -59,9 +59,16 @@ std::vector<std::string> model_names() {
 
 bool is_language_model(const std::string& name) { return name.rfind("gpt-", 0) == 0; }
 
+std::optional<int64_t> parameters_without_building(const ModelSpec& spec) {
+  for (const auto& size : kGptSizes) {
+    if (spec.name == size.name) return gpt_parameter_count(gpt_options(spec, size));
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<Model> make_model(const ModelSpec& spec) {
   for (const auto& size : kGptSizes) {
-    if (spec.name == size.name) return make_gpt(spec, size);
+    if (spec.name == size.name) return std::make_shared<Gpt>(gpt_options(spec, size));
   }
   check(spec.num_classes > 0, "model '" + spec.name + "': num_classes must be positive, got " +
                                   std::to_string(spec.num_classes));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,9 @@ std::vector<std::string> model_names();
 
 // Whether `name` is a language model (int64 tokens in, logits per position out) rather than an image model.
 bool is_language_model(const std::string& name);
+
+// The parameters of the model spec asks for, counted without building it, where the zoo knows how
+// (the GPTs); nullopt otherwise.
+std::optional<int64_t> parameters_without_building(const ModelSpec& spec);
 
 }  // namespace ptrain::models

@@ -188,27 +188,7 @@ void TrainingRun::load_data() {
 
 void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
-  const bool language_model = models::is_language_model(c_.model.name);
-  check(language_model == train_set_.is_tokens(),
-        language_model ? "--model " + c_.model.name + " is a language model: it needs a token dataset "
-                             "(--dataset synthetic-tokens or text), not " + c_.data.dataset
-                       : "--model " + c_.model.name + " is an image model: it cannot train on the token dataset " +
-                             c_.data.dataset);
-  models::ModelSpec spec{c_.model.name, 0, 0, 0};
-  if (language_model) {
-    check(c_.model.vocab_size == 0 || c_.model.vocab_size >= train_set_.vocab_size,
-          "--vocab-size " + std::to_string(c_.model.vocab_size) + " is smaller than the " +
-              std::to_string(train_set_.vocab_size) + " tokens of " + train_set_.description);
-    spec.num_classes = c_.model.vocab_size > 0 ? c_.model.vocab_size : train_set_.vocab_size;
-    spec.seq_len = std::max(train_set_.images.size(1), test_set_.images.size(1));
-    spec.layers = c_.model.gpt_layers;
-    spec.width = c_.model.gpt_width;
-    spec.heads = c_.model.gpt_heads;
-  } else {
-    spec.num_classes = static_cast<int64_t>(train_set_.classes.size());
-    spec.in_channels = train_set_.images.size(1);
-    spec.image_size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
-  }
+  const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
   model_ = models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
@@ -563,9 +543,73 @@ metrics::RunRecord TrainingRun::run() {
 
 }  // namespace
 
+namespace {
+
+// What a device that ran out of memory held and how to make the run fit: the model states' bytes per
+// parameter under this strategy, and the strategies and flags that shrink them or the activations.
+std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
+  const auto& c = plan.config;
+  const auto& p = plan.precision;
+  const auto size = [](c10::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); };
+  const int64_t slots = c.optim.name == "adamw" ? 2 : (c.optim.momentum > 0 ? 1 : 0);
+  const int64_t optimized = p.master_weights ? size(p.master_dtype) : size(p.param_dtype);
+  const int64_t per_param = 2 * size(p.param_dtype) + slots * optimized + (p.master_weights ? 2 * optimized : 0);
+  const bool sharded = c.run.strategy.rfind("zero", 0) == 0 || c.run.strategy == "fsdp";
+  std::ostringstream out;
+  const auto newline = what.find('\n');
+  out << "out of memory on " << plan.device.str() << " under --strategy " << c.run.strategy << " ("
+      << what.substr(0, newline) << ").\n"
+      << "Model states take " << per_param << " bytes a parameter (" << p.name << ", " << c.optim.name << ")"
+      << (sharded ? ", divided among the ranks as the strategy shards them" : " on every rank, whole") << ". ";
+  if (c.run.strategy == "zero3" || c.run.strategy == "fsdp") {
+    out << "To fit: more ranks, --offload-optimizer (zero3) or --offload-params, --activation-checkpointing, or a "
+           "smaller --batch-size.";
+  } else {
+    out << "To fit: --strategy zero3 (or fsdp) shards parameters, gradients and optimizer state over the ranks ("
+        << per_param << "/N bytes a parameter on each of N); then --offload-optimizer; --activation-checkpointing "
+           "and a smaller --batch-size shrink the activations.";
+  }
+  out << " `ptrain estimate --devices N` predicts which fits.";
+  return out.str();
+}
+
+}  // namespace
+
+models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test) {
+  const bool language_model = models::is_language_model(c.model.name);
+  check(language_model == train.is_tokens(),
+        language_model ? "--model " + c.model.name + " is a language model: it needs a token dataset "
+                             "(--dataset synthetic-tokens or text), not " + c.data.dataset
+                       : "--model " + c.model.name + " is an image model: it cannot train on the token dataset " +
+                             c.data.dataset);
+  models::ModelSpec spec{c.model.name, 0, 0, 0};
+  if (language_model) {
+    check(c.model.vocab_size == 0 || c.model.vocab_size >= train.vocab_size,
+          "--vocab-size " + std::to_string(c.model.vocab_size) + " is smaller than the " +
+              std::to_string(train.vocab_size) + " tokens of " + train.description);
+    spec.num_classes = c.model.vocab_size > 0 ? c.model.vocab_size : train.vocab_size;
+    spec.seq_len = std::max(train.images.size(1), test.images.size(1));
+    spec.layers = c.model.gpt_layers;
+    spec.width = c.model.gpt_width;
+    spec.heads = c.model.gpt_heads;
+  } else {
+    spec.num_classes = static_cast<int64_t>(train.classes.size());
+    spec.in_channels = train.images.size(1);
+    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.images.size(2);
+  }
+  return spec;
+}
+
 metrics::RunRecord train(const Plan& plan, const std::string& command_line) {
-  TrainingRun run(plan, command_line);
-  return run.run();
+  try {
+    TrainingRun run(plan, command_line);
+    return run.run();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    // CUDA's caching allocator says "out of memory", the CPU allocator "can't allocate memory".
+    if (what.find("out of memory") == std::string::npos && what.find("can't allocate memory") == std::string::npos) throw;
+    throw Error(out_of_memory_advice(plan, what));
+  }
 }
 
 }  // namespace ptrain::train

@@ -5,11 +5,18 @@
 
 #include <string>
 
+#include "ptrain/config/train_config.h"
+#include "ptrain/data/dataset.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/models/zoo.h"
 #include "ptrain/train/plan.h"
 
 namespace ptrain::train {
 
 metrics::RunRecord train(const Plan& plan, const std::string& command_line);
+
+// The model the run's data asks for: an image model's classes and input shape, or a language model's
+// vocabulary and longest sequence. Refuses a model that does not match its data, naming the flags.
+models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test);
 
 }  // namespace ptrain::train
