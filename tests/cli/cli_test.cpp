@@ -245,6 +245,17 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
   EXPECT_NE(resumed.output.find("resuming a checkpoint of 4 device(s)"), std::string::npos) << resumed.output;
 }
 
+// A model whose states cannot fit stops with what they take and the strategies that would fit it.
+TEST(Cli, OutOfMemoryNamesTheFix) {
+  const Result r = run("train --model gpt-tiny --gpt-width 131072 --gpt-heads 1 --dataset synthetic-tokens "
+                       "--data-path 64:16:256 --batch-size 4 --max-steps 1 --device cpu --optimizer adamw");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const char* text : {"out of memory on cpu under --strategy single", "bytes a parameter", "--strategy zero3 (or fsdp)",
+                           "ptrain estimate"}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
+}
+
 TEST(Cli, DryRunShowsTheUnitsAndTheModelStatesPerRank) {
   const Result fsdp = run(kSmallRun + "--dry-run --strategy fsdp --min-num-params 20000");
   ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
@@ -378,10 +389,12 @@ TEST(Cli, BenchWithPytorchPutsBothFrameworksInOneReport) {
   const Result r = run("bench --gpus 0 --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) + " --source-dir " +
                        PTRAIN_SOURCE_DIR + " --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "      done: "), 6u) << r.output;
-  EXPECT_NE(r.output.find("[6/8] pytorch fp32, dp, 2 devices: not run: PyTorch's DataParallel"),
+  EXPECT_EQ(count_of(r.output, "      done: "), 7u) << r.output;
+  EXPECT_NE(r.output.find("[6/10] pytorch fp32, dp, 2 devices: not run: PyTorch's DataParallel"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[8/8] pytorch fp32, zero2, 2 devices: not run: PyTorch has no ZeRO-2"),
+  EXPECT_NE(r.output.find("[8/10] pytorch fp32, zero2, 2 devices: not run: PyTorch has no ZeRO-2"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[10/10] pytorch fp32, fsdp, 2 devices: not run: PyTorch's FSDP in the reference needs CUDA"),
             std::string::npos) << r.output;
   std::ifstream in(dir / "out" / "runs" / "pytorch" / "fp32-ddp-x2.json");
   ASSERT_TRUE(in.good()) << r.output;

@@ -38,16 +38,10 @@ Dataset open_cifar10(const std::string& path, bool train, int threads) {
 }
 
 int64_t parse_positive(const std::string& text, const std::string& spec) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(used == text.size() && !text.empty() && value > 0,
+  const auto value = positive_field(text);
+  check(value.has_value(),
         "synthetic dataset spec '" + spec + "': '" + text + "' is not a positive integer (format N:CxHxW:classes)");
-  return value;
+  return *value;
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {

@@ -38,4 +38,16 @@ Dataset make_synthetic(int64_t n, int64_t channels, int64_t height, int64_t widt
   return ds;
 }
 
+std::optional<int64_t> positive_field(const std::string& text) {
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != text.size() || text.empty() || value <= 0) return std::nullopt;
+  return value;
+}
+
 }  // namespace ptrain::data

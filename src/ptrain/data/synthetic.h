@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "ptrain/data/dataset.h"
 
@@ -12,5 +14,9 @@ namespace ptrain::data {
 // 0..255: a single pixel says little, but the image mean tells the class apart, so a network can learn it.
 // Deterministic in seed.
 Dataset make_synthetic(int64_t n, int64_t channels, int64_t height, int64_t width, int64_t classes, uint64_t seed);
+
+// One field of a synthetic dataset's spec ("50000:3x32x32:10", "20000:64:256"): a positive integer
+// written whole, or nullopt.
+std::optional<int64_t> positive_field(const std::string& text);
 
 }  // namespace ptrain::data

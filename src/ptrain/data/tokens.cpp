@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ptrain/core/error.h"
+#include "ptrain/data/synthetic.h"
 
 namespace ptrain::data {
 
@@ -32,18 +33,12 @@ Dataset from_sequences(const torch::Tensor& sequences, int64_t vocab, const std:
 }
 
 int64_t parse_field(const std::string& text, const std::string& spec, const char* what) {
-  size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  check(used == text.size() && !text.empty() && value > 0,
+  const auto value = positive_field(text);
+  check(value.has_value(),
         "--data-path '" + spec + "' of synthetic-tokens: " + what + " '" + text +
             "' is not a positive integer (format N:T:V, sequences:tokens per sequence:vocabulary, e.g. " +
             kDefaultSyntheticTokens + ")");
-  return value;
+  return *value;
 }
 
 }  // namespace
