@@ -267,6 +267,11 @@ TEST(Cli, DryRunShowsTheUnitsAndTheModelStatesPerRank) {
   ASSERT_EQ(zero2.exit_code, 0) << zero2.output;
   EXPECT_NE(zero2.output.find("buckets of at most 0.1 MiB"), std::string::npos) << zero2.output;
   EXPECT_NE(zero2.output.find("bucket 1:"), std::string::npos) << zero2.output;
+  // ddp's buckets as its reducer makes them: closed once full, the first at 1 MiB.
+  const Result ddp = run(kSmallRun + "--dry-run --strategy ddp --bucket-cap-mb 0.1");
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.output;
+  EXPECT_NE(ddp.output.find("each closed once it reaches 0.1 MiB (the first at 1 MiB)"), std::string::npos) << ddp.output;
+  EXPECT_NE(ddp.output.find("bucket 1:"), std::string::npos) << ddp.output;
 }
 
 // Node 1 in the background, node 0 in the foreground: two launchers on loopback make one job.

@@ -7,6 +7,7 @@
 #include "ptrain/bench/estimate.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/models/zoo.h"
+#include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/fsdp.h"
 #include "ptrain/strategies/sharding.h"
 #include "ptrain/train/trainer.h"
@@ -20,19 +21,35 @@ std::string mib(int64_t bytes) {
   return out.str();
 }
 
-// The buckets ddp all-reduces and ZeRO-1/2 reduce (and shard), in the order backward fills them.
-std::string describe_buckets(models::Model& model, double cap_mb, int64_t ranks, bool sharded) {
+// The buckets ddp all-reduces and ZeRO-1/2 reduce (and shard), made as the strategies make them, in the
+// order backward fills them.
+std::string describe_buckets(models::Model& model, const train::Plan& plan, int64_t ranks) {
+  const auto& c = plan.config;
   std::vector<torch::Tensor> params;
   for (const auto& p : model.parameters())
     if (p.requires_grad()) params.push_back(p);
-  const auto groups = strategies::group_by_size(params, static_cast<int64_t>(cap_mb * 1024 * 1024));
+  const bool sharded = c.run.strategy != "ddp";
   std::ostringstream out;
-  out << groups.size() << " buckets of at most " << cap_mb << " MiB, in the order backward fills them"
-      << (sharded ? ", each sharded over " + std::to_string(ranks) + " ranks" : "") << "\n";
+  std::vector<std::vector<size_t>> groups;
+  if (sharded) {
+    groups = strategies::group_by_size(params, strategies::megabytes_to_bytes(c.sharding.reduce_bucket_mb));
+    out << groups.size() << " buckets of at most " << c.sharding.reduce_bucket_mb << " MiB, each sharded over "
+        << ranks << " ranks";
+  } else {
+    const double first_mb = strategies::DdpOptions{}.first_bucket_mb;
+    groups = strategies::ddp_buckets(params, strategies::megabytes_to_bytes(first_mb),
+                                     strategies::megabytes_to_bytes(c.dist.bucket_cap_mb));
+    out << groups.size() << " buckets, each closed once it reaches " << c.dist.bucket_cap_mb << " MiB (the first at "
+        << first_mb << " MiB)";
+  }
+  out << ", in the order backward fills them\n";
   for (size_t g = 0; g < groups.size(); ++g) {
-    int64_t n = 0;
-    for (const auto i : groups[g]) n += params[i].numel();
-    out << "  bucket " << g << ": " << groups[g].size() << " tensors, " << n << " params, " << mib(n * 4);
+    int64_t n = 0, bytes = 0;
+    for (const auto i : groups[g]) {
+      n += params[i].numel();
+      bytes += params[i].numel() * static_cast<int64_t>(params[i].element_size());
+    }
+    out << "  bucket " << g << ": " << groups[g].size() << " tensors, " << n << " params, " << mib(bytes);
     if (sharded) out << ", " << (n + ranks - 1) / ranks << " per rank";
     out << "\n";
   }
@@ -71,6 +88,8 @@ std::string describe_layout(const train::Plan& plan) {
     return out.str() + model_states_line(plan, strategy, ranks, *counted);
   }
   auto model = models::make_model(spec);
+  // Buckets group by bytes, in the parameters' training dtype.
+  if (plan.precision.param_dtype != torch::kFloat) model->to(plan.precision.param_dtype);
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
 
@@ -87,10 +106,8 @@ std::string describe_layout(const train::Plan& plan) {
     std::iota(each.begin(), each.end(), 0);
     out << "zero3: every block a unit, sharded over " << ranks << " ranks\n"
         << strategies::describe_units(*model, each, ranks, true);
-  } else if (strategy == "ddp") {
-    out << "ddp: " << describe_buckets(*model, c.dist.bucket_cap_mb, ranks, false);
   } else {
-    out << strategy << ": " << describe_buckets(*model, c.sharding.reduce_bucket_mb, ranks, true);
+    out << strategy << ": " << describe_buckets(*model, plan, ranks);
   }
   return out.str() + model_states_line(plan, strategy, ranks, parameters);
 }

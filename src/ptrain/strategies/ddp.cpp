@@ -2,11 +2,9 @@
 
 #include <mutex>
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include "ptrain/core/error.h"
+#include "ptrain/strategies/gradient_hooks.h"
+#include "ptrain/strategies/sharding.h"
 
 namespace ptrain::strategies {
 
@@ -30,9 +28,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<Bucket> buckets;
   size_t next_to_launch = 0;
   bool sync = true;
-  // AccumulateGrad nodes are owned weakly by their parameters; holding them keeps the hooks in place.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> hook_keys;
+  GradientHooks hooks;
 
   torch::Tensor view_of(size_t index) {
     const auto& bucket = buckets[bucket_of[index]];
@@ -100,28 +96,6 @@ struct DistributedDataParallel::Reducer {
   }
 };
 
-namespace {
-
-class GradientReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  GradientReadyHook(std::weak_ptr<DistributedDataParallel::Reducer> reducer, size_t index)
-      : reducer_(std::move(reducer)), index_(index) {}
-
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto reducer = reducer_.lock()) reducer->on_gradient_accumulated(index_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<DistributedDataParallel::Reducer> reducer_;
-  size_t index_;
-};
-
-int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
-
-}  // namespace
-
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
                                                  DdpOptions options)
     : group_(std::move(group)), device_(device), options_(options) {
@@ -131,10 +105,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<dist::ProcessGr
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
-  if (!reducer_) return;
-  for (size_t i = 0; i < reducer_->accumulators.size(); ++i) {
-    reducer_->accumulators[i]->del_post_hook(reducer_->hook_keys[i]);
-  }
+  if (reducer_) reducer_->hooks.remove();
 }
 
 void DistributedDataParallel::prepare(models::Model& model) {
@@ -176,41 +147,8 @@ void DistributedDataParallel::prepare(models::Model& model) {
   r.slot_of.assign(params.size(), 0);
   r.ready.assign(params.size(), false);
 
-  // Reverse registration order; one open bucket per (dtype, device); a bucket closes once it reaches
-  // its cap (the first one of each kind at first_bucket_mb, later ones at bucket_cap_mb).
-  struct Open {
-    torch::ScalarType dtype;
-    torch::Device device;
-    std::vector<size_t> members;
-    int64_t bytes = 0;
-    int64_t cap = 0;
-  };
-  std::vector<Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t k = params.size(); k-- > 0;) {
-    const auto& p = params[k];
-    auto it = std::find_if(open.begin(), open.end(),
-                           [&](const Open& o) { return o.dtype == p.scalar_type() && o.device == p.device(); });
-    if (it == open.end()) {
-      open.push_back({p.scalar_type(), p.device(), {}, 0, megabytes_to_bytes(options_.first_bucket_mb)});
-      it = std::prev(open.end());
-    }
-    it->members.push_back(k);
-    it->bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    if (it->bytes >= it->cap) {
-      closed.push_back(std::move(it->members));
-      it->members.clear();
-      it->bytes = 0;
-      it->cap = megabytes_to_bytes(options_.bucket_cap_mb);
-    }
-  }
-  for (auto& o : open) {
-    if (!o.members.empty()) closed.push_back(std::move(o.members));
-  }
-  // Closed buckets of different kinds interleave; order them by when backward should fill them.
-  std::stable_sort(closed.begin(), closed.end(),
-                   [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
-
+  auto closed = ddp_buckets(params, megabytes_to_bytes(options_.first_bucket_mb),
+                            megabytes_to_bytes(options_.bucket_cap_mb));
   for (auto& members : closed) {
     Reducer::Bucket bucket;
     int64_t numel = 0;
@@ -226,12 +164,13 @@ void DistributedDataParallel::prepare(models::Model& model) {
     r.buckets.push_back(std::move(bucket));
   }
 
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
-    check(accumulator != nullptr, "ddp: parameter " + std::to_string(i) + " is not a leaf that requires grad");
-    r.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<GradientReadyHook>(reducer_, i)));
-    r.accumulators.push_back(std::move(accumulator));
-  }
+  std::weak_ptr<Reducer> weak = reducer_;
+  r.hooks.install(
+      params,
+      [weak](size_t i) {
+        if (auto reducer = weak.lock()) reducer->on_gradient_accumulated(i);
+      },
+      [](size_t i) { return "ddp: parameter " + std::to_string(i); });
 }
 
 torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {

@@ -96,40 +96,66 @@ void FlatParams::regrow() {
   allocated_ = true;
 }
 
-std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes) {
+namespace {
+
+// Parameter indices walked in reverse, one open group per dtype and device. close_before_overflow: a
+// group closes before a parameter would take it past its cap (a larger parameter is a group alone);
+// otherwise it closes once it reaches its cap, as PyTorch's DDP closes buckets. The first group of
+// each kind has first_cap_bytes, later ones cap_bytes. Groups come in the order backward fills them.
+std::vector<std::vector<size_t>> walk_by_size(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,
+                                              int64_t cap_bytes, bool close_before_overflow) {
   struct Open {
     torch::ScalarType dtype;
     torch::Device device;
     std::vector<size_t> members;
     int64_t bytes = 0;
+    int64_t cap = 0;
   };
   std::vector<Open> open;
   std::vector<std::vector<size_t>> closed;
+  const auto close = [&](Open& o) {
+    closed.push_back(std::move(o.members));
+    o.members.clear();
+    o.bytes = 0;
+    o.cap = cap_bytes;
+  };
   for (size_t k = params.size(); k-- > 0;) {
     const auto& p = params[k];
     auto it = std::find_if(open.begin(), open.end(),
                            [&](const Open& o) { return o.dtype == p.scalar_type() && o.device == p.device(); });
     if (it == open.end()) {
-      open.push_back({p.scalar_type(), p.device(), {}, 0});
+      open.push_back({p.scalar_type(), p.device(), {}, 0, first_cap_bytes});
       it = std::prev(open.end());
     }
     const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
-    if (!it->members.empty() && it->bytes + bytes > cap_bytes) {
-      closed.push_back(std::move(it->members));
-      it->members.clear();
-      it->bytes = 0;
-    }
+    if (close_before_overflow && !it->members.empty() && it->bytes + bytes > it->cap) close(*it);
     it->members.push_back(k);
     it->bytes += bytes;
+    if (!close_before_overflow && it->bytes >= it->cap) close(*it);
   }
   for (auto& o : open) {
     if (!o.members.empty()) closed.push_back(std::move(o.members));
   }
+  // Groups of different kinds interleave; order them by when backward should fill them.
   std::stable_sort(closed.begin(), closed.end(),
                    [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
-  // Within a group, registration order: the flat layout then reads like the model.
-  for (auto& members : closed) std::sort(members.begin(), members.end());
   return closed;
+}
+
+}  // namespace
+
+int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
+
+std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes) {
+  auto groups = walk_by_size(params, cap_bytes, cap_bytes, /*close_before_overflow=*/true);
+  // Within a group, registration order: the flat layout then reads like the model.
+  for (auto& members : groups) std::sort(members.begin(), members.end());
+  return groups;
+}
+
+std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,
+                                             int64_t cap_bytes) {
+  return walk_by_size(params, first_cap_bytes, cap_bytes, /*close_before_overflow=*/false);
 }
 
 torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {

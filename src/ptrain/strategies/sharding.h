@@ -1,5 +1,7 @@
-// The machinery the sharded strategies (ZeRO stages, FSDP) share: parameters of one dtype laid out back
-// to back in one flat buffer, padded so that it splits into world_size shards of equal size; the
+// The machinery the data-parallel strategies share: how parameters are grouped for the reduction of
+// their gradients (DDP's buckets, the ZeRO stages' and FSDP's groups) and, for the sharded strategies,
+// parameters of one dtype laid out back to back in one flat buffer, padded so that it splits into
+// world_size shards of equal size; the
 // parameters themselves become views of that buffer, so one collective over the buffer moves them all,
 // and a shard is a plain offset. The buffer's storage can be freed and regrown in place: parameter
 // objects, and the views autograd saved of them, stay valid across the gap.
@@ -63,6 +65,15 @@ class FlatParams {
 // the cap is a group alone), walking the parameters in reverse order: the order in which backward
 // usually produces their gradients.
 std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes);
+
+// DDP's gradient buckets, as PyTorch's reducer makes them: walking the parameters in reverse, one open
+// bucket per dtype and device closes once it reaches its cap (the first of each kind first_cap_bytes,
+// later ones cap_bytes); members in the order backward fills them.
+std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,
+                                             int64_t cap_bytes);
+
+// --bucket-cap-mb and the other MiB flags, in bytes.
+int64_t megabytes_to_bytes(double mb);
 
 // gloo in LibTorch 1.13 moves no bfloat16. For collectives that only copy (broadcast, all-gather), a
 // bfloat16 tensor travels as the same bits viewed as float16; other tensors as they are.

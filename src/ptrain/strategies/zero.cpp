@@ -5,11 +5,8 @@
 #include <mutex>
 #include <set>
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include "ptrain/core/error.h"
+#include "ptrain/strategies/gradient_hooks.h"
 #include "ptrain/strategies/sharding.h"
 
 namespace ptrain::strategies {
@@ -50,8 +47,7 @@ struct Zero::State {
   size_t next_to_reduce = 0;
   bool sync = true;
   bool prepared = false;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> hook_keys;
+  GradientHooks hooks;
 
   int stage() const { return options.stage; }
   int64_t world() const { return group->world_size(); }
@@ -173,26 +169,6 @@ struct Zero::State {
   }
 };
 
-namespace {
-
-class ZeroGradientHook : public torch::autograd::FunctionPostHook {
- public:
-  ZeroGradientHook(std::weak_ptr<Zero::State> state, size_t index) : state_(std::move(state)), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto state = state_.lock()) state->on_gradient(index_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<Zero::State> state_;
-  size_t index_;
-};
-
-int64_t megabytes_to_bytes(double mb) { return static_cast<int64_t>(mb * 1024.0 * 1024.0); }
-
-}  // namespace
-
 Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options)
     : options_(options) {
   check(group != nullptr, "zero: needs a process group");
@@ -203,9 +179,7 @@ Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, Zero
   state_ = std::make_shared<State>(std::move(group), device, options_);
 }
 
-Zero::~Zero() {
-  for (size_t i = 0; i < state_->accumulators.size(); ++i) state_->accumulators[i]->del_post_hook(state_->hook_keys[i]);
-}
+Zero::~Zero() { state_->hooks.remove(); }
 
 int64_t Zero::rank() const { return state_->group->rank(); }
 int64_t Zero::world_size() const { return state_->group->world_size(); }
@@ -338,12 +312,13 @@ void Zero::prepare(models::Model& model) {
     previous = g;
   }
 
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(s.params[i]);
-    check(accumulator != nullptr, name() + ": parameter '" + s.names[i] + "' is not a leaf that requires grad");
-    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ZeroGradientHook>(state_, i)));
-    s.accumulators.push_back(std::move(accumulator));
-  }
+  std::weak_ptr<State> weak = state_;
+  s.hooks.install(
+      s.params,
+      [weak](size_t i) {
+        if (auto state = weak.lock()) state->on_gradient(i);
+      },
+      [&](size_t i) { return name() + ": parameter '" + s.names[i] + "'"; });
 }
 
 torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
