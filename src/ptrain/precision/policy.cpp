@@ -127,4 +127,20 @@ void apply_global_math_mode(const PrecisionPolicy& policy) {
   compat::set_allow_tf32(policy.allow_tf32);
 }
 
+c10::ScalarType dtype_named(const std::string& name) {
+  if (name == "fp32") return c10::ScalarType::Float;
+  if (name == "fp16") return c10::ScalarType::Half;
+  if (name == "bf16") return c10::ScalarType::BFloat16;
+  throw Error("unknown dtype '" + name + "' (known: fp32, fp16, bf16)");
+}
+
+std::string dtype_name(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float: return "fp32";
+    case c10::ScalarType::Half: return "fp16";
+    case c10::ScalarType::BFloat16: return "bf16";
+    default: return c10::toString(dtype);
+  }
+}
+
 }  // namespace ptrain::precision

@@ -51,6 +51,11 @@ PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, 
 const std::vector<std::string>& precision_names();
 std::string to_string(PrecisionMode mode);
 
+// The dtypes flags such as --param-dtype, --reduce-dtype and --buffer-dtype name ("fp32", "fp16",
+// "bf16"), and back. An unknown name throws ptrain::Error.
+c10::ScalarType dtype_named(const std::string& name);
+std::string dtype_name(c10::ScalarType dtype);
+
 // Sets the process-wide TF32 switches of cuBLAS and cuDNN to policy.allow_tf32. Called once before
 // training: PyTorch's default (cuDNN TF32 on, cuBLAS off) would make "fp32" a mixture.
 void apply_global_math_mode(const PrecisionPolicy& policy);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ptrain/core/error.h"
+#include "ptrain/precision/policy.h"
 
 namespace ptrain::strategies {
 namespace {
@@ -157,7 +158,7 @@ FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
   o.offload_params = sharding.offload_params;
   o.sync_module_states = sharding.sync_module_states;
   if (!sharding.reduce_dtype.empty())
-    o.reduce_dtype = sharding.reduce_dtype == "fp16" ? torch::kHalf : sharding.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+    o.reduce_dtype = precision::dtype_named(sharding.reduce_dtype);
   o.hybrid_group_size = sharding.hybrid_group_size;
   o.bucket_mb = sharding.reduce_bucket_mb;
   return o;

@@ -78,11 +78,8 @@ namespace {
 // the precision mode has it; gradients travel in reduce_dtype; buffers follow the parameters.
 void apply_fsdp_mixed_precision(const config::TrainConfig& c, Plan& plan) {
   const auto& h = c.sharding;
-  const auto dtype_of = [](const std::string& name) {
-    return name == "fp16" ? torch::kHalf : name == "bf16" ? torch::kBFloat16 : torch::kFloat;
-  };
   if (!h.param_dtype.empty() && h.param_dtype != "fp32") {
-    const auto wanted = dtype_of(h.param_dtype);
+    const auto wanted = precision::dtype_named(h.param_dtype);
     auto& p = plan.precision;
     if (p.param_dtype == torch::kFloat && !p.autocast && p.mode != precision::PrecisionMode::TF32) {
       // fp32 with param_dtype X is FSDP's way to say: X compute on fp32 master shards.
@@ -103,9 +100,9 @@ void apply_fsdp_mixed_precision(const config::TrainConfig& c, Plan& plan) {
     p.name += " (fsdp param_dtype " + h.param_dtype + ")";
   }
   const auto params = plan.precision.param_dtype;
-  check(h.buffer_dtype.empty() || dtype_of(h.buffer_dtype) == params,
+  check(h.buffer_dtype.empty() || precision::dtype_named(h.buffer_dtype) == params,
         "--buffer-dtype " + h.buffer_dtype + ": ptrain keeps buffers (BatchNorm statistics) in the parameters' dtype, " +
-            std::string(params == torch::kFloat ? "fp32" : params == torch::kHalf ? "fp16" : "bf16") + " in this run");
+            precision::dtype_name(params) + " in this run");
 }
 
 }  // namespace

@@ -266,12 +266,13 @@ void TrainingRun::save(TrainingPosition position) {
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
   if (c_.sharding.state_dict == "sharded") {
-    // Every rank writes its shards; once all have (the sum below completes on every rank only then),
-    // rank 0 writes the checkpoint that names them.
+    // Every rank writes its shards; once all have, rank 0 writes the checkpoint that names them. The
+    // sum's value read on the host is the barrier: it exists only once every rank has contributed (an
+    // NCCL wait alone only orders the stream).
     nlohmann::json layout;
     const auto shards = target_->local_shards(optimizer_->state(), &layout);
     save_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
-    strategy_->all_reduce_sum(torch::ones({1}, device_));
+    strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
     if (!strategy_->is_main()) return;
     std::set<std::string> sharded;
     for (const auto& group : layout)
