@@ -571,6 +571,7 @@ def main(argv=None):
     xte, yte, _ = load_dataset(a.dataset, a.data, False)
     if a.test_limit > 0:
         xte, yte = xte[:a.test_limit], yte[:a.test_limit]
+    data_seconds = time.time() - t0
     # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
     mean, std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
     image_size = a.image_size or xtr.shape[2]
@@ -607,6 +608,8 @@ def main(argv=None):
     xtr_d, ytr_d = xtr.to(ctx.device), ytr.to(ctx.device)
     xte_d, yte_d = xte.to(ctx.device), yte.to(ctx.device)
 
+    if lead:
+        print(f"[pytorch] ready to train after {time.time() - t0:.1f}s (data {data_seconds:.1f}s)", flush=True)
     for i in ctx.cuda_indices:
         torch.cuda.reset_peak_memory_stats(i)
     nvml = NvmlSampler(ctx.cuda_indices)

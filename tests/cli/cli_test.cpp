@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <cstdio>
@@ -429,6 +430,47 @@ runs:
   const Result bad = run("bench --gpus 0 --suite nosuchsuite");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("configs/bench/nosuchsuite.yaml"), std::string::npos) << bad.output;
+}
+
+// A stuck or slow run is stopped at --run-timeout with every process of it (ddp's ranks included), and the
+// bench goes on; --set shortens the suite's workload, and an --out holding another workload is refused.
+TEST(Cli, BenchStopsRunsAtTheirTimeoutAndSetsWorkloadKeys) {
+  const auto dir = scratch("bench_timeout");
+  std::ofstream(dir / "suite.yaml") << R"(workload: {model: resnet20, dataset: synthetic, data-path: "20000:3x32x32:4", batch-size: 16, epochs: 5, threads: 1, test-limit: 32}
+runs:
+  - {precision: fp32}
+  - {precision: fp32, strategy: ddp, devices: 2}
+)";
+  const std::string suite = " --gpus 0 --no-estimate --suite " + (dir / "suite.yaml").string();
+  const auto started = std::chrono::steady_clock::now();
+  const Result slow = run("bench" + suite + " --run-timeout 4 --out " + (dir / "slow").string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(slow.exit_code, 1) << slow.output;
+  EXPECT_EQ(count_of(slow.output, "FAILED after 4 s (stopped at the --run-timeout of 4 s"), 2u) << slow.output;
+  EXPECT_LT(seconds, 60) << "both runs take minutes; the timeout must have stopped them";
+  // "[m]" keeps pgrep from finding the shell that runs it.
+  const Result left = run_shell("pgrep -f '[m]etrics-out " + (dir / "slow").string() + "' || true");
+  EXPECT_EQ(left.output, "") << "processes of the stopped runs outlived them";
+
+  const std::string shortened = " --set max-steps=2 --set data_path=256:3x32x32:4";
+  const Result quick = run("bench" + suite + shortened + " --out " + (dir / "quick").string());
+  ASSERT_EQ(quick.exit_code, 0) << quick.output;
+  const auto single = nlohmann::json::parse(std::ifstream(dir / "quick" / "runs" / "ptrain" / "fp32-single-x1.json"));
+  EXPECT_EQ(single["steps"], 2);
+  const auto record = nlohmann::json::parse(std::ifstream(dir / "quick" / "bench.json"));
+  EXPECT_EQ(record["overrides"]["max-steps"], "2");
+  EXPECT_EQ(record["workload"]["data-path"], "256:3x32x32:4");
+
+  const Result other = run("bench" + suite + " --set max-steps=3 --out " + (dir / "quick").string());
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("holds runs of another workload (data-path 256:3x32x32:4 -> 20000:3x32x32:4; "
+                              "max-steps 2 -> 3)"), std::string::npos) << other.output;
+  for (const char* bad : {"--set max-stepz=3", "--set max-steps", "--set precision=fp16"}) {
+    const Result r = run("bench" + suite + " " + bad + " --out " + (dir / "bad").string());
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+  }
+  EXPECT_NE(run("bench" + suite + " --set max-stepz=3 --out " + (dir / "bad").string()).output.find("max-stepz"),
+            std::string::npos);
 }
 
 // A language model under a sharding strategy that knows nothing of it: gpt-tiny's units gathered one at a time

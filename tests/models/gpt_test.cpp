@@ -186,6 +186,34 @@ TEST(Gpt, InitialisationFollowsGpt2) {
   EXPECT_EQ(checked, 2 + 8 * 12 + 3);
 }
 
+// The initial weights are drawn in parallel chunks: a seed gives the same model on any number of threads.
+TEST(Gpt, InitialisationDependsOnTheSeedNotOnTheThreads) {
+  GptOptions o;
+  o.vocab_size = 64;
+  o.seq_len = 16;
+  o.layers = 2;
+  o.width = 768;  // c_fc holds 2.4M weights: three chunks
+  o.heads = 4;
+  const int threads = at::get_num_threads();
+  const auto build = [&](int n, uint64_t seed) {
+    at::set_num_threads(n);
+    torch::manual_seed(seed);
+    return ptrain::models::state_dict(Gpt(o));
+  };
+  const auto one = build(1, 7), two = build(2, 7), other = build(2, 8);
+  at::set_num_threads(threads);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_TRUE(torch::equal(one[i].second, two[i].second)) << one[i].first;
+    if (one[i].first.find("c_fc.weight") != std::string::npos) {
+      EXPECT_FALSE(torch::equal(one[i].second, other[i].second)) << one[i].first;
+      // Chunks have generators of their own: the second chunk does not repeat the first.
+      const auto flat = one[i].second.view({-1});
+      EXPECT_FALSE(torch::equal(flat.narrow(0, 0, 1000), flat.narrow(0, 1 << 20, 1000))) << one[i].first;
+    }
+  }
+}
+
 TEST(Gpt, RefusesImagesAndTooLongSequences) {
   Gpt model(small_options());
   const auto images = ptrain::testing::error_message<ptrain::Error>([&] { model.forward(torch::randn({2, 3, 8, 8})); });

@@ -2,9 +2,12 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -24,6 +27,7 @@
 
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/run_record.h"
@@ -299,8 +303,34 @@ bool is_progress_line(const std::string& line) {
 
 struct Exit {
   int code = 0;
-  bool interrupted = false;
+  bool interrupted = false;  // the bench was asked to stop (Ctrl-C, SIGTERM) while the run went on
+  bool timed_out = false;    // stopped at the run timeout
   std::string last_line;
+};
+
+// Ctrl-C or SIGTERM for the bench, as the signal handler saw it: every running job passes it on to its
+// run's process group and the bench stops after them.
+volatile std::sig_atomic_t stop_signal = 0;
+void remember_stop_signal(int signal_number) { stop_signal = signal_number; }
+
+// Installs the handler for the bench's lifetime and restores the previous one after.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = remember_stop_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
 };
 
 // Progress lines from runs that may run side by side: whole lines, one writer at a time.
@@ -323,30 +353,83 @@ std::string gpu_list(const std::vector<int64_t>& gpus) {
   return list;
 }
 
-Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string& prefix, ProgressSink& progress) {
+// Between SIGINT and SIGKILL when a run is stopped: time for ranks to leave their collectives.
+constexpr double kKillGraceSeconds = 20;
+
+// Runs the job's shell command in a process group of its own, so that a timeout or Ctrl-C reaches every
+// process of the run (ptrain launch's ranks, torchrun's workers), and no process outlives it.
+Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string& prefix, ProgressSink& progress,
+             int64_t timeout_seconds) {
   fs::create_directories(fs::path(job.metrics_path).parent_path());
   fs::create_directories(fs::path(job.log_path).parent_path());
   const std::string command = (gpus.empty() ? "" : "CUDA_VISIBLE_DEVICES=" + gpu_list(gpus) + " ") + job.command;
   std::ofstream log(job.log_path);
   log << "$ " << command << "\n";
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  check(pipe != nullptr, "cannot start: " + command);
+  log.flush();
+  int fds[2];
+  check(::pipe(fds) == 0, "cannot start (no pipe): " + command);
+  const pid_t pid = ::fork();
+  check(pid >= 0, "cannot start (fork failed): " + command);
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: the child may not have run yet when a signal must reach its group
+  ::close(fds[1]);
+
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  std::optional<Clock::time_point> kill_at;
   Exit exit;
+  auto stop = [&](bool timed_out) {
+    if (kill_at) return;
+    exit.timed_out = timed_out;
+    exit.interrupted = !timed_out;
+    ::kill(-pid, SIGINT);
+    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kKillGraceSeconds));
+  };
   std::string line;
   std::array<char, 4096> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) {
-    line += buffer.data();
-    if (line.empty() || line.back() != '\n') continue;
-    log << line;
+  for (;;) {
+    pollfd readable{fds[0], POLLIN, 0};
+    const int ready = ::poll(&readable, 1, 200);
+    if (stop_signal != 0) stop(false);
+    if (timeout_seconds > 0 && Clock::now() - started > std::chrono::seconds(timeout_seconds)) stop(true);
+    if (kill_at && Clock::now() > *kill_at) ::kill(-pid, SIGKILL);
+    if (ready <= 0) continue;
+    const ssize_t n = ::read(fds[0], buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // every writer closed its end: the run is over
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] != '\n') {
+        line += buffer[i];
+        continue;
+      }
+      log << line << "\n";
+      if (!line.empty()) exit.last_line = line;
+      if (is_progress_line(line)) progress.line(prefix + line);
+      line.clear();
+    }
     log.flush();
-    line.pop_back();
-    if (!line.empty()) exit.last_line = line;
-    if (is_progress_line(line)) progress.line(prefix + line);
-    line.clear();
   }
-  const int status = pclose(pipe);
+  ::close(fds[0]);
+  if (!line.empty()) {
+    log << line << "\n";
+    exit.last_line = line;
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ::kill(-pid, SIGKILL);  // whatever of the run detached from the pipe goes with it
   exit.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  exit.interrupted = exit.code == 130 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+  if (exit.timed_out) log << "(stopped by ptrain bench after the --run-timeout of " << timeout_seconds << " s)\n";
   return exit;
 }
 
@@ -365,6 +448,45 @@ std::string summary_of(const metrics::RunRecord& r) {
   return s;
 }
 
+// Records kept from an earlier bench count as done only when that bench trained the same workload: runs
+// of a shortened suite must not stand in for the full one's.
+void check_same_workload(const Suite& suite, const std::string& bench_record) {
+  if (!fs::is_regular_file(bench_record)) return;
+  nlohmann::json earlier;
+  try {
+    std::ifstream in(bench_record);
+    earlier = nlohmann::json::parse(in).at("workload");
+  } catch (const std::exception&) {
+    return;  // an unreadable record holds nothing to reuse wrongly; it is rewritten below
+  }
+  nlohmann::json now = nlohmann::json::object();
+  for (const auto& [k, v] : suite.workload) now[k] = v;
+  if (earlier == now) return;
+  std::string differences;
+  for (const auto& [k, v] : now.items()) {
+    if (!earlier.contains(k) || earlier[k] != v) {
+      differences += " " + k + " " + (earlier.contains(k) ? earlier[k].get<std::string>() : "(unset)") + " -> " +
+                     v.get<std::string>() + ";";
+    }
+  }
+  for (const auto& [k, v] : earlier.items()) {
+    if (!now.contains(k)) differences += " " + k + " " + v.get<std::string>() + " -> (unset);";
+  }
+  throw Error("--out " + fs::path(bench_record).parent_path().string() +
+              " holds runs of another workload (" + differences.substr(1, differences.size() - 2) +
+              "): give another --out, or remove it to start over");
+}
+
+// The workload as each run's `ptrain train --config` will read it, read now: a bad key (from the suite file
+// or a --set) stops the bench before any run instead of failing every run.
+void check_workload_trains(const std::string& workload_file) {
+  config::TrainConfig config;
+  CLI::App app;
+  config::add_train_options(app, config);
+  app.parse(std::vector<std::string>{});
+  config::apply_yaml_config(app, workload_file);
+}
+
 void write_bench_record(const Suite& suite, const BenchOptions& o, const std::vector<Job>& jobs,
                         const std::string& path) {
   nlohmann::json j;
@@ -376,6 +498,9 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   j["ptrain_executable"] = o.ptrain_executable;
   j["workload"] = nlohmann::json::object();
   for (const auto& [k, v] : suite.workload) j["workload"][k] = v;
+  j["overrides"] = nlohmann::json::object();
+  for (const auto& [k, v] : o.overrides) j["overrides"][k] = v;
+  j["run_timeout_seconds"] = o.run_timeout_seconds;
   j["commands"] = nlohmann::json::array();
   for (const auto& job : jobs) {
     j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
@@ -393,7 +518,8 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   if (gpus < 0) gpus = visible;
   check(gpus <= visible, "--gpus " + std::to_string(gpus) + ": only " + std::to_string(visible) + " GPU(s) are visible");
-  const Suite suite = load_suite(o.suite, o.source_dir, gpus);
+  Suite suite = load_suite(o.suite, o.source_dir, gpus);
+  apply_overrides(suite, o.overrides);
   if (o.pytorch) {
     check(fs::is_regular_file(o.source_dir + "/bench/pytorch_reference.py"),
           "--pytorch: no bench/pytorch_reference.py under " + o.source_dir);
@@ -401,8 +527,10 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
 
   const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
   fs::create_directories(out);
+  check_same_workload(suite, out + "/bench.json");
   const std::string workload_file = out + "/workload.yaml";
   write_workload_file(suite, workload_file);
+  check_workload_trains(workload_file);
 
   std::vector<Job> jobs;
   for (const auto& run : suite.runs) {
@@ -439,9 +567,15 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   const bool lanes = o.side_by_side && suite.on_gpu;
   std::vector<int64_t> needs;
   for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
+  const StopSignals stop_signals;
   run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned_gpus) {
     const size_t i = to_run[n];
     const Job& job = jobs[i];
+    if (stop_signal != 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (interrupted.empty()) interrupted = "the wait for " + job.framework + " " + job.run.label();
+      return false;
+    }
     // Alone on the machine, a run sees its first GPUs; in a lane, the ones it was given.
     std::vector<int64_t> visible = assigned_gpus;
     if (!lanes && suite.on_gpu) {
@@ -454,13 +588,14 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
     const auto started = std::chrono::steady_clock::now();
     Exit exit;
     try {
-      exit = run_job(job, visible, prefix, sink);
+      exit = run_job(job, visible, prefix, sink, o.run_timeout_seconds);
     } catch (const std::exception& e) {
       exit.code = 127;
       exit.last_line = e.what();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::lock_guard<std::mutex> lock(mutex);
+    const bool timed_out = exit.timed_out;
     if (exit.interrupted) {
       interrupted = job.framework + " " + job.run.label();
       return false;
@@ -471,8 +606,11 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       sink.line(prefix + "done: " + summary_of(*record));
       ++outcome.completed;
     } else {
-      const std::string reason = exit.code == 0 ? "exited without writing " + job.metrics_path
-                                                : "exit status " + std::to_string(exit.code) + ": " + exit.last_line;
+      const std::string reason =
+          timed_out ? "stopped at the --run-timeout of " + std::to_string(o.run_timeout_seconds) + " s; last line: " +
+                          exit.last_line
+          : exit.code == 0 ? "exited without writing " + job.metrics_path
+                           : "exit status " + std::to_string(exit.code) + ": " + exit.last_line;
       sink.line(prefix + "FAILED after " + std::to_string(static_cast<int64_t>(seconds)) + " s (" + reason +
                 "); log: " + job.log_path);
       outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);

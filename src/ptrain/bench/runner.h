@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ptrain/bench/report.h"
@@ -27,6 +28,12 @@ struct BenchOptions {
   // Before each ptrain run, `ptrain estimate` predicts its peak memory per device (two short probe runs),
   // and the report puts the prediction beside what the run measured.
   bool estimate = true;
+  // Workload keys set from the command line ("max-steps=60"), over the suite file's: the same suite,
+  // shortened or moved to other data, without copying the file. Recorded in bench.json.
+  std::vector<std::pair<std::string, std::string>> overrides;
+  // A run (with its estimate) still going after this many seconds is stopped and reported as failed, so
+  // that one stuck run does not take the rest of the suite with it; 0: no limit.
+  int64_t run_timeout_seconds = 0;
   std::string ptrain_executable;   // the binary that trains (normally this one)
 };
 

@@ -1,5 +1,6 @@
 #include "ptrain/bench/suite.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -29,20 +30,25 @@ std::string scalar_text(const YAML::Node& node, const std::string& where) {
   throw Error(where + ": expected a value or a list of values");
 }
 
+// The workload key as `ptrain train` spells it; throws when the key belongs to each run, or to the bench
+// itself: a workload that set it would fight the runs.
+std::string workload_key(const std::string& key, const std::string& where) {
+  static const std::set<std::string> per_run{"precision",   "master-weights", "strategy", "replicas",
+                                             "device",      "metrics-out",    "resume",   "checkpoint-dir",
+                                             "dry-run",     "config"};
+  std::string normalised = key;
+  for (auto& c : normalised) c = c == '_' ? '-' : c;
+  check(per_run.count(normalised) == 0,
+        where + ": key '" + key + "' is set per run (or by the bench) and cannot be part of the workload");
+  return normalised;
+}
+
 std::vector<std::pair<std::string, std::string>> read_workload(const YAML::Node& node, const std::string& where) {
   check(node.IsMap(), where + ": expected a mapping of `ptrain train` keys to values");
   std::vector<std::pair<std::string, std::string>> workload;
   for (const auto& entry : node) {
     const std::string key = entry.first.as<std::string>();
-    // These belong to each run, or to the bench itself: a workload that set them would fight the runs.
-    static const std::set<std::string> per_run{"precision",   "master-weights", "strategy", "replicas",
-                                               "device",      "metrics-out",    "resume",   "checkpoint-dir",
-                                               "dry-run",     "config"};
-    std::string normalised = key;
-    for (auto& c : normalised) c = c == '_' ? '-' : c;
-    check(per_run.count(normalised) == 0,
-          where + ": key '" + key + "' is set per run (or by the bench) and cannot be part of the workload");
-    workload.emplace_back(normalised, scalar_text(entry.second, where + ": key '" + key + "'"));
+    workload.emplace_back(workload_key(key, where), scalar_text(entry.second, where + ": key '" + key + "'"));
   }
   return workload;
 }
@@ -153,6 +159,25 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   suite.workload = read_workload(root[workload_key], path + ": " + workload_key);
   suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus);
   return suite;
+}
+
+std::pair<std::string, std::string> parse_override(const std::string& text) {
+  const auto eq = text.find('=');
+  check(eq != std::string::npos && eq > 0 && eq + 1 < text.size(),
+        "--set " + text + ": expected KEY=VALUE, a `ptrain train` key such as max-steps=60");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+void apply_overrides(Suite& suite, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  for (const auto& [given_key, value] : overrides) {
+    const std::string key = workload_key(given_key, "--set " + given_key + "=" + value);
+    auto at = std::find_if(suite.workload.begin(), suite.workload.end(), [&](const auto& kv) { return kv.first == key; });
+    if (at == suite.workload.end()) {
+      suite.workload.emplace_back(key, value);
+    } else {
+      at->second = value;
+    }
+  }
 }
 
 }  // namespace ptrain::bench

@@ -46,4 +46,11 @@ struct Suite {
 // Throws ptrain::Error naming the file and the key for unknown keys, bad values and duplicate runs.
 Suite load_suite(const std::string& name_or_path, const std::string& source_dir, int64_t available_gpus);
 
+// Sets each KEY=VALUE of overrides in the suite's workload (replacing the file's value, or adding the key),
+// under the rules of the file's own workload keys. Throws ptrain::Error naming the --set that breaks them.
+void apply_overrides(Suite& suite, const std::vector<std::pair<std::string, std::string>>& overrides);
+
+// Parses "--set KEY=VALUE" text; throws ptrain::Error naming it when there is no '=' or no key.
+std::pair<std::string, std::string> parse_override(const std::string& text);
+
 }  // namespace ptrain::bench

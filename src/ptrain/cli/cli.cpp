@@ -12,6 +12,7 @@
 #include "ptrain/bench/estimate.h"
 #include "ptrain/bench/report.h"
 #include "ptrain/bench/runner.h"
+#include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
@@ -144,6 +145,12 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_flag("--estimate,!--no-estimate", bench_options.estimate,
                       "Predict each ptrain run's peak memory first (ptrain estimate), for the report to show beside "
                       "the measurement (default: on)");
+  std::vector<std::string> bench_overrides;
+  bench_cmd->add_option("--set", bench_overrides,
+                        "KEY=VALUE: a workload key over the suite file's, e.g. --set max-steps=60 (repeatable)");
+  bench_cmd->add_option("--run-timeout", bench_options.run_timeout_seconds,
+                        "Stop a run still going after this many seconds and report it as failed (default 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,
@@ -176,6 +183,7 @@ int run_cli(int argc, char** argv) {
             std::filesystem::is_directory("configs/bench") ? std::filesystem::current_path().string() : PTRAIN_SOURCE_DIR;
       }
       bench_options.ptrain_executable = std::filesystem::read_symlink("/proc/self/exe").string();
+      for (const auto& text : bench_overrides) bench_options.overrides.push_back(bench::parse_override(text));
       const bench::BenchOutcome outcome = bench::run_bench(bench_options, std::cout);
       if (!outcome.report.markdown.empty()) {
         std::cout << "\n" << outcome.report.markdown << "report written to " << outcome.report.markdown_path << ", "

@@ -1,6 +1,11 @@
 #include "ptrain/models/gpt.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"  // defines: causal_attention
@@ -15,13 +20,44 @@ namespace {
 constexpr double kInitStd = 0.02;  // GPT-2's initialiser range
 constexpr double kLayerNormEps = 1e-5;
 
+// nn::Linear draws Kaiming-uniform weights on construction, serially, and GPT-2's initialisation draws
+// them again: for billions of parameters that took minutes on the host before training could start. This
+// Linear only allocates; Gpt's constructor draws each weight once, in parallel (fill_normal).
+class Linear : public nn::Module {
+ public:
+  Linear(int64_t in, int64_t out, bool with_bias = true) {
+    weight = register_parameter("weight", torch::empty({out, in}));
+    if (with_bias) bias = register_parameter("bias", torch::empty({out}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+
+  torch::Tensor weight, bias;
+};
+
+// Fills t with N(0, std^2) in fixed chunks, each from a generator of its own seeded by one draw from the
+// global generator, chunks in parallel: as fast as the host has cores, and the same values for a seed
+// whatever the number of threads.
+void fill_normal(torch::Tensor& t, double std) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  const auto base = static_cast<uint64_t>(
+      torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>());
+  auto flat = t.view({-1});
+  const int64_t chunks = (flat.numel() + kChunk - 1) / kChunk;
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(base + static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ULL);
+      flat.narrow(0, c * kChunk, std::min(kChunk, flat.numel() - c * kChunk)).normal_(0.0, std, generator);
+    }
+  });
+}
+
 // Multi-head causal self-attention: softmax(Q K^T / sqrt(d) + causal mask) V, computed explicitly on
 // LibTorch 1.13 and fused on 2.x (core/torch_compat.h).
 class CausalSelfAttention : public nn::Module {
  public:
   CausalSelfAttention(int64_t width, int64_t heads) : heads_(heads) {
-    c_attn = register_module("c_attn", nn::Linear(width, 3 * width));
-    c_proj = register_module("c_proj", nn::Linear(width, width));
+    c_attn = register_module("c_attn", std::make_shared<Linear>(width, 3 * width));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(width, width));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
@@ -35,7 +71,7 @@ class CausalSelfAttention : public nn::Module {
     return c_proj->forward(y);
   }
 
-  nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  std::shared_ptr<Linear> c_attn, c_proj;
 
  private:
   int64_t heads_;
@@ -44,12 +80,12 @@ class CausalSelfAttention : public nn::Module {
 class Mlp : public nn::Module {
  public:
   explicit Mlp(int64_t width) {
-    c_fc = register_module("c_fc", nn::Linear(width, 4 * width));
-    c_proj = register_module("c_proj", nn::Linear(4 * width, width));
+    c_fc = register_module("c_fc", std::make_shared<Linear>(width, 4 * width));
+    c_proj = register_module("c_proj", std::make_shared<Linear>(4 * width, width));
   }
   torch::Tensor forward(const torch::Tensor& x) { return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh")); }
 
-  nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  std::shared_ptr<Linear> c_fc, c_proj;
 };
 
 nn::LayerNorm layer_norm(int64_t width) {
@@ -133,9 +169,9 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
     } else if (is_bias) {
       p.zero_();
     } else if (key.find("c_proj.weight") != std::string::npos) {
-      p.normal_(0.0, residual_std);
+      fill_normal(p, residual_std);
     } else {
-      p.normal_(0.0, kInitStd);
+      fill_normal(p, kInitStd);
     }
   }
 }
