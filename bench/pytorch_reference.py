@@ -64,7 +64,7 @@ NORMALIZATION = {
 }
 
 
-def load_image_folder(root):
+def load_image_folder(root, cache_dir=None):
     from concurrent.futures import ThreadPoolExecutor
     from PIL import Image
 
@@ -75,6 +75,18 @@ def load_image_folder(root):
         for f in sorted(os.listdir(folder)):
             if f.lower().endswith((".jpg", ".jpeg", ".png")):
                 files.append((os.path.join(folder, f), label))
+    # Decoding in Python takes 20-odd seconds for CIFAR-10 (the GIL lets few threads work at once): a bench
+    # of many runs decodes once and keeps the pixels, keyed by the folder, its files and their times.
+    cache = None
+    if cache_dir:
+        import hashlib
+        key = hashlib.sha1(os.path.abspath(root).encode())
+        for path, label in files:
+            key.update(f"{path}:{label}:{os.stat(path).st_mtime_ns}\n".encode())
+        cache = os.path.join(cache_dir, f"images-{key.hexdigest()[:16]}.npz")
+        if os.path.exists(cache):
+            with np.load(cache) as z:
+                return torch.from_numpy(z["x"]), torch.from_numpy(z["y"]), classes
 
     def decode(item):
         with Image.open(item[0]) as im:
@@ -84,6 +96,11 @@ def load_image_folder(root):
         images = list(pool.map(decode, files, chunksize=256))
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
     y = torch.tensor([label for _, label in files], dtype=torch.int64)
+    if cache:
+        os.makedirs(cache_dir, exist_ok=True)
+        temp = f"{cache}.{os.getpid()}.tmp.npz"  # ranks may write at once: each its own file, then a rename
+        np.savez(temp, x=x.numpy(), y=y.numpy())
+        os.replace(temp, cache)
     return x, y, classes
 
 
@@ -126,7 +143,7 @@ def load_idx_gz(path):
     return torch.frombuffer(bytearray(data[4 + 4 * rank:]), dtype=torch.uint8).view(*sizes)
 
 
-def load_dataset(name, path, train):
+def load_dataset(name, path, train, cache_dir=None):
     if name in ("fashion-mnist", "mnist"):
         # ptrain's default location: where Debian's dataset-fashion-mnist installs the files.
         root = path or "/usr/share/datasets/fashion-mnist"
@@ -135,7 +152,7 @@ def load_dataset(name, path, train):
         labels = load_idx_gz(os.path.join(root, f"{split}-labels-idx1-ubyte.gz")).to(torch.int64)
         return images, labels, [str(c) for c in range(10)]
     if name == "cifar10":
-        return load_image_folder(os.path.join(path, "train" if train else "test"))
+        return load_image_folder(os.path.join(path, "train" if train else "test"), cache_dir)
     if name == "synthetic":
         n, c, h, w, classes = parse_synthetic_spec(path)
         # Same split sizes and seeds as ptrain: test split is a fifth of N.
@@ -337,6 +354,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=["cifar10", "fashion-mnist", "mnist", "synthetic"])
     p.add_argument("--test-limit", type=int, default=0, help="evaluate on the first N test images; 0: all")
+    p.add_argument("--cache-dir", default=None,
+                   help="keep decoded image folders here for later runs (ptrain bench passes one per bench)")
     p.add_argument("--data", default=None,
                    help="cifar10: folder with train/ and test/ (default .data/cifar10); fashion-mnist, mnist: "
                         "folder of the gzipped IDX files (default /usr/share/datasets/fashion-mnist); synthetic: "
@@ -567,8 +586,8 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = tf32
 
     t0 = time.time()
-    xtr, ytr, classes = load_dataset(a.dataset, a.data, True)
-    xte, yte, _ = load_dataset(a.dataset, a.data, False)
+    xtr, ytr, classes = load_dataset(a.dataset, a.data, True, a.cache_dir)
+    xte, yte, _ = load_dataset(a.dataset, a.data, False, a.cache_dir)
     if a.test_limit > 0:
         xte, yte = xte[:a.test_limit], yte[:a.test_limit]
     data_seconds = time.time() - t0
@@ -617,6 +636,10 @@ def main(argv=None):
     # Ranks augment with different streams, as their images differ anyway.
     gen = torch.Generator().manual_seed(a.seed + ctx.rank)
     step, train_seconds, images, epochs_detail = 0, 0.0, 0, []
+    # Steady throughput, as ptrain measures it: from the end of step steady_from on (10 steps, or a quarter
+    # of a run shorter than 40), outside evaluation.
+    steady_from = min(10, total // 4) if total >= 8 else None
+    steady_start, steady_seconds, steady_steps = None, 0.0, 0
     final_acc = final_loss = None
     for epoch in range(a.epochs):
         if step >= total:
@@ -627,6 +650,7 @@ def main(argv=None):
         ctx.sync()
         ctx.barrier()
         e0 = last_log = time.time()
+        step_before = step
         loss_sum = torch.zeros((), device=ctx.device)
         n_steps = 0
         for i in range(steps_per_epoch):
@@ -646,6 +670,9 @@ def main(argv=None):
             loss_sum += loss.detach().float()
             step += 1
             n_steps += 1
+            if step == steady_from:
+                ctx.sync()
+                steady_start = time.time()
             if a.log_every and lead and step % a.log_every == 0:
                 ctx.sync()
                 now = time.time()
@@ -653,7 +680,11 @@ def main(argv=None):
                       f"img/s", flush=True)
                 last_log = now
         ctx.sync()
-        sec = time.time() - e0
+        e1 = time.time()
+        sec = e1 - e0
+        if steady_start is not None and step > steady_from:
+            steady_seconds += e1 - max(steady_start, e0)
+            steady_steps += step - max(step_before, steady_from)
         sec, = ctx.reduce([sec], "max")  # the epoch lasts as long as its slowest rank
         loss_total, = ctx.reduce([loss_sum.item()], "sum")
         train_seconds += sec
@@ -678,6 +709,8 @@ def main(argv=None):
     reserved = max((torch.cuda.max_memory_reserved(i) for i in ctx.cuda_indices), default=None)
     alloc, reserved, nvml_peak, util_peak = ctx.reduce([alloc, reserved, nvml_peak, util_peak], "max")
     util_mean, = ctx.reduce([util_mean], "mean")
+    steady_seconds, = ctx.reduce([steady_seconds], "max")
+    steady = steady_steps * step_images * ctx.world / steady_seconds if steady_steps and steady_seconds > 0 else None
     if a.dump_params:
         dump_params(a, ctx, model, a.dump_params)
 
@@ -713,6 +746,7 @@ def main(argv=None):
         "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": a.epochs,
         "steps": step, "image_size": image_size, "total_wall_seconds": time.time() - t0,
         "train_wall_seconds": train_seconds, "images_per_second": images / train_seconds if train_seconds else None,
+        "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,
         "peak_allocated_bytes": None if alloc is None else int(alloc),
         "peak_reserved_bytes": None if reserved is None else int(reserved),
         "peak_nvml_used_bytes": None if nvml_peak is None else int(nvml_peak),
@@ -724,7 +758,8 @@ def main(argv=None):
     }
     if lead:
         alloc_text = "n/a" if alloc is None else f"{alloc / 2**30:.2f} GiB"
-        print(f"[pytorch] {a.strategy} {a.precision}: {record['images_per_second'] or 0:.0f} img/s, peak "
+        steady_text = f" ({steady:.0f} after step {steady_from})" if steady else ""
+        print(f"[pytorch] {a.strategy} {a.precision}: {record['images_per_second'] or 0:.0f} img/s{steady_text}, peak "
               f"allocated {alloc_text}, test acc {final_acc}", flush=True)
         if a.metrics_out:
             write_json_atomically(a.metrics_out, record)

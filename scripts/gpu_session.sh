@@ -86,8 +86,10 @@ step_diagnose() {
     [ -x "$bin" ] || continue
     [ "$("$bin" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ')" -gt 0 ] || continue
     echo "== $bin --gtest_filter=$filter"
-    if command -v gdb > /dev/null; then
-      gdb -q -batch -ex run -ex bt --args "$bin" --gtest_filter="$filter" 2>&1 | tail -n 60
+    local debugger
+    debugger=$(command -v gdb || command -v cuda-gdb || true)  # the GPU image has cuda-gdb only
+    if [ -n "$debugger" ]; then
+      "$debugger" -q -batch -ex run -ex bt --args "$bin" --gtest_filter="$filter" 2>&1 | grep -vE "^\[(New|Thread)" | tail -n 60
     else
       "$bin" --gtest_filter="$filter" 2>&1 | tail -n 60 || echo "exit status $?"
     fi

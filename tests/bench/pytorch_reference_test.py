@@ -139,6 +139,12 @@ def check_record(name, path, strategy, world_size, devices, batch, steps, evalua
         ips = r.get("images_per_second")
         check(isinstance(ips, float) and abs(ips * r["train_wall_seconds"] - images) < 1e-6 * images,
               f"{name}: images_per_second {ips!r} is not all ranks' {images} images / train_wall_seconds")
+        # The steady clock starts after ptrain's number of warm-up steps: 10, or a quarter of a shorter run.
+        want_from = min(10, steps // 4) if steps >= 8 else None
+        steady = r.get("steady_images_per_second")
+        check(r.get("steady_from_step") == want_from, f"{name}: steady_from_step {r.get('steady_from_step')!r}, "
+              f"expected {want_from!r} for {steps} steps")
+        check((steady is None) == (want_from is None), f"{name}: steady_images_per_second {steady!r} for {steps} steps")
     if evaluated:
         acc, loss = r.get("final_test_accuracy"), r.get("final_test_loss")
         check(isinstance(acc, (int, float)) and 0 <= acc <= 1, f"{name}: final_test_accuracy {acc!r}")

@@ -79,6 +79,8 @@ EpochRecord epoch(int64_t index, double seconds, double loss, std::optional<doub
 RunRecord fp32_baseline() {
   RunRecord r = record("ptrain", "single", "fp32", 1);
   r.images_per_second = 1000.0;
+  r.steady_images_per_second = 1200.0;
+  r.steady_from_step = 10;
   r.total_wall_seconds = 120.0;
   r.train_wall_seconds = 100.0;
   r.peak_allocated_bytes = 4 * kGiB;
@@ -94,6 +96,8 @@ RunRecord fp32_baseline() {
 RunRecord ptrain_bf16() {
   RunRecord r = record("ptrain", "single", "amp-bf16", 1);
   r.images_per_second = 2500.0;
+  r.steady_images_per_second = 3000.0;  // speed-up: steady over steady, 2.5x
+  r.steady_from_step = 10;
   r.total_wall_seconds = 50.0;
   r.train_wall_seconds = 40.0;
   r.peak_allocated_bytes = 2 * kGiB;
@@ -224,7 +228,7 @@ std::map<std::string, ChartInHtml> charts_of(const std::string& html) {
 }
 
 const std::map<std::string, int> kExpectedMarks = {
-    {"throughput", 3},      // every run
+    {"throughput", 5},      // every run, and steady for the two ptrain runs
     {"peak-memory", 5},     // allocated for all three, NVML for the two that measured it
     {"total-time", 3},      //
     {"accuracy", 3},        //
@@ -273,20 +277,20 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   EXPECT_TRUE(has_line(md,
                        "| run | framework | strategy | precision | devices | batch/device | peak allocated/GPU | "
                        "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | "
-                       "throughput img/s | test accuracy | speed-up vs baseline | memory saved vs baseline |"))
+                       "throughput img/s | steady img/s | test accuracy | speed-up vs baseline | memory saved vs baseline |"))
       << md;
   // Runs ordered by devices, strategy and precision (fp32 before the mixed modes), ptrain before PyTorch.
   EXPECT_TRUE(has_line(md,
                        "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2.00 GiB | "
-                       "2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 89.87% | 2.50x | 50.0% |"))
+                       "2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 3000 | 89.87% | 2.50x | 50.0% |"))
       << md;
   EXPECT_TRUE(has_line(md,
                        "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | "
-                       "2 min 00 s | 1 min 40 s | 1000 | 90.12% | 1.00x | 0.0% |"))
+                       "2 min 00 s | 1 min 40 s | 1000 | 1200 | 90.12% | 1.00x | 0.0% |"))
       << md;
   EXPECT_TRUE(has_line(md,
                        "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 3.00 GiB | n/a | 4.00 GiB | n/a | n/a | "
-                       "1 min 03 s | 50.0 s | 2000 | 89.91% | 2.00x | 25.0% |"))
+                       "1 min 03 s | 50.0 s | 2000 | n/a | 89.91% | 2.00x | 25.0% |"))
       << md;
   EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
   EXPECT_EQ(md.find("<script>"), std::string::npos);
@@ -304,7 +308,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   const std::vector<std::string> header = {
       "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "peak_allocated_bytes_per_gpu",
       "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
-      "train_wall_seconds", "images_per_second", "final_test_accuracy", "speedup_vs_baseline",
+      "train_wall_seconds", "images_per_second", "steady_images_per_second", "final_test_accuracy", "speedup_vs_baseline",
       "memory_saved_vs_baseline_fraction"};
   EXPECT_EQ(rows[0], header);
   for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
@@ -321,12 +325,14 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   EXPECT_EQ(by_run.at("fp32-baseline").at("predicted_peak_allocated_bytes_per_gpu"), "");
   EXPECT_EQ(bf16.at("total_wall_seconds"), "50");
   EXPECT_EQ(bf16.at("images_per_second"), "2500");
+  EXPECT_EQ(bf16.at("steady_images_per_second"), "3000");
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("speedup_vs_baseline")), 2.5);
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("memory_saved_vs_baseline_fraction")), 0.5);
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("final_test_accuracy")), 0.8987);
   const auto& pytorch = by_run.at("pytorch-amp-bf16");
   EXPECT_EQ(pytorch.at("framework"), "pytorch");
   EXPECT_EQ(pytorch.at("gpu_util_mean_percent"), "");
+  EXPECT_EQ(pytorch.at("steady_images_per_second"), "") << "a record without a steady figure";
   EXPECT_EQ(pytorch.at("gpu_util_peak_percent"), "");
   EXPECT_DOUBLE_EQ(std::stod(pytorch.at("total_wall_seconds")), 62.5);
   EXPECT_DOUBLE_EQ(std::stod(pytorch.at("speedup_vs_baseline")), 2.0);
@@ -393,9 +399,9 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
       << written.markdown;
   EXPECT_TRUE(has_line(written.markdown,
                        "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | "
-                       "1 min 40 s | 1800 | n/a | 1.00x | 0.0% |"))
+                       "1 min 40 s | 1800 | 1200 | n/a | 1.00x | 0.0% |"))
       << written.markdown;
-  EXPECT_NE(written.markdown.find("| 2000 | 89.91% | 1.11x | 25.0% |"), std::string::npos) << written.markdown;
+  EXPECT_NE(written.markdown.find("| 2000 | n/a | 89.91% | 1.11x | 25.0% |"), std::string::npos) << written.markdown;
 
   const std::string html = read_text(written.html_path);
   const auto charts = charts_of(html);

@@ -65,6 +65,12 @@ TEST(Cli, TrainsAndWritesTheMetricsRecord) {
   EXPECT_TRUE(json["peak_reserved_bytes"].is_null()) << "no caching allocator on the CPU: must be null";
   EXPECT_GT(json["images_per_second"].get<double>(), 0.0);
   EXPECT_GE(json["final_test_accuracy"].get<double>(), 0.0);
+  // 32 steps: the steady clock starts after a quarter of them and runs on across the epoch boundary.
+  EXPECT_EQ(json["steady_from_step"], 8);
+  const double steady = json["steady_images_per_second"].get<double>();
+  EXPECT_GT(steady, 0.5 * json["images_per_second"].get<double>());
+  EXPECT_LT(steady, 3.0 * json["images_per_second"].get<double>());
+  EXPECT_NE(r.output.find(" after step 8)"), std::string::npos) << r.output;
 }
 
 TEST(Cli, DryRunPrintsThePlanWithoutTraining) {
@@ -453,10 +459,14 @@ runs:
   EXPECT_EQ(left.output, "") << "processes of the stopped runs outlived them";
 
   const std::string shortened = " --set max-steps=2 --set data_path=256:3x32x32:4";
-  const Result quick = run("bench" + suite + shortened + " --out " + (dir / "quick").string());
+  const Result quick = run("bench" + suite + shortened + " --skip ptrain/fp32-ddp-x2 --out " + (dir / "quick").string());
   ASSERT_EQ(quick.exit_code, 0) << quick.output;
+  EXPECT_NE(quick.output.find("[2/2] ptrain fp32, ddp, 2 devices: not run: skipped (--skip ptrain/fp32-ddp-x2)"),
+            std::string::npos) << quick.output;
+  EXPECT_FALSE(fs::exists(dir / "quick" / "runs" / "ptrain" / "fp32-ddp-x2.json"));
   const auto single = nlohmann::json::parse(std::ifstream(dir / "quick" / "runs" / "ptrain" / "fp32-single-x1.json"));
   EXPECT_EQ(single["steps"], 2);
+  EXPECT_TRUE(single["steady_images_per_second"].is_null()) << "2 steps are too few for a steady figure";
   const auto record = nlohmann::json::parse(std::ifstream(dir / "quick" / "bench.json"));
   EXPECT_EQ(record["overrides"]["max-steps"], "2");
   EXPECT_EQ(record["workload"]["data-path"], "256:3x32x32:4");
@@ -465,7 +475,7 @@ runs:
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("holds runs of another workload (data-path 256:3x32x32:4 -> 20000:3x32x32:4; "
                               "max-steps 2 -> 3)"), std::string::npos) << other.output;
-  for (const char* bad : {"--set max-stepz=3", "--set max-steps", "--set precision=fp16"}) {
+  for (const char* bad : {"--set max-stepz=3", "--set max-steps", "--set precision=fp16", "--skip fp32-dp-x2"}) {
     const Result r = run("bench" + suite + " " + bad + " --out " + (dir / "bad").string());
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
   }

@@ -242,7 +242,8 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
   }
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
   std::vector<std::string> args{script, "--precision", run.precision, "--strategy", strategy,
-                                "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu"};
+                                "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu",
+                                "--cache-dir", out + "/pytorch-cache"};
   if (strategy == "fsdp") args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
@@ -536,6 +537,21 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   for (const auto& run : suite.runs) {
     jobs.push_back(ptrain_job(suite, run, o, workload_file, out));
     if (o.pytorch) jobs.push_back(pytorch_job(suite, run, o, out));
+  }
+  const std::set<std::string> skip(o.skip.begin(), o.skip.end());
+  std::set<std::string> unmatched = skip;
+  for (auto& job : jobs) {
+    for (const std::string& name : {job.run.id(), job.framework + "/" + job.run.id()}) {
+      if (skip.count(name) == 0) continue;
+      unmatched.erase(name);
+      if (job.unavailable.empty()) job.unavailable = "skipped (--skip " + name + ")";
+    }
+  }
+  if (!unmatched.empty()) {
+    std::string known;
+    for (const auto& run : suite.runs) known += (known.empty() ? "" : ", ") + run.id();
+    throw Error("--skip " + *unmatched.begin() + ": no such run in suite " + suite.name + " (runs: " + known +
+                "; prefix ptrain/ or pytorch/ for one framework's)");
   }
   write_bench_record(suite, o, jobs, out + "/bench.json");
 

@@ -34,6 +34,8 @@ struct BenchOptions {
   // A run (with its estimate) still going after this many seconds is stopped and reported as failed, so
   // that one stuck run does not take the rest of the suite with it; 0: no limit.
   int64_t run_timeout_seconds = 0;
+  // Runs left out, by id ("fp32-dp-x2": both frameworks) or framework and id ("pytorch/fp32-dp-x2").
+  std::vector<std::string> skip;
   std::string ptrain_executable;   // the binary that trains (normally this one)
 };
 

@@ -71,7 +71,13 @@ void print_result(const metrics::RunRecord& r) {
                 r.model.c_str(), r.precision.c_str(), r.device.c_str(), static_cast<long long>(r.steps),
                 train::format_duration(r.total_wall_seconds).c_str(),
                 train::format_duration(r.train_wall_seconds).c_str(), r.images_per_second);
-  std::cout << line << "\n";
+  std::cout << line;
+  if (r.steady_images_per_second && r.steady_from_step) {
+    std::snprintf(line, sizeof(line), " (%.0f after step %lld)", *r.steady_images_per_second,
+                  static_cast<long long>(*r.steady_from_step));
+    std::cout << line;
+  }
+  std::cout << "\n";
   if (r.final_test_accuracy) {
     std::snprintf(line, sizeof(line), "result: test accuracy %.2f%%, test loss %.4f", *r.final_test_accuracy * 100.0,
                   *r.final_test_loss);
@@ -151,6 +157,9 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--run-timeout", bench_options.run_timeout_seconds,
                         "Stop a run still going after this many seconds and report it as failed (default 0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--skip", bench_options.skip,
+                        "Leave a run out: its id (fp32-dp-x2, both frameworks) or framework/id (pytorch/fp32-dp-x2); "
+                        "repeatable");
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,

@@ -112,6 +112,8 @@ json to_json(const RunRecord& r) {
               {"total_wall_seconds", number_or_null(r.total_wall_seconds)},
               {"train_wall_seconds", number_or_null(r.train_wall_seconds)},
               {"images_per_second", number_or_null(r.images_per_second)},
+              {"steady_images_per_second", optional_or_null(r.steady_images_per_second)},
+              {"steady_from_step", optional_or_null(r.steady_from_step)},
               {"peak_allocated_bytes", optional_or_null(r.peak_allocated_bytes)},
               {"peak_reserved_bytes", optional_or_null(r.peak_reserved_bytes)},
               {"peak_nvml_used_bytes", optional_or_null(r.peak_nvml_used_bytes)},
@@ -169,8 +171,12 @@ RunRecord run_record_from_json(const json& o) {
   // Absent in records written before they existed.
   for (auto [key, value] : {std::pair{"model_state_param_bytes", &r.model_state_param_bytes},
                             std::pair{"model_state_grad_bytes", &r.model_state_grad_bytes},
-                            std::pair{"model_state_optimizer_bytes", &r.model_state_optimizer_bytes}}) {
+                            std::pair{"model_state_optimizer_bytes", &r.model_state_optimizer_bytes},
+                            std::pair{"steady_from_step", &r.steady_from_step}}) {
     if (o.contains(key)) *value = read_optional<int64_t>(o, key, where);
+  }
+  if (o.contains("steady_images_per_second")) {
+    r.steady_images_per_second = read_optional<double>(o, "steady_images_per_second", where);
   }
   r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
   r.final_test_loss = read_optional<double>(o, "final_test_loss", where);

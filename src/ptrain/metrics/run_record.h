@@ -41,6 +41,10 @@ struct RunRecord {
   double total_wall_seconds = 0.0;
   double train_wall_seconds = 0.0;
   double images_per_second = 0.0;  // training only, excluding evaluation
+  // Throughput once warm: from the end of step steady_from_step on (the first steps autotune kernels and
+  // grow allocator pools), which short runs need to compare like with like. Null when the run was too short.
+  std::optional<double> steady_images_per_second;
+  std::optional<int64_t> steady_from_step;
   std::optional<int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_nvml_used_bytes;
   std::optional<double> gpu_util_mean, gpu_util_peak;
   int64_t host_peak_rss_bytes = 0;

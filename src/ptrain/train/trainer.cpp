@@ -132,6 +132,12 @@ class TrainingRun {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;
   double train_seconds_ = 0;
+  // Steady throughput (RunRecord::steady_images_per_second): the clock starts once step steady_from_step_
+  // is over and stops, like train_seconds_, outside training (evaluation, checkpoints).
+  int64_t steady_from_step_ = -1;
+  std::optional<std::chrono::steady_clock::time_point> steady_start_;
+  double steady_seconds_ = 0;
+  int64_t steady_steps_ = 0;
   int64_t images_trained_ = 0;
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
@@ -363,6 +369,10 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
     }
     optimizer_step(global_step_);
     ++global_step_;
+    if (global_step_ == steady_from_step_) {
+      metrics::synchronize(device_);
+      steady_start_ = std::chrono::steady_clock::now();
+    }
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
@@ -448,6 +458,10 @@ metrics::RunRecord TrainingRun::run() {
     }
   }
 
+  // Warm-up to leave out of the steady throughput: 10 steps, or a quarter of a run shorter than 40.
+  const int64_t steps_to_train = total_steps_ - global_step_;
+  if (steps_to_train >= 8) steady_from_step_ = global_step_ + std::min<int64_t>(10, steps_to_train / 4);
+
   Evaluation last_eval;
   bool evaluated = false;
   for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
@@ -455,9 +469,15 @@ metrics::RunRecord TrainingRun::run() {
     if (first == 0) *totals_ = RunningTotals(device_);
     metrics::synchronize(device_);
     metrics::Stopwatch epoch_clock;
+    const auto epoch_start = std::chrono::steady_clock::now();
     const int64_t step_before = global_step_;
     train_epoch(epoch, first, progress);
     const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
+    if (steady_start_ && global_step_ > steady_from_step_) {
+      steady_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       std::max(*steady_start_, epoch_start)).count();
+      steady_steps_ += global_step_ - std::max(step_before, steady_from_step_);
+    }
     const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
     train_seconds_ += epoch_seconds;
     images_trained_ += images;
@@ -513,6 +533,11 @@ metrics::RunRecord TrainingRun::run() {
   record_.train_wall_seconds = train_seconds_;
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
+  if (steady_steps_ > 0 && steady_seconds_ > 0) {
+    record_.steady_from_step = steady_from_step_;
+    record_.steady_images_per_second =
+        static_cast<double>(steady_steps_ * c_.optim.grad_accum * c_.run.batch_size * devices()) / steady_seconds_;
+  }
   record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
   if (device_.is_cpu())
     record_.peak_allocated_bytes = metrics::cpu_peak_allocated_bytes() - cpu_bytes_before_model_;
