@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ptrain/io/pth.h"
+#include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/train/optimizer.h"
 #include "test_support.h"  // tests/io: temporary directories, oracles
 
@@ -100,6 +101,52 @@ void skipped_step_changes_nothing(const std::string& optimizer) {
 
 TEST(Optimizer, SgdSkippedStepChangesNothing) { skipped_step_changes_nothing("sgd"); }
 TEST(Optimizer, AdamWSkippedStepChangesNothing) { skipped_step_changes_nothing("adamw"); }
+
+// Updating in batches (large tensors in slices) gives every element the update of one pass over
+// everything, skipped steps included, while the step's temporaries stay a few batches large.
+void batches_change_nothing_but_the_peak(const std::string& optimizer) {
+  ptrain::metrics::install_cpu_allocation_counter();
+  torch::manual_seed(4);
+  const auto c = config_for(optimizer);
+  // One tensor of 40,000 elements (sliced by a 1,000-element batch), and small ones that share batches.
+  const std::vector<std::vector<int64_t>> shapes{{200, 200}, {7}, {3, 5}, {900}};
+  std::vector<torch::Tensor> whole, sliced;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    whole.push_back(torch::randn(shapes[i]));
+    sliced.push_back(whole.back().clone());
+    names.push_back("w" + std::to_string(i));
+  }
+  auto one_pass = ptrain::train::make_optimizer(c, whole, names, int64_t{1} << 30);
+  auto batched = ptrain::train::make_optimizer(c, sliced, names, 1000);
+  auto clean = torch::zeros({}), inf = torch::ones({});
+  int64_t peak_one_pass = 0, peak_batched = 0;
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      auto g = step == 2 ? torch::full(shapes[i], std::numeric_limits<float>::infinity()) : torch::randn(shapes[i]);
+      whole[i].mutable_grad() = g.clone();
+      sliced[i].mutable_grad() = g.clone();
+    }
+    const torch::Tensor* found_inf = step == 0 ? nullptr : step == 2 ? &inf : &clean;
+    ptrain::metrics::reset_cpu_allocator_peak();
+    const int64_t before = ptrain::metrics::cpu_allocated_bytes();
+    one_pass->step(c.lr, found_inf);
+    peak_one_pass = std::max(peak_one_pass, ptrain::metrics::cpu_peak_allocated_bytes() - before);
+    ptrain::metrics::reset_cpu_allocator_peak();
+    batched->step(c.lr, found_inf);
+    peak_batched = std::max(peak_batched, ptrain::metrics::cpu_peak_allocated_bytes() - before);
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_TRUE(torch::equal(whole[i], sliced[i])) << names[i] << " step " << step;
+  }
+  const auto a = one_pass->state(), b = batched->state();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  // One pass holds temporaries of all 41,922 elements at once; batches, of 1,000 or so at a time.
+  EXPECT_GT(peak_one_pass, 41922 * 4);
+  EXPECT_LT(peak_batched, peak_one_pass / 8) << "batched " << peak_batched << " bytes, one pass " << peak_one_pass;
+}
+
+TEST(Optimizer, SgdInBatchesIsTheSameUpdateWithSmallerTemporaries) { batches_change_nothing_but_the_peak("sgd"); }
+TEST(Optimizer, AdamWInBatchesIsTheSameUpdateWithSmallerTemporaries) { batches_change_nothing_but_the_peak("adamw"); }
 
 TEST(Optimizer, StateRoundTripsAndMismatchIsNamed) {
   const auto c = config_for("adamw");

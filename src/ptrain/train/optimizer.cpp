@@ -26,6 +26,55 @@ void keep_old_where_inf(const std::vector<torch::Tensor>& targets, const std::ve
   for (size_t i = 0; i < targets.size(); ++i) targets[i].copy_(torch::where(skip, targets[i], updated[i]));
 }
 
+// The updates are computed out of place, so that a skipped step can keep the old values without a host
+// read; done over all parameters at once, their temporaries took three times the parameters (AdamW: new
+// moments, new parameters), tens of GiB beside a ZeRO shard of billions of elements. The optimizers
+// work instead in batches of at most batch_elements elements, cutting larger tensors into slices:
+// temporaries stay a few batches large, and every element gets the same update as before.
+struct Slice {
+  size_t index;                 // which parameter
+  int64_t offset = 0, length = 0;
+  bool whole = true;            // the tensor itself (small, or not viewable as flat)
+};
+
+std::vector<std::vector<Slice>> batches_of(const std::vector<torch::Tensor>& params, int64_t batch_elements) {
+  std::vector<std::vector<Slice>> batches(1);
+  int64_t in_batch = 0;
+  const auto add = [&](const Slice& slice, int64_t elements) {
+    if (in_batch > 0 && in_batch + elements > batch_elements) {
+      batches.emplace_back();
+      in_batch = 0;
+    }
+    batches.back().push_back(slice);
+    in_batch += elements;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = params[i].numel();
+    if (n <= batch_elements || !params[i].is_contiguous()) {
+      add({i}, n);
+      continue;
+    }
+    for (int64_t offset = 0; offset < n; offset += batch_elements) {
+      add({i, offset, std::min(batch_elements, n - offset), false}, std::min(batch_elements, n - offset));
+    }
+  }
+  return batches;
+}
+
+// The part of tensor t (laid out as parameter slice.index) that slice covers: a view, so writes reach t.
+torch::Tensor slice_of(const torch::Tensor& t, const Slice& slice) {
+  if (slice.whole) return t;
+  check(t.is_contiguous(), "optimizer: a gradient or state tensor is not contiguous like its parameter");
+  return t.view({-1}).narrow(0, slice.offset, slice.length);
+}
+
+std::vector<torch::Tensor> slices_of(const std::vector<torch::Tensor>& tensors, const std::vector<Slice>& batch) {
+  std::vector<torch::Tensor> out;
+  out.reserve(batch.size());
+  for (const auto& slice : batch) out.push_back(slice_of(tensors[slice.index], slice));
+  return out;
+}
+
 std::map<std::string, torch::Tensor> index_state(const io::NamedTensors& state) {
   std::map<std::string, torch::Tensor> by_name;
   for (const auto& [name, tensor] : state) by_name[name] = tensor;
@@ -44,9 +93,10 @@ torch::Tensor take_slot(std::map<std::string, torch::Tensor>& by_name, const std
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c)
+  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
+      int64_t batch_elements)
       : Optimizer(std::move(params), std::move(names)), momentum_(c.momentum), nesterov_(c.nesterov),
-        weight_decay_(c.weight_decay) {
+        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)) {
     check(!nesterov_ || momentum_ > 0, "--nesterov needs --momentum > 0");
     if (momentum_ > 0) {
       for (const auto& p : params_) momentum_buffers_.push_back(torch::zeros_like(p));
@@ -57,23 +107,28 @@ class Sgd final : public Optimizer {
   // update = nesterov ? d + m*buf : buf; p -= lr*update.
   void step(double lr, const torch::Tensor* found_inf) override {
     torch::NoGradGuard no_grad;
-    auto grads = grads_of(params_);
-    std::vector<torch::Tensor> d = weight_decay_ > 0 ? at::_foreach_add(grads, params_, weight_decay_) : grads;
-    if (found_inf == nullptr) {
-      if (momentum_ > 0) {
-        at::_foreach_mul_(momentum_buffers_, momentum_);
-        at::_foreach_add_(momentum_buffers_, d);
-        d = nesterov_ ? at::_foreach_add(d, momentum_buffers_, momentum_) : momentum_buffers_;
+    const auto all_grads = grads_of(params_);
+    for (const auto& batch : batches_) {
+      const auto params = slices_of(params_, batch);
+      const auto grads = slices_of(all_grads, batch);
+      const auto buffers = momentum_ > 0 ? slices_of(momentum_buffers_, batch) : std::vector<torch::Tensor>{};
+      std::vector<torch::Tensor> d = weight_decay_ > 0 ? at::_foreach_add(grads, params, weight_decay_) : grads;
+      if (found_inf == nullptr) {
+        if (momentum_ > 0) {
+          at::_foreach_mul_(buffers, momentum_);
+          at::_foreach_add_(buffers, d);
+          d = nesterov_ ? at::_foreach_add(d, buffers, momentum_) : buffers;
+        }
+        at::_foreach_add_(params, d, -lr);
+        continue;
       }
-      at::_foreach_add_(params_, d, -lr);
-      return;
+      if (momentum_ > 0) {
+        auto updated = at::_foreach_add(at::_foreach_mul(buffers, momentum_), d);
+        keep_old_where_inf(buffers, updated, *found_inf);
+        d = nesterov_ ? at::_foreach_add(d, buffers, momentum_) : buffers;
+      }
+      keep_old_where_inf(params, at::_foreach_add(params, d, -lr), *found_inf);
     }
-    if (momentum_ > 0) {
-      auto buffers = at::_foreach_add(at::_foreach_mul(momentum_buffers_, momentum_), d);
-      keep_old_where_inf(momentum_buffers_, buffers, *found_inf);
-      d = nesterov_ ? at::_foreach_add(d, momentum_buffers_, momentum_) : momentum_buffers_;
-    }
-    keep_old_where_inf(params_, at::_foreach_add(params_, d, -lr), *found_inf);
   }
 
   io::NamedTensors state() const override {
@@ -94,14 +149,16 @@ class Sgd final : public Optimizer {
   double momentum_;
   bool nesterov_;
   double weight_decay_;
+  std::vector<std::vector<Slice>> batches_;
   std::vector<torch::Tensor> momentum_buffers_;
 };
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c)
+  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
+        int64_t batch_elements)
       : Optimizer(std::move(params), std::move(names)), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps),
-        weight_decay_(c.weight_decay) {
+        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)) {
     check(!params_.empty(), "optimizer: no parameters");
     for (const auto& p : params_) {
       exp_avg_.push_back(torch::zeros_like(p));
@@ -115,7 +172,7 @@ class AdamW final : public Optimizer {
   // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
   void step(double lr, const torch::Tensor* found_inf) override {
     torch::NoGradGuard no_grad;
-    auto grads = grads_of(params_);
+    const auto all_grads = grads_of(params_);
     if (found_inf != nullptr) {
       step_.add_(1 - *found_inf);
     } else {
@@ -125,27 +182,33 @@ class AdamW final : public Optimizer {
     auto bias1 = 1 - torch::pow(beta1_, t);
     auto bias2_sqrt = torch::sqrt(1 - torch::pow(beta2_, t));
 
-    auto m = at::_foreach_add(at::_foreach_mul(exp_avg_, beta1_), grads, 1 - beta1_);
-    auto v = at::_foreach_addcmul(at::_foreach_mul(exp_avg_sq_, beta2_), grads, grads, 1 - beta2_);
     auto step_size = lr / bias1;
     const double decay = 1 - lr * weight_decay_;
-    std::vector<torch::Tensor> p_new;
-    p_new.reserve(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto denom = (v[i].sqrt() / bias2_sqrt).add_(eps_);
-      p_new.push_back(params_[i] * decay - m[i] / denom * step_size);
-    }
-    if (found_inf == nullptr) {
-      for (size_t i = 0; i < params_.size(); ++i) {
-        exp_avg_[i].copy_(m[i]);
-        exp_avg_sq_[i].copy_(v[i]);
-        params_[i].copy_(p_new[i]);
+    for (const auto& batch : batches_) {
+      const auto params = slices_of(params_, batch);
+      const auto grads = slices_of(all_grads, batch);
+      const auto exp_avg = slices_of(exp_avg_, batch);
+      const auto exp_avg_sq = slices_of(exp_avg_sq_, batch);
+      auto m = at::_foreach_add(at::_foreach_mul(exp_avg, beta1_), grads, 1 - beta1_);
+      auto v = at::_foreach_addcmul(at::_foreach_mul(exp_avg_sq, beta2_), grads, grads, 1 - beta2_);
+      std::vector<torch::Tensor> p_new;
+      p_new.reserve(params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        auto denom = (v[i].sqrt() / bias2_sqrt).add_(eps_);
+        p_new.push_back(params[i] * decay - m[i] / denom * step_size);
       }
-      return;
+      if (found_inf == nullptr) {
+        for (size_t i = 0; i < params.size(); ++i) {
+          exp_avg[i].copy_(m[i]);
+          exp_avg_sq[i].copy_(v[i]);
+          params[i].copy_(p_new[i]);
+        }
+        continue;
+      }
+      keep_old_where_inf(exp_avg, m, *found_inf);
+      keep_old_where_inf(exp_avg_sq, v, *found_inf);
+      keep_old_where_inf(params, p_new, *found_inf);
     }
-    keep_old_where_inf(exp_avg_, m, *found_inf);
-    keep_old_where_inf(exp_avg_sq_, v, *found_inf);
-    keep_old_where_inf(params_, p_new, *found_inf);
   }
 
   io::NamedTensors state() const override {
@@ -170,6 +233,7 @@ class AdamW final : public Optimizer {
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
+  std::vector<std::vector<Slice>> batches_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   torch::Tensor step_;
 };
@@ -186,9 +250,12 @@ void Optimizer::zero_grad() {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
-                                          std::vector<std::string> names) {
-  if (config.name == "sgd") return std::make_unique<Sgd>(std::move(params), std::move(names), config);
-  if (config.name == "adamw") return std::make_unique<AdamW>(std::move(params), std::move(names), config);
+                                          std::vector<std::string> names, int64_t batch_elements) {
+  check(batch_elements > 0, "optimizer: batch_elements must be positive");
+  if (config.name == "sgd") return std::make_unique<Sgd>(std::move(params), std::move(names), config, batch_elements);
+  if (config.name == "adamw") {
+    return std::make_unique<AdamW>(std::move(params), std::move(names), config, batch_elements);
+  }
   throw Error("--optimizer: unknown optimizer '" + config.name + "' (known: sgd, adamw)");
 }
 

@@ -37,9 +37,14 @@ class Optimizer {
   std::vector<std::string> names_;
 };
 
+// Elements one batch of the update covers (2^26: 256 MiB in fp32); larger tensors are updated in slices.
+// Bounds the update's temporaries (a few batches) whatever the size of the parameters or shards.
+constexpr int64_t kOptimizerBatchElements = int64_t{1} << 26;
+
 // params are the tensors the optimizer updates (model parameters, or fp32 master copies); names label
 // them in the state. Weight decay applies to every parameter, as torchvision's reference recipes do.
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
-                                          std::vector<std::string> names);
+                                          std::vector<std::string> names,
+                                          int64_t batch_elements = kOptimizerBatchElements);
 
 }  // namespace ptrain::train
