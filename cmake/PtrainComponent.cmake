@@ -43,6 +43,7 @@ function(ptrain_test)
     target_link_libraries(test_${T_NAME} PRIVATE ptrain_${dep})
   endforeach()
   target_link_libraries(test_${T_NAME} PRIVATE GTest::gtest GTest::gtest_main)
+  target_include_directories(test_${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   target_compile_definitions(test_${T_NAME} PRIVATE
     PTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" PTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")
   ptrain_use_pch(test_${T_NAME})

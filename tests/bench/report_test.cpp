@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "ptrain/core/error.h"
+#include "remove_tree.h"
 
 using namespace ptrain;
 using metrics::EpochRecord;
@@ -39,7 +40,7 @@ class ScratchDir {
     if (::testing::Test::HasFailure()) {
       std::fprintf(stderr, "kept %s for inspection\n", path_.c_str());
     } else {
-      fs::remove_all(path_);
+      ptrain::testing::remove_tree(path_);
     }
   }
   const fs::path& path() const { return path_; }
@@ -434,21 +435,21 @@ TEST(BenchReport, MalformedRecordIsAnErrorNamingTheFileAndTheKey) {
   expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
                       {(runs / "wrong-type.json").string(), "'images_per_second'"});
 
-  fs::remove_all(runs);
+  ptrain::testing::remove_tree(runs);
   json unknown_framework = metrics::to_json(fp32_baseline());
   unknown_framework["framework"] = "tensorflow";
   write_json(runs / "tf.json", unknown_framework);
   expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
                       {(runs / "tf.json").string(), "'framework'", "tensorflow"});
 
-  fs::remove_all(runs);
+  ptrain::testing::remove_tree(runs);
   json ptrain_without_version = metrics::to_json(fp32_baseline());
   ptrain_without_version.erase("ptrain_version");
   write_json(runs / "no-version.json", ptrain_without_version);
   expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
                       {(runs / "no-version.json").string(), "'ptrain_version'"});
 
-  fs::remove_all(runs);
+  ptrain::testing::remove_tree(runs);
   fs::create_directories(runs);
   std::ofstream(runs / "truncated.json") << "{\"schema_version\": 1, \"model\": ";
   expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../dist/multiprocess.h"
+#include "remove_tree.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -34,7 +37,7 @@ Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUT
 
 fs::path scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("ptrain_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  ptrain::testing::remove_tree(dir);
   fs::create_directories(dir);
   return dir;
 }
@@ -164,6 +167,7 @@ TEST(Cli, DpDrivesReplicasFromOneProcessAndItsCheckpointResumesOnOneDevice) {
 }
 
 TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("ddp");
   const auto metrics = dir / "ddp.json";
   const int port = 29000 + static_cast<int>(::getpid() % 1000);
@@ -184,6 +188,7 @@ TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {
 }
 
 TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("resume23");
   const auto run_ddp = [&](int processes, int port, const std::string& extra) {
     return run("launch --nproc-per-node " + std::to_string(processes) + " --master-port " + std::to_string(port) +
@@ -207,6 +212,7 @@ TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
 }
 
 TEST(Cli, LaunchReadsAnAccelerateConfig) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("accelerate");
   const auto metrics = dir / "run.json";
   const int port = 33000 + static_cast<int>(::getpid() % 1000);
@@ -225,6 +231,7 @@ TEST(Cli, LaunchReadsAnAccelerateConfig) {
 // The issue's accelerate FSDP file, unchanged: four processes (on the CPU here) train under fsdp with
 // sharded checkpoints, a file a rank beside the one naming them; the checkpoint resumes under ddp on two.
 TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("fsdp");
   const auto metrics = dir / "run.json";
   const int port = 36000 + static_cast<int>(::getpid() % 1000);
@@ -283,6 +290,7 @@ TEST(Cli, DryRunShowsTheUnitsAndTheModelStatesPerRank) {
 
 // Node 1 in the background, node 0 in the foreground: two launchers on loopback make one job.
 TEST(Cli, TwoNodesOnLoopbackTrainTogether) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("twonodes");
   const auto metrics = dir / "run.json";
   const std::string port = std::to_string(34000 + static_cast<int>(::getpid() % 1000));
@@ -302,6 +310,7 @@ TEST(Cli, TwoNodesOnLoopbackTrainTogether) {
 
 // Processes started by hand the way Slurm's srun and OpenMPI's mpirun start them join one job.
 TEST(Cli, SlurmAndOpenMpiStartedProcessesJoin) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("byhand");
   const auto metrics = dir / "run.json";
   const std::string port = std::to_string(35000 + static_cast<int>(::getpid() % 1000));
@@ -349,6 +358,7 @@ size_t count_of(const std::string& text, const std::string& word) {
 }
 
 TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("bench");
   std::ofstream(dir / "suite.yaml") << kTinySuite;
   const std::string bench = "bench --gpus 0 --suite " + (dir / "suite.yaml").string() + " --out " + (dir / "out").string();
@@ -396,6 +406,7 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
 
 // The same runs through PyTorch (the oracle Python's torch), so that one report holds both.
 TEST(Cli, BenchWithPytorchPutsBothFrameworksInOneReport) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("bench_pytorch");
   std::ofstream(dir / "suite.yaml") << kTinySuite;
   const Result r = run("bench --gpus 0 --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) + " --source-dir " +
@@ -441,6 +452,7 @@ runs:
 // A stuck or slow run is stopped at --run-timeout with every process of it (ddp's ranks included), and the
 // bench goes on; --set shortens the suite's workload, and an --out holding another workload is refused.
 TEST(Cli, BenchStopsRunsAtTheirTimeoutAndSetsWorkloadKeys) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("bench_timeout");
   std::ofstream(dir / "suite.yaml") << R"(workload: {model: resnet20, dataset: synthetic, data-path: "20000:3x32x32:4", batch-size: 16, epochs: 5, threads: 1, test-limit: 32}
 runs:
@@ -486,6 +498,7 @@ runs:
 // A language model under a sharding strategy that knows nothing of it: gpt-tiny's units gathered one at a time
 // by zero3 on two processes, each on half of every batch, end where one process on the whole batch ends.
 TEST(Cli, GptUnderZero3OnTwoProcessesMatchesOneProcess) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("gpt_zero3");
   const std::string gpt =
       "train --model gpt-tiny --dataset synthetic-tokens --data-path 512:16:32 --epochs 1 --optimizer adamw "

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ptrain/core/error.h"
+#include "remove_tree.h"
 
 namespace ptrain::data::testing {
 
@@ -23,10 +24,10 @@ class ScratchDir {
     path_ = std::filesystem::temp_directory_path() /
             ("ptrain_data_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
              std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
+    ptrain::testing::remove_tree(path_);
     std::filesystem::create_directories(path_);
   }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ~ScratchDir() { ptrain::testing::remove_tree(path_); }
   std::string operator/(const std::string& name) const { return (path_ / name).string(); }
   const std::filesystem::path& path() const { return path_; }
 

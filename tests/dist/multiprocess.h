@@ -19,6 +19,13 @@
 #include <vector>
 
 #include "ptrain/dist/environment.h"
+#include "ptrain/dist/process_group.h"
+
+// The CPU process groups of these tests need gloo; a build against a LibTorch without gloo's headers
+// (PyTorch's wheels, on the GPU machine) skips them instead of failing each one.
+#define PTRAIN_SKIP_WITHOUT_GLOO()                                    \
+  if (!::ptrain::dist::ProcessGroup::backend_available("gloo"))        \
+  GTEST_SKIP() << "this LibTorch has no gloo headers: no CPU process groups"
 
 namespace ptrain::testing {
 

@@ -107,16 +107,19 @@ void collectives_body(int rank, int world, int port) {
 }
 
 TEST(ProcessGroup, CollectivesWithTwoRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   expect_all_ok(run_world(2, [&](int rank) { collectives_body(rank, 2, port); }, 60));
 }
 
 TEST(ProcessGroup, CollectivesWithThreeRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   expect_all_ok(run_world(3, [&](int rank) { collectives_body(rank, 3, port); }, 60));
 }
 
 TEST(ProcessGroup, AbsentPeerFailsRendezvousWithinTimeout) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const auto start = std::chrono::steady_clock::now();
   // Only rank 0 of a world of 2 starts.
@@ -129,6 +132,7 @@ TEST(ProcessGroup, AbsentPeerFailsRendezvousWithinTimeout) {
 }
 
 TEST(ProcessGroup, DeadPeerMakesCollectiveFail) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const auto start = std::chrono::steady_clock::now();
   const auto outcomes = run_world(
@@ -149,6 +153,7 @@ TEST(ProcessGroup, DeadPeerMakesCollectiveFail) {
 }
 
 TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const auto start = std::chrono::steady_clock::now();
   const auto outcomes = run_world(
@@ -183,6 +188,7 @@ TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
 }
 
 TEST(ProcessGroup, RejectsUnknownBackendAndNcclWithoutCuda) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   EXPECT_THROW(ProcessGroup(loopback(0, 1, testing::free_port()), "mpi", 1s), Error);
 #if !PTRAIN_WITH_CUDA
   try {

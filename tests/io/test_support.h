@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 
+#include "remove_tree.h"
+
 namespace ptrain::testing {
 
 // Removed with everything in it when the test ends; each ctest entry is its own process, so tests
@@ -24,8 +26,7 @@ class TempDir {
     path_ = pattern;
   }
   ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    remove_tree(path_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -71,31 +71,39 @@ double parity_gap(const RunSetup& s, int world) {
 
 void expect_parity(const RunSetup& s, int world) { EXPECT_LE(parity_gap(s, world), s.tolerance); }
 
-TEST(Ddp, ParityTwoRanks) { expect_parity({}, 2); }
+TEST(Ddp, ParityTwoRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_parity({}, 2);
+}
 TEST(Ddp, ParityThreeRanksSmallBuckets) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.first_bucket_mb = 100.0 / (1 << 20);  // ~100 bytes: several buckets, several all-reduces in flight
   s.bucket_cap_mb = 300.0 / (1 << 20);
   expect_parity(s, 3);
 }
 TEST(Ddp, ParityWithAccumulationTwoRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.accumulation = 2;
   expect_parity(s, 2);
 }
 TEST(Ddp, ParityWithAccumulationThreeRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.accumulation = 2;
   s.first_bucket_mb = 100.0 / (1 << 20);
   expect_parity(s, 3);
 }
 TEST(Ddp, ParityWithGradientClipping) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.clip = 0.05;
   s.accumulation = 2;
   expect_parity(s, 3);
 }
 TEST(Ddp, SyncBatchNormMatchesOneProcessOnTheWholeBatch) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.images = true;
   s.sync_batchnorm = true;
@@ -107,6 +115,7 @@ TEST(Ddp, SyncBatchNormMatchesOneProcessOnTheWholeBatch) {
 // Its last stage normalises 1x1 maps of a few samples, which makes the comparison ill-conditioned, so
 // it is one step at 1e-4, with a control showing that unsynchronised BatchNorm misses by far more.
 TEST(Ddp, SyncBatchNormOfTheZooResNetMatchesOneProcessOnTheWholeBatch) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   RunSetup s;
   s.images = true;
   s.zoo_resnet = true;
@@ -121,6 +130,7 @@ TEST(Ddp, SyncBatchNormOfTheZooResNetMatchesOneProcessOnTheWholeBatch) {
 }
 
 TEST(Ddp, BucketsFollowReverseRegistrationOrderAndCaps) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto outcomes = testing::run_world(
       1,
       [&](int rank) {
@@ -139,6 +149,7 @@ TEST(Ddp, BucketsFollowReverseRegistrationOrderAndCaps) {
 }
 
 TEST(Ddp, SyncBatchNormRefusesModelsThatBypassTheSwap) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto outcomes = testing::run_world(
       1,
       [&](int rank) {

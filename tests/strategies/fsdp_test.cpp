@@ -31,16 +31,19 @@ ZeroSetup fsdp(const std::string& sharding, int accumulation = 1, double clip = 
 }
 
 TEST(Fsdp, FullShardParity) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   expect_zero_parity(fsdp("full-shard"), 2);
   expect_zero_parity(fsdp("full-shard", 2, 0.05), 3);
 }
 
 TEST(Fsdp, ShardGradOpParity) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   expect_zero_parity(fsdp("shard-grad-op"), 3);
   expect_zero_parity(fsdp("shard-grad-op", 2, 0.05), 2);
 }
 
 TEST(Fsdp, NoShardParity) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   expect_zero_parity(fsdp("no-shard"), 2);
   expect_zero_parity(fsdp("no-shard", 2, 0.05), 3);
 }
@@ -49,6 +52,7 @@ TEST(Fsdp, NoShardParity) {
 // takes three micro-steps of one row); then two ranks in two groups of one (pure replication through the
 // hybrid path).
 TEST(Fsdp, HybridShardParity) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   for (const auto& [accumulation, clip] : std::vector<std::pair<int, double>>{{1, 0}, {3, 0}, {1, 0.05}}) {
     SCOPED_TRACE("accumulation " + std::to_string(accumulation) + ", clip " + std::to_string(clip));
     auto s = fsdp("hybrid-shard", accumulation, clip);
@@ -64,6 +68,7 @@ TEST(Fsdp, HybridShardParity) {
 // gathered parameters after its forward, shard-grad-op keeps them until its backward is over; both hold
 // nothing but shards once the step's backward is finished.
 TEST(Fsdp, ShardGradOpKeepsGatheredParametersUntilBackward) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const auto outcomes = testing::run_world(
       2,
@@ -94,6 +99,7 @@ TEST(Fsdp, ShardGradOpKeepsGatheredParametersUntilBackward) {
 }
 
 TEST(Fsdp, PrefetchingChangesNothing) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   for (const std::string prefetch : {"pre", "post", "none"}) {
     auto s = fsdp("full-shard", 2, 0.05);
     s.fsdp.backward_prefetch = prefetch;
@@ -103,6 +109,7 @@ TEST(Fsdp, PrefetchingChangesNothing) {
 }
 
 TEST(Fsdp, ParityWithOffloadedParametersAndAdamW) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = fsdp("full-shard", 2, 0.05);
   s.offload_params = true;
   s.optimizer = "adamw";
@@ -111,6 +118,7 @@ TEST(Fsdp, ParityWithOffloadedParametersAndAdamW) {
 
 // Without a policy that wraps anything, the whole model is the root unit.
 TEST(Fsdp, WholeModelAsOneUnitParity) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = fsdp("full-shard");
   s.fsdp.auto_wrap = "none";
   expect_zero_parity(s, 3);
@@ -118,6 +126,7 @@ TEST(Fsdp, WholeModelAsOneUnitParity) {
 
 // The zoo's ResNet with activation checkpointing, blocks wrapped by type: FSDP must train it as DDP does.
 TEST(Fsdp, ZooResNetWrappedByTypeMatchesDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   ZeroSetup s;
   s.zoo_resnet = true;
   s.fsdp.auto_wrap = "type";
@@ -161,9 +170,13 @@ void expect_checkpoint_resumes(const ZeroSetup& s) {
   }
 }
 
-TEST(Fsdp, FullCheckpointResumesAtAnotherWorldSizeAndUnderDdp) { expect_checkpoint_resumes(fsdp("full-shard")); }
+TEST(Fsdp, FullCheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_checkpoint_resumes(fsdp("full-shard"));
+}
 
 TEST(Fsdp, ShardedCheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = fsdp("full-shard");
   s.sharded_checkpoint = true;
   expect_checkpoint_resumes(s);
@@ -191,6 +204,7 @@ std::shared_ptr<models::Model> resnet50() { return models::make_model({"resnet50
 // (1.1M-4.5M parameters) are units alone; layer1's (75k-71k) stay unwrapped, as layer1 holds 216k
 // together; layer2's four (280k-379k) hold 1.2M together, so layer2 is one unit.
 TEST(FsdpAutoWrap, SizeBasedFollowsPyTorchsPolicyOnResNet50) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto model = resnet50();
   FsdpOptions o;
   o.min_num_params = 1000000;
@@ -222,6 +236,7 @@ TEST(FsdpAutoWrap, SizeBasedFollowsPyTorchsPolicyOnResNet50) {
 }
 
 TEST(FsdpAutoWrap, TypeBasedWrapsTheNamedBlocksAndNamesWhatExists) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto model = resnet50();
   FsdpOptions o;
   o.auto_wrap = "type";

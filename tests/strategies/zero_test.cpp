@@ -12,32 +12,49 @@ namespace {
 using namespace std::chrono_literals;
 using namespace parity;
 
-TEST(Zero1, ParityTwoRanks) { expect_zero_parity(with("zero1"), 2); }
+TEST(Zero1, ParityTwoRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_zero_parity(with("zero1"), 2);
+}
 TEST(Zero1, ParityThreeRanksSmallGroupsWithAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero1", 2);
   s.reduce_bucket_mb = kSmallBuckets;
   expect_zero_parity(s, 3);
 }
-TEST(Zero1, ParityWithClippingAndAccumulation) { expect_zero_parity(with("zero1", 2, 0.05), 2); }
+TEST(Zero1, ParityWithClippingAndAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_zero_parity(with("zero1", 2, 0.05), 2);
+}
 TEST(Zero1, ParityWithOffloadedOptimizer) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero1", 2, 0.05);
   s.offload_optimizer = true;
   expect_zero_parity(s, 3);
 }
 TEST(Zero1, ParityWithAdamW) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero1");
   s.optimizer = "adamw";
   expect_zero_parity(s, 3);
 }
 
-TEST(Zero2, ParityTwoRanks) { expect_zero_parity(with("zero2"), 2); }
+TEST(Zero2, ParityTwoRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_zero_parity(with("zero2"), 2);
+}
 TEST(Zero2, ParityThreeRanksSmallGroupsWithAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero2", 2);
   s.reduce_bucket_mb = kSmallBuckets;
   expect_zero_parity(s, 3);
 }
-TEST(Zero2, ParityWithClippingAndAccumulation) { expect_zero_parity(with("zero2", 2, 0.05), 3); }
+TEST(Zero2, ParityWithClippingAndAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_zero_parity(with("zero2", 2, 0.05), 3);
+}
 TEST(Zero2, ParityWithOffloadedOptimizer) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero2");
   s.offload_optimizer = true;
   expect_zero_parity(s, 2);
@@ -46,23 +63,30 @@ TEST(Zero2, ParityWithOffloadedOptimizer) {
   expect_zero_parity(s, 3);
 }
 TEST(Zero2, ParityWithAdamW) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero2", 2);
   s.optimizer = "adamw";
   expect_zero_parity(s, 2);
 }
 
-TEST(Zero3, ParityTwoRanksWholeModel) { expect_zero_parity(with("zero3"), 2); }
+TEST(Zero3, ParityTwoRanksWholeModel) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  expect_zero_parity(with("zero3"), 2);
+}
 TEST(Zero3, ParityThreeRanksPerUnitWithAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero3", 2);
   s.units = true;
   expect_zero_parity(s, 3);
 }
 TEST(Zero3, ParityWithClippingAndAccumulation) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero3", 2, 0.05);
   s.units = true;
   expect_zero_parity(s, 2);
 }
 TEST(Zero3, ParityWithOffloadedOptimizerAndParameters) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero3");
   s.units = true;
   s.offload_optimizer = true;
@@ -73,6 +97,7 @@ TEST(Zero3, ParityWithOffloadedOptimizerAndParameters) {
   expect_zero_parity(s, 3);
 }
 TEST(Zero3, ParityWithAdamW) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero3");
   s.units = true;
   s.optimizer = "adamw";
@@ -83,6 +108,7 @@ TEST(Zero3, ParityWithAdamW) {
 // each block's forward inside backward from the parameters gathered for it: zero3 must train it as DDP
 // does (both normalise per rank). A few steps: twenty make a deep ResNet on random targets chaotic.
 TEST(Zero3, ZooResNetWithActivationCheckpointingMatchesDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("ddp");
   s.zoo_resnet = true;
   const int steps = 3;
@@ -110,6 +136,7 @@ TEST(Zero3, ZooResNetWithActivationCheckpointingMatchesDdp) {
 // parameters are refreshed from them. Rounding keeps it from the fp32 reference's exact end, but it must
 // follow it closely while training moves far more than that.
 TEST(Zero2, Bf16WithMasterWeightsFollowsTheFp32Reference) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   for (const std::string strategy : {"zero2", "zero3"}) {
     auto s = with(strategy, 2, 0.05);
     s.bf16_masters = true;
@@ -130,6 +157,7 @@ TEST(Zero2, Bf16WithMasterWeightsFollowsTheFp32Reference) {
 
 // The comparison can fail: a reference that learned from one rank's rows only is far away.
 TEST(Zero2, ParityCheckSeesAWrongReference) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto s = with("zero2");
   const int port = testing::free_port();
   const std::string dir = testing::temp_dir("zero");
@@ -144,6 +172,7 @@ TEST(Zero2, ParityCheckSeesAWrongReference) {
 // (the same optimizer keys), and resumes at world size 3 under zero2 and at world size 2 under DDP to
 // the reference's end.
 TEST(Zero2, CheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = with("zero2");
   s.reduce_bucket_mb = kSmallBuckets;
   const std::string dir = testing::temp_dir("zero-ckpt");
@@ -182,6 +211,7 @@ TEST(Zero2, CheckpointResumesAtAnotherWorldSizeAndUnderDdp) {
 
 // A loss scaler's overflow seen by one rank's gradient shard must skip the step on every rank.
 TEST(Zero2, FoundInfOfOneRankReachesEveryRank) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const auto outcomes = testing::run_world(
       3,
@@ -208,6 +238,7 @@ TEST(Zero2, FoundInfOfOneRankReachesEveryRank) {
 
 // The plan refuses what the ZeRO strategies cannot honour, naming the flag, and takes what they can.
 TEST(ZeroPlan, RefusesWhatTheStagesCannotHonour) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   const auto refusal = [](const config::TrainConfig& c) -> std::string {
     try {
       train::make_plan(c);
@@ -240,6 +271,7 @@ TEST(ZeroPlan, RefusesWhatTheStagesCannotHonour) {
 
 // Single and DDP keep everything: the replicated accounting is params + grads + optimizer slots, whole.
 TEST(ModelStateBytes, ReplicatedStrategiesHoldEverything) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
   Mlp model;
   auto target = replicated_update_target(model, /*master_weights=*/false);
   config::OptimizerConfig c;

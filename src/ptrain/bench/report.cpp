@@ -1,10 +1,14 @@
 #include "ptrain/bench/report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <tuple>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -582,11 +586,12 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
     out.flush();
     check(out.good(), "cannot write " + temp.string());
   }
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    fs::remove(temp);
-    throw Error("cannot write " + path.string() + ": " + error.message());
+  // POSIX rename rather than std::filesystem's: LibTorch 2.x wheels export their own copies of those
+  // (pytorch/pytorch#133437), which the dynamic linker may bind instead of libstdc++'s.
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw Error("cannot write " + path.string() + ": " + reason);
   }
 }
 

@@ -129,6 +129,14 @@ void Work::wait() {
   impl_.reset();
 }
 
+bool ProcessGroup::backend_available(const std::string& backend) {
+  if (backend == "gloo") return PTRAIN_HAVE_GLOO;
+#if PTRAIN_WITH_CUDA
+  if (backend == "nccl") return true;
+#endif
+  return false;
+}
+
 ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& backend,
                            std::chrono::milliseconds timeout)
     : rank_(env.rank),

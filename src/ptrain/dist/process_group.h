@@ -38,6 +38,10 @@ class ProcessGroup {
   // every rank has joined or `timeout` passes. backend: "gloo" or "nccl" (CUDA builds only).
   ProcessGroup(const LaunchEnvironment& env, const std::string& backend, std::chrono::milliseconds timeout);
   ~ProcessGroup();
+
+  // Whether this build can form a group over backend: gloo needs LibTorch's gloo headers at build time
+  // (PyTorch's wheels, the usual CUDA LibTorch, ship without them), nccl a CUDA build.
+  static bool backend_available(const std::string& backend);
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
