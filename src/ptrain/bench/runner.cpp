@@ -30,6 +30,7 @@
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
+#include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/run_record.h"
 
 namespace ptrain::bench {
@@ -48,18 +49,6 @@ std::string join_command(const std::vector<std::string>& words) {
   std::string command;
   for (const auto& w : words) command += (command.empty() ? "" : " ") + quoted(w);
   return command;
-}
-
-// The output of a shell command, or nullopt when it failed (git outside a checkout, for one).
-std::optional<std::string> capture(const std::string& command) {
-  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
-  if (!pipe) return std::nullopt;
-  std::string out;
-  std::array<char, 256> buffer{};
-  while (fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
-  if (pclose(pipe) != 0) return std::nullopt;
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
 }
 
 // A port nobody listens on now, for a run's rendezvous: benches (and tests) running side by side must
@@ -495,7 +484,8 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   j["suite_file"] = suite.source;
   j["on_gpu"] = suite.on_gpu;
   j["side_by_side"] = o.side_by_side && suite.on_gpu;
-  j["git_commit"] = capture("git -C " + quoted(o.source_dir) + " rev-parse HEAD").value_or("");
+  // The commit the running binary was built from: git in the source folder may know another history.
+  j["git_commit"] = metrics::source_commit();
   j["ptrain_executable"] = o.ptrain_executable;
   j["workload"] = nlohmann::json::object();
   for (const auto& [k, v] : suite.workload) j["workload"][k] = v;
