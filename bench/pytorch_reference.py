@@ -353,7 +353,8 @@ def write_json_atomically(path, record):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=["cifar10", "fashion-mnist", "mnist", "synthetic"])
-    p.add_argument("--test-limit", type=int, default=0, help="evaluate on the first N test images; 0: all")
+    p.add_argument("--test-limit", type=int, default=0,
+                   help="evaluate on N test images spread evenly over the test set (as ptrain picks them); 0: all")
     p.add_argument("--cache-dir", default=None,
                    help="keep decoded image folders here for later runs (ptrain bench passes one per bench)")
     p.add_argument("--data", default=None,
@@ -588,8 +589,10 @@ def main(argv=None):
     t0 = time.time()
     xtr, ytr, classes = load_dataset(a.dataset, a.data, True, a.cache_dir)
     xte, yte, _ = load_dataset(a.dataset, a.data, False, a.cache_dir)
-    if a.test_limit > 0:
-        xte, yte = xte[:a.test_limit], yte[:a.test_limit]
+    if 0 < a.test_limit < len(xte):
+        # ptrain's data::spread_subset: sample floor(i * N / limit), so a class-ordered folder keeps its classes.
+        keep = torch.arange(a.test_limit, dtype=torch.int64) * len(xte) // a.test_limit
+        xte, yte = xte[keep], yte[keep]
     data_seconds = time.time() - t0
     # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
     mean, std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))

@@ -258,3 +258,19 @@ TEST(Registry, NormalizationHasOneValueOrOnePerChannel) {
 
 }  // namespace
 }  // namespace ptrain::data
+
+// A limit keeps samples spread over the dataset: a class-ordered folder keeps every class, images and
+// labels stay paired, and the PyTorch reference picks the same indices (floor(i * N / limit)).
+TEST(SpreadSubset, KeepsEveryClassOfAClassOrderedDataset) {
+  ptrain::data::Dataset d;
+  d.labels = torch::arange(10, torch::kInt64).div(2, "floor");  // 0 0 1 1 2 2 3 3 4 4
+  d.images = torch::arange(10, torch::kInt64).to(torch::kUInt8).view({10, 1, 1, 1});
+  const auto five = ptrain::data::spread_subset(d, 5);
+  EXPECT_TRUE(torch::equal(five.labels, torch::tensor({0, 1, 2, 3, 4}, torch::kInt64))) << five.labels;
+  EXPECT_TRUE(torch::equal(five.images.flatten().to(torch::kInt64), torch::tensor({0, 2, 4, 6, 8}, torch::kInt64)));
+  const auto three = ptrain::data::spread_subset(d, 3);
+  EXPECT_TRUE(torch::equal(three.images.flatten().to(torch::kInt64), torch::tensor({0, 3, 6}, torch::kInt64)));
+  EXPECT_EQ(ptrain::data::spread_subset(d, 0).size(), 10);
+  EXPECT_EQ(ptrain::data::spread_subset(d, 10).size(), 10);
+  EXPECT_EQ(ptrain::data::spread_subset(d, 25).size(), 10);
+}

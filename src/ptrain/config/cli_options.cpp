@@ -47,9 +47,9 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Data")->check(positive)->capture_default_str();
   app.add_option("--prefetch", c.data.prefetch, "Batches prepared ahead of the step")
       ->group("Data")->check(positive)->capture_default_str();
-  app.add_option("--train-limit", c.data.train_limit, "Train on the first N samples only; 0: all")
+  app.add_option("--train-limit", c.data.train_limit, "Train on N samples spread evenly over the training set only; 0: all")
       ->group("Data")->check(non_negative);
-  app.add_option("--test-limit", c.data.test_limit, "Evaluate on the first N test samples; 0: all")
+  app.add_option("--test-limit", c.data.test_limit, "Evaluate on N test samples spread evenly over the test set; 0: all")
       ->group("Data")->check(non_negative);
 
   app.add_option("--optimizer", c.optim.name, "sgd | adamw")

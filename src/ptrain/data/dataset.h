@@ -24,4 +24,17 @@ struct Dataset {
   bool is_tokens() const { return images.defined() && images.scalar_type() == torch::kInt64; }
 };
 
+// `limit` samples spread evenly over the dataset (sample floor(i * N / limit) for i = 0..limit-1), or the
+// whole dataset when limit is 0 or not below N. Spread rather than the first ones: an image folder lists
+// its samples class by class, and its first samples would all be of the first classes.
+// bench/pytorch_reference.py picks the same samples.
+inline Dataset spread_subset(Dataset dataset, int64_t limit) {
+  const int64_t n = dataset.size();
+  if (limit <= 0 || limit >= n) return dataset;
+  const auto index = torch::arange(limit, torch::kInt64).mul(n).div(limit, "floor");
+  dataset.images = dataset.images.index_select(0, index);
+  dataset.labels = dataset.labels.index_select(0, index);
+  return dataset;
+}
+
 }  // namespace ptrain::data

@@ -43,14 +43,6 @@ std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) 
   return strategies::make_strategy(plan.config, device, plan.launch);
 }
 
-data::Dataset first_samples(data::Dataset dataset, int64_t limit) {
-  if (limit > 0 && limit < dataset.size()) {
-    dataset.images = dataset.images.narrow(0, 0, limit);
-    dataset.labels = dataset.labels.narrow(0, 0, limit);
-  }
-  return dataset;
-}
-
 // Image models give logits [B, classes] for labels [B]; language models [B, T, vocab] for labels [B, T], every
 // position a prediction of its next token. Both flatten to [predictions, classes] and [predictions].
 torch::Tensor prediction_logits(const torch::Tensor& logits) { return logits.dim() > 2 ? logits.flatten(0, -2) : logits; }
@@ -145,8 +137,8 @@ class TrainingRun {
 
 void TrainingRun::load_data() {
   const int threads = static_cast<int>(c_.data.loader_threads);
-  train_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
-  test_set_ = first_samples(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
+  train_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
+  test_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
   check(train_set_.size() >= loader_batch,
         "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
