@@ -10,13 +10,14 @@
 #   multi STRATEGY MODE...  dp, ddp, zero1-3 or fsdp on every GPU, ptrain then PyTorch's counterpart
 #   bench NAME FLAGS...   `ptrain bench FLAGS` into .bench/NAME (carry .bench to continue an interrupted
 #                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
-#                         where many would be cut)
+#                         where many would be cut), e.g. as docs/results/2026-11-30-h200-bench.md ran it:
+#                         bench h200-x2 --suite standard --pytorch --side-by-side --set max-steps=50 ...
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
 # their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs;
 # SKIP_PYTORCH=1 leaves out multi's PyTorch run (when another step measures the same counterpart).
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
-#   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb where there is one
+#   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb (or cuda-gdb)
 #   dp-probe MODE         PyTorch's DataParallel for 40 logged steps, every thread's stack if it stalls
 # Two lanes run side by side on a two-GPU machine with CUDA_VISIBLE_DEVICES set per lane; each run is
 # then alone on its GPU (the lanes share the host's cores).
@@ -150,7 +151,8 @@ step_bench() {
   ensure_data
   mkdir -p .bench
   ./build-gpu/ptrain bench --out ".bench/$name" "$@" || echo "ptrain bench exit status $?"
-  tar -czf "$OUT/bench-$name.tgz" -C .bench "$name"
+  # The PyTorch reference's decoded-image cache stays behind: hundreds of MB, and rebuilt in seconds.
+  tar -czf "$OUT/bench-$name.tgz" --exclude=pytorch-cache -C .bench "$name"
 }
 
 # multi STRATEGY MODE...: the workload on every GPU of the machine under STRATEGY (dp, ddp, zero1-3, fsdp),
