@@ -188,12 +188,8 @@ TEST(Gpt, InitialisationFollowsGpt2) {
 
 // The initial weights are drawn in parallel chunks: a seed gives the same model on any number of threads.
 TEST(Gpt, InitialisationDependsOnTheSeedNotOnTheThreads) {
-  GptOptions o;
-  o.vocab_size = 64;
-  o.seq_len = 16;
-  o.layers = 2;
+  GptOptions o = small_options();
   o.width = 768;  // c_fc holds 2.4M weights: three chunks
-  o.heads = 4;
   const int threads = at::get_num_threads();
   const auto build = [&](int n, uint64_t seed) {
     at::set_num_threads(n);

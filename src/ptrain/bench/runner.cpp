@@ -438,6 +438,13 @@ std::string summary_of(const metrics::RunRecord& r) {
   return s;
 }
 
+// The workload as bench.json keeps it: key -> value text.
+nlohmann::json workload_json(const Suite& suite) {
+  nlohmann::json workload = nlohmann::json::object();
+  for (const auto& [k, v] : suite.workload) workload[k] = v;
+  return workload;
+}
+
 // Records kept from an earlier bench count as done only when that bench trained the same workload: runs
 // of a shortened suite must not stand in for the full one's.
 void check_same_workload(const Suite& suite, const std::string& bench_record) {
@@ -449,8 +456,7 @@ void check_same_workload(const Suite& suite, const std::string& bench_record) {
   } catch (const std::exception&) {
     return;  // an unreadable record holds nothing to reuse wrongly; it is rewritten below
   }
-  nlohmann::json now = nlohmann::json::object();
-  for (const auto& [k, v] : suite.workload) now[k] = v;
+  const nlohmann::json now = workload_json(suite);
   if (earlier == now) return;
   std::string differences;
   for (const auto& [k, v] : now.items()) {
@@ -487,8 +493,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   // The commit the running binary was built from: git in the source folder may know another history.
   j["git_commit"] = metrics::source_commit();
   j["ptrain_executable"] = o.ptrain_executable;
-  j["workload"] = nlohmann::json::object();
-  for (const auto& [k, v] : suite.workload) j["workload"][k] = v;
+  j["workload"] = workload_json(suite);
   j["overrides"] = nlohmann::json::object();
   for (const auto& [k, v] : o.overrides) j["overrides"][k] = v;
   j["run_timeout_seconds"] = o.run_timeout_seconds;

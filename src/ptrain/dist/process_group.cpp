@@ -239,40 +239,44 @@ std::string ProcessGroup::where() const {
 
 namespace {
 
-// Starts c10d work items under one name; turns a failure to even start them into the same error.
+// Starts c10d work items into impl (ProcessGroup::new_work); turns a failure to even start them into the
+// same error.
 template <typename Launch>
-Work start(const std::string& operation, const std::string& where, std::chrono::milliseconds timeout,
-           bool stream_ordered, Launch&& launch, std::function<void()> after = {}) {
-  auto impl = std::make_shared<Work::Impl>();
-  impl->operation = operation;
-  impl->where = where;
-  impl->timeout = timeout;
-  impl->stream_ordered = stream_ordered;
+Work start(std::shared_ptr<Work::Impl> impl, Launch&& launch, std::function<void()> after = {}) {
   impl->after = std::move(after);
   try {
     launch(impl->works);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(operation, where, e);
+    fail(impl->operation, impl->where, e);
   }
   return Work(std::move(impl));
 }
 
 }  // namespace
 
+std::shared_ptr<Work::Impl> ProcessGroup::new_work(const std::string& operation) const {
+  auto impl = std::make_shared<Work::Impl>();
+  impl->operation = operation;
+  impl->where = where();
+  impl->timeout = timeout_;
+  impl->stream_ordered = backend_ == "nccl";
+  return impl;
+}
+
 Work ProcessGroup::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
   if (tensors.empty()) return {};
   auto& group = impl_->group;
   if (tensors.size() == 1 && tensors.front().is_contiguous()) {
-    return start("all_reduce_sum", where(), timeout_, backend_ == "nccl", [&](auto& works) {
+    return start(new_work("all_reduce_sum"), [&](auto& works) {
       std::vector<at::Tensor> one{tensors.front()};
       works.push_back(group->allreduce(one, c10d::AllreduceOptions()));
     });
   }
   auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
   return start(
-      "all_reduce_sum", where(), timeout_, backend_ == "nccl",
+      new_work("all_reduce_sum"),
       [&](auto& works) {
         for (auto& g : *packed) {
           std::vector<at::Tensor> one{g.flat};
@@ -289,7 +293,7 @@ void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) 
   auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
   auto& group = impl_->group;
   start(
-      "broadcast from rank " + std::to_string(root), where(), timeout_, backend_ == "nccl",
+      new_work("broadcast from rank " + std::to_string(root)),
       [&](auto& works) {
         for (auto& g : *packed) {
           std::vector<at::Tensor> one{g.flat};
@@ -305,7 +309,7 @@ void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) 
 
 void ProcessGroup::barrier() {
   auto& group = impl_->group;
-  start("barrier", where(), timeout_, backend_ == "nccl", [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
+  start(new_work("barrier"), [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
       .wait();
 }
 
@@ -332,7 +336,7 @@ Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const
   auto input = input_shard.contiguous().view({-1});
   auto output = output_flat.view({-1});
   auto& group = impl_->group;
-  return start("all_gather", where(), timeout_, backend_ == "nccl", [&](auto& works) {
+  return start(new_work("all_gather"), [&](auto& works) {
     if (backend_ == "nccl") {
       works.push_back(group->_allgather_base(output, input, c10d::AllgatherOptions()));
       return;
@@ -355,7 +359,7 @@ void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const t
   if (backend_ == "nccl") {
     auto output = output_shard.is_contiguous() ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
     auto input = input_flat.contiguous().view({-1});
-    start("reduce_scatter_sum", where(), timeout_, backend_ == "nccl", [&](auto& works) {
+    start(new_work("reduce_scatter_sum"), [&](auto& works) {
       works.push_back(group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions()));
     }).wait();
     if (!output_shard.is_contiguous()) output_shard.copy_(output.view(output_shard.sizes()));

@@ -77,6 +77,9 @@ class ProcessGroup {
   ProcessGroup(int64_t rank, int64_t world_size, std::string backend, std::chrono::milliseconds timeout);
   struct Backend;
   std::string where() const;  // "rank 1 of 3 (gloo, timeout 5 s)", for error messages
+  // A work item for `operation` on this group: where it runs, its timeout, and how waiting on it orders
+  // (NCCL: the stream; gloo: the host).
+  std::shared_ptr<Work::Impl> new_work(const std::string& operation) const;
 
   int64_t rank_;
   int64_t world_size_;
