@@ -552,6 +552,14 @@ metrics::RunRecord TrainingRun::run() {
     record_.final_test_accuracy = last_eval.accuracy;
     record_.final_test_loss = last_eval.loss;
   }
+  if (train_set_.is_tokens()) {  // a sequence counts as an image above; these count its tokens
+    record_.seq_len = train_set_.images.size(1);
+    record_.tokens_per_second = record_.images_per_second * static_cast<double>(*record_.seq_len);
+    if (record_.steady_images_per_second)
+      record_.steady_tokens_per_second = *record_.steady_images_per_second * static_cast<double>(*record_.seq_len);
+  }
+  record_.channels_last = c_.model.channels_last && !train_set_.is_tokens();
+  record_.fused_optimizer = false;  // ptrain's optimizers are multi-tensor steps (train/optimizer.cpp)
   record_.ptrain_version = PTRAIN_VERSION;
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);
