@@ -125,6 +125,11 @@ json to_json(const RunRecord& r) {
               {"model_state_optimizer_bytes", optional_or_null(r.model_state_optimizer_bytes)},
               {"final_test_accuracy", optional_or_null(r.final_test_accuracy)},
               {"final_test_loss", optional_or_null(r.final_test_loss)},
+              {"channels_last", optional_or_null(r.channels_last)},
+              {"cuda_graphs", optional_or_null(r.cuda_graphs)},
+              {"cuda_graphs_note", r.cuda_graphs_note},
+              {"kernels", r.kernels},
+              {"step_phase_seconds", r.step_phase_seconds},
               {"epochs_detail", epochs},
               {"environment", r.environment},
               {"extra", r.extra}};
@@ -180,6 +185,22 @@ RunRecord run_record_from_json(const json& o) {
   }
   r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
   r.final_test_loss = read_optional<double>(o, "final_test_loss", where);
+  // Absent in records written before they existed.
+  for (auto [key, value] : {std::pair{"channels_last", &r.channels_last}, std::pair{"cuda_graphs", &r.cuda_graphs}}) {
+    if (!o.contains(key) || o[key].is_null()) continue;
+    check(o[key].is_boolean(), where + ": key '" + std::string(key) + "' must be true, false or null");
+    *value = o[key].get<bool>();
+  }
+  if (o.contains("cuda_graphs_note")) r.cuda_graphs_note = read_string(o, "cuda_graphs_note", where);
+  if (o.contains("kernels")) {
+    r.kernels = o["kernels"];
+    check(r.kernels.is_object(), where + ": key 'kernels' must be an object");
+  }
+  if (o.contains("step_phase_seconds")) {
+    r.step_phase_seconds = o["step_phase_seconds"];
+    check(r.step_phase_seconds.is_null() || r.step_phase_seconds.is_object(),
+          where + ": key 'step_phase_seconds' must be an object or null");
+  }
   const json& epochs = field(o, "epochs_detail", where);
   check(epochs.is_array(), where + ": key 'epochs_detail' must be an array");
   for (size_t i = 0; i < epochs.size(); ++i) {

@@ -52,6 +52,15 @@ struct RunRecord {
   // what the ZeRO stages shard. Null in records that predate them or come from PyTorch.
   std::optional<int64_t> model_state_param_bytes, model_state_grad_bytes, model_state_optimizer_bytes;
   std::optional<double> final_test_accuracy, final_test_loss;
+  // How the step ran: NHWC or not, whether steps replayed a captured CUDA graph (and why not, when not), which
+  // kernels ran ({"optimizer": "fused" | "foreach", "cross_entropy": "fused" | "reference"}), and the mean
+  // seconds a steady step spent in each phase (data, forward, backward, optimizer, communication). Null or
+  // empty where unknown: PyTorch records, and records written before the fields existed.
+  std::optional<bool> channels_last;
+  std::optional<bool> cuda_graphs;
+  std::string cuda_graphs_note;
+  nlohmann::json kernels = nlohmann::json::object();
+  nlohmann::json step_phase_seconds = nullptr;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();
