@@ -1,0 +1,42 @@
+// The fused kernels at the level of tensors, behind the public functions of this folder (cross_entropy.h,
+// ...), which choose between them and the LibTorch reference. CUDA builds define these in fused_cuda.cpp
+// (on the kernels of cuda/); CPU builds in fused_none.cpp, where available() is false.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ptrain::kernels::fused {
+
+// Whether this build has fused kernels for tensors on device.
+bool available(const torch::Device& device);
+
+struct CrossEntropyRows {
+  torch::Tensor loss;     // [rows] fp32
+  torch::Tensor lse;      // [rows] fp32, log-sum-exp of each row: what the backward needs
+  torch::Tensor correct;  // [rows] fp32, 1 where the row's argmax is its label
+};
+
+// logits [rows, classes] fp32/fp16/bf16 with unit stride along classes; labels [rows] int64.
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels);
+// The gradient of sum(loss * scale) for a 0-dim fp32 scale on the device.
+torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
+                                     const torch::Tensor& scale);
+
+// Training-mode batch norm + ReLU (+ residual) on channels-last activations [N, C, H, W] (C a multiple of 8,
+// or of 4 in fp32): y, and the batch's mean and 1/std per channel (fp32) for the backward. Updates the running
+// statistics in place.
+struct BatchNormReluForward {
+  torch::Tensor y, mean, invstd;
+};
+BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                             const torch::Tensor& weight, const torch::Tensor& bias,
+                                             const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                             double momentum, double eps);
+struct BatchNormReluBackward {
+  torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
+};
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
+                                               const torch::Tensor& mean, const torch::Tensor& invstd,
+                                               const torch::Tensor& weight, bool with_residual);
+
+}  // namespace ptrain::kernels::fused

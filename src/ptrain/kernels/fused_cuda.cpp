@@ -1,0 +1,148 @@
+// CUDA builds: tensors in, the launchers of cuda/ out, on the current stream.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <stdexcept>
+
+#include "ptrain/core/error.h"
+#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/fused.h"
+
+namespace ptrain::kernels::fused {
+
+namespace {
+
+cuda::Dtype dtype_of(const torch::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return cuda::Dtype::kFloat;
+    case torch::kHalf: return cuda::Dtype::kHalf;
+    case torch::kBFloat16: return cuda::Dtype::kBFloat16;
+    default: throw Error(std::string(what) + ": no fused kernel for " + c10::toString(t.scalar_type()));
+  }
+}
+
+cudaStream_t current_stream(const torch::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+void check_rows_and_labels(const torch::Tensor& logits, const torch::Tensor& labels, const char* what) {
+  check(logits.is_cuda() && labels.device() == logits.device(),
+        std::string(what) + ": logits and labels must be on one CUDA device");
+  check(logits.dim() == 2 && logits.stride(1) == 1,
+        std::string(what) + ": logits must be [rows, classes] with unit stride along classes, got shape " +
+            c10::str(logits.sizes()) + " strides " + c10::str(logits.strides()));
+  check(labels.dim() == 1 && labels.size(0) == logits.size(0) && labels.scalar_type() == torch::kInt64,
+        std::string(what) + ": labels must be int64 [rows]");
+}
+
+template <typename Launch>
+void launch(const char* what, Launch&& fn) {
+  try {
+    fn();
+  } catch (const std::runtime_error& e) {
+    throw Error(std::string(what) + ": " + e.what());
+  }
+}
+
+// Channels-last [N, C, H, W] as [rows, channels].
+int64_t rows_of(const torch::Tensor& x) { return x.size(0) * x.size(2) * x.size(3); }
+
+const void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* mutable_data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+cuda::Dtype param_dtype_of(const torch::Tensor& weight, const torch::Tensor& running_mean, const char* what) {
+  const torch::Tensor& any = weight.defined() ? weight : running_mean;
+  return any.defined() ? dtype_of(any, what) : cuda::Dtype::kFloat;
+}
+
+}  // namespace
+
+BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                             const torch::Tensor& weight, const torch::Tensor& bias,
+                                             const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                             double momentum, double eps) {
+  const char* what = "fused batch_norm_relu";
+  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
+        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
+                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
+        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t channels = x.size(1), rows = rows_of(x);
+  const auto floats = x.options().dtype(torch::kFloat);
+  BatchNormReluForward out{torch::empty_like(x), torch::empty({channels}, floats), torch::empty({channels}, floats)};
+  auto scale_shift = torch::empty({2 * channels}, floats);
+  auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, floats);
+  launch(what, [&] {
+    const auto stream = current_stream(x);
+    cuda::batch_norm_stats(dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), rows, channels,
+                           data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
+                           mutable_data_or_null(running_var), momentum, eps, out.mean.data_ptr<float>(),
+                           out.invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), workspace.data_ptr<float>(),
+                           stream);
+    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
+                                rows, channels, out.y.data_ptr(), stream);
+  });
+  return out;
+}
+
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
+                                               const torch::Tensor& mean, const torch::Tensor& invstd,
+                                               const torch::Tensor& weight, bool with_residual) {
+  const char* what = "fused batch_norm_relu backward";
+  c10::cuda::CUDAGuard guard(x.device());
+  // The gradient arriving from the next layer need not be channels-last.
+  const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  const int64_t channels = x.size(1), rows = rows_of(x);
+  BatchNormReluBackward out;
+  out.dx = torch::empty_like(x);
+  if (with_residual) out.dresidual = torch::empty_like(x);
+  if (weight.defined()) {
+    out.dweight = torch::empty_like(weight);
+    out.dbias = torch::empty_like(weight);
+  }
+  auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
+  launch(what, [&] {
+    cuda::batch_norm_relu_backward(dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
+                                   y.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), invstd.data_ptr<float>(),
+                                   data_or_null(weight), rows, channels, out.dx.data_ptr(),
+                                   mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight),
+                                   mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
+
+bool available(const torch::Device& device) { return device.is_cuda(); }
+
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels_in) {
+  check_rows_and_labels(logits, labels_in, "fused cross_entropy");
+  c10::cuda::CUDAGuard guard(logits.device());
+  const auto labels = labels_in.contiguous();
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  const auto options = logits.options().dtype(torch::kFloat);
+  CrossEntropyRows out{torch::empty({rows}, options), torch::empty({rows}, options), torch::empty({rows}, options)};
+  launch("fused cross_entropy", [&] {
+    cuda::cross_entropy_forward(dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
+                                logits.stride(0), labels.data_ptr<int64_t>(), out.loss.data_ptr<float>(),
+                                out.lse.data_ptr<float>(), out.correct.data_ptr<float>(), current_stream(logits));
+  });
+  return out;
+}
+
+torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels_in,
+                                     const torch::Tensor& lse, const torch::Tensor& scale_in) {
+  check_rows_and_labels(logits, labels_in, "fused cross_entropy backward");
+  c10::cuda::CUDAGuard guard(logits.device());
+  const auto labels = labels_in.contiguous();
+  const auto scale = scale_in.to(logits.device(), torch::kFloat).contiguous();
+  check(scale.numel() == 1, "fused cross_entropy backward: the scale must hold one value");
+  auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());
+  launch("fused cross_entropy backward", [&] {
+    cuda::cross_entropy_backward(dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(), logits.size(0),
+                                 logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                 scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0), current_stream(logits));
+  });
+  return grad;
+}
+
+}  // namespace ptrain::kernels::fused
