@@ -70,6 +70,27 @@ TEST(FusedCrossEntropy, GptTwoSmallBatchOfRows) {
   compare({16 * 1024, 50257, torch::kBFloat16}, Reduction::kMean, /*strided=*/false);
 }
 
+TEST(FusedCrossEntropy, PaddedVocabularyReadsOnlyTheClassesAndZeroesThePaddingsGradient) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  torch::manual_seed(6);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const int64_t rows = 37, classes = 1001, width = 1024;
+    auto padded = (torch::randn({rows, width}, torch::device(cuda)) * 2).to(dtype).requires_grad_(true);
+    const auto labels = torch::randint(classes, {rows}, torch::dtype(torch::kInt64).device(cuda));
+    auto fused = cross_entropy(padded, labels, Reduction::kMean, true, classes);
+    fused.loss.backward();
+    auto exact = padded.detach().narrow(1, 0, classes).clone().requires_grad_(true);
+    auto ref = reference_cross_entropy(exact, labels, Reduction::kMean);
+    ref.loss.backward();
+    EXPECT_LT(relative_error(fused.loss, ref.loss), 1e-5);
+    EXPECT_EQ(fused.correct.item<double>(), ref.correct.item<double>());
+    ASSERT_EQ(padded.grad().sizes(), padded.sizes());
+    EXPECT_LT(relative_error(padded.grad().narrow(1, 0, classes), exact.grad()), dtype == torch::kFloat ? 1e-5 : 1e-2);
+    EXPECT_EQ(padded.grad().narrow(1, classes, width - classes).abs().max().item<double>(), 0.0);
+  }
+}
+
 TEST(FusedCrossEntropy, TiesCountTheFirstLargestLikeArgmax) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
   const torch::Device cuda(torch::kCUDA, 0);

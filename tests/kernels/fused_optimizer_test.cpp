@@ -28,7 +28,9 @@ void compare(const std::string& name, torch::ScalarType dtype) {
   ASSERT_EQ(fused->implementation(), "fused");
   ASSERT_TRUE(fused->capturable());
   ASSERT_EQ(ref->implementation(), "foreach");
-  const double tolerance = dtype == torch::kFloat ? 1e-5 : 1e-2;
+  // The fused kernels take 1 - beta2 in fp32 (0.00099998713 for 0.999), the foreach path in double: the
+  // second moments differ by 1.3e-5 relative, as torch.optim's fused and foreach AdamW do.
+  const double tolerance = dtype == torch::kFloat ? 5e-5 : 1e-2;
   for (int step = 0; step < 6; ++step) {
     const auto found_inf = torch::full({}, step == 3 ? 1.0 : 0.0, torch::dtype(torch::kFloat).device(cuda));
     for (size_t i = 0; i < names.size(); ++i) {
@@ -56,9 +58,10 @@ TEST(FusedOptimizers, MatchTheForeachPath) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
   if (!ptrain::compat::has_fused_optimizers()) GTEST_SKIP() << "this LibTorch has no fused optimizer kernels";
   torch::manual_seed(7);
-  for (const auto& name : {"sgd", "adamw"}) {
-    for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) compare(name, dtype);
-  }
+  for (const auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) compare("sgd", dtype);
+  // Not fp16: there AdamW's foreach path computes sqrt(v) + 1e-8 in fp16, where 1e-8 is 0 and the update
+  // divides by zero (pure fp16 trains AdamW with --master-weights); the fused kernel computes in fp32.
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) compare("adamw", dtype);
 }
 
 TEST(FusedOptimizers, CpuParametersUseTheForeachPath) {

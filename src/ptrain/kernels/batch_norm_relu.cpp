@@ -11,29 +11,50 @@ namespace {
 bool is_floating(torch::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
 
 // Saves x and y (y is the next layer's input, kept anyway; its sign is the ReLU's mask) and the batch's
-// statistics: nothing beyond what the unfused layers keep.
+// statistics: nothing beyond what the unfused layers keep. Two functions, with and without the residual,
+// since LibTorch 2.x's custom functions take no undefined tensor as an input.
+torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                             const torch::Tensor& residual, const torch::Tensor& weight,
+                                             const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                             const torch::Tensor& running_var, double momentum, double eps) {
+  auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps);
+  ctx->save_for_backward({x, out.y, out.mean, out.invstd, weight});
+  return {out.y};
+}
+
+fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ctx,
+                                            const torch::autograd::variable_list& grad_outputs, bool residual) {
+  const auto saved = ctx->get_saved_variables();
+  return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], residual);
+}
+
 class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                double momentum, double eps) {
+    return fused_forward(ctx, x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto g = fused_backward(ctx, grad_outputs, /*residual=*/false);
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAddRelu> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& residual, const torch::Tensor& weight,
                                                 const torch::Tensor& bias, const torch::Tensor& running_mean,
                                                 const torch::Tensor& running_var, double momentum, double eps) {
-    auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps);
-    ctx->save_for_backward({x, out.y, out.mean, out.invstd, weight});
-    ctx->saved_data["residual"] = residual.defined();
-    ctx->saved_data["affine"] = weight.defined();
-    return {out.y};
+    return fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps);
   }
-
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const bool residual = ctx->saved_data["residual"].toBool();
-    const bool affine = ctx->saved_data["affine"].toBool();
-    auto grads = fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3],
-                                                 affine ? saved[4] : torch::Tensor(), residual);
-    return {grads.dx,    grads.dresidual,    grads.dweight,    grads.dbias,
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    auto g = fused_backward(ctx, grad_outputs, /*residual=*/true);
+    return {g.dx, g.dresidual, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -48,11 +69,10 @@ bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& 
   if (residual.defined() && (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
                              !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
     return false;
-  for (const auto* p : {&weight, &running_mean}) {
-    if (p->defined() && p->scalar_type() != torch::kFloat && p->scalar_type() != x.scalar_type()) return false;
-  }
-  if (weight.defined() && running_mean.defined() && weight.scalar_type() != running_mean.scalar_type()) return false;
-  return true;
+  // Affine, with running statistics (what the kernels take), in fp32 or the activations' dtype.
+  if (!weight.defined() || !running_mean.defined()) return false;
+  if (weight.scalar_type() != torch::kFloat && weight.scalar_type() != x.scalar_type()) return false;
+  return weight.scalar_type() == running_mean.scalar_type();
 }
 
 torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual,
@@ -69,7 +89,9 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                               const torch::Tensor& running_var, double momentum, double eps, bool allow_fused) {
   if (!allow_fused || !fused_batch_norm_relu_applies(x, residual, weight, running_mean))
     return reference_batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, eps);
-  return FusedBatchNormRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
+  if (residual.defined())
+    return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
+  return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
 }
 
 }  // namespace ptrain::kernels

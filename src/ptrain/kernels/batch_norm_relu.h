@@ -21,7 +21,7 @@ torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Ten
                                         double momentum, double eps);
 
 // Whether batch_norm_relu(..., allow_fused = true) takes the fused kernels for these tensors: CUDA,
-// channels-last, fp32/fp16/bf16 activations with channels a multiple of 16 bytes' worth, parameters and
+// channels-last, fp32/fp16/bf16 activations with channels a multiple of 16 bytes' worth, affine parameters and
 // running statistics in fp32 or the activations' dtype, a residual like x.
 bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
                                    const torch::Tensor& running_mean);

@@ -13,13 +13,14 @@ namespace {
 class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
-                                                const torch::Tensor& labels, bool mean) {
-    const auto rows = fused::cross_entropy_forward(logits, labels);
+                                                const torch::Tensor& labels, bool mean, int64_t classes) {
+    const auto rows = fused::cross_entropy_forward(logits, labels, classes);
     const double divisor = mean ? static_cast<double>(std::max<int64_t>(1, logits.size(0))) : 1.0;
     auto loss = rows.loss.sum() / divisor;
     auto correct = rows.correct.sum();
     ctx->save_for_backward({logits, labels, rows.lse});
     ctx->saved_data["divisor"] = divisor;
+    ctx->saved_data["classes"] = classes;
     ctx->mark_non_differentiable({correct});
     return {loss, correct};
   }
@@ -29,8 +30,8 @@ class FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
     const auto saved = ctx->get_saved_variables();
     const double divisor = ctx->saved_data["divisor"].toDouble();
     const auto scale = grad_outputs[0].to(torch::kFloat) / divisor;
-    auto grad = fused::cross_entropy_backward(saved[0], saved[1], saved[2], scale);
-    return {grad, torch::Tensor(), torch::Tensor()};
+    auto grad = fused::cross_entropy_backward(saved[0], saved[1], saved[2], scale, ctx->saved_data["classes"].toInt());
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -44,8 +45,10 @@ bool fused_cross_entropy_applies(const torch::Tensor& logits) {
          (dtype == torch::kFloat || dtype == torch::kHalf || dtype == torch::kBFloat16);
 }
 
-LossAndCorrect reference_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, Reduction reduction) {
+LossAndCorrect reference_cross_entropy(const torch::Tensor& logits_in, const torch::Tensor& labels, Reduction reduction,
+                                       int64_t classes) {
   namespace F = torch::nn::functional;
+  const auto logits = classes > 0 && classes < logits_in.size(1) ? logits_in.narrow(1, 0, classes) : logits_in;
   auto options = F::CrossEntropyFuncOptions();  // reduction: mean
   if (reduction == Reduction::kSum) options.reduction(torch::kSum);
   auto loss = F::cross_entropy(logits.to(torch::kFloat), labels, options);
@@ -58,9 +61,11 @@ LossAndCorrect reference_cross_entropy(const torch::Tensor& logits, const torch:
 }
 
 LossAndCorrect cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, Reduction reduction,
-                             bool allow_fused) {
-  if (!allow_fused || !fused_cross_entropy_applies(logits)) return reference_cross_entropy(logits, labels, reduction);
-  auto out = FusedCrossEntropy::apply(logits, labels, reduction == Reduction::kMean);
+                             bool allow_fused, int64_t classes) {
+  if (classes <= 0) classes = logits.size(1);
+  if (!allow_fused || !fused_cross_entropy_applies(logits))
+    return reference_cross_entropy(logits, labels, reduction, classes);
+  auto out = FusedCrossEntropy::apply(logits, labels, reduction == Reduction::kMean, classes);
   return {out[0], out[1]};
 }
 

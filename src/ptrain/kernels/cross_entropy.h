@@ -15,12 +15,15 @@ struct LossAndCorrect {
   torch::Tensor correct;  // fp32 scalar count, not differentiable
 };
 
-// logits [rows, classes] in fp32, fp16 or bf16; labels [rows] int64 in [0, classes).
+// logits [rows, width] in fp32, fp16 or bf16, of which the first `classes` columns are the classes (0: all;
+// fewer when a model pads its vocabulary to a multiple the matrix kernels like); labels [rows] int64 in
+// [0, classes). The padding's gradient is zero.
 LossAndCorrect cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, Reduction reduction,
-                             bool allow_fused);
+                             bool allow_fused, int64_t classes = 0);
 
-// The unfused reference: LibTorch's cross_entropy on fp32 logits, and argmax.
-LossAndCorrect reference_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, Reduction reduction);
+// The unfused reference: LibTorch's cross_entropy on the fp32 classes' columns, and argmax.
+LossAndCorrect reference_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, Reduction reduction,
+                                       int64_t classes = 0);
 
 // Whether cross_entropy(..., allow_fused = true) takes the fused path for these logits.
 bool fused_cross_entropy_applies(const torch::Tensor& logits);

@@ -16,11 +16,12 @@ struct CrossEntropyRows {
   torch::Tensor correct;  // [rows] fp32, 1 where the row's argmax is its label
 };
 
-// logits [rows, classes] fp32/fp16/bf16 with unit stride along classes; labels [rows] int64.
-CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels);
-// The gradient of sum(loss * scale) for a 0-dim fp32 scale on the device.
+// logits [rows, width] fp32/fp16/bf16 with unit stride along the row, of which the first `classes` columns
+// are classes (the rest a padded vocabulary's); labels [rows] int64.
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels, int64_t classes);
+// The gradient of sum(loss * scale) for a 0-dim fp32 scale on the device: [rows, width], zero in the padding.
 torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
-                                     const torch::Tensor& scale);
+                                     const torch::Tensor& scale, int64_t classes);
 
 // Training-mode batch norm + ReLU (+ residual) on channels-last activations [N, C, H, W] (C a multiple of 8,
 // or of 4 in fp32): y, and the batch's mean and 1/std per channel (fp32) for the backward. Updates the running

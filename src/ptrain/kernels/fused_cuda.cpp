@@ -114,11 +114,13 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
 
 bool available(const torch::Device& device) { return device.is_cuda(); }
 
-CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels_in) {
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels_in, int64_t classes) {
   check_rows_and_labels(logits, labels_in, "fused cross_entropy");
+  check(classes > 0 && classes <= logits.size(1), "fused cross_entropy: " + std::to_string(classes) +
+                                                      " classes in logits of width " + std::to_string(logits.size(1)));
   c10::cuda::CUDAGuard guard(logits.device());
   const auto labels = labels_in.contiguous();
-  const int64_t rows = logits.size(0), classes = logits.size(1);
+  const int64_t rows = logits.size(0);
   const auto options = logits.options().dtype(torch::kFloat);
   CrossEntropyRows out{torch::empty({rows}, options), torch::empty({rows}, options), torch::empty({rows}, options)};
   launch("fused cross_entropy", [&] {
@@ -130,7 +132,7 @@ CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch:
 }
 
 torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels_in,
-                                     const torch::Tensor& lse, const torch::Tensor& scale_in) {
+                                     const torch::Tensor& lse, const torch::Tensor& scale_in, int64_t classes) {
   check_rows_and_labels(logits, labels_in, "fused cross_entropy backward");
   c10::cuda::CUDAGuard guard(logits.device());
   const auto labels = labels_in.contiguous();
@@ -139,8 +141,9 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
   auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());
   launch("fused cross_entropy backward", [&] {
     cuda::cross_entropy_backward(dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(), logits.size(0),
-                                 logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(), lse.data_ptr<float>(),
-                                 scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0), current_stream(logits));
+                                 classes, logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(),
+                                 lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
+                                 current_stream(logits));
   });
   return grad;
 }

@@ -12,12 +12,12 @@ namespace {
 
 bool available(const torch::Device&) { return false; }
 
-CrossEntropyRows cross_entropy_forward(const torch::Tensor&, const torch::Tensor&) {
+CrossEntropyRows cross_entropy_forward(const torch::Tensor&, const torch::Tensor&, int64_t) {
   unavailable("fused cross_entropy_forward");
 }
 
 torch::Tensor cross_entropy_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                     const torch::Tensor&) {
+                                     const torch::Tensor&, int64_t) {
   unavailable("fused cross_entropy_backward");
 }
 

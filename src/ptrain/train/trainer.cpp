@@ -153,6 +153,7 @@ class TrainingRun {
   double steady_seconds_ = 0;
   int64_t steady_steps_ = 0;
   int64_t images_trained_ = 0;
+  int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
 
@@ -220,6 +221,7 @@ void TrainingRun::load_data() {
 void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
   const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
+  classes_ = spec.num_classes;
   model_ = models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
@@ -382,7 +384,7 @@ void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const st
     const auto predictions = prediction_logits(logits);
     const auto targets = prediction_labels(labels[micro]);
     auto [loss, correct] =
-        kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels);
+        kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels, classes_);
     auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
     {
       // Loss and accuracy are per prediction: n of them, or n x T for tokens.
@@ -552,7 +554,7 @@ Evaluation TrainingRun::evaluate() {
     const auto predictions = prediction_logits(logits);
     const auto labels = prediction_labels(batch->labels);
     const auto [batch_loss, batch_correct] =
-        kernels::cross_entropy(predictions, labels, kernels::Reduction::kSum, c_.run.fused_kernels);
+        kernels::cross_entropy(predictions, labels, kernels::Reduction::kSum, c_.run.fused_kernels, classes_);
     loss_sum.add_(batch_loss);
     correct.add_(batch_correct);
     seen += labels.size(0);

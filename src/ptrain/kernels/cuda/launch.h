@@ -17,11 +17,12 @@ enum class Dtype { kFloat, kHalf, kBFloat16 };
 void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
                            const int64_t* labels, float* loss, float* lse, float* correct, cudaStream_t stream);
 
-// grad[r][c] = (exp(row[c] - lse[r]) - (c == labels[r])) * (*scale), in the logits' dtype (grad rows are
-// grad_row_stride apart). scale is read on the device: the upstream gradient over the rows averaged.
-void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
-                            const int64_t* labels, const float* lse, const float* scale, void* grad,
-                            int64_t grad_row_stride, cudaStream_t stream);
+// grad[r][c] = (exp(row[c] - lse[r]) - (c == labels[r])) * (*scale) for c < classes, 0 for classes <= c <
+// width (a padded vocabulary's columns), in the logits' dtype (grad rows are grad_row_stride apart). scale is
+// read on the device: the upstream gradient over the rows averaged.
+void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t width,
+                            int64_t row_stride, const int64_t* labels, const float* lse, const float* scale,
+                            void* grad, int64_t grad_row_stride, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 
