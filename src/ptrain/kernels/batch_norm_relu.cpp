@@ -18,14 +18,16 @@ torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* c
                                              const torch::Tensor& bias, const torch::Tensor& running_mean,
                                              const torch::Tensor& running_var, double momentum, double eps) {
   auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps);
-  ctx->save_for_backward({x, out.y, out.mean, out.invstd, weight});
+  // y only with a residual (the ReLU's mask); without, the mask is recomputed from x and scale_shift.
+  ctx->save_for_backward({x, residual.defined() ? out.y : torch::Tensor(), out.mean, out.invstd, out.scale_shift, weight});
   return {out.y};
 }
 
 fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ctx,
                                             const torch::autograd::variable_list& grad_outputs, bool residual) {
   const auto saved = ctx->get_saved_variables();
-  return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], residual);
+  return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], saved[5],
+                                         residual);
 }
 
 class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {

@@ -28,6 +28,7 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
 // statistics in place.
 struct BatchNormReluForward {
   torch::Tensor y, mean, invstd;
+  torch::Tensor scale_shift;  // [2 * C]: y = relu(x * scale + shift [+ residual]); the backward's ReLU mask
 };
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
                                              const torch::Tensor& weight, const torch::Tensor& bias,
@@ -36,8 +37,27 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
 struct BatchNormReluBackward {
   torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
 };
+// y is read (for the ReLU's mask) only with a residual; without, the mask comes from x and scale_shift.
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
-                                               const torch::Tensor& weight, bool with_residual);
+                                               const torch::Tensor& scale_shift, const torch::Tensor& weight,
+                                               bool with_residual);
+
+// LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
+// defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.
+struct AddLayerNormForward {
+  torch::Tensor sum, out, mean, rstd;  // sum undefined without a branch
+};
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
+                                           const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+                                           c10::ScalarType out_dtype);
+struct AddLayerNormBackward {
+  torch::Tensor grad_x, grad_branch, grad_weight, grad_bias;  // grad_branch undefined without a branch
+};
+// input is sum (x without a branch); grad_sum (may be undefined) the gradient sum received from elsewhere.
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, const torch::Tensor& grad_sum,
+                                             const torch::Tensor& input, const torch::Tensor& mean,
+                                             const torch::Tensor& rstd, const torch::Tensor& weight,
+                                             c10::ScalarType branch_dtype, bool with_branch);
 
 }  // namespace ptrain::kernels::fused

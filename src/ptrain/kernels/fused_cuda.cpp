@@ -70,8 +70,9 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t channels = x.size(1), rows = rows_of(x);
   const auto floats = x.options().dtype(torch::kFloat);
-  BatchNormReluForward out{torch::empty_like(x), torch::empty({channels}, floats), torch::empty({channels}, floats)};
-  auto scale_shift = torch::empty({2 * channels}, floats);
+  BatchNormReluForward out{torch::empty_like(x), torch::empty({channels}, floats), torch::empty({channels}, floats),
+                           torch::empty({2 * channels}, floats)};
+  const auto& scale_shift = out.scale_shift;
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, floats);
   launch(what, [&] {
     const auto stream = current_stream(x);
@@ -88,7 +89,8 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
-                                               const torch::Tensor& weight, bool with_residual) {
+                                               const torch::Tensor& scale_shift, const torch::Tensor& weight,
+                                               bool with_residual) {
   const char* what = "fused batch_norm_relu backward";
   c10::cuda::CUDAGuard guard(x.device());
   // The gradient arriving from the next layer need not be channels-last.
@@ -104,10 +106,65 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
     cuda::batch_norm_relu_backward(dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
-                                   y.data_ptr(), x.data_ptr(), mean.data_ptr<float>(), invstd.data_ptr<float>(),
-                                   data_or_null(weight), rows, channels, out.dx.data_ptr(),
+                                   with_residual ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(),
+                                   invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), data_or_null(weight), rows,
+                                   channels, out.dx.data_ptr(),
                                    mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight),
                                    mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
+
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
+                                           const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+                                           c10::ScalarType out_dtype) {
+  const char* what = "fused add_layer_norm";
+  check(x.is_cuda() && x.scalar_type() == torch::kFloat && x.is_contiguous(),
+        std::string(what) + ": x must be contiguous fp32 on CUDA");
+  check(!branch.defined() || (branch.sizes() == x.sizes() && branch.is_contiguous()),
+        std::string(what) + ": the branch must be contiguous and shaped like x");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  const auto floats = x.options();
+  AddLayerNormForward out;
+  if (branch.defined()) out.sum = torch::empty_like(x);
+  out.out = torch::empty(x.sizes(), x.options().dtype(out_dtype));
+  out.mean = torch::empty({rows}, floats);
+  out.rstd = torch::empty({rows}, floats);
+  const auto w = weight.contiguous(), b = bias.contiguous();
+  launch(what, [&] {
+    cuda::add_layer_norm_forward(branch.defined() ? dtype_of(branch, what) : cuda::Dtype::kFloat,
+                                 dtype_of(out.out, what), x.data_ptr<float>(), data_or_null(branch),
+                                 w.data_ptr<float>(), b.data_ptr<float>(), rows, cols, eps,
+                                 branch.defined() ? out.sum.data_ptr<float>() : nullptr, out.out.data_ptr(),
+                                 out.mean.data_ptr<float>(), out.rstd.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
+
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, const torch::Tensor& grad_sum_in,
+                                             const torch::Tensor& input, const torch::Tensor& mean,
+                                             const torch::Tensor& rstd, const torch::Tensor& weight,
+                                             c10::ScalarType branch_dtype, bool with_branch) {
+  const char* what = "fused add_layer_norm backward";
+  c10::cuda::CUDAGuard guard(input.device());
+  const auto grad_out = grad_out_in.contiguous();
+  const auto grad_sum = grad_sum_in.defined() ? grad_sum_in.to(torch::kFloat).contiguous() : torch::Tensor();
+  const int64_t cols = input.size(-1), rows = input.numel() / cols;
+  AddLayerNormBackward out;
+  out.grad_x = torch::empty_like(input);
+  if (with_branch) out.grad_branch = torch::empty(input.sizes(), input.options().dtype(branch_dtype));
+  out.grad_weight = torch::empty_like(weight);
+  out.grad_bias = torch::empty_like(weight);
+  auto workspace = torch::empty({cuda::layer_norm_workspace_floats(rows, cols)}, input.options());
+  const auto w = weight.contiguous();
+  launch(what, [&] {
+    cuda::add_layer_norm_backward(dtype_of(grad_out, what), with_branch ? dtype_of(out.grad_branch, what) : cuda::Dtype::kFloat,
+                                  grad_out.data_ptr(), grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
+                                  input.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                  w.data_ptr<float>(), rows, cols, out.grad_x.data_ptr<float>(),
+                                  mutable_data_or_null(out.grad_branch), out.grad_weight.data_ptr<float>(),
+                                  out.grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), current_stream(input));
   });
   return out;
 }

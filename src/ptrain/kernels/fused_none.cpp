@@ -28,8 +28,20 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::
 }
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                               const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) {
+                                               const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                               const torch::Tensor&, bool) {
   unavailable("fused batch_norm_relu backward");
+}
+
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                           const torch::Tensor&, double, c10::ScalarType) {
+  unavailable("fused add_layer_norm");
+}
+
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             c10::ScalarType, bool) {
+  unavailable("fused add_layer_norm backward");
 }
 
 }  // namespace ptrain::kernels::fused

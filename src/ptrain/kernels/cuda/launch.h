@@ -44,11 +44,34 @@ void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int
 // y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats.
 void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
                            int64_t channels, void* y, cudaStream_t stream);
-// The backward of y = relu(bn(x) [+ residual]) from dy and y (whose sign is the ReLU's mask): dx, and
-// dresidual = dy masked (when given), dweight and dbias (param dtype; may be null when not needed).
+// The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
+// and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
+// (y given), and of x * scale + shift without (y null), scale_shift being the forward's.
 void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
-                              const float* mean, const float* invstd, const void* weight, int64_t rows,
-                              int64_t channels, void* dx, void* dresidual, void* dweight, void* dbias,
+                              const float* mean, const float* invstd, const float* scale_shift, const void* weight,
+                              int64_t rows, int64_t channels, void* dx, void* dresidual, void* dweight, void* dbias,
                               float* workspace, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// Layer normalisation over the last dimension of [rows, cols] fp32 rows (cols a multiple of 8), with the
+// residual add before it fused in: sum = x + branch (when branch is given; branch in branch_dtype), out =
+// (sum - mean) * rstd * weight + bias in out_dtype (fp32 weight and bias), mean and rstd per row in fp32.
+// One warp a row.
+void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x, const void* branch,
+                            const float* weight, const float* bias, int64_t rows, int64_t cols, double eps, float* sum,
+                            void* out, float* mean, float* rstd, cudaStream_t stream);
+
+// Its backward from grad_out (out_dtype) and, when given, the gradient reaching sum from its other uses
+// (grad_sum, fp32): grad_input (fp32: x's gradient, and the branch's in grad_branch, branch_dtype, when
+// given), grad_weight and grad_bias (fp32). input is sum (or x without a branch). workspace needs
+// layer_norm_workspace_floats(rows, cols) floats.
+int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols);
+void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* grad_out, const float* grad_sum,
+                             const float* input, const float* mean, const float* rstd, const float* weight,
+                             int64_t rows, int64_t cols, float* grad_input, void* grad_branch, float* grad_weight,
+                             float* grad_bias, float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
