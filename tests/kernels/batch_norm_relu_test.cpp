@@ -42,12 +42,14 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
   const auto dy = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype).contiguous();
   const auto run = [&](bool fused, torch::ScalarType as, torch::ScalarType param_as, Inputs& in) {
     const auto cl = at::MemoryFormat::ChannelsLast;
-    in.x = base.x.to(as).contiguous(cl).requires_grad_(true);
-    if (with_residual) in.residual = base.residual.to(as).contiguous(cl).requires_grad_(true);
-    in.weight = base.weight.to(param_as).requires_grad_(true);
-    in.bias = base.bias.to(param_as).requires_grad_(true);
-    in.running_mean = base.running_mean.to(param_as);
-    in.running_var = base.running_var.to(param_as);
+    // Fresh leaves every run: .to() of a tensor already in the dtype is the tensor itself.
+    const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+    in.x = leaf(base.x.to(as).contiguous(cl));
+    if (with_residual) in.residual = leaf(base.residual.to(as).contiguous(cl));
+    in.weight = leaf(base.weight.to(param_as));
+    in.bias = leaf(base.bias.to(param_as));
+    in.running_mean = base.running_mean.to(param_as).clone();
+    in.running_var = base.running_var.to(param_as).clone();
     auto y = fused ? batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
                                      1e-5, true)
                    : reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean,
