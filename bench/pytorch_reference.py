@@ -1168,6 +1168,8 @@ def main(argv=None):
         "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": a.epochs,
         "steps": step, "image_size": data.image_size, "seq_len": data.seq_len or None,
         "channels_last": a.channels_last, "compiled": compiled, "fused_optimizer": a.fused_optimizer,
+        # ptrain's own accounts of its step (graph capture, its kernels, step phases) have no counterpart here.
+        "cuda_graphs": None, "cuda_graphs_note": "", "kernels": {}, "step_phase_seconds": None,
         "total_wall_seconds": time.time() - t0,
         "train_wall_seconds": train_seconds, "images_per_second": images_per_second,
         "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,

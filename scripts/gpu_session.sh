@@ -12,6 +12,10 @@
 #                         bench in a later call), packed into $OUT/bench-NAME.tgz (one file comes back
 #                         where many would be cut), e.g. as docs/results/2026-11-30-h200-bench.md ran it:
 #                         bench h200-x2 --suite standard --pytorch --side-by-side --set max-steps=50 ...
+#   profile NAME FLAGS... one short `ptrain train FLAGS` run traced (--profile-out), its record and the trace's
+#                         summary (scripts/trace_summary.py) in $OUT, the trace packed into $OUT/trace-NAME.json.xz
+#   kernel-tests          the fused-kernel parity tests (tests/kernels) alone
+# BUILD_TARGETS (e.g. "ptrain test_kernels") builds only those targets.
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
 # their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs;
 # SKIP_PYTORCH=1 leaves out multi's PyTorch run (when another step measures the same counterpart).
@@ -64,7 +68,7 @@ step_build() {
     -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DPTRAIN_ORACLE_PYTHON="$(command -v python3)" \
     2>&1 | tail -n 25
-  cmake --build build-gpu -j "$(nproc)" -- -k 0 > "$OUT/build.log" 2>&1 || true
+  cmake --build build-gpu -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$OUT/build.log" 2>&1 || true
   { grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | grep -vE "^\s+(from|inlined)" | head -n 60; } || true
   test -x build-gpu/ptrain
 }
@@ -215,6 +219,28 @@ step_dp_probe() {
   grep -E "pytorch|Thread|File" "$OUT/dp-probe-$1.log" | head -n 80 || true
 }
 
+# profile NAME FLAGS...: the trace covers PROFILE_STEPS (default 31:33) of a run of at least that many steps.
+step_profile() {
+  local name=$1
+  shift
+  ensure_data
+  local steps=${PROFILE_STEPS:-31:33}
+  ./build-gpu/ptrain train "$@" --profile-out "$OUT/trace-$name.json" --profile-steps "$steps" --progress lines \
+    --metrics-out "$OUT/profile-$name.json" > "$OUT/profile-$name.log" 2>&1 || echo "(profile $name ended with status $?)"
+  grep -E "CUDA graphs|img/s|rror|trace of" "$OUT/profile-$name.log" | tail -n 6
+  python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print('steady', r.get('steady_images_per_second'), 'peak GiB', (r.get('peak_allocated_bytes') or 0)/2**30, 'graphs', r.get('cuda_graphs'), r.get('cuda_graphs_note'), 'kernels', r.get('kernels'), 'phases', r.get('step_phase_seconds'))" "$OUT/profile-$name.json" || true
+  if [ -f "$OUT/trace-$name.json" ]; then
+    local a=${steps%%:*} b=${steps##*:}
+    python3 scripts/trace_summary.py "$OUT/trace-$name.json" --steps $((b - a + 1)) --top 25 > "$OUT/summary-$name.txt" 2>&1 || true
+    head -n 30 "$OUT/summary-$name.txt"
+    xz -T4 -6 "$OUT/trace-$name.json"
+  fi
+}
+
+step_kernel_tests() {
+  ./build-gpu/tests/kernels/test_kernels 2>&1 | tee "$OUT/kernel-tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|error|Expected|Which is|rel" | head -n 60
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 while [ $# -gt 0 ]; do
   step=$1; shift
@@ -225,6 +251,8 @@ while [ $# -gt 0 ]; do
     diagnose) step_diagnose "$1"; shift ;;
     dp-probe) step_dp_probe "$1"; shift ;;
     test) step_test ;;
+    kernel-tests) step_kernel_tests ;;
+    profile) step_profile "$@"; break ;;
     smoke) step_smoke "$1"; shift ;;
     reference) step_reference "$@"; break ;;
     multi) step_multi "$@"; break ;;

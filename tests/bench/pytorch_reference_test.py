@@ -88,7 +88,7 @@ UNIT_TYPES = {
     "integer": int, "processes": int, "devices": int, "images": int, "epochs": int, "steps": int,
     "pixels": int, "bytes": int, "index": int, "text": str, "seconds": float, "images/second": float,
     "percent": float, "fraction": float, "loss": float, "list": list, "object": dict, "tokens": int,
-    "tokens/second": float, "boolean": bool,
+    "tokens/second": float, "true/false": bool,
 }
 
 

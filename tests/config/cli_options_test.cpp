@@ -50,7 +50,7 @@ TEST(TrainOptions, FlagsFillTheTree) {
   EXPECT_EQ(c.run.batch_size, 64);
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.05);
   EXPECT_EQ(c.optim.milestones, (std::vector<int64_t>{30, 60}));
-  EXPECT_TRUE(c.model.channels_last);
+  EXPECT_EQ(c.model.channels_last, "true");
   EXPECT_FALSE(c.data.augment);
   EXPECT_EQ(c.optim.grad_accum, 4);
 }
@@ -63,7 +63,7 @@ TEST(TrainOptions, YamlKeysApplyAndFlagsWin) {
   EXPECT_EQ(c.model.name, "resnet34");
   EXPECT_EQ(c.run.batch_size, 16);  // the flag wins over the file
   EXPECT_DOUBLE_EQ(c.optim.lr, 0.2);
-  EXPECT_TRUE(c.model.channels_last);
+  EXPECT_EQ(c.model.channels_last, "true");
   EXPECT_EQ(c.optim.milestones, (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(c.precision.precision, "bf16");
   EXPECT_TRUE(c.precision.master_weights);

@@ -227,11 +227,13 @@ const std::map<std::string, PytorchFlag>& pytorch_flags() {
   return flags;
 }
 
-// The memory format ptrain trains the workload in: what it says, else ptrain's default for the model.
-bool ptrain_channels_last(const WorkloadKeys& workload, bool language_model) {
+// The memory format ptrain trains the workload in, as its plan resolves --channels-last: auto (the default)
+// is channels-last for convolutional models on CUDA.
+bool ptrain_channels_last(const WorkloadKeys& workload, bool language_model, bool on_gpu) {
   if (language_model) return false;  // nothing 4-D to convert
-  const std::string value = workload_value(workload, "channels-last");
-  return value.empty() ? config::TrainConfig{}.model.channels_last : truthy(value);
+  std::string value = workload_value(workload, "channels-last");
+  if (value.empty()) value = config::TrainConfig{}.model.channels_last;
+  return value == "auto" ? on_gpu : truthy(value);
 }
 
 Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
@@ -307,7 +309,9 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& vari
   }
   // Eager runs in ptrain's memory format, the classic comparison; compiled is PyTorch at its best:
   // channels-last wherever there are convolutions, and the fused optimizer step.
-  if (compiled ? !language_model : ptrain_channels_last(workload, language_model)) args.push_back("--channels-last");
+  if (compiled ? !language_model : ptrain_channels_last(workload, language_model, suite.on_gpu)) {
+    args.push_back("--channels-last");
+  }
   if (compiled) args.insert(args.end(), {"--compile", "--fused-optimizer"});
   std::vector<std::string> command;
   if (compiled) {

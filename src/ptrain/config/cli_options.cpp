@@ -22,8 +22,9 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--activation-checkpointing,!--no-activation-checkpointing", c.model.activation_checkpointing,
                "Recompute each residual block in backward instead of keeping its activations")
       ->group("Model");
-  app.add_flag("--channels-last,!--no-channels-last", c.model.channels_last, "NHWC memory format")
-      ->group("Model");
+  app.add_flag("--channels-last{true},!--no-channels-last", c.model.channels_last,
+               "NHWC memory format (auto, the default: on for convolutional models on CUDA)")
+      ->group("Model")->check(CLI::IsMember({"auto", "true", "false"}))->capture_default_str();
   app.add_option("--gpt-layers", c.model.gpt_layers, "GPT models: transformer blocks; 0 keeps the named size's")
       ->group("Model")->check(non_negative);
   app.add_option("--gpt-width", c.model.gpt_width, "GPT models: embedding width; 0 keeps the named size's")
@@ -195,6 +196,18 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--progress", c.run.progress, "auto | bar | lines | none")
       ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}))->capture_default_str();
   app.add_flag("--dry-run", c.run.dry_run, "Print the validated plan and exit")->group("Run");
+  app.add_option("--profile-out", c.run.profile_out,
+                 "Write a Chrome trace (chrome://tracing, Perfetto) of the steps --profile-steps names")
+      ->group("Run");
+  app.add_option("--profile-steps", c.run.profile_steps, "A:B, the optimizer steps A to B (from 1) --profile-out traces")
+      ->group("Run")->capture_default_str();
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", c.run.cuda_graphs,
+               "Capture the whole training step as a CUDA graph once shapes are fixed (where the run allows it; "
+               "otherwise it says why and runs eagerly)")
+      ->group("Run")->capture_default_str();
+  app.add_flag("--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
+               "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
+      ->group("Run")->capture_default_str();
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
                  "clipping, optimizer and scheduler become the keys above (flags and --config win)")

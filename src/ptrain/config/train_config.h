@@ -15,7 +15,9 @@ struct ModelConfig {
   std::string name = "resnet18";           // a name of models/zoo.h
   std::string weights;                     // initial weights (.pth or .safetensors); empty: random init
   bool activation_checkpointing = false;   // recompute each residual block in backward
-  bool channels_last = false;              // NHWC memory format for inputs and 4-D weights
+  // NHWC memory format for inputs and 4-D weights: auto | true | false. auto: on for convolutional models
+  // on CUDA, where cuDNN's NHWC kernels are the fast ones (train/plan.h resolves it).
+  std::string channels_last = "auto";
   // GPT models: override the named size's shape; 0 keeps it.
   int64_t gpt_layers = 0;                  // transformer blocks
   int64_t gpt_width = 0;                   // embedding width (a multiple of the heads)
@@ -83,6 +85,10 @@ struct RunConfig {
   std::string progress = "auto";           // auto | bar | lines | none
   bool dry_run = false;                    // print the plan and exit
   std::string deepspeed_config;            // a DeepSpeed ds_config.json mapped onto these keys (flags win)
+  std::string profile_out;                 // a Chrome trace of the steps profile_steps names; empty: none
+  std::string profile_steps = "11:15";     // A:B, optimizer steps A to B (1-based, inclusive) traced
+  bool cuda_graphs = true;                 // capture the whole step as a CUDA graph where the run allows it
+  bool fused_kernels = true;               // fused CUDA kernels and optimizers where they exist (else LibTorch ops)
 };
 
 struct DistributedConfig {

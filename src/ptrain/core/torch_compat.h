@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #if PTRAIN_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -119,6 +121,49 @@ inline void reset_cuda_allocator_peaks(int device) {
 }  // namespace ptrain::compat
 
 namespace ptrain::compat {
+
+// Chrome traces from LibTorch's profiler (core/torch_compat.cpp). CUDA builds link PyTorch's wheel, whose
+// LibTorch has Kineto: CPU operators and CUDA kernels on one timeline. Debian's CPU LibTorch 1.13 has no
+// Kineto (its Kineto API records but cannot save), so CPU builds trace the CPU operators with the legacy
+// profiler. One trace at a time; stop_profiler_trace writes path whole (a temporary file renamed over it)
+// and throws ptrain::Error naming it if it cannot.
+void start_profiler_trace(bool with_cuda, const std::string& path);
+void stop_profiler_trace();
+
+// Fused multi-tensor SGD and AdamW steps (at::_fused_sgd_, at::_fused_adamw_) with the learning rate in a
+// device tensor, so that a step captured in a CUDA graph reads the rate each replay. 2.4 and later have both
+// on CUDA; older releases have neither, and the optimizers use their foreach path. found_inf (0/1 float on
+// the device, or undefined) makes the kernels leave everything as it was, as a skipped step must.
+constexpr bool has_fused_optimizers() { return PTRAIN_TORCH_AT_LEAST(2, 4); }
+
+inline void fused_sgd_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                           const std::vector<torch::Tensor>& momentum_buffers, double weight_decay, double momentum,
+                           const torch::Tensor& lr, bool nesterov, const torch::Tensor& found_inf) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  const std::optional<torch::Tensor> inf = found_inf.defined() ? std::optional<torch::Tensor>(found_inf) : std::nullopt;
+  at::_fused_sgd_(params, grads, momentum_buffers, weight_decay, momentum, lr, /*dampening=*/0.0, nesterov,
+                  /*maximize=*/false, /*is_first_step=*/false, /*grad_scale=*/std::nullopt, inf);
+#else
+  (void)params, (void)grads, (void)momentum_buffers, (void)weight_decay, (void)momentum, (void)lr, (void)nesterov,
+      (void)found_inf;
+  TORCH_CHECK(false, "fused SGD needs LibTorch 2.4 or later");
+#endif
+}
+
+inline void fused_adamw_step(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                             const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
+                             const std::vector<torch::Tensor>& steps, const torch::Tensor& lr, double beta1,
+                             double beta2, double weight_decay, double eps, const torch::Tensor& found_inf) {
+#if PTRAIN_TORCH_AT_LEAST(2, 4)
+  const std::optional<torch::Tensor> inf = found_inf.defined() ? std::optional<torch::Tensor>(found_inf) : std::nullopt;
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay,
+                    eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)steps, (void)lr, (void)beta1, (void)beta2,
+      (void)weight_decay, (void)eps, (void)found_inf;
+  TORCH_CHECK(false, "fused AdamW needs LibTorch 2.4 or later");
+#endif
+}
 
 // Causal attention of q, k, v [batch, heads, time, head_dim]: softmax(q k^T / sqrt(head_dim)) v with each
 // position blind to later ones. 2.1 and later call scaled_dot_product_attention, whose CUDA kernels (flash,

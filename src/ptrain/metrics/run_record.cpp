@@ -124,7 +124,6 @@ json to_json(const RunRecord& r) {
               {"seq_len", optional_or_null(r.seq_len)},
               {"tokens_per_second", optional_or_null(r.tokens_per_second)},
               {"steady_tokens_per_second", optional_or_null(r.steady_tokens_per_second)},
-              {"channels_last", optional_or_null(r.channels_last)},
               {"compiled", optional_or_null(r.compiled)},
               {"fused_optimizer", optional_or_null(r.fused_optimizer)},
               {"peak_allocated_bytes", optional_or_null(r.peak_allocated_bytes)},
@@ -138,6 +137,11 @@ json to_json(const RunRecord& r) {
               {"model_state_optimizer_bytes", optional_or_null(r.model_state_optimizer_bytes)},
               {"final_test_accuracy", optional_or_null(r.final_test_accuracy)},
               {"final_test_loss", optional_or_null(r.final_test_loss)},
+              {"channels_last", optional_or_null(r.channels_last)},
+              {"cuda_graphs", optional_or_null(r.cuda_graphs)},
+              {"cuda_graphs_note", r.cuda_graphs_note},
+              {"kernels", r.kernels},
+              {"step_phase_seconds", r.step_phase_seconds},
               {"epochs_detail", epochs},
               {"environment", r.environment},
               {"extra", r.extra}};
@@ -194,12 +198,27 @@ RunRecord run_record_from_json(const json& o) {
     if (o.contains(key)) *value = read_optional<double>(o, key, where);
   }
   if (o.contains("seq_len")) r.seq_len = read_optional<int64_t>(o, "seq_len", where);
-  for (auto [key, value] : {std::pair{"channels_last", &r.channels_last}, std::pair{"compiled", &r.compiled},
-                            std::pair{"fused_optimizer", &r.fused_optimizer}}) {
+  for (auto [key, value] : {std::pair{"compiled", &r.compiled}, std::pair{"fused_optimizer", &r.fused_optimizer}}) {
     if (o.contains(key)) *value = read_optional_bool(o, key, where);
   }
   r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
   r.final_test_loss = read_optional<double>(o, "final_test_loss", where);
+  // Absent in records written before they existed.
+  for (auto [key, value] : {std::pair{"channels_last", &r.channels_last}, std::pair{"cuda_graphs", &r.cuda_graphs}}) {
+    if (!o.contains(key) || o[key].is_null()) continue;
+    check(o[key].is_boolean(), where + ": key '" + std::string(key) + "' must be true, false or null");
+    *value = o[key].get<bool>();
+  }
+  if (o.contains("cuda_graphs_note")) r.cuda_graphs_note = read_string(o, "cuda_graphs_note", where);
+  if (o.contains("kernels")) {
+    r.kernels = o["kernels"];
+    check(r.kernels.is_object(), where + ": key 'kernels' must be an object");
+  }
+  if (o.contains("step_phase_seconds")) {
+    r.step_phase_seconds = o["step_phase_seconds"];
+    check(r.step_phase_seconds.is_null() || r.step_phase_seconds.is_object(),
+          where + ": key 'step_phase_seconds' must be an object or null");
+  }
   const json& epochs = field(o, "epochs_detail", where);
   check(epochs.is_array(), where + ": key 'epochs_detail' must be an array");
   for (size_t i = 0; i < epochs.size(); ++i) {

@@ -49,9 +49,9 @@ struct RunRecord {
   // images there). Null for image models.
   std::optional<int64_t> seq_len;
   std::optional<double> tokens_per_second, steady_tokens_per_second;
-  // How the step ran: NHWC activations and weights; the model through torch.compile (PyTorch records; null in
+  // How the step ran (with channels_last below): the model through torch.compile (PyTorch records; null in
   // ptrain's, which do not use it); the optimizer step as one fused kernel. Null in records before the fields.
-  std::optional<bool> channels_last, compiled, fused_optimizer;
+  std::optional<bool> compiled, fused_optimizer;
   std::optional<int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_nvml_used_bytes;
   std::optional<double> gpu_util_mean, gpu_util_peak;
   int64_t host_peak_rss_bytes = 0;
@@ -59,6 +59,15 @@ struct RunRecord {
   // what the ZeRO stages shard. Null in records that predate them or come from PyTorch.
   std::optional<int64_t> model_state_param_bytes, model_state_grad_bytes, model_state_optimizer_bytes;
   std::optional<double> final_test_accuracy, final_test_loss;
+  // How the step ran: NHWC or not, whether steps replayed a captured CUDA graph (and why not, when not), which
+  // kernels ran ({"optimizer": "fused" | "foreach", "cross_entropy": "fused" | "reference"}), and the mean
+  // seconds a steady step spent in each phase (data, forward, backward, optimizer, communication). Null or
+  // empty where unknown: PyTorch records, and records written before the fields existed.
+  std::optional<bool> channels_last;
+  std::optional<bool> cuda_graphs;
+  std::string cuda_graphs_note;
+  nlohmann::json kernels = nlohmann::json::object();
+  nlohmann::json step_phase_seconds = nullptr;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();

@@ -1,5 +1,7 @@
 #include "ptrain/models/batch_norm.h"
 
+#include "ptrain/kernels/batch_norm_relu.h"
+
 namespace ptrain::models {
 
 BatchNorm2dImpl::BatchNorm2dImpl(const torch::nn::BatchNormOptions& options_) : options(options_) {
@@ -33,6 +35,18 @@ torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   return normalize_ ? normalize_(*this, x) : local_forward(x);
+}
+
+torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
+  const bool fused = fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
+                     kernels::fused_batch_norm_relu_applies(x, residual, weight, running_mean);
+  if (!fused) {
+    auto y = forward(x);
+    return torch::relu(residual.defined() ? y + residual : y);
+  }
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
+                                  /*allow_fused=*/true);
 }
 
 }  // namespace ptrain::models

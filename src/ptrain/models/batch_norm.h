@@ -26,6 +26,11 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // What forward does when nobody took over: torch::nn::BatchNorm2d's forward.
   torch::Tensor local_forward(const torch::Tensor& x);
 
+  // relu(forward(x) [+ residual]); residual may be undefined. In training, with fused kernels allowed
+  // and nobody taking over, one fused kernel chain (kernels/batch_norm_relu.h) where it applies.
+  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
+  void set_fused_kernels(bool on) { fused_kernels_ = on; }
+
   // The momentum of this training step's running-statistics update (a cumulative average when the
   // options have none); counts the step in num_batches_tracked. Training mode with tracking only.
   double count_batch_and_momentum();
@@ -36,6 +41,7 @@ class BatchNorm2dImpl : public torch::nn::Module {
 
  private:
   Normalize normalize_;
+  bool fused_kernels_ = false;
 };
 
 TORCH_MODULE(BatchNorm2d);

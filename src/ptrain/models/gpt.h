@@ -35,6 +35,11 @@ class Gpt : public Model {
 
   torch::Tensor forward(torch::Tensor tokens) override;
   void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
+  // Fused residual add + LayerNorm (kernels/layer_norm.h); and on CUDA the head's logits come padded to a
+  // multiple of kVocabPadding columns (zero weights; the loss reads only the vocabulary's): cuBLAS has no
+  // fast kernel for GPT-2's odd 50,257 rows.
+  void set_fused_kernels(bool on) override;
+  static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
@@ -45,6 +50,7 @@ class Gpt : public Model {
  private:
   GptOptions options_;
   bool checkpointing_ = false;
+  bool fused_ = false;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<GptBlock>> blocks_;
   torch::nn::LayerNorm ln_f{nullptr};

@@ -18,6 +18,10 @@ class Model : public torch::nn::Module {
   // mode with grad enabled).
   virtual void set_activation_checkpointing(bool on) {}
 
+  // Use the fused CUDA kernels of kernels/ where they apply (ResNet: batch norm + ReLU, + residual), or
+  // LibTorch's unfused ops. Models without fusable parts ignore it.
+  virtual void set_fused_kernels(bool on) {}
+
   virtual std::string name() const = 0;
 
   // A new model of the same architecture and settings (activation checkpointing included) with its own,

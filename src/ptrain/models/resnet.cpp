@@ -83,9 +83,9 @@ class BasicBlock : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    auto out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = bn2->forward(conv2->forward(out));
-    return torch::relu(out + shortcut(x));
+    auto out = bn1->forward_relu(conv1->forward(x));
+    out = conv2->forward(out);
+    return bn2->forward_relu(out, shortcut(x));
   }
   BatchNorm2d last_bn() override { return bn2; }
   int64_t out_channels() const override { return planes_; }
@@ -111,10 +111,10 @@ class Bottleneck : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    auto out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = torch::relu(bn2->forward(conv2->forward(out)));
-    out = bn3->forward(conv3->forward(out));
-    return torch::relu(out + shortcut(x));
+    auto out = bn1->forward_relu(conv1->forward(x));
+    out = bn2->forward_relu(conv2->forward(out));
+    out = conv3->forward(out);
+    return bn3->forward_relu(out, shortcut(x));
   }
   BatchNorm2d last_bn() override { return bn3; }
   int64_t out_channels() const override { return planes_ * kExpansion; }
@@ -189,7 +189,15 @@ std::string ResNet::name() const {
 std::shared_ptr<Model> ResNet::make_replica() const {
   auto replica = std::make_shared<ResNet>(options_);
   replica->set_activation_checkpointing(checkpointing_);
+  replica->set_fused_kernels(fused_kernels_);
   return replica;
+}
+
+void ResNet::set_fused_kernels(bool on) {
+  fused_kernels_ = on;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* bn = module->as<BatchNorm2d>()) bn->set_fused_kernels(on);
+  }
 }
 
 torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x) {
@@ -211,7 +219,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
                                         std::to_string(blocks_.size() + 2) + " units");
   if (index == 0) {
-    x = torch::relu(bn1->forward(conv1->forward(x)));
+    x = bn1->forward_relu(conv1->forward(x));
     if (!cifar_family_ && !options_.cifar_stem) x = torch::max_pool2d(x, 3, 2, 1);
     return x;
   }

@@ -15,6 +15,7 @@ class SingleDevice final : public Strategy {
   void set_gradient_sync(bool) override {}
   void finish_backward() override {}
   torch::Tensor all_reduce_sum(torch::Tensor t) override { return t; }
+  std::string capture_obstacle() const override { return ""; }
 
  private:
   torch::Device device_;

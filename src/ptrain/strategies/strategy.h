@@ -102,6 +102,12 @@ class Strategy {
   // Sums a tensor over all ranks (metrics: loss sums, correct counts). In place; returns it.
   virtual torch::Tensor all_reduce_sum(torch::Tensor t) = 0;
 
+  // Why a whole step under this strategy cannot be captured as a CUDA graph (one line, for the run's log
+  // and record), or "" when it can: its hooks must launch only device work, with no host waits.
+  virtual std::string capture_obstacle() const {
+    return "--strategy " + name() + " coordinates its collectives from the host";
+  }
+
   // What the optimizer updates; called once, after prepare(). master_weights: the precision policy
   // wants fp32 masters of half parameters. The default serves replicated strategies: the model's
   // trainable parameters, or fp32 copies of them.

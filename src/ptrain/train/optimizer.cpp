@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
 
 namespace ptrain::train {
 
@@ -91,23 +92,52 @@ torch::Tensor take_slot(std::map<std::string, torch::Tensor>& by_name, const std
   return it->second.to(like.options());
 }
 
+// The fused kernels need every tensor on one CUDA device in one floating dtype; LibTorch 2.4+ has them.
+bool fused_kernels_apply(const std::vector<torch::Tensor>& params) {
+  if (!compat::has_fused_optimizers() || params.empty()) return false;
+  const auto& first = params.front();
+  if (!first.is_cuda()) return false;
+  for (const auto& p : params) {
+    if (p.device() != first.device() || p.scalar_type() != first.scalar_type() || !p.is_floating_point()) return false;
+  }
+  return true;
+}
+
+torch::Tensor undefined_or(const torch::Tensor* t) { return t != nullptr ? *t : torch::Tensor(); }
+
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
-      int64_t batch_elements)
+      int64_t batch_elements, bool allow_fused)
       : Optimizer(std::move(params), std::move(names)), momentum_(c.momentum), nesterov_(c.nesterov),
-        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)) {
+        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)),
+        fused_(allow_fused && fused_kernels_apply(params_)) {
     check(!nesterov_ || momentum_ > 0, "--nesterov needs --momentum > 0");
     if (momentum_ > 0) {
       for (const auto& p : params_) momentum_buffers_.push_back(torch::zeros_like(p));
     }
+    if (fused_) lr_tensor_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
   }
+
+  void set_learning_rate(double lr) override {
+    lr_ = lr;
+    if (fused_) lr_tensor_.fill_(lr);
+  }
+  bool capturable() const override { return fused_; }
+  std::string implementation() const override { return fused_ ? "fused" : "foreach"; }
 
   // torch.optim.SGD with dampening 0: d = g + wd*p; buf = m*buf + d (buf starts at d, as zeros give);
   // update = nesterov ? d + m*buf : buf; p -= lr*update.
-  void step(double lr, const torch::Tensor* found_inf) override {
+  void step_at_set_rate(const torch::Tensor* found_inf) override {
     torch::NoGradGuard no_grad;
     const auto all_grads = grads_of(params_);
+    if (fused_) {
+      // In place, so no batches are needed to bound temporaries.
+      compat::fused_sgd_step(params_, all_grads, momentum_buffers_, weight_decay_, momentum_, lr_tensor_, nesterov_,
+                             undefined_or(found_inf));
+      return;
+    }
+    const double lr = lr_;
     for (const auto& batch : batches_) {
       const auto params = slices_of(params_, batch);
       const auto grads = slices_of(all_grads, batch);
@@ -150,15 +180,19 @@ class Sgd final : public Optimizer {
   bool nesterov_;
   double weight_decay_;
   std::vector<std::vector<Slice>> batches_;
+  bool fused_;
+  double lr_ = 0;
+  torch::Tensor lr_tensor_;  // fused: the rate the kernel reads
   std::vector<torch::Tensor> momentum_buffers_;
 };
 
 class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
-        int64_t batch_elements)
+        int64_t batch_elements, bool allow_fused)
       : Optimizer(std::move(params), std::move(names)), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps),
-        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)) {
+        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)),
+        fused_(allow_fused && fused_kernels_apply(params_)) {
     check(!params_.empty(), "optimizer: no parameters");
     for (const auto& p : params_) {
       exp_avg_.push_back(torch::zeros_like(p));
@@ -166,11 +200,19 @@ class AdamW final : public Optimizer {
     }
     // The step count lives on the device so that a skipped step does not advance it without a host read.
     step_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
+    if (fused_) lr_tensor_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
   }
+
+  void set_learning_rate(double lr) override {
+    lr_ = lr;
+    if (fused_) lr_tensor_.fill_(lr);
+  }
+  bool capturable() const override { return fused_; }
+  std::string implementation() const override { return fused_ ? "fused" : "foreach"; }
 
   // torch.optim.AdamW: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
-  void step(double lr, const torch::Tensor* found_inf) override {
+  void step_at_set_rate(const torch::Tensor* found_inf) override {
     torch::NoGradGuard no_grad;
     const auto all_grads = grads_of(params_);
     if (found_inf != nullptr) {
@@ -178,6 +220,14 @@ class AdamW final : public Optimizer {
     } else {
       step_.add_(1);
     }
+    if (fused_) {
+      // The kernel reads one step count a tensor; every tensor shares this optimizer's one count.
+      const std::vector<torch::Tensor> steps(params_.size(), step_);
+      compat::fused_adamw_step(params_, all_grads, exp_avg_, exp_avg_sq_, steps, lr_tensor_, beta1_, beta2_,
+                               weight_decay_, eps_, undefined_or(found_inf));
+      return;
+    }
+    const double lr = lr_;
     auto t = step_.to(torch::kDouble);
     auto bias1 = 1 - torch::pow(beta1_, t);
     auto bias2_sqrt = torch::sqrt(1 - torch::pow(beta2_, t));
@@ -234,6 +284,9 @@ class AdamW final : public Optimizer {
  private:
   double beta1_, beta2_, eps_, weight_decay_;
   std::vector<std::vector<Slice>> batches_;
+  bool fused_;
+  double lr_ = 0;
+  torch::Tensor lr_tensor_;  // fused: the rate the kernel reads
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   torch::Tensor step_;
 };
@@ -250,11 +303,13 @@ void Optimizer::zero_grad() {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
-                                          std::vector<std::string> names, int64_t batch_elements) {
+                                          std::vector<std::string> names, int64_t batch_elements, bool allow_fused) {
   check(batch_elements > 0, "optimizer: batch_elements must be positive");
-  if (config.name == "sgd") return std::make_unique<Sgd>(std::move(params), std::move(names), config, batch_elements);
+  if (config.name == "sgd") {
+    return std::make_unique<Sgd>(std::move(params), std::move(names), config, batch_elements, allow_fused);
+  }
   if (config.name == "adamw") {
-    return std::make_unique<AdamW>(std::move(params), std::move(names), config, batch_elements);
+    return std::make_unique<AdamW>(std::move(params), std::move(names), config, batch_elements, allow_fused);
   }
   throw Error("--optimizer: unknown optimizer '" + config.name + "' (known: sgd, adamw)");
 }

@@ -22,7 +22,19 @@ class Optimizer {
 
   // One update of every parameter from its .grad(), at learning rate lr. With found_inf (a 0/1 float
   // scalar tensor on the parameters' device), a 1 leaves parameters and state exactly as they were.
-  virtual void step(double lr, const torch::Tensor* found_inf) = 0;
+  void step(double lr, const torch::Tensor* found_inf) {
+    set_learning_rate(lr);
+    step_at_set_rate(found_inf);
+  }
+
+  // The same in two parts, for CUDA graphs: set_learning_rate runs eagerly before each replay (fused
+  // optimizers keep the rate in a device tensor that the captured step reads), step_at_set_rate is captured.
+  virtual void set_learning_rate(double lr) = 0;
+  virtual void step_at_set_rate(const torch::Tensor* found_inf) = 0;
+  // Whether the step reads nothing from the host but the device tensors above: only then can it be captured.
+  virtual bool capturable() const = 0;
+  // "fused" (one multi-tensor kernel, at::_fused_sgd_/_fused_adamw_) or "foreach" (LibTorch's foreach ops).
+  virtual std::string implementation() const = 0;
 
   // Optimizer state keyed "<param name>.<slot>", for checkpoints.
   virtual io::NamedTensors state() const = 0;
@@ -43,8 +55,10 @@ constexpr int64_t kOptimizerBatchElements = int64_t{1} << 26;
 
 // params are the tensors the optimizer updates (model parameters, or fp32 master copies); names label
 // them in the state. Weight decay applies to every parameter, as torchvision's reference recipes do.
+// allow_fused: use the fused kernels where LibTorch has them for these parameters (CUDA, 2.4+); the
+// foreach path is the reference they are tested against (tests/kernels).
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
                                           std::vector<std::string> names,
-                                          int64_t batch_elements = kOptimizerBatchElements);
+                                          int64_t batch_elements = kOptimizerBatchElements, bool allow_fused = false);
 
 }  // namespace ptrain::train

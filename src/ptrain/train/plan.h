@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -22,9 +23,16 @@ struct Plan {
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
   // The processes training together: detected from the launch environment under ddp, one otherwise.
   dist::LaunchEnvironment launch;
+  // --channels-last resolved: auto means on for convolutional models on CUDA.
+  bool channels_last = false;
+  // --profile-out traces optimizer steps profile_first_step..profile_last_step (1-based, inclusive).
+  int64_t profile_first_step = 0, profile_last_step = 0;
 };
 
 Plan make_plan(const config::TrainConfig& config);
+
+// "A:B" -> {A, B} with 1 <= A <= B; throws ptrain::Error naming flag otherwise.
+std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std::string& flag);
 
 // A readable summary: what --dry-run prints and every run logs first.
 std::string describe(const Plan& plan);

@@ -14,16 +14,19 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/data/loader.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/kernels/cross_entropy.h"
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/gpu_sampler.h"
 #include "ptrain/metrics/memory.h"
+#include "ptrain/metrics/step_phases.h"
 #include "ptrain/metrics/timer.h"
 #include "ptrain/models/state_dict.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
 #include "ptrain/precision/loss_scaler.h"
 #include "ptrain/strategies/strategy.h"
+#include "ptrain/train/captured_step.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/grad_clip.h"
 #include "ptrain/train/optimizer.h"
@@ -55,15 +58,24 @@ void convert_to_channels_last(torch::nn::Module& module) {
   }
 }
 
-// Sums kept on the device during an epoch; read back only when progress is shown.
+// Sums kept on the device during an epoch; read back only when progress is shown. A captured step adds
+// into these very tensors at every replay, so they are reset in place, never replaced.
 struct RunningTotals {
   torch::Tensor loss_sum, correct, samples;
+  torch::Tensor window_loss;  // the loss sum since the last progress line
 
   explicit RunningTotals(const torch::Device& device) {
     auto options = torch::TensorOptions().dtype(torch::kDouble).device(device);
     loss_sum = torch::zeros({}, options);
     correct = torch::zeros({}, options);
     samples = torch::zeros({}, options);
+    window_loss = torch::zeros({}, options);
+  }
+  void reset() {
+    loss_sum.zero_();
+    correct.zero_();
+    samples.zero_();
+    window_loss.zero_();
   }
   io::NamedTensors named() const { return {{"loss_sum", loss_sum}, {"correct", correct}, {"samples", samples}}; }
   void load(const io::NamedTensors& saved) {
@@ -84,7 +96,7 @@ class TrainingRun {
   TrainingRun(const Plan& plan, const std::string& command_line)
       : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
         strategy_(make_strategy_on_device(plan)),
-        progress_style_(Progress::style_from(c_.run.progress)) {
+        progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
     record_.command_line = command_line;
   }
 
@@ -96,7 +108,17 @@ class TrainingRun {
   void build_optimizer();
   void resume();
   void train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
-  torch::Tensor optimizer_step(int64_t global_step);
+  // One optimizer step on micro-batches already on the device: eagerly, or by capturing or replaying it.
+  void run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  // What a step does on the device, host-free where the strategy is: what a CUDA graph captures.
+  void device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  void capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  torch::Tensor optimizer_step();
+  // Why this run's steps cannot be captured as a CUDA graph, or "" when they can.
+  std::string capture_obstacle() const;
+  // Takes the step phases measured since the last call into the totals; where the host has waited anyway.
+  void collect_step_phases();
+  void start_or_stop_trace(bool before_step);
   Evaluation evaluate();
   void save(TrainingPosition position);
   void load_model_state(const io::NamedTensors& saved);
@@ -131,8 +153,20 @@ class TrainingRun {
   double steady_seconds_ = 0;
   int64_t steady_steps_ = 0;
   int64_t images_trained_ = 0;
+  int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
+
+  metrics::StepPhaseTimer phases_;
+  // CUDA graphs: eager steps on the capture stream first (cuDNN's autotuning and the allocator's pools
+  // settle there), then one capture, then replays fed through static input tensors.
+  static constexpr int64_t kEagerStepsBeforeCapture = 3;
+  std::unique_ptr<CapturedStep> graph_;
+  bool captured_ = false;
+  int64_t eager_steps_ = 0;
+  int64_t replays_since_collect_ = 0;
+  std::vector<torch::Tensor> static_images_, static_labels_;
+  bool tracing_ = false;
 };
 
 void TrainingRun::load_data() {
@@ -150,7 +184,7 @@ void TrainingRun::load_data() {
   eval_augment.mean = norm.mean;
   eval_augment.std = norm.std;
   eval_augment.out_dtype = policy_.compute_dtype;
-  eval_augment.channels_last = c_.model.channels_last;
+  eval_augment.channels_last = plan_.channels_last;
   data::AugmentOptions train_augment = eval_augment;
   train_augment.random_crop = c_.data.augment;
   train_augment.horizontal_flip = c_.data.augment;
@@ -187,12 +221,14 @@ void TrainingRun::load_data() {
 void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
   const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
+  classes_ = spec.num_classes;
   model_ = models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
   if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
-  if (c_.model.channels_last) convert_to_channels_last(*model_);
+  if (plan_.channels_last) convert_to_channels_last(*model_);
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
+  model_->set_fused_kernels(c_.run.fused_kernels);
   model_->train();
   strategy_->prepare(*model_);
 }
@@ -206,7 +242,8 @@ std::vector<torch::Device> TrainingRun::local_devices() const {
 
 void TrainingRun::build_optimizer() {
   target_ = strategy_->update_target(*model_, policy_.master_weights);
-  optimizer_ = make_optimizer(c_.optim, target_->params(), target_->names());
+  optimizer_ = make_optimizer(c_.optim, target_->params(), target_->names(), kOptimizerBatchElements,
+                              c_.run.fused_kernels);
   const auto state_bytes = target_->model_state_bytes(optimizer_->state());
   record_.model_state_param_bytes = state_bytes.params;
   record_.model_state_grad_bytes = state_bytes.grads;
@@ -300,10 +337,15 @@ void TrainingRun::save(TrainingPosition position) {
   save_checkpoint(path, ckpt);
 }
 
-// Unscale, clip, update: everything after the last micro-batch's backward. Returns nothing to the host.
-torch::Tensor TrainingRun::optimizer_step(int64_t global_step) {
+// Unscale, clip, update: everything after the last micro-batch's backward, at the rate set on the optimizer
+// before the step. Returns nothing to the host.
+torch::Tensor TrainingRun::optimizer_step() {
+  using metrics::StepPhase;
+  phases_.begin(StepPhase::kCommunication);
   strategy_->finish_backward();
   target_->gradients_ready();
+  phases_.end(StepPhase::kCommunication);
+  phases_.begin(StepPhase::kOptimizer);
   std::vector<torch::Tensor> grads;
   for (const auto& p : optimizer_->params()) grads.push_back(p.grad());
   if (scaler_) {
@@ -316,11 +358,135 @@ torch::Tensor TrainingRun::optimizer_step(int64_t global_step) {
     grad_norm = target_->global_norm(global_grad_norm(grads));
     clip_grads_to_norm_(grads, grad_norm, c_.optim.clip_grad_norm);
   }
-  optimizer_->step(schedule_->lr(global_step), scaler_ ? &scaler_->found_inf() : nullptr);
+  optimizer_->step_at_set_rate(scaler_ ? &scaler_->found_inf() : nullptr);
+  phases_.end(StepPhase::kOptimizer);
+  phases_.begin(StepPhase::kCommunication);
   target_->parameters_updated();
+  phases_.end(StepPhase::kCommunication);
+  phases_.begin(StepPhase::kOptimizer);
   if (scaler_) scaler_->update();
   optimizer_->zero_grad();
+  phases_.end(StepPhase::kOptimizer);
   return grad_norm;
+}
+
+void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  using metrics::StepPhase;
+  const auto accum = static_cast<int64_t>(images.size());
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    strategy_->set_gradient_sync(micro == accum - 1);
+    phases_.begin(StepPhase::kForward);
+    torch::Tensor logits;
+    {
+      precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
+      logits = strategy_->forward(*model_, images[micro]);
+    }
+    const auto predictions = prediction_logits(logits);
+    const auto targets = prediction_labels(labels[micro]);
+    auto [loss, correct] =
+        kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels, classes_);
+    auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+    {
+      // Loss and accuracy are per prediction: n of them, or n x T for tokens.
+      torch::NoGradGuard no_grad;
+      const auto predicted = static_cast<double>(targets.size(0));
+      auto batch_loss = loss.detach().to(torch::kDouble) * predicted;
+      totals_->loss_sum.add_(batch_loss);
+      totals_->window_loss.add_(batch_loss);
+      totals_->correct.add_(correct);
+      totals_->samples.add_(predicted);
+    }
+    phases_.end(StepPhase::kForward);
+    phases_.begin(StepPhase::kBackward);
+    (scaler_ ? scaler_->scale(scaled) : scaled).backward();
+    phases_.end(StepPhase::kBackward);
+  }
+  optimizer_step();
+}
+
+std::string TrainingRun::capture_obstacle() const {
+  if (!c_.run.cuda_graphs) return "off (--no-cuda-graphs)";
+  if (!device_.is_cuda()) return "off (CUDA graphs need a CUDA device)";
+  const std::string strategy = strategy_->capture_obstacle();
+  if (!strategy.empty()) return "off: " + strategy;
+  if (!optimizer_->capturable()) {
+    return "off: the " + c_.optim.name + " step runs LibTorch's foreach ops, which take the learning rate from the host (" +
+           (c_.run.fused_kernels ? "this LibTorch has no fused optimizer kernels" : "--no-fused-kernels") + ")";
+  }
+  return "";
+}
+
+void TrainingRun::capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  // The graph reads its micro-batches from these tensors, filled before every replay.
+  static_images_.clear();
+  static_labels_.clear();
+  for (size_t m = 0; m < images.size(); ++m) {
+    static_images_.push_back(torch::empty_like(images[m]).copy_(images[m]));
+    static_labels_.push_back(torch::empty_like(labels[m]).copy_(labels[m]));
+  }
+  // Autocast's cast cache would hold casts made inside the capture past its end.
+  const bool cache = compat::autocast_cache_enabled();
+  compat::set_autocast_cache_enabled(false);
+  phases_.set_capturing(true);
+  try {
+    graph_->capture([&] { device_step(static_images_, static_labels_); });
+  } catch (...) {
+    phases_.set_capturing(false);
+    compat::set_autocast_cache_enabled(cache);
+    throw;
+  }
+  phases_.set_capturing(false);
+  compat::set_autocast_cache_enabled(cache);
+  captured_ = true;
+  graph_->replay();  // the capture recorded the step; this runs it
+  ++replays_since_collect_;
+}
+
+void TrainingRun::run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  if (captured_) {
+    for (size_t m = 0; m < images.size(); ++m) {
+      static_images_[m].copy_(images[m]);
+      static_labels_[m].copy_(labels[m]);
+    }
+    graph_->replay();
+    ++replays_since_collect_;
+    return;
+  }
+  if (graph_ && eager_steps_ >= kEagerStepsBeforeCapture) {
+    capture_step(images, labels);
+    return;
+  }
+  if (graph_) {
+    graph_->run_on_capture_stream([&] { device_step(images, labels); });
+    ++eager_steps_;
+  } else {
+    device_step(images, labels);
+  }
+  phases_.end_step();
+}
+
+void TrainingRun::collect_step_phases() {
+  phases_.collect();
+  phases_.add_replayed_steps(replays_since_collect_);
+  replays_since_collect_ = 0;
+}
+
+// --profile-out: the trace starts before step A and ends after step B (global steps counted from 1).
+void TrainingRun::start_or_stop_trace(bool before_step) {
+  if (c_.run.profile_out.empty()) return;
+  const int64_t step = before_step ? global_step_ + 1 : global_step_;
+  if (before_step && !tracing_ && step == plan_.profile_first_step) {
+    metrics::synchronize(device_);
+    compat::start_profiler_trace(device_.is_cuda(), c_.run.profile_out);
+    tracing_ = true;
+  } else if (!before_step && tracing_ && step == plan_.profile_last_step) {
+    metrics::synchronize(device_);
+    compat::stop_profiler_trace();
+    tracing_ = false;
+    if (strategy_->is_main())
+      std::cout << "trace of steps " << plan_.profile_first_step << "-" << plan_.profile_last_step << " written to "
+                << c_.run.profile_out << std::endl;
+  }
 }
 
 void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
@@ -330,50 +496,41 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
   int64_t step_in_epoch = first_micro_batch / accum;
   metrics::Stopwatch window;
   int64_t window_images = 0, window_predictions = 0;
-  auto window_loss = torch::zeros({}, totals_->loss_sum.options());
+  totals_->window_loss.zero_();
+  std::vector<torch::Tensor> images(accum), labels(accum);
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
+    start_or_stop_trace(/*before_step=*/true);
     for (int64_t micro = 0; micro < accum; ++micro) {
+      const metrics::Stopwatch waiting;
       auto batch = train_loader_->next();
+      phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
       check(batch.has_value(), "data loader ended before the epoch's last step");
-      strategy_->set_gradient_sync(micro == accum - 1);
-      torch::Tensor logits;
-      {
-        precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
-        logits = strategy_->forward(*model_, batch->images);
-      }
-      const auto predictions = prediction_logits(logits);
-      const auto labels = prediction_labels(batch->labels);
-      auto loss = torch::nn::functional::cross_entropy(predictions.to(torch::kFloat), labels);
-      auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
-      (scaler_ ? scaler_->scale(scaled) : scaled).backward();
-
-      torch::NoGradGuard no_grad;
-      const auto n = batch->labels.size(0);
-      const auto predicted = labels.size(0);  // n, or n x T for tokens: loss and accuracy are per prediction
-      auto batch_loss = loss.detach().to(torch::kDouble) * static_cast<double>(predicted);
-      totals_->loss_sum.add_(batch_loss);
-      window_loss.add_(batch_loss);
-      totals_->correct.add_(predictions.argmax(1).eq(labels).sum());
-      totals_->samples.add_(static_cast<double>(predicted));
-      window_predictions += predicted;
-      window_images += n * strategy_->world_size();
+      images[micro] = batch->images;
+      labels[micro] = batch->labels;
+      window_predictions += prediction_labels(batch->labels).size(0);
+      window_images += batch->labels.size(0) * strategy_->world_size();
     }
-    optimizer_step(global_step_);
+    optimizer_->set_learning_rate(schedule_->lr(global_step_));
+    run_step(images, labels);
     ++global_step_;
+    start_or_stop_trace(/*before_step=*/false);
     if (global_step_ == steady_from_step_) {
       metrics::synchronize(device_);
       steady_start_ = std::chrono::steady_clock::now();
+      phases_.start_counting();
+      replays_since_collect_ = 0;
     }
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
       save({epoch, step_in_epoch * accum, global_step_, 0, 0});
     if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
-      const double mean_loss = window_loss.item<double>() / static_cast<double>(window_predictions);
+      const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
+      collect_step_phases();  // the read above waited for the device
       const double seconds = window.elapsed_seconds();
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
-      window_loss.zero_();
+      totals_->window_loss.zero_();
       window_images = 0;
       window_predictions = 0;
       window.restart();
@@ -396,10 +553,10 @@ Evaluation TrainingRun::evaluate() {
     }
     const auto predictions = prediction_logits(logits);
     const auto labels = prediction_labels(batch->labels);
-    loss_sum.add_(torch::nn::functional::cross_entropy(
-        predictions.to(torch::kFloat), labels,
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)));
-    correct.add_(predictions.argmax(1).eq(labels).sum());
+    const auto [batch_loss, batch_correct] =
+        kernels::cross_entropy(predictions, labels, kernels::Reduction::kSum, c_.run.fused_kernels, classes_);
+    loss_sum.add_(batch_loss);
+    correct.add_(batch_correct);
     seen += labels.size(0);
   }
   model_->train();
@@ -432,6 +589,22 @@ metrics::RunRecord TrainingRun::run() {
 
   Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
   progress.message(describe(plan_));
+  if (plan_.profile_first_step > 0) {
+    check(plan_.profile_first_step <= total_steps_,
+          "--profile-steps " + c_.run.profile_steps + ": the run trains " + std::to_string(total_steps_) +
+              " steps, so step " + std::to_string(plan_.profile_first_step) + " never comes");
+  }
+  record_.cuda_graphs_note = capture_obstacle();
+  if (record_.cuda_graphs_note.empty()) {
+    graph_ = make_captured_step(device_);
+    if (!graph_) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
+  }
+  if (device_.is_cuda()) {
+    progress.message("CUDA graphs: " + (record_.cuda_graphs_note.empty()
+                                            ? "the whole step is captured after " +
+                                                  std::to_string(kEagerStepsBeforeCapture) + " eager steps"
+                                            : record_.cuda_graphs_note));
+  }
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
                    std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
                    " steps per epoch, " + std::to_string(total_steps_) + " in all");
@@ -458,13 +631,14 @@ metrics::RunRecord TrainingRun::run() {
   bool evaluated = false;
   for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
     const int64_t first = epoch == start_.epoch ? start_.micro_batch : 0;
-    if (first == 0) *totals_ = RunningTotals(device_);
+    if (first == 0) totals_->reset();
     metrics::synchronize(device_);
     metrics::Stopwatch epoch_clock;
     const auto epoch_start = std::chrono::steady_clock::now();
     const int64_t step_before = global_step_;
     train_epoch(epoch, first, progress);
     const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
+    collect_step_phases();
     if (steady_start_ && global_step_ > steady_from_step_) {
       steady_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                        std::max(*steady_start_, epoch_start)).count();
@@ -509,6 +683,15 @@ metrics::RunRecord TrainingRun::run() {
     progress.end_epoch(line);
   }
   if (sampler) sampler->stop();
+  if (tracing_) {
+    // The run ended before the last step asked for: the trace holds what there was.
+    metrics::synchronize(device_);
+    compat::stop_profiler_trace();
+    tracing_ = false;
+    if (strategy_->is_main())
+      std::cout << "trace of steps " << plan_.profile_first_step << "-" << global_step_ << " (the run's last) written to "
+                << c_.run.profile_out << std::endl;
+  }
 
   record_.model = c_.model.name;
   record_.dataset = c_.data.dataset;
@@ -558,8 +741,15 @@ metrics::RunRecord TrainingRun::run() {
     if (record_.steady_images_per_second)
       record_.steady_tokens_per_second = *record_.steady_images_per_second * static_cast<double>(*record_.seq_len);
   }
-  record_.channels_last = c_.model.channels_last && !train_set_.is_tokens();
-  record_.fused_optimizer = false;  // ptrain's optimizers are multi-tensor steps (train/optimizer.cpp)
+  record_.channels_last = plan_.channels_last;
+  record_.cuda_graphs = captured_;
+  const bool fused_here = c_.run.fused_kernels && kernels::fused_kernels_available(device_);
+  record_.kernels = {{"optimizer", optimizer_->implementation()},
+                     {"cross_entropy", fused_here ? "fused" : "reference"}};
+  record_.fused_optimizer = optimizer_->implementation() == "fused";
+  if (!models::is_language_model(c_.model.name))
+    record_.kernels["batch_norm_relu"] = fused_here && plan_.channels_last ? "fused" : "reference";
+  record_.step_phase_seconds = phases_.means().to_json();
   record_.ptrain_version = PTRAIN_VERSION;
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Where the time of a traced run went: reads a Chrome trace that `ptrain train --profile-out` wrote (Kineto's
+format on CUDA builds, the legacy profiler's event list on CPU builds) and prints, per traced step, the span,
+the time the GPU was busy (the union of its kernels' intervals), and the kernels or operators that took the
+most time, grouped into families (convolution, matrix multiply, normalisation, elementwise, reductions,
+optimizer, copies, attention, loss).
+
+  python3 scripts/trace_summary.py trace.json [--steps N] [--top 25]
+"""
+import argparse
+import collections
+import json
+import re
+import sys
+
+FAMILIES = [
+    ("attention", r"flash|fmha|attention|sdpa|softmax_warp"),
+    ("convolution", r"conv|cudnn|implicit_gemm|xmma_fprop|xmma_dgrad|xmma_wgrad|fprop|dgrad|wgrad|winograd"),
+    ("matmul", r"gemm|cutlass|sm90_xmma|cublas|nvjet|matmul|addmm|\bmm\b|bmm"),
+    ("normalization", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|welford|norm_"),
+    ("optimizer", r"multi_tensor|fused_adam|fused_sgd|foreach|_amp_"),
+    ("loss", r"cross_entropy|log_softmax|nll_loss|softmax"),
+    ("copy", r"memcpy|memset|copy|cast|to_copy|contiguous|transpose"),
+    ("reduction", r"reduce|sum|argmax|max_|norm"),
+    ("elementwise", r"elementwise|vectorized|unrolled|relu|gelu|add|mul|threshold|where|fill"),
+]
+
+
+def family(name):
+    lowered = name.lower()
+    for fam, pattern in FAMILIES:
+        if re.search(pattern, lowered):
+            return fam
+    return "other"
+
+
+def union_length(intervals):
+    total, end = 0.0, None
+    start = None
+    for b, e in sorted(intervals):
+        if end is None or b > end:
+            if end is not None:
+                total += end - start
+            start, end = b, e
+        else:
+            end = max(end, e)
+    if end is not None:
+        total += end - start
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--steps", type=int, default=0, help="divide totals by this many steps (per-step figures)")
+    args = parser.parse_args()
+    with open(args.trace) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    kernels = [e for e in complete if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    steps = max(1, args.steps)
+    if not complete:
+        print("no complete events in", args.trace)
+        return 1
+    begin = min(float(e["ts"]) for e in complete)
+    end = max(float(e["ts"]) + float(e["dur"]) for e in complete)
+    print(f"trace {args.trace}: {len(complete)} events, span {(end - begin) / 1000 / steps:.2f} ms"
+          + (" a step" if args.steps else ""))
+    if kernels:
+        busy = union_length([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels])
+        k_begin = min(float(e["ts"]) for e in kernels)
+        k_end = max(float(e["ts"]) + float(e["dur"]) for e in kernels)
+        print(f"GPU: {len(kernels) / steps:.0f} kernels, busy {busy / 1000 / steps:.2f} ms of "
+              f"{(k_end - k_begin) / 1000 / steps:.2f} ms ({100 * busy / max(1e-9, k_end - k_begin):.0f}%)"
+              + (" a step" if args.steps else ""))
+        rows = kernels
+    else:
+        print("no GPU kernels in the trace: CPU operators (self time not separated from children)")
+        rows = [e for e in complete if not str(e.get("name", "")).startswith("ProfilerStep")]
+    by_family = collections.Counter()
+    by_name = collections.Counter()
+    counts = collections.Counter()
+    for e in rows:
+        name = str(e.get("name", "?"))
+        by_family[family(name)] += float(e["dur"])
+        by_name[name] += float(e["dur"])
+        counts[name] += 1
+    total = sum(by_family.values())
+    print("\nby family (ms" + (" a step" if args.steps else "") + "):")
+    for fam, us in by_family.most_common():
+        print(f"  {fam:14s} {us / 1000 / steps:9.2f}  {100 * us / total:5.1f}%")
+    print(f"\ntop {args.top} (ms" + (" a step" if args.steps else "") + ", calls):")
+    for name, us in by_name.most_common(args.top):
+        print(f"  {us / 1000 / steps:9.3f} {counts[name] // steps:6d}  {name[:140]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

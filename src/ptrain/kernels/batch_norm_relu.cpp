@@ -1,0 +1,99 @@
+#include "ptrain/kernels/batch_norm_relu.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "ptrain/kernels/fused.h"
+
+namespace ptrain::kernels {
+
+namespace {
+
+bool is_floating(torch::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
+
+// Saves x and y (y is the next layer's input, kept anyway; its sign is the ReLU's mask) and the batch's
+// statistics: nothing beyond what the unfused layers keep. Two functions, with and without the residual,
+// since LibTorch 2.x's custom functions take no undefined tensor as an input.
+torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                             const torch::Tensor& residual, const torch::Tensor& weight,
+                                             const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                             const torch::Tensor& running_var, double momentum, double eps) {
+  auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps);
+  // y only with a residual (the ReLU's mask); without, the mask is recomputed from x and scale_shift.
+  ctx->save_for_backward({x, residual.defined() ? out.y : torch::Tensor(), out.mean, out.invstd, out.scale_shift, weight});
+  return {out.y};
+}
+
+fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ctx,
+                                            const torch::autograd::variable_list& grad_outputs, bool residual) {
+  const auto saved = ctx->get_saved_variables();
+  return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], saved[5],
+                                         residual);
+}
+
+class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                double momentum, double eps) {
+    return fused_forward(ctx, x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto g = fused_backward(ctx, grad_outputs, /*residual=*/false);
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAddRelu> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& residual, const torch::Tensor& weight,
+                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                                const torch::Tensor& running_var, double momentum, double eps) {
+    return fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto g = fused_backward(ctx, grad_outputs, /*residual=*/true);
+    return {g.dx, g.dresidual, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
+                                   const torch::Tensor& running_mean) {
+  if (!fused::available(x.device()) || x.dim() != 4 || !is_floating(x.scalar_type())) return false;
+  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
+  const int64_t vector = x.scalar_type() == torch::kFloat ? 4 : 8;
+  if (x.size(1) % vector != 0) return false;
+  if (residual.defined() && (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
+                             !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
+    return false;
+  // Affine, with running statistics (what the kernels take), in fp32 or the activations' dtype.
+  if (!weight.defined() || !running_mean.defined()) return false;
+  if (weight.scalar_type() != torch::kFloat && weight.scalar_type() != x.scalar_type()) return false;
+  return weight.scalar_type() == running_mean.scalar_type();
+}
+
+torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual,
+                                        const torch::Tensor& weight, const torch::Tensor& bias,
+                                        const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                        double momentum, double eps) {
+  auto y = torch::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
+                             at::globalContext().userEnabledCuDNN());
+  return torch::relu(residual.defined() ? y + residual : y);
+}
+
+torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
+                              const torch::Tensor& bias, const torch::Tensor& running_mean,
+                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused) {
+  if (!allow_fused || !fused_batch_norm_relu_applies(x, residual, weight, running_mean))
+    return reference_batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, eps);
+  if (residual.defined())
+    return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
+  return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
+}
+
+}  // namespace ptrain::kernels

@@ -1,0 +1,77 @@
+// The CUDA kernels' launchers, on raw device pointers: what nvcc compiles (cuda/*.cu) sees no LibTorch
+// header, and fused_cuda.cpp turns tensors into these arguments. Every launcher checks its launch and
+// throws std::runtime_error with CUDA's message.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace ptrain::kernels::cuda {
+
+enum class Dtype { kFloat, kHalf, kBFloat16 };
+
+// Row r of logits [rows, classes] (row_stride elements apart, unit stride within a row) against labels[r]:
+// loss[r] = logsumexp(row) - row[label] (NaN for a label outside [0, classes)), lse[r] = logsumexp(row),
+// correct[r] = 1 when the row's first largest value is at the label, else 0. All in fp32.
+void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
+                           const int64_t* labels, float* loss, float* lse, float* correct, cudaStream_t stream);
+
+// grad[r][c] = (exp(row[c] - lse[r]) - (c == labels[r])) * (*scale) for c < classes, 0 for classes <= c <
+// width (a padded vocabulary's columns), in the logits' dtype (grad rows are grad_row_stride apart). scale is
+// read on the device: the upstream gradient over the rows averaged.
+void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t width,
+                            int64_t row_stride, const int64_t* labels, const float* lse, const float* scale,
+                            void* grad, int64_t grad_row_stride, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// Batch normalisation in training mode over NHWC activations seen as [rows, channels] (rows = N*H*W,
+// channels a multiple of 16 bytes' worth of elements, 16-byte aligned), fused with the ReLU that follows it
+// and, optionally, the residual added before that ReLU: y = relu(x * a + b [+ residual]) with a, b per channel
+// from the batch's mean and variance. Parameters and running statistics are `param` dtype (fp32, or the
+// activations' dtype). Statistics in fp32 (Welford within threads, Chan's merge across them).
+//
+// batch_norm_stats writes mean[c], invstd[c] (fp32, for the backward) and updates the running statistics
+// (running = (1 - momentum) running + momentum batch, the variance unbiased) when they are given. workspace
+// needs batch_norm_workspace_floats(rows, channels) floats.
+int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
+void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
+                      const void* bias, void* running_mean, void* running_var, double momentum, double eps,
+                      float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
+// y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats.
+void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
+                           int64_t channels, void* y, cudaStream_t stream);
+// The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
+// and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
+// (y given), and of x * scale + shift without (y null), scale_shift being the forward's.
+void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
+                              const float* mean, const float* invstd, const float* scale_shift, const void* weight,
+                              int64_t rows, int64_t channels, void* dx, void* dresidual, void* dweight, void* dbias,
+                              float* workspace, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// Layer normalisation over the last dimension of [rows, cols] fp32 rows (cols a multiple of 8), with the
+// residual add before it fused in: sum = x + branch (when branch is given; branch in branch_dtype), out =
+// (sum - mean) * rstd * weight + bias in out_dtype (fp32 weight and bias), mean and rstd per row in fp32.
+// One warp a row.
+void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x, const void* branch,
+                            const float* weight, const float* bias, int64_t rows, int64_t cols, double eps, float* sum,
+                            void* out, float* mean, float* rstd, cudaStream_t stream);
+
+// Its backward from grad_out (out_dtype) and, when given, the gradient reaching sum from its other uses
+// (grad_sum, fp32): grad_input (fp32: x's gradient, and the branch's in grad_branch, branch_dtype, when
+// given), grad_weight and grad_bias (fp32). input is sum (or x without a branch). workspace needs
+// layer_norm_workspace_floats(rows, cols) floats.
+int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols);
+void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* grad_out, const float* grad_sum,
+                             const float* input, const float* mean, const float* rstd, const float* weight,
+                             int64_t rows, int64_t cols, float* grad_input, void* grad_branch, float* grad_weight,
+                             float* grad_bias, float* workspace, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda

@@ -1,0 +1,280 @@
+// Residual add + LayerNorm for the transformer block, forward and backward. Under autocast LibTorch's path
+// adds the branch to the fp32 residual stream (one pass), normalises in fp32 (another) and the next matrix
+// product casts the result to bf16 (a third); its backward adds the two gradients of the sum, and reduces
+// weight and bias gradients at a quarter of the memory bandwidth. Here: one row kernel each way (a warp a
+// row, reading the row twice, the second time from L1) that writes the normalised row straight in the
+// compute dtype, and a column reduction for the weight and bias gradients.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "ptrain/kernels/cuda/launch.h"
+
+namespace ptrain::kernels::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // 256 threads
+constexpr int kColumnChunks = 256;
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Four {
+  T v[4];
+};
+
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T>
+__device__ __forceinline__ void load4(const T* p, float* out) {
+  const Four<T> f = *reinterpret_cast<const Four<T>*>(p);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = as_float(f.v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store4(T* p, const float* in) {
+  Four<T> f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) f.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Four<T>*>(p) = f;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Branch type B (ignored without a branch), output type Y.
+template <typename B, typename Y>
+__global__ void forward_kernel(const float* __restrict__ x, const B* __restrict__ branch, const float* __restrict__ weight,
+                               const float* __restrict__ bias, int64_t rows, int64_t cols, float eps,
+                               float* __restrict__ sum, Y* __restrict__ out, float* __restrict__ mean_out,
+                               float* __restrict__ rstd_out) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const float* xr = x + row * cols;
+  float* sr = sum ? sum + row * cols : nullptr;
+  // Pass 1: the sum (written when there is a branch) and its mean and variance (Welford within the lane).
+  float mean = 0.0f, m2 = 0.0f, n = 0.0f;
+  for (int64_t j = lane * 4; j < cols; j += kWarp * 4) {
+    float v[4];
+    load4(xr + j, v);
+    if (branch) {
+      float b[4];
+      load4(branch + row * cols + j, b);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] += b[i];
+      store4(sr + j, v);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      n += 1.0f;
+      const float delta = v[i] - mean;
+      mean += delta / n;
+      m2 += delta * (v[i] - mean);
+    }
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float nb = __shfl_xor_sync(0xffffffffu, n, offset);
+    const float mb = __shfl_xor_sync(0xffffffffu, mean, offset);
+    const float m2b = __shfl_xor_sync(0xffffffffu, m2, offset);
+    const float total = n + nb;
+    if (total > 0.0f) {
+      const float delta = mb - mean;
+      mean += delta * nb / total;
+      m2 += m2b + delta * delta * n * nb / total;
+    }
+    n = total;
+  }
+  const float rstd = rsqrtf(m2 / n + eps);
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+  // Pass 2: normalise what pass 1 read or wrote (in L1 by now).
+  const float* in = branch ? sr : xr;
+  for (int64_t j = lane * 4; j < cols; j += kWarp * 4) {
+    float v[4], w[4], b[4];
+    load4(in + j, v);
+    load4(weight + j, w);
+    load4(bias + j, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = (v[i] - mean) * rstd * w[i] + b[i];
+    store4(out + row * cols + j, v);
+  }
+}
+
+// Output-gradient type Y, branch type B.
+template <typename Y, typename B>
+__global__ void backward_rows_kernel(const Y* __restrict__ grad_out, const float* __restrict__ grad_sum,
+                                     const float* __restrict__ input, const float* __restrict__ mean,
+                                     const float* __restrict__ rstd, const float* __restrict__ weight, int64_t rows,
+                                     int64_t cols, float* __restrict__ grad_input, B* __restrict__ grad_branch) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= rows) return;
+  const float mu = mean[row], rs = rstd[row];
+  const int64_t base = row * cols;
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t j = lane * 4; j < cols; j += kWarp * 4) {
+    float dy[4], v[4], w[4];
+    load4(grad_out + base + j, dy);
+    load4(input + base + j, v);
+    load4(weight + j, w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float g = dy[i] * w[i];
+      sum_g += g;
+      sum_gx += g * (v[i] - mu) * rs;
+    }
+  }
+  const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
+  const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
+  for (int64_t j = lane * 4; j < cols; j += kWarp * 4) {
+    float dy[4], v[4], w[4], d[4];
+    load4(grad_out + base + j, dy);
+    load4(input + base + j, v);
+    load4(weight + j, w);
+    float extra[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (grad_sum) load4(grad_sum + base + j, extra);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float xhat = (v[i] - mu) * rs;
+      d[i] = rs * (dy[i] * w[i] - mean_g - xhat * mean_gx) + extra[i];
+    }
+    store4(grad_input + base + j, d);
+    if (grad_branch) store4(grad_branch + base + j, d);
+  }
+}
+
+// Weight and bias gradients: per chunk of rows, each thread 4 columns at a time.
+template <typename Y>
+__global__ void backward_columns_kernel(const Y* __restrict__ grad_out, const float* __restrict__ input,
+                                        const float* __restrict__ mean, const float* __restrict__ rstd, int64_t rows,
+                                        int64_t cols, int64_t rows_per_chunk, float* __restrict__ chunk_gw,
+                                        float* __restrict__ chunk_gb) {
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  for (int64_t j = static_cast<int64_t>(threadIdx.x) * 4; j < cols; j += static_cast<int64_t>(blockDim.x) * 4) {
+    float gw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t r = begin; r < end; ++r) {
+      float dy[4], v[4];
+      load4(grad_out + r * cols + j, dy);
+      load4(input + r * cols + j, v);
+      const float mu = mean[r], rs = rstd[r];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        gw[i] += dy[i] * (v[i] - mu) * rs;
+        gb[i] += dy[i];
+      }
+    }
+    store4(chunk_gw + blockIdx.x * cols + j, gw);
+    store4(chunk_gb + blockIdx.x * cols + j, gb);
+  }
+}
+
+__global__ void columns_finalize_kernel(const float* __restrict__ chunk_gw, const float* __restrict__ chunk_gb,
+                                        int64_t chunks, int64_t cols, float* __restrict__ grad_weight,
+                                        float* __restrict__ grad_bias) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (c >= cols) return;
+  float gw = 0.0f, gb = 0.0f;
+  for (int64_t k = lane; k < chunks; k += kWarp) {
+    gw += chunk_gw[k * cols + c];
+    gb += chunk_gb[k * cols + c];
+  }
+  gw = warp_sum(gw);
+  gb = warp_sum(gb);
+  if (lane == 0) {
+    grad_weight[c] = gw;
+    grad_bias[c] = gb;
+  }
+}
+
+template <typename Fn>
+void with_type(Dtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case Dtype::kFloat: fn(static_cast<float*>(nullptr)); break;
+    case Dtype::kHalf: fn(static_cast<__half*>(nullptr)); break;
+    case Dtype::kBFloat16: fn(static_cast<__nv_bfloat16*>(nullptr)); break;
+  }
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) throw std::runtime_error(std::string(kernel) + ": " + cudaGetErrorString(status));
+}
+
+void check_shape(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0 || cols % 8 != 0)
+    throw std::runtime_error("layer_norm: cols must be a positive multiple of 8, got " + std::to_string(cols));
+}
+
+int64_t chunks_for(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(kColumnChunks, rows)); }
+
+}  // namespace
+
+void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x, const void* branch,
+                            const float* weight, const float* bias, int64_t rows, int64_t cols, double eps, float* sum,
+                            void* out, float* mean, float* rstd, cudaStream_t stream) {
+  check_shape(rows, cols);
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  with_type(branch_dtype, [&](auto* b_tag) {
+    using B = std::remove_pointer_t<decltype(b_tag)>;
+    with_type(out_dtype, [&](auto* y_tag) {
+      using Y = std::remove_pointer_t<decltype(y_tag)>;
+      forward_kernel<B, Y><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
+          x, static_cast<const B*>(branch), weight, bias, rows, cols, static_cast<float>(eps), sum,
+          static_cast<Y*>(out), mean, rstd);
+    });
+  });
+  check_launch("add_layer_norm_forward");
+}
+
+int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols) { return 2 * chunks_for(rows) * cols; }
+
+void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* grad_out, const float* grad_sum,
+                             const float* input, const float* mean, const float* rstd, const float* weight,
+                             int64_t rows, int64_t cols, float* grad_input, void* grad_branch, float* grad_weight,
+                             float* grad_bias, float* workspace, cudaStream_t stream) {
+  check_shape(rows, cols);
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  with_type(out_dtype, [&](auto* y_tag) {
+    using Y = std::remove_pointer_t<decltype(y_tag)>;
+    with_type(branch_dtype, [&](auto* b_tag) {
+      using B = std::remove_pointer_t<decltype(b_tag)>;
+      backward_rows_kernel<Y, B><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
+          static_cast<const Y*>(grad_out), grad_sum, input, mean, rstd, weight, rows, cols, grad_input,
+          static_cast<B*>(grad_branch));
+    });
+    const int64_t chunks = chunks_for(rows);
+    const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+    const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(kWarp, (cols / 4 + kWarp - 1) / kWarp * kWarp)));
+    backward_columns_kernel<Y><<<static_cast<unsigned>(chunks), threads, 0, stream>>>(
+        static_cast<const Y*>(grad_out), input, mean, rstd, rows, cols, rows_per_chunk, workspace,
+        workspace + chunks * cols);
+    columns_finalize_kernel<<<static_cast<unsigned>((cols + 7) / 8), 256, 0, stream>>>(
+        workspace, workspace + chunks * cols, chunks, cols, grad_weight, grad_bias);
+  });
+  check_launch("add_layer_norm_backward");
+}
+
+}  // namespace ptrain::kernels::cuda

@@ -1,0 +1,63 @@
+// The fused kernels at the level of tensors, behind the public functions of this folder (cross_entropy.h,
+// ...), which choose between them and the LibTorch reference. CUDA builds define these in fused_cuda.cpp
+// (on the kernels of cuda/); CPU builds in fused_none.cpp, where available() is false.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ptrain::kernels::fused {
+
+// Whether this build has fused kernels for tensors on device.
+bool available(const torch::Device& device);
+
+struct CrossEntropyRows {
+  torch::Tensor loss;     // [rows] fp32
+  torch::Tensor lse;      // [rows] fp32, log-sum-exp of each row: what the backward needs
+  torch::Tensor correct;  // [rows] fp32, 1 where the row's argmax is its label
+};
+
+// logits [rows, width] fp32/fp16/bf16 with unit stride along the row, of which the first `classes` columns
+// are classes (the rest a padded vocabulary's); labels [rows] int64.
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels, int64_t classes);
+// The gradient of sum(loss * scale) for a 0-dim fp32 scale on the device: [rows, width], zero in the padding.
+torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels, const torch::Tensor& lse,
+                                     const torch::Tensor& scale, int64_t classes);
+
+// Training-mode batch norm + ReLU (+ residual) on channels-last activations [N, C, H, W] (C a multiple of 8,
+// or of 4 in fp32): y, and the batch's mean and 1/std per channel (fp32) for the backward. Updates the running
+// statistics in place.
+struct BatchNormReluForward {
+  torch::Tensor y, mean, invstd;
+  torch::Tensor scale_shift;  // [2 * C]: y = relu(x * scale + shift [+ residual]); the backward's ReLU mask
+};
+BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                             const torch::Tensor& weight, const torch::Tensor& bias,
+                                             const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                             double momentum, double eps);
+struct BatchNormReluBackward {
+  torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
+};
+// y is read (for the ReLU's mask) only with a residual; without, the mask comes from x and scale_shift.
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
+                                               const torch::Tensor& mean, const torch::Tensor& invstd,
+                                               const torch::Tensor& scale_shift, const torch::Tensor& weight,
+                                               bool with_residual);
+
+// LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
+// defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.
+struct AddLayerNormForward {
+  torch::Tensor sum, out, mean, rstd;  // sum undefined without a branch
+};
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
+                                           const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+                                           c10::ScalarType out_dtype);
+struct AddLayerNormBackward {
+  torch::Tensor grad_x, grad_branch, grad_weight, grad_bias;  // grad_branch undefined without a branch
+};
+// input is sum (x without a branch); grad_sum (may be undefined) the gradient sum received from elsewhere.
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, const torch::Tensor& grad_sum,
+                                             const torch::Tensor& input, const torch::Tensor& mean,
+                                             const torch::Tensor& rstd, const torch::Tensor& weight,
+                                             c10::ScalarType branch_dtype, bool with_branch);
+
+}  // namespace ptrain::kernels::fused

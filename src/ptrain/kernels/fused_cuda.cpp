@@ -1,0 +1,208 @@
+// CUDA builds: tensors in, the launchers of cuda/ out, on the current stream.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <stdexcept>
+
+#include "ptrain/core/error.h"
+#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/fused.h"
+
+namespace ptrain::kernels::fused {
+
+namespace {
+
+cuda::Dtype dtype_of(const torch::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return cuda::Dtype::kFloat;
+    case torch::kHalf: return cuda::Dtype::kHalf;
+    case torch::kBFloat16: return cuda::Dtype::kBFloat16;
+    default: throw Error(std::string(what) + ": no fused kernel for " + c10::toString(t.scalar_type()));
+  }
+}
+
+cudaStream_t current_stream(const torch::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+void check_rows_and_labels(const torch::Tensor& logits, const torch::Tensor& labels, const char* what) {
+  check(logits.is_cuda() && labels.device() == logits.device(),
+        std::string(what) + ": logits and labels must be on one CUDA device");
+  check(logits.dim() == 2 && logits.stride(1) == 1,
+        std::string(what) + ": logits must be [rows, classes] with unit stride along classes, got shape " +
+            c10::str(logits.sizes()) + " strides " + c10::str(logits.strides()));
+  check(labels.dim() == 1 && labels.size(0) == logits.size(0) && labels.scalar_type() == torch::kInt64,
+        std::string(what) + ": labels must be int64 [rows]");
+}
+
+template <typename Launch>
+void launch(const char* what, Launch&& fn) {
+  try {
+    fn();
+  } catch (const std::runtime_error& e) {
+    throw Error(std::string(what) + ": " + e.what());
+  }
+}
+
+// Channels-last [N, C, H, W] as [rows, channels].
+int64_t rows_of(const torch::Tensor& x) { return x.size(0) * x.size(2) * x.size(3); }
+
+const void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+void* mutable_data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+cuda::Dtype param_dtype_of(const torch::Tensor& weight, const torch::Tensor& running_mean, const char* what) {
+  const torch::Tensor& any = weight.defined() ? weight : running_mean;
+  return any.defined() ? dtype_of(any, what) : cuda::Dtype::kFloat;
+}
+
+}  // namespace
+
+BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
+                                             const torch::Tensor& weight, const torch::Tensor& bias,
+                                             const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                             double momentum, double eps) {
+  const char* what = "fused batch_norm_relu";
+  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
+        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
+                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
+        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t channels = x.size(1), rows = rows_of(x);
+  const auto floats = x.options().dtype(torch::kFloat);
+  BatchNormReluForward out{torch::empty_like(x), torch::empty({channels}, floats), torch::empty({channels}, floats),
+                           torch::empty({2 * channels}, floats)};
+  const auto& scale_shift = out.scale_shift;
+  auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, floats);
+  launch(what, [&] {
+    const auto stream = current_stream(x);
+    cuda::batch_norm_stats(dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), rows, channels,
+                           data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
+                           mutable_data_or_null(running_var), momentum, eps, out.mean.data_ptr<float>(),
+                           out.invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), workspace.data_ptr<float>(),
+                           stream);
+    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
+                                rows, channels, out.y.data_ptr(), stream);
+  });
+  return out;
+}
+
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
+                                               const torch::Tensor& mean, const torch::Tensor& invstd,
+                                               const torch::Tensor& scale_shift, const torch::Tensor& weight,
+                                               bool with_residual) {
+  const char* what = "fused batch_norm_relu backward";
+  c10::cuda::CUDAGuard guard(x.device());
+  // The gradient arriving from the next layer need not be channels-last.
+  const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  const int64_t channels = x.size(1), rows = rows_of(x);
+  BatchNormReluBackward out;
+  out.dx = torch::empty_like(x);
+  if (with_residual) out.dresidual = torch::empty_like(x);
+  if (weight.defined()) {
+    out.dweight = torch::empty_like(weight);
+    out.dbias = torch::empty_like(weight);
+  }
+  auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
+  launch(what, [&] {
+    cuda::batch_norm_relu_backward(dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
+                                   with_residual ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(),
+                                   invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), data_or_null(weight), rows,
+                                   channels, out.dx.data_ptr(),
+                                   mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight),
+                                   mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
+
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
+                                           const torch::Tensor& weight, const torch::Tensor& bias, double eps,
+                                           c10::ScalarType out_dtype) {
+  const char* what = "fused add_layer_norm";
+  check(x.is_cuda() && x.scalar_type() == torch::kFloat && x.is_contiguous(),
+        std::string(what) + ": x must be contiguous fp32 on CUDA");
+  check(!branch.defined() || (branch.sizes() == x.sizes() && branch.is_contiguous()),
+        std::string(what) + ": the branch must be contiguous and shaped like x");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  const auto floats = x.options();
+  AddLayerNormForward out;
+  if (branch.defined()) out.sum = torch::empty_like(x);
+  out.out = torch::empty(x.sizes(), x.options().dtype(out_dtype));
+  out.mean = torch::empty({rows}, floats);
+  out.rstd = torch::empty({rows}, floats);
+  const auto w = weight.contiguous(), b = bias.contiguous();
+  launch(what, [&] {
+    cuda::add_layer_norm_forward(branch.defined() ? dtype_of(branch, what) : cuda::Dtype::kFloat,
+                                 dtype_of(out.out, what), x.data_ptr<float>(), data_or_null(branch),
+                                 w.data_ptr<float>(), b.data_ptr<float>(), rows, cols, eps,
+                                 branch.defined() ? out.sum.data_ptr<float>() : nullptr, out.out.data_ptr(),
+                                 out.mean.data_ptr<float>(), out.rstd.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
+
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, const torch::Tensor& grad_sum_in,
+                                             const torch::Tensor& input, const torch::Tensor& mean,
+                                             const torch::Tensor& rstd, const torch::Tensor& weight,
+                                             c10::ScalarType branch_dtype, bool with_branch) {
+  const char* what = "fused add_layer_norm backward";
+  c10::cuda::CUDAGuard guard(input.device());
+  const auto grad_out = grad_out_in.contiguous();
+  const auto grad_sum = grad_sum_in.defined() ? grad_sum_in.to(torch::kFloat).contiguous() : torch::Tensor();
+  const int64_t cols = input.size(-1), rows = input.numel() / cols;
+  AddLayerNormBackward out;
+  out.grad_x = torch::empty_like(input);
+  if (with_branch) out.grad_branch = torch::empty(input.sizes(), input.options().dtype(branch_dtype));
+  out.grad_weight = torch::empty_like(weight);
+  out.grad_bias = torch::empty_like(weight);
+  auto workspace = torch::empty({cuda::layer_norm_workspace_floats(rows, cols)}, input.options());
+  const auto w = weight.contiguous();
+  launch(what, [&] {
+    cuda::add_layer_norm_backward(dtype_of(grad_out, what), with_branch ? dtype_of(out.grad_branch, what) : cuda::Dtype::kFloat,
+                                  grad_out.data_ptr(), grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
+                                  input.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                  w.data_ptr<float>(), rows, cols, out.grad_x.data_ptr<float>(),
+                                  mutable_data_or_null(out.grad_branch), out.grad_weight.data_ptr<float>(),
+                                  out.grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), current_stream(input));
+  });
+  return out;
+}
+
+bool available(const torch::Device& device) { return device.is_cuda(); }
+
+CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels_in, int64_t classes) {
+  check_rows_and_labels(logits, labels_in, "fused cross_entropy");
+  check(classes > 0 && classes <= logits.size(1), "fused cross_entropy: " + std::to_string(classes) +
+                                                      " classes in logits of width " + std::to_string(logits.size(1)));
+  c10::cuda::CUDAGuard guard(logits.device());
+  const auto labels = labels_in.contiguous();
+  const int64_t rows = logits.size(0);
+  const auto options = logits.options().dtype(torch::kFloat);
+  CrossEntropyRows out{torch::empty({rows}, options), torch::empty({rows}, options), torch::empty({rows}, options)};
+  launch("fused cross_entropy", [&] {
+    cuda::cross_entropy_forward(dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
+                                logits.stride(0), labels.data_ptr<int64_t>(), out.loss.data_ptr<float>(),
+                                out.lse.data_ptr<float>(), out.correct.data_ptr<float>(), current_stream(logits));
+  });
+  return out;
+}
+
+torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& labels_in,
+                                     const torch::Tensor& lse, const torch::Tensor& scale_in, int64_t classes) {
+  check_rows_and_labels(logits, labels_in, "fused cross_entropy backward");
+  c10::cuda::CUDAGuard guard(logits.device());
+  const auto labels = labels_in.contiguous();
+  const auto scale = scale_in.to(logits.device(), torch::kFloat).contiguous();
+  check(scale.numel() == 1, "fused cross_entropy backward: the scale must hold one value");
+  auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());
+  launch("fused cross_entropy backward", [&] {
+    cuda::cross_entropy_backward(dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(), logits.size(0),
+                                 classes, logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(),
+                                 lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
+                                 current_stream(logits));
+  });
+  return grad;
+}
+
+}  // namespace ptrain::kernels::fused

@@ -1,0 +1,47 @@
+// CPU builds: no fused kernels; the public functions always take the LibTorch reference path.
+#include "ptrain/core/error.h"
+#include "ptrain/kernels/fused.h"
+
+namespace ptrain::kernels::fused {
+
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  throw Error(std::string(what) + ": this ptrain was built without CUDA kernels");
+}
+}  // namespace
+
+bool available(const torch::Device&) { return false; }
+
+CrossEntropyRows cross_entropy_forward(const torch::Tensor&, const torch::Tensor&, int64_t) {
+  unavailable("fused cross_entropy_forward");
+}
+
+torch::Tensor cross_entropy_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                     const torch::Tensor&, int64_t) {
+  unavailable("fused cross_entropy_backward");
+}
+
+BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
+                                             double) {
+  unavailable("fused batch_norm_relu");
+}
+
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                               const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                               const torch::Tensor&, bool) {
+  unavailable("fused batch_norm_relu backward");
+}
+
+AddLayerNormForward add_layer_norm_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                           const torch::Tensor&, double, c10::ScalarType) {
+  unavailable("fused add_layer_norm");
+}
+
+AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             c10::ScalarType, bool) {
+  unavailable("fused add_layer_norm backward");
+}
+
+}  // namespace ptrain::kernels::fused

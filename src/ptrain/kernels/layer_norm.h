@@ -1,0 +1,26 @@
+// The transformer block's residual add and LayerNorm: sum = x + branch, out = layer_norm(sum) * weight + bias,
+// with out in the dtype the next matrix product computes in. On CUDA, for an fp32 residual stream (fp32, tf32
+// and the amp modes), the fused kernels of cuda/layer_norm.cu; elsewhere LibTorch's add, layer_norm and cast.
+// tests/kernels compares the two.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace ptrain::kernels {
+
+struct AddLayerNorm {
+  torch::Tensor sum;  // x + branch (x itself without a branch)
+  torch::Tensor out;  // layer_norm(sum), in out_dtype
+};
+
+// branch may be undefined: then a plain LayerNorm of x. weight and bias [C], fp32 for the fused path.
+AddLayerNorm add_layer_norm(const torch::Tensor& x, const torch::Tensor& branch, const torch::Tensor& weight,
+                            const torch::Tensor& bias, double eps, c10::ScalarType out_dtype, bool allow_fused);
+
+AddLayerNorm reference_add_layer_norm(const torch::Tensor& x, const torch::Tensor& branch, const torch::Tensor& weight,
+                                      const torch::Tensor& bias, double eps, c10::ScalarType out_dtype);
+
+bool fused_add_layer_norm_applies(const torch::Tensor& x, const torch::Tensor& branch, const torch::Tensor& weight,
+                                  c10::ScalarType out_dtype);
+
+}  // namespace ptrain::kernels

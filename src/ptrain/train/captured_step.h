@@ -1,0 +1,30 @@
+// Whole-step CUDA graphs: forward, backward, loss scaling and the optimizer step recorded once and replayed
+// every step after, so that a step costs the GPU's time and not the host's thousand kernel launches.
+// The trainer decides whether a run can be captured (train/trainer.cpp); this is the CUDA mechanism, chosen
+// at link time: captured_step_cuda.cpp in CUDA builds, captured_step_none.cpp otherwise.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include <torch/torch.h>
+
+namespace ptrain::train {
+
+class CapturedStep {
+ public:
+  virtual ~CapturedStep() = default;
+  // Runs fn with a side stream current, ordered after the current stream's work and before its later work.
+  // The eager steps before a capture run here: a capture cannot start on the stream that ran them first.
+  virtual void run_on_capture_stream(const std::function<void()>& fn) = 0;
+  // Records fn's kernels into the graph without running them (the next replay() runs them). Throws
+  // ptrain::Error with CUDA's reason when the capture fails; the graph is then unusable.
+  virtual void capture(const std::function<void()>& fn) = 0;
+  // Runs the recorded step on the current stream.
+  virtual void replay() = 0;
+};
+
+// nullptr where there are no CUDA graphs: CPU builds, and CPU devices.
+std::unique_ptr<CapturedStep> make_captured_step(const torch::Device& device);
+
+}  // namespace ptrain::train

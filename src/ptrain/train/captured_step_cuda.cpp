@@ -1,0 +1,92 @@
+// CUDA builds: the step as an at::cuda::CUDAGraph. The capture runs in thread-local mode: the data loader's
+// thread keeps copying batches on its own stream meanwhile, which global mode would refuse; the autograd
+// engine's backward thread launches onto the capturing stream, so its kernels are recorded all the same.
+// A capture that fails stops the run with CUDA's reason: the step it was recording never ran, and a
+// half-ended capture leaves nothing to continue from safely.
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "ptrain/core/error.h"
+#include "ptrain/train/captured_step.h"
+
+namespace ptrain::train {
+
+namespace {
+
+class CudaCapturedStep final : public CapturedStep {
+ public:
+  explicit CudaCapturedStep(c10::DeviceIndex device)
+      : device_(device), side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
+
+  void run_on_capture_stream(const std::function<void()>& fn) override {
+    c10::cuda::CUDAGuard device_guard(device_);
+    const auto current = c10::cuda::getCurrentCUDAStream(device_);
+    wait(side_, current);
+    {
+      c10::cuda::CUDAStreamGuard on_side(side_);
+      fn();
+    }
+    wait(current, side_);
+  }
+
+  void capture(const std::function<void()>& fn) override {
+    c10::cuda::CUDAGuard device_guard(device_);
+    const auto current = c10::cuda::getCurrentCUDAStream(device_);
+    wait(side_, current);
+    try {
+      c10::cuda::CUDAStreamGuard on_side(side_);
+      graph_.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      try {
+        fn();
+      } catch (...) {
+        end_failed_capture();
+        throw;
+      }
+      graph_.capture_end();
+    } catch (const c10::Error& e) {
+      throw Error(std::string("CUDA graph capture failed (rerun with --no-cuda-graphs to train without): ") +
+                  e.what_without_backtrace());
+    }
+    wait(current, side_);
+    captured_ = true;
+  }
+
+  void replay() override {
+    check(captured_, "CUDA graph: replay() before a successful capture()");
+    graph_.replay();
+  }
+
+ private:
+  static void wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
+    at::cuda::CUDAEvent event;
+    event.record(on);
+    event.block(waiter);
+  }
+
+  // A capture interrupted by an exception is still ended (the stream would stay in capture mode); the run
+  // then stops with the first error.
+  void end_failed_capture() {
+    try {
+      graph_.capture_end();
+    } catch (const c10::Error&) {
+    }
+    (void)cudaGetLastError();
+  }
+
+  c10::DeviceIndex device_;
+  c10::cuda::CUDAStream side_;
+  at::cuda::CUDAGraph graph_;
+  bool captured_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<CapturedStep> make_captured_step(const torch::Device& device) {
+  if (!device.is_cuda()) return nullptr;
+  return std::make_unique<CudaCapturedStep>(device.has_index() ? device.index() : c10::cuda::current_device());
+}
+
+}  // namespace ptrain::train

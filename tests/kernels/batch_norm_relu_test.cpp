@@ -1,0 +1,112 @@
+// Fused batch norm + ReLU (+ residual) against LibTorch's batch_norm, add and relu in training mode: the
+// output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
+// ResNet's channel counts and an odd spatial size.
+#include <gtest/gtest.h>
+
+#include "gpu.h"
+#include "ptrain/kernels/batch_norm_relu.h"
+
+namespace {
+
+using ptrain::kernels::batch_norm_relu;
+using ptrain::kernels::reference_batch_norm_relu;
+
+struct Inputs {
+  torch::Tensor x, residual, weight, bias, running_mean, running_var;
+};
+
+Inputs make(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool residual) {
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto cl = at::MemoryFormat::ChannelsLast;
+  Inputs in;
+  // An offset mean, so the variance is small beside the mean squared (what naive sums get wrong).
+  in.x = (torch::randn({n, c, hw, hw}, torch::device(cuda)) * 2 + 3).to(dtype).contiguous(cl);
+  if (residual) in.residual = torch::randn({n, c, hw, hw}, torch::device(cuda)).to(dtype).contiguous(cl);
+  in.weight = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
+  in.bias = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
+  in.running_mean = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
+  in.running_var = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
+  return in;
+}
+
+// The fused kernels compute in fp32 and round once; LibTorch's unfused half path rounds the normalised
+// value and the sum with the residual each (so the ReLU's mask flips where they round across zero). Both are
+// compared with LibTorch in fp32 on the same (upcast) inputs, and the fused error must not exceed the
+// unfused one by more than rounding.
+void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool with_residual) {
+  const std::string what = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(hw) + "x" +
+                           std::to_string(hw) + " " + c10::toString(dtype) + " params " + c10::toString(param) +
+                           (with_residual ? " + residual" : "");
+  const Inputs base = make(n, c, hw, dtype, param, with_residual);
+  // A gradient that is not channels-last, as one arriving from a reshaping layer can be.
+  const auto dy = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype).contiguous();
+  const auto run = [&](bool fused, torch::ScalarType as, torch::ScalarType param_as, Inputs& in) {
+    const auto cl = at::MemoryFormat::ChannelsLast;
+    // Fresh leaves every run: .to() of a tensor already in the dtype is the tensor itself.
+    const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+    in.x = leaf(base.x.to(as).contiguous(cl));
+    if (with_residual) in.residual = leaf(base.residual.to(as).contiguous(cl));
+    in.weight = leaf(base.weight.to(param_as));
+    in.bias = leaf(base.bias.to(param_as));
+    in.running_mean = base.running_mean.to(param_as).clone();
+    in.running_var = base.running_var.to(param_as).clone();
+    auto y = fused ? batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
+                                     1e-5, true)
+                   : reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean,
+                                               in.running_var, 0.1, 1e-5);
+    y.backward(dy.to(as));
+    return y;
+  };
+  ASSERT_TRUE(ptrain::kernels::fused_batch_norm_relu_applies(base.x, base.residual, base.weight, base.running_mean))
+      << what;
+  Inputs f, u, e;
+  const auto y_fused = run(true, dtype, param, f);
+  const auto y_unfused = run(false, dtype, param, u);
+  const auto y_exact = run(false, torch::kFloat, torch::kFloat, e);
+  EXPECT_TRUE(y_fused.is_contiguous(at::MemoryFormat::ChannelsLast)) << what;
+  EXPECT_EQ(y_fused.scalar_type(), dtype) << what;
+  const double rounding = dtype == torch::kFloat ? 1e-5 : dtype == torch::kHalf ? 2e-3 : 1e-2;
+  const auto check = [&](const torch::Tensor& fused, const torch::Tensor& unfused, const torch::Tensor& exact,
+                         const char* name) {
+    const double fused_error = relative_error(fused, exact), unfused_error = relative_error(unfused, exact);
+    EXPECT_LT(fused_error, std::max(rounding, 1.05 * unfused_error)) << what << ": " << name << " (LibTorch's own "
+                                                                      << c10::toString(dtype) << " path: "
+                                                                      << unfused_error << ")";
+  };
+  check(y_fused, y_unfused, y_exact, "y");
+  check(f.running_mean, u.running_mean, e.running_mean, "running_mean");
+  check(f.running_var, u.running_var, e.running_var, "running_var");
+  check(f.x.grad(), u.x.grad(), e.x.grad(), "dx");
+  if (with_residual) check(f.residual.grad(), u.residual.grad(), e.residual.grad(), "dresidual");
+  check(f.weight.grad(), u.weight.grad(), e.weight.grad(), "dweight");
+  check(f.bias.grad(), u.bias.grad(), e.bias.grad(), "dbias");
+}
+
+TEST(FusedBatchNormRelu, MatchesLibTorchInEveryDtypeAndShape) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  torch::manual_seed(9);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+    for (const bool residual : {false, true}) {
+      compare(4, 64, 7, dtype, torch::kFloat, residual);
+      compare(8, 256, 14, dtype, torch::kFloat, residual);
+      compare(2, 2048, 7, dtype, torch::kFloat, residual);
+      compare(3, 24, 9, dtype, torch::kFloat, residual);  // channels not a multiple of the 8 lanes of a warp
+    }
+  }
+  compare(16, 128, 28, torch::kBFloat16, torch::kBFloat16, true);  // pure bf16: parameters in bf16 too
+  compare(128, 64, 56, torch::kBFloat16, torch::kFloat, false);  // ResNet-50's layer1 at batch 128
+}
+
+TEST(FusedBatchNormRelu, RefusesWhatTheKernelsCannotTake) {
+  const auto x = torch::randn({2, 6, 4, 4});
+  const auto w = torch::ones({6});
+  EXPECT_FALSE(ptrain::kernels::fused_batch_norm_relu_applies(x, {}, w, w));  // CPU, and 6 channels
+  if (!torch::cuda::is_available()) return;
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto nchw = torch::randn({2, 64, 4, 4}, torch::device(cuda)).to(torch::kBFloat16);
+  const auto w64 = torch::ones({64}, torch::device(cuda));
+  EXPECT_FALSE(ptrain::kernels::fused_batch_norm_relu_applies(nchw, {}, w64, w64));  // not channels-last
+  EXPECT_TRUE(ptrain::kernels::fused_batch_norm_relu_applies(nchw.contiguous(at::MemoryFormat::ChannelsLast), {}, w64, w64));
+}
+
+}  // namespace

@@ -1,0 +1,82 @@
+// Training with the whole step captured as a CUDA graph gives the run training without it gives: the same
+// losses step by step and the same weights, within the rounding of kernels cuDNN may pick differently.
+#include <gtest/gtest.h>
+
+#include "gpu.h"
+#include "ptrain/train/plan.h"
+#include "ptrain/train/trainer.h"
+
+namespace {
+
+ptrain::config::TrainConfig small_run(bool graphs, const std::string& precision, const std::string& model) {
+  ptrain::config::TrainConfig c;
+  c.model.name = model;
+  if (model.rfind("gpt", 0) == 0) {
+    c.data.dataset = "synthetic-tokens";
+    c.data.path = "512:32:64";
+    c.optim.name = "adamw";
+    c.optim.lr = 1e-3;
+  } else {
+    c.data.dataset = "synthetic";
+    c.data.path = "512:3x32x32:10";
+    c.optim.lr = 0.05;
+  }
+  c.precision.precision = precision;
+  c.run.batch_size = 32;
+  c.run.epochs = 1;
+  c.run.max_steps = 12;
+  c.run.device = "cuda:0";
+  c.run.seed = 5;
+  c.run.progress = "none";
+  c.run.log_every = 4;
+  c.run.eval_each_epoch = false;
+  c.data.test_limit = 64;
+  c.data.augment = false;
+  c.optim.warmup_steps = 2;
+  c.run.cuda_graphs = graphs;
+  return c;
+}
+
+void compare(const std::string& precision, const std::string& model) {
+  at::globalContext().setDeterministicCuDNN(true);
+  const auto graphed = ptrain::train::train(ptrain::train::make_plan(small_run(true, precision, model)), "test");
+  const auto eager = ptrain::train::train(ptrain::train::make_plan(small_run(false, precision, model)), "test");
+  at::globalContext().setDeterministicCuDNN(false);
+  const std::string what = model + " " + precision;
+  ASSERT_TRUE(graphed.cuda_graphs.has_value());
+  EXPECT_TRUE(*graphed.cuda_graphs) << what << ": " << graphed.cuda_graphs_note;
+  EXPECT_FALSE(*eager.cuda_graphs);
+  ASSERT_EQ(graphed.steps, eager.steps);
+  ASSERT_EQ(graphed.epochs_detail.size(), 1u);
+  const double a = graphed.epochs_detail[0].train_loss, b = eager.epochs_detail[0].train_loss;
+  EXPECT_NEAR(a, b, 1e-3 * std::abs(b)) << what;
+  ASSERT_TRUE(graphed.final_test_loss && eager.final_test_loss);
+  EXPECT_NEAR(*graphed.final_test_loss, *eager.final_test_loss, 2e-3 * std::abs(*eager.final_test_loss)) << what;
+  ASSERT_TRUE(graphed.step_phase_seconds.is_object()) << what;
+  EXPECT_GT(graphed.step_phase_seconds["backward"].get<double>(), 0.0) << what;
+}
+
+TEST(CapturedStep, TrainsLikeTheEagerStep) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  compare("fp32", "resnet20");
+  compare("amp-fp16", "resnet20");  // the loss scaler's skip decisions on the device
+  compare("amp-bf16", "gpt-tiny");
+}
+
+TEST(CapturedStep, CpuRunsSayWhyTheyRunEagerly) {
+  auto c = small_run(true, "fp32", "resnet20");
+  c.run.device = "cpu";
+  c.run.max_steps = 2;
+  c.run.threads = 1;
+  c.data.path = "64:3x16x16:4";
+  c.run.batch_size = 8;
+  c.data.test_limit = 8;
+  const auto record = ptrain::train::train(ptrain::train::make_plan(c), "test");
+  ASSERT_TRUE(record.cuda_graphs.has_value());
+  EXPECT_FALSE(*record.cuda_graphs);
+  EXPECT_NE(record.cuda_graphs_note.find("CUDA device"), std::string::npos) << record.cuda_graphs_note;
+  EXPECT_EQ(record.kernels["optimizer"], "foreach");
+  EXPECT_EQ(record.kernels["cross_entropy"], "reference");
+}
+
+}  // namespace
