@@ -1,12 +1,25 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference for ptrain's comparisons, on one device or with PyTorch's own multi-GPU strategies.
+"""PyTorch reference for ptrain's comparisons, eager or compiled, on one device or with PyTorch's own
+multi-GPU strategies.
 
-Trains torchvision's ResNet on the same data, with the same recipe as `ptrain train` (SGD momentum 0.9,
-nesterov off, weight decay 5e-4 on every parameter, cosine schedule, random crop with padding 4 and
-horizontal flip done on the device on uint8 batches, bilinear resize, normalisation), in the precision modes
-ptrain offers, and writes one JSON document per run with ptrain's run-record field names
-(docs/metrics.md), so that reports put both side by side. Data is decoded once into memory and augmented on
-the device, as ptrain does: the comparison measures the training step, not a Python data loader.
+Trains torchvision's ResNets (and ptrain's CIFAR ResNets) on the same data, with the same recipe as
+`ptrain train` (SGD momentum 0.9, nesterov off, weight decay 5e-4 on every parameter, cosine schedule,
+random crop with padding 4 and horizontal flip done on the device on uint8 batches, bilinear resize,
+normalisation), and GPT-2 style language models built as ptrain's gpt-* zoo builds them (same module
+names and initialisation, AdamW) on ptrain's token datasets, generated exactly as ptrain generates them,
+in the precision modes ptrain offers. Each run writes one JSON document with ptrain's run-record field
+names (docs/metrics.md), so that reports put both side by side. Data is decoded once into memory and
+augmented on the device, as ptrain does: the comparison measures the training step, not a Python data
+loader.
+
+PyTorch at its best (all off by default, so that the classic comparison is the eager one):
+  --channels-last     NHWC activations and 4-D weights (convolutional models only).
+  --compile           torch.compile (default mode) of the model for training; evaluation runs the same
+                      module uncompiled, so that eval mode and a short last batch cost no recompilation.
+                      PyTorch 2.x only.
+  --fused-optimizer   torch.optim's fused=True SGD/AdamW step (one kernel over all parameters) instead of
+                      the default foreach step; refused where this torch or device has none.
+The record says which ran: `compiled`, `fused_optimizer`, `channels_last`.
 
 Strategies (--strategy):
   single  one device.
@@ -34,6 +47,9 @@ number of batches, since FSDP's forward is a collective) and the loss and correc
       --precision amp-bf16 --epochs 5 --metrics-out ref-ddp.json
   python3 bench/pytorch_reference.py --dataset synthetic --data 256:3x16x16:4 --model resnet18 \\
       --image-size 16 --batch-size 8 --device cpu --max-steps 4 --metrics-out cpu.json
+  python3 bench/pytorch_reference.py --model gpt-small --dataset synthetic-tokens --data 640:1024:50257 \\
+      --batch-size 16 --optimizer adamw --lr 6e-4 --warmup-steps 10 --max-steps 40 --precision amp-bf16 \\
+      --compile --fused-optimizer --metrics-out gpt.json
 """
 import argparse
 import contextlib
@@ -51,7 +67,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import torchvision
 
 STRATEGIES = ["single", "dp", "ddp", "fsdp", "zero1"]
 PROCESS_PER_GPU = ("ddp", "fsdp", "zero1")
@@ -64,7 +79,15 @@ NORMALIZATION = {
 }
 
 
-def load_image_folder(root, cache_dir=None):
+def spread_indices(n, limit):
+    """ptrain's data::spread_subset: sample floor(i * N / limit), so that a class-ordered folder keeps its
+    classes; None for all of them (limit 0 or not below N)."""
+    if limit <= 0 or limit >= n:
+        return None
+    return torch.arange(limit, dtype=torch.int64) * n // limit
+
+
+def load_image_folder(root, cache_dir=None, limit=0):
     from concurrent.futures import ThreadPoolExecutor
     from PIL import Image
 
@@ -75,6 +98,10 @@ def load_image_folder(root, cache_dir=None):
         for f in sorted(os.listdir(folder)):
             if f.lower().endswith((".jpg", ".jpeg", ".png")):
                 files.append((os.path.join(folder, f), label))
+    # A limited set decodes only the images it keeps: a shortened bench on CIFAR-10 starts in a second.
+    keep = spread_indices(len(files), limit)
+    if keep is not None:
+        files = [files[i] for i in keep.tolist()]
     # Decoding in Python takes 20-odd seconds for CIFAR-10 (the GIL lets few threads work at once): a bench
     # of many runs decodes once and keeps the pixels, keyed by the folder, its files and their times.
     cache = None
@@ -143,7 +170,86 @@ def load_idx_gz(path):
     return torch.frombuffer(bytearray(data[4 + 4 * rank:]), dtype=torch.uint8).view(*sizes)
 
 
-def load_dataset(name, path, train, cache_dir=None):
+SYNTHETIC_TOKENS_DEFAULT = "20000:64:256"  # ptrain's default synthetic-tokens spec
+TEXT_DEFAULT_SEQ_LEN = 256
+TEXT_TRAIN_FRACTION = 0.9
+TOKEN_SUCCESSOR_PROBABILITIES = (0.6, 0.2, 0.1, 0.1)
+TOKEN_CHAIN_SEED = 1234
+
+
+def make_synthetic_tokens(n, seq_len, vocab, seed, chain_seed=TOKEN_CHAIN_SEED):
+    """ptrain's make_synthetic_tokens (src/ptrain/data/tokens.cpp), call for call on the same CPU generators, so
+    that both frameworks train on the same tokens: a first-order Markov chain whose every token has four
+    successors (drawn once from chain_seed) taken with probabilities 0.6, 0.2, 0.1 and 0.1; the first token is
+    uniform. Returns int64 sequences [n, seq_len + 1]."""
+    successors = torch.randint(vocab, (vocab, len(TOKEN_SUCCESSOR_PROBABILITIES)),
+                               generator=torch.Generator().manual_seed(chain_seed), dtype=torch.int64)
+    gen = torch.Generator().manual_seed(seed)
+    sequences = torch.empty(n, seq_len + 1, dtype=torch.int64)
+    sequences[:, 0] = torch.randint(vocab, (n,), generator=gen, dtype=torch.int64)
+    u = torch.rand(n, seq_len, generator=gen, dtype=torch.float64)
+    cumulative = 0.0
+    choice = torch.zeros(n, seq_len, dtype=torch.int64)
+    for probability in TOKEN_SUCCESSOR_PROBABILITIES[:-1]:
+        cumulative += probability
+        choice += u.ge(cumulative).to(torch.int64)
+    flat_successors = successors.flatten()
+    k = len(TOKEN_SUCCESSOR_PROBABILITIES)
+    for t in range(1, seq_len + 1):
+        sequences[:, t] = flat_successors.index_select(0, sequences[:, t - 1] * k + choice[:, t - 1])
+    return sequences
+
+
+def parse_token_spec(spec, seq_len):
+    fields = (spec or SYNTHETIC_TOKENS_DEFAULT).split(":")
+    if len(fields) != 3 or not all(f.isdigit() and int(f) > 0 for f in fields):
+        raise SystemExit(f"--data: synthetic-tokens spec '{spec}': expected N:T:V (sequences:tokens per "
+                         f"sequence:vocabulary) of positive integers, e.g. {SYNTHETIC_TOKENS_DEFAULT}")
+    n, t, vocab = (int(f) for f in fields)
+    if vocab < 2:
+        raise SystemExit(f"--data: synthetic-tokens spec '{spec}': the vocabulary V needs at least 2 tokens")
+    return n, (seq_len if seq_len > 0 else t), vocab
+
+
+def load_text_tokens(path, seq_len, train):
+    """ptrain's load_text_tokens: the file's bytes as tokens (vocabulary 256) in windows of seq_len + 1 bytes
+    overlapping by one, over the first 90% of the file for train and the last 10% for test."""
+    if not path or not os.path.isfile(path):
+        raise SystemExit(f"--data {path}: dataset text needs a text file")
+    with open(path, "rb") as f:
+        data = f.read()
+    t = seq_len if seq_len > 0 else TEXT_DEFAULT_SEQ_LEN
+    split = int(len(data) * TEXT_TRAIN_FRACTION)
+    begin, end = (0, split) if train else (split, len(data))
+    windows = (end - begin - 1) // t
+    if windows < 1:
+        raise SystemExit(f"--data {path}: {len(data)} bytes, too few for one {t + 1}-byte window in its "
+                         f"{'first 90% (train' if train else 'last 10% (test'} split); give a longer file or a "
+                         f"smaller --seq-len")
+    raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8).to(torch.int64)
+    return raw[:windows * t + 1].unfold(0, t + 1, t).contiguous()
+
+
+def load_tokens(name, path, seq_len, train):
+    """(inputs [N, T], labels [N, T] = the inputs shifted by one, vocabulary) of a token dataset."""
+    if name == "synthetic-tokens":
+        n, t, vocab = parse_token_spec(path, seq_len)
+        sequences = make_synthetic_tokens(n if train else max(n // 5, 1), t, vocab, 1 if train else 2)
+    else:
+        sequences, vocab = load_text_tokens(path, seq_len, train), 256
+    return sequences[:, :-1].contiguous(), sequences[:, 1:].contiguous(), vocab
+
+
+def load_dataset(name, path, train, cache_dir=None, limit=0):
+    """(samples, labels, classes) with at most `limit` samples spread over the split, as ptrain picks them."""
+    if name == "cifar10":
+        return load_image_folder(os.path.join(path, "train" if train else "test"), cache_dir, limit)
+    x, y, classes = load_whole_dataset(name, path, train)
+    keep = spread_indices(len(x), limit)
+    return (x, y, classes) if keep is None else (x[keep], y[keep], classes)
+
+
+def load_whole_dataset(name, path, train):
     if name in ("fashion-mnist", "mnist"):
         # ptrain's default location: where Debian's dataset-fashion-mnist installs the files.
         root = path or "/usr/share/datasets/fashion-mnist"
@@ -151,13 +257,12 @@ def load_dataset(name, path, train, cache_dir=None):
         images = load_idx_gz(os.path.join(root, f"{split}-images-idx3-ubyte.gz")).unsqueeze(1)
         labels = load_idx_gz(os.path.join(root, f"{split}-labels-idx1-ubyte.gz")).to(torch.int64)
         return images, labels, [str(c) for c in range(10)]
-    if name == "cifar10":
-        return load_image_folder(os.path.join(path, "train" if train else "test"), cache_dir)
     if name == "synthetic":
         n, c, h, w, classes = parse_synthetic_spec(path)
         # Same split sizes and seeds as ptrain: test split is a fifth of N.
         return make_synthetic(n if train else max(n // 5, 1), c, h, w, classes, 1 if train else 2)
-    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, fashion-mnist, mnist, synthetic)")
+    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, fashion-mnist, mnist, synthetic, "
+                     f"synthetic-tokens, text)")
 
 
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
@@ -352,25 +457,60 @@ def write_json_atomically(path, record):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "fashion-mnist", "mnist", "synthetic"])
+    p.add_argument("--dataset", default="cifar10",
+                   choices=["cifar10", "fashion-mnist", "mnist", "synthetic", "synthetic-tokens", "text"])
     p.add_argument("--test-limit", type=int, default=0,
-                   help="evaluate on N test images spread evenly over the test set (as ptrain picks them); 0: all")
+                   help="evaluate on N test samples spread evenly over the test set (as ptrain picks them); 0: all")
+    p.add_argument("--train-limit", type=int, default=0,
+                   help="train on N samples spread evenly over the training set (as ptrain picks them); 0: all")
     p.add_argument("--cache-dir", default=None,
                    help="keep decoded image folders here for later runs (ptrain bench passes one per bench)")
     p.add_argument("--data", default=None,
                    help="cifar10: folder with train/ and test/ (default .data/cifar10); fashion-mnist, mnist: "
                         "folder of the gzipped IDX files (default /usr/share/datasets/fashion-mnist); synthetic: "
-                        f"N:CxHxW:classes (default {SYNTHETIC_DEFAULT})")
-    p.add_argument("--model", default="resnet50")
+                        f"N:CxHxW:classes (default {SYNTHETIC_DEFAULT}); synthetic-tokens: N:T:V (default "
+                        f"{SYNTHETIC_TOKENS_DEFAULT}); text: a text file, its bytes the tokens")
+    p.add_argument("--seq-len", type=int, default=0,
+                   help="token datasets: tokens per sample, replacing the spec's T; 0: the dataset's default")
+    p.add_argument("--model", default="resnet50",
+                   help="a torchvision model, resnet20/32/44/56 (CIFAR ResNets), or gpt-tiny/small/medium/large/xl")
+    p.add_argument("--gpt-layers", type=int, default=0, help="GPT models: transformer blocks; 0 keeps the size's")
+    p.add_argument("--gpt-width", type=int, default=0, help="GPT models: embedding width; 0 keeps the size's")
+    p.add_argument("--gpt-heads", type=int, default=0, help="GPT models: attention heads; 0 keeps the size's")
+    p.add_argument("--vocab-size", type=int, default=0, help="GPT models: vocabulary; 0: the token dataset's")
+    p.add_argument("--weights", default="",
+                   help="initial weights: a state dict in a torch.save file (.pth, .pt) or a .safetensors file, "
+                        "under the model's state_dict names (as ptrain's --weights)")
     p.add_argument("--image-size", type=int, default=224, help="0: the data's own size")
-    p.add_argument("--batch-size", type=int, default=128, help="images per step on each device")
+    p.add_argument("--batch-size", type=int, default=128, help="samples per step on each device")
+    p.add_argument("--eval-batch-size", type=int, default=0,
+                   help=f"evaluation batch; 0: {EVAL_BATCH} images, or --batch-size sequences for language models")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--precision", default="fp32",
                    choices=["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"])
-    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format (convolutional models)")
+    p.add_argument("--compile", action="store_true",
+                   help="train the model through torch.compile (default mode); PyTorch 2.x only")
+    p.add_argument("--fused-optimizer", action="store_true",
+                   help="torch.optim's fused=True step instead of the default (foreach) one")
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--nesterov", dest="nesterov", action="store_true", default=False)
+    p.add_argument("--no-nesterov", dest="nesterov", action="store_false")
+    p.add_argument("--weight-decay", type=float, default=5e-4, help="SGD: L2 on the gradient; AdamW: decoupled")
+    p.add_argument("--beta1", type=float, default=0.9, help="AdamW beta1")
+    p.add_argument("--beta2", type=float, default=0.999, help="AdamW beta2")
+    p.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon")
+    p.add_argument("--schedule", default="cosine", choices=["constant", "step", "cosine"])
+    p.add_argument("--milestones", default="", help="step schedule: epochs where lr is multiplied by --gamma, "
+                                                     "comma-separated")
+    p.add_argument("--gamma", type=float, default=0.1, help="step schedule factor")
+    p.add_argument("--min-lr", type=float, default=0.0, help="cosine schedule floor")
     p.add_argument("--warmup-epochs", type=float, default=0.5)
+    p.add_argument("--warmup-steps", type=int, default=0,
+                   help="linear warm-up in optimizer steps, instead of --warmup-epochs; 0: off")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics-out", default="")
     p.add_argument("--no-eval", action="store_true")
@@ -392,12 +532,39 @@ def parse_args(argv=None):
                    help="debug: save the final state_dict; rank 0 writes FILE, rank r>0 FILE.rank<r>")
     a = p.parse_args(argv)
     if a.data is None:
-        a.data = {"synthetic": SYNTHETIC_DEFAULT, "cifar10": ".data/cifar10"}.get(a.dataset, "")
+        a.data = {"synthetic": SYNTHETIC_DEFAULT, "cifar10": ".data/cifar10",
+                  "synthetic-tokens": SYNTHETIC_TOKENS_DEFAULT}.get(a.dataset, "")
     for flag, value in (("--batch-size", a.batch_size), ("--epochs", a.epochs)):
         if value <= 0:
             p.error(f"{flag} must be positive, got {value}")
-    if a.max_steps < 0 or a.gpus < 0 or a.image_size < 0:
-        p.error("--max-steps, --gpus and --image-size must not be negative")
+    for flag, value in (("--max-steps", a.max_steps), ("--gpus", a.gpus), ("--image-size", a.image_size),
+                        ("--seq-len", a.seq_len), ("--train-limit", a.train_limit), ("--test-limit", a.test_limit),
+                        ("--warmup-steps", a.warmup_steps), ("--eval-batch-size", a.eval_batch_size),
+                        ("--gpt-layers", a.gpt_layers), ("--gpt-width", a.gpt_width), ("--gpt-heads", a.gpt_heads),
+                        ("--vocab-size", a.vocab_size)):
+        if value < 0:
+            p.error(f"{flag} must not be negative, got {value}")
+    try:
+        a.milestones = [int(m) for m in a.milestones.split(",") if m.strip()]
+    except ValueError:
+        p.error(f"--milestones '{a.milestones}': expected epochs as comma-separated integers")
+    if a.milestones != sorted(a.milestones):
+        p.error("--milestones must be increasing")
+    if a.min_lr > a.lr:
+        p.error("--min-lr must not exceed --lr")
+    language_model = is_language_model(a.model)
+    tokens = a.dataset in ("synthetic-tokens", "text")
+    if language_model != tokens:
+        p.error(f"--model {a.model} is a language model: it needs a token dataset (--dataset synthetic-tokens or "
+                f"text), not {a.dataset}" if language_model else
+                f"--model {a.model} is an image model: it cannot train on the token dataset {a.dataset}")
+    if language_model and a.channels_last:
+        p.error(f"--channels-last: {a.model} has no convolutions (NHWC applies to convolutional models)")
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            p.error(f"--compile needs torch.compile (PyTorch 2.x); this is torch {torch.__version__}")
+        if a.strategy in ("dp", "fsdp"):
+            p.error(f"--compile: the reference compiles single, ddp and zero1 runs, not --strategy {a.strategy}")
     return p, a
 
 
@@ -503,22 +670,191 @@ class CifarResNet(torch.nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build_model(a, ctx, num_classes, in_channels, half):
+# ptrain's GPT sizes (src/ptrain/models/zoo.cpp): layers, width, heads; --gpt-layers/-width/-heads reshape them.
+GPT_SIZES = {"gpt-tiny": (2, 64, 4), "gpt-small": (12, 768, 12), "gpt-medium": (24, 1024, 16),
+             "gpt-large": (36, 1280, 20), "gpt-xl": (48, 1600, 25)}
+GPT_INIT_STD = 0.02  # GPT-2's initialiser range
+GPT_INIT_CHUNK = 1 << 20
+GPT_INIT_SEED_STRIDE = 0x9E3779B97F4A7C15
+
+
+def is_language_model(name):
+    return name.startswith("gpt-")
+
+
+class GptLinear(torch.nn.Module):
+    """nn.Linear without the draw on construction, as ptrain's GPT Linear: the initialisation draws each weight
+    once, and the global generator must be where ptrain's is when it does."""
+
+    def __init__(self, fan_in, fan_out, bias=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(fan_out, fan_in))
+        self.bias = torch.nn.Parameter(torch.empty(fan_out)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+def causal_attention(q, k, v):
+    # What ptrain's compat::causal_attention does: fused on PyTorch 2.x, spelled out before.
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.size(-2)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    return torch.matmul(torch.softmax(scores.masked_fill(future, float("-inf")), -1), v)
+
+
+class GptAttention(torch.nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.c_attn = GptLinear(width, 3 * width)
+        self.c_proj = GptLinear(width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.c_attn(x).split(c, dim=2))
+        return self.c_proj(causal_attention(q, k, v).transpose(1, 2).contiguous().view(b, t, c))
+
+
+class GptMlp(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.c_fc = GptLinear(width, 4 * width)
+        self.c_proj = GptLinear(4 * width, width)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class GptBlock(torch.nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(width, eps=1e-5)
+        self.attn = GptAttention(width, heads)
+        self.ln_2 = torch.nn.LayerNorm(width, eps=1e-5)
+        self.mlp = GptMlp(width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def fill_normal_(t, std):
+    """ptrain's fill_normal: N(0, std^2) in chunks of 2^20 elements, each from a CPU generator of its own seeded
+    by one draw from the global generator, so that the same seed gives ptrain's values."""
+    base = int(torch.randint(2**63 - 1, (1,), dtype=torch.int64).item())
+    flat = t.view(-1)
+    for c in range(-(-flat.numel() // GPT_INIT_CHUNK)):
+        gen = torch.Generator().manual_seed((base + c * GPT_INIT_SEED_STRIDE) % 2**64)
+        flat[c * GPT_INIT_CHUNK:(c + 1) * GPT_INIT_CHUNK].normal_(0.0, std, generator=gen)
+
+
+class Gpt(torch.nn.Module):
+    """ptrain's GPT (src/ptrain/models/gpt.cpp), module for module under the same names (wte, wpe,
+    h.N.{ln_1,attn.c_attn,attn.c_proj,ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head): pre-LayerNorm blocks, tanh
+    GELU, learned positions, an untied head without bias, and GPT-2's initialisation drawn as ptrain draws it
+    (the same modules built in the same order, then each weight filled in named_parameters order), so that the
+    same --seed starts both frameworks from the same weights."""
+
+    def __init__(self, vocab, seq_len, layers, width, heads):
+        super().__init__()
+        if width % heads:
+            raise SystemExit(f"--gpt-width {width} must be a multiple of the {heads} heads (--gpt-heads)")
+        self.wte = torch.nn.Embedding(vocab, width)
+        self.wpe = torch.nn.Embedding(seq_len, width)
+        self.h = torch.nn.ModuleList(GptBlock(width, heads) for _ in range(layers))
+        self.ln_f = torch.nn.LayerNorm(width, eps=1e-5)
+        self.lm_head = torch.nn.Linear(width, vocab, bias=False)
+        residual_std = GPT_INIT_STD / math.sqrt(2.0 * layers)  # one for each residual addition
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                is_bias = name.endswith(".bias")
+                if name.startswith("ln_f.") or ".ln_1." in name or ".ln_2." in name:
+                    p.zero_() if is_bias else p.fill_(1.0)
+                elif is_bias:
+                    p.zero_()
+                else:
+                    fill_normal_(p, residual_std if "c_proj.weight" in name else GPT_INIT_STD)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        x = self.wte(tokens) + self.wpe(positions)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def build_gpt(a, vocab, seq_len):
+    if a.model not in GPT_SIZES:
+        raise SystemExit(f"--model {a.model}: ptrain's GPT sizes are {', '.join(GPT_SIZES)}")
+    layers, width, heads = GPT_SIZES[a.model]
+    if a.vocab_size and a.vocab_size < vocab:
+        raise SystemExit(f"--vocab-size {a.vocab_size} is smaller than the {vocab} tokens of the data")
+    return Gpt(a.vocab_size or vocab, seq_len, a.gpt_layers or layers, a.gpt_width or width, a.gpt_heads or heads)
+
+
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_weights(path):
+    """A state dict from a torch.save file (.pth, .pt) or a .safetensors file (ptrain writes both)."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"--weights {path}: no such file")
+    if not path.endswith(".safetensors"):
+        state = torch.load(path, map_location="cpu")
+        return state.get("state_dict", state) if isinstance(state, dict) else state
+    with open(path, "rb") as f:
+        data = f.read()
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + size])
+    state = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info["data_offsets"]
+        dtype = SAFETENSORS_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise SystemExit(f"--weights {path}: tensor '{name}' has dtype {info['dtype']}, unknown to the reference")
+        raw = bytearray(data[8 + size + lo:8 + size + hi])
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        state[name] = flat.reshape(info["shape"])
+    return state
+
+
+def load_weights(model, path):
+    # Strict, as ptrain's --weights: every key present, none left over; values take each parameter's dtype.
+    try:
+        model.load_state_dict(read_weights(path), strict=True)
+    except RuntimeError as e:
+        raise SystemExit(f"--weights {path}: {str(e).splitlines()[0]} ({e})")
+
+
+def build_model(a, ctx, data, half):
     # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
     norm_layer = (lambda c: torch.nn.GroupNorm(min(32, c), c)) if a.norm == "group" else torch.nn.BatchNorm2d
-    if a.model in CIFAR_RESNET_DEPTHS:
-        model = CifarResNet(CIFAR_RESNET_DEPTHS[a.model], in_channels, num_classes, norm_layer)
+    if data.tokens:
+        model = build_gpt(a, data.vocab, data.seq_len)
+    elif a.model in CIFAR_RESNET_DEPTHS:
+        model = CifarResNet(CIFAR_RESNET_DEPTHS[a.model], data.channels, len(data.classes), norm_layer)
     else:
+        import torchvision  # only here: language models and their tests start without it
         factory = getattr(torchvision.models, a.model, None)
         if factory is None or not callable(factory):
-            raise SystemExit(f"--model: neither torchvision nor the CIFAR ResNets have a model '{a.model}'")
-        if in_channels != 3:
-            raise SystemExit(f"--model {a.model}: torchvision's models take 3 channels, the data has {in_channels}")
-        kwargs = {"num_classes": num_classes}
+            raise SystemExit(f"--model: neither torchvision, the CIFAR ResNets nor ptrain's GPT sizes have a model "
+                             f"'{a.model}'")
+        if data.channels != 3:
+            raise SystemExit(f"--model {a.model}: torchvision's models take 3 channels, the data has {data.channels}")
+        kwargs = {"num_classes": len(data.classes)}
         if a.norm == "group":
             kwargs["norm_layer"] = norm_layer
         model = factory(**kwargs)
+    if a.weights:
+        load_weights(model, a.weights)
     if half is not None and a.strategy != "fsdp":
         model = model.to(half)
     model = model.to(ctx.device)
@@ -543,12 +879,28 @@ def build_model(a, ctx, num_classes, in_channels, half):
     return model
 
 
-def build_optimizer(a, model):
-    hyper = dict(lr=a.lr, momentum=0.9, weight_decay=5e-4)
-    if a.strategy == "zero1":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, **hyper)
-    return torch.optim.SGD(model.parameters(), **hyper)
+def build_optimizer(p, a, ctx, model):
+    """ptrain's optimizers: SGD (L2 weight decay added to the gradient, as torch.optim.SGD) or AdamW (decoupled
+    decay), over every parameter. By default the step is the one torch picks (foreach on CUDA);
+    --fused-optimizer asks for the fused kernel and is refused where this torch or device has none."""
+    if a.optimizer == "sgd":
+        cls, hyper = torch.optim.SGD, dict(lr=a.lr, momentum=a.momentum, nesterov=a.nesterov,
+                                           weight_decay=a.weight_decay)
+    else:
+        cls, hyper = torch.optim.AdamW, dict(lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps,
+                                             weight_decay=a.weight_decay)
+    if a.fused_optimizer:
+        hyper["fused"] = True
+    try:
+        if a.strategy == "zero1":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=cls, **hyper)
+        return cls(model.parameters(), **hyper)
+    except (TypeError, RuntimeError, ValueError) as e:
+        if not a.fused_optimizer:
+            raise
+        p.error(f"--fused-optimizer: torch {torch.__version__} has no fused {cls.__name__} for these parameters "
+                f"on {ctx.device} ({str(e).splitlines()[0]})")
 
 
 def build_scaler(a):
@@ -576,6 +928,53 @@ def dump_params(a, ctx, model, path):
     torch.save(state, path if ctx.rank == 0 else f"{path}.rank{ctx.rank}")
 
 
+class Data:
+    """The training and test splits on the device, and how a batch of them becomes the model's input."""
+
+    def __init__(self, a, ctx):
+        self.tokens = a.dataset in ("synthetic-tokens", "text")
+        if self.tokens:
+            xtr, ytr, self.vocab = load_tokens(a.dataset, a.data, a.seq_len, True)
+            xte, yte, _ = load_tokens(a.dataset, a.data, a.seq_len, False)
+            keep_train, keep_test = spread_indices(len(xtr), a.train_limit), spread_indices(len(xte), a.test_limit)
+            if keep_train is not None:
+                xtr, ytr = xtr[keep_train], ytr[keep_train]
+            if keep_test is not None:
+                xte, yte = xte[keep_test], yte[keep_test]
+            self.classes, self.channels, self.image_size = [], 0, 0
+            self.seq_len = max(xtr.shape[1], xte.shape[1])  # ptrain's model_spec: the longer split's
+        else:
+            xtr, ytr, self.classes = load_dataset(a.dataset, a.data, True, a.cache_dir, a.train_limit)
+            xte, yte, _ = load_dataset(a.dataset, a.data, False, a.cache_dir, a.test_limit)
+            self.channels, self.image_size, self.seq_len, self.vocab = xtr.shape[1], a.image_size or xtr.shape[2], 0, 0
+        self.train_size = len(xtr)
+        self.xtr, self.ytr = xtr.to(ctx.device), ytr.to(ctx.device)
+        self.xte, self.yte = xte.to(ctx.device), yte.to(ctx.device)
+        # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
+        self.mean, self.std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
+        self.eval_batch = a.eval_batch_size or (a.batch_size if self.tokens else EVAL_BATCH)
+
+    def batch(self, x_u8, train, in_dtype, gen, a):
+        if self.tokens:
+            return x_u8
+        return augment(x_u8, self.image_size, self.mean, self.std, in_dtype, train and a.augment, gen,
+                       a.channels_last)
+
+
+def predictions(out, y):
+    """Language models predict every position's next token: logits [B, T, V] and labels [B, T] flatten to
+    [B*T, V] and [B*T], so that loss and accuracy are per predicted token, as ptrain computes them."""
+    return (out.flatten(0, -2), y.flatten()) if out.dim() > 2 else (out, y)
+
+
+def compiled_graphs():
+    """How many graphs torch.compile built in this process (None where this torch does not say)."""
+    with contextlib.suppress(Exception):
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    return None
+
+
 def main(argv=None):
     p, a = parse_args(argv)
     ctx = setup(p, a)
@@ -587,48 +986,48 @@ def main(argv=None):
     torch.backends.cudnn.allow_tf32 = tf32
 
     t0 = time.time()
-    xtr, ytr, classes = load_dataset(a.dataset, a.data, True, a.cache_dir)
-    xte, yte, _ = load_dataset(a.dataset, a.data, False, a.cache_dir)
-    if 0 < a.test_limit < len(xte):
-        # ptrain's data::spread_subset: sample floor(i * N / limit), so a class-ordered folder keeps its classes.
-        keep = torch.arange(a.test_limit, dtype=torch.int64) * len(xte) // a.test_limit
-        xte, yte = xte[keep], yte[keep]
+    data = Data(a, ctx)
     data_seconds = time.time() - t0
-    # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
-    mean, std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
-    image_size = a.image_size or xtr.shape[2]
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
     in_dtype = half or torch.float32
     # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
-    model = build_model(a, ctx, len(classes), xtr.shape[1], half)
+    model = build_model(a, ctx, data, half)
+    # Training goes through the compiled module; evaluation through the module itself, which shares its
+    # parameters: eval mode and a short last test batch would otherwise each compile again.
+    train_model = torch.compile(model) if a.compile else model
 
     # The epoch's order and this rank's share of it, exactly as torch's DistributedSampler makes them.
-    sampler = torch.utils.data.DistributedSampler(range(len(xtr)), num_replicas=ctx.world, rank=ctx.rank,
+    sampler = torch.utils.data.DistributedSampler(range(data.train_size), num_replicas=ctx.world, rank=ctx.rank,
                                                   shuffle=True, seed=a.seed, drop_last=True)
     step_images = a.batch_size * ctx.replicas  # what this process feeds per step (dp: split over its GPUs)
     steps_per_epoch = len(sampler) // step_images
     if steps_per_epoch == 0:
-        p.error(f"--batch-size {a.batch_size}: a step needs {step_images} images per process but each of the "
-                f"{ctx.world} process(es) gets {len(sampler)} of the {len(xtr)} training images")
+        p.error(f"--batch-size {a.batch_size}: a step needs {step_images} samples per process but each of the "
+                f"{ctx.world} process(es) gets {len(sampler)} of the {data.train_size} training samples")
     total = steps_per_epoch * a.epochs
     if a.max_steps:
         total = min(total, a.max_steps)
-    opt = build_optimizer(a, model)
-    warmup = round(a.warmup_epochs * steps_per_epoch)
+    opt = build_optimizer(p, a, ctx, model)
+    # ptrain's LrSchedule: --warmup-steps, else --warmup-epochs rounded half away from zero (llround).
+    warmup = a.warmup_steps or int(math.floor(a.warmup_epochs * steps_per_epoch + 0.5))
     if warmup > total:
-        p.error(f"--warmup-epochs {a.warmup_epochs} is longer than the whole run")
+        p.error(f"--warmup-epochs {a.warmup_epochs} (or --warmup-steps) is longer than the whole run")
 
-    def lr_factor(step):  # ptrain's schedule: linear warm-up from 0, then cosine to 0
+    def lr_at(step):  # ptrain's schedule: linear warm-up from 0, then constant, step or cosine to --min-lr
         if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+            return a.lr * (step + 1) / warmup
+        if a.schedule == "constant":
+            return a.lr
+        if a.schedule == "step":
+            return a.lr * a.gamma ** sum(1 for m in a.milestones if m <= step // steps_per_epoch)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * progress))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_at(step) / a.lr)
     scaler = build_scaler(a)
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=amp)) if amp else contextlib.nullcontext
-    xtr_d, ytr_d = xtr.to(ctx.device), ytr.to(ctx.device)
-    xte_d, yte_d = xte.to(ctx.device), yte.to(ctx.device)
+    unit = "sequences" if data.tokens else "img"
 
     if lead:
         print(f"[pytorch] ready to train after {time.time() - t0:.1f}s (data {data_seconds:.1f}s)", flush=True)
@@ -643,6 +1042,7 @@ def main(argv=None):
     # of a run shorter than 40), outside evaluation.
     steady_from = min(10, total // 4) if total >= 8 else None
     steady_start, steady_seconds, steady_steps = None, 0.0, 0
+    first_step_seconds = None
     final_acc = final_loss = None
     for epoch in range(a.epochs):
         if step >= total:
@@ -655,24 +1055,34 @@ def main(argv=None):
         e0 = last_log = time.time()
         step_before = step
         loss_sum = torch.zeros((), device=ctx.device)
-        n_steps = 0
+        correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        n_steps = n_predictions = 0
         for i in range(steps_per_epoch):
             if step >= total:
                 break
             idx = order[i * step_images:(i + 1) * step_images]
-            x = augment(xtr_d[idx], image_size, mean, std, in_dtype, a.augment, gen, a.channels_last)
-            y = ytr_d[idx]
+            x = data.batch(data.xtr[idx], True, in_dtype, gen, a)
+            y = data.ytr[idx]
             with autocast():
-                out = model(x)
-            loss = F.cross_entropy(out.float(), y)
+                out = train_model(x)
+            logits, labels = predictions(out, y)
+            loss = F.cross_entropy(logits.float(), labels)
             opt.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
             sched.step()
             loss_sum += loss.detach().float()
+            if data.tokens:  # per token, as ptrain; image runs keep the classic step, without it
+                correct += (logits.detach().argmax(1) == labels).sum()
+                n_predictions += labels.numel()
             step += 1
             n_steps += 1
+            if step == 1 and a.compile:
+                ctx.sync()
+                first_step_seconds = time.time() - e0
+                if lead:
+                    print(f"[pytorch] first compiled step after {first_step_seconds:.1f}s", flush=True)
             if step == steady_from:
                 ctx.sync()
                 steady_start = time.time()
@@ -680,7 +1090,7 @@ def main(argv=None):
                 ctx.sync()
                 now = time.time()
                 print(f"[pytorch] step {step}/{total}: {a.log_every * step_images * ctx.world / (now - last_log):.0f} "
-                      f"img/s", flush=True)
+                      f"{unit}/s", flush=True)
                 last_log = now
         ctx.sync()
         e1 = time.time()
@@ -689,22 +1099,23 @@ def main(argv=None):
             steady_seconds += e1 - max(steady_start, e0)
             steady_steps += step - max(step_before, steady_from)
         sec, = ctx.reduce([sec], "max")  # the epoch lasts as long as its slowest rank
-        loss_total, = ctx.reduce([loss_sum.item()], "sum")
+        loss_total, correct_total, predicted_total = ctx.reduce([loss_sum.item(), correct.item(), n_predictions],
+                                                                "sum")
         train_seconds += sec
         n_epoch = n_steps * a.batch_size * ctx.replicas * ctx.world
         images += n_epoch
         rec = {"epoch": epoch, "wall_seconds": sec, "images": n_epoch,
                "images_per_second": n_epoch / sec if sec > 0 else None,
-               "train_loss": loss_total / ctx.world / max(1, n_steps), "train_accuracy": None,
+               "train_loss": loss_total / ctx.world / max(1, n_steps),
+               "train_accuracy": correct_total / predicted_total if data.tokens and predicted_total else None,
                "test_loss": None, "test_accuracy": None}
         if not a.no_eval:
-            final_acc, final_loss = evaluate(model, ctx, xte_d, yte_d, image_size, mean, std, in_dtype,
-                                             a.channels_last, autocast)
+            final_acc, final_loss = evaluate(model, ctx, data, in_dtype, a, autocast)
             rec["test_accuracy"], rec["test_loss"] = final_acc, final_loss
         epochs_detail.append(rec)
         if lead:
             print(f"[pytorch] {a.strategy} {a.precision} epoch {epoch + 1}: {sec:.1f}s "
-                  f"{rec['images_per_second'] or 0:.0f} img/s train loss {rec['train_loss']:.4f} "
+                  f"{rec['images_per_second'] or 0:.0f} {unit}/s train loss {rec['train_loss']:.4f} "
                   f"test acc {final_acc}", flush=True)
     nvml.stop()
     util_mean, util_peak, nvml_peak = nvml.stats()
@@ -714,12 +1125,16 @@ def main(argv=None):
     util_mean, = ctx.reduce([util_mean], "mean")
     steady_seconds, = ctx.reduce([steady_seconds], "max")
     steady = steady_steps * step_images * ctx.world / steady_seconds if steady_steps and steady_seconds > 0 else None
+    graphs = compiled_graphs() if a.compile else None
+    # Compiled only when dynamo built a graph; a model it could not trace at all ran eager.
+    compiled = bool(a.compile and (graphs is None or graphs > 0))
     if a.dump_params:
         dump_params(a, ctx, model, a.dump_params)
 
     devices = ctx.world * ctx.replicas
-    environment = {"torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-                   "device": str(ctx.device)}
+    environment = {"torch_version": torch.__version__, "device": str(ctx.device)}
+    if "torchvision" in sys.modules:  # image models only (docs/metrics.md: keys absent when unknown)
+        environment["torchvision_version"] = sys.modules["torchvision"].__version__
     if cuda:
         environment["gpu_name"] = nvml.gpu_name() or torch.cuda.get_device_name(ctx.device)
         if nvml.driver_version():
@@ -731,8 +1146,11 @@ def main(argv=None):
         with contextlib.suppress(Exception):
             v = torch.cuda.nccl.version()
             environment["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-    extra = {"implementation": "pytorch-eager", "evaluation": "sharded over ranks, sums all-reduced",
-             "augment": a.augment, "norm": a.norm}
+    extra = {"implementation": "pytorch-compiled" if compiled else "pytorch-eager",
+             "evaluation": "sharded over ranks, sums all-reduced" + (", uncompiled module" if a.compile else ""),
+             "augment": a.augment, "norm": a.norm, "optimizer": a.optimizer}
+    if a.compile:
+        extra["compile"] = {"mode": "default", "graphs": graphs, "first_step_seconds": first_step_seconds}
     if ctx.dp_device_ids:
         extra["dp_device_ids"] = ctx.dp_device_ids
     if ctx.distributed:
@@ -740,6 +1158,7 @@ def main(argv=None):
     if a.strategy == "fsdp":
         extra["fsdp_min_params"] = int(a.fsdp_min_params)
         extra["fsdp_mixed_precision"] = str(half).replace("torch.", "") if half else None
+    images_per_second = images / train_seconds if train_seconds else None
     record = {
         # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).
         "schema_version": 1, "framework": "pytorch", "ptrain_version": None, "torch_version": torch.__version__,
@@ -747,9 +1166,15 @@ def main(argv=None):
         "dataset": a.dataset, "precision": a.precision + ("+channels-last" if a.channels_last else ""),
         "strategy": a.strategy, "device": str(ctx.device), "world_size": ctx.world, "devices": devices,
         "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": a.epochs,
-        "steps": step, "image_size": image_size, "total_wall_seconds": time.time() - t0,
-        "train_wall_seconds": train_seconds, "images_per_second": images / train_seconds if train_seconds else None,
+        "steps": step, "image_size": data.image_size, "seq_len": data.seq_len or None,
+        "channels_last": a.channels_last, "compiled": compiled, "fused_optimizer": a.fused_optimizer,
+        # ptrain's own accounts of its step (graph capture, its kernels, step phases) have no counterpart here.
+        "cuda_graphs": None, "cuda_graphs_note": "", "kernels": {}, "step_phase_seconds": None,
+        "total_wall_seconds": time.time() - t0,
+        "train_wall_seconds": train_seconds, "images_per_second": images_per_second,
         "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,
+        "tokens_per_second": images_per_second * data.seq_len if data.tokens and images_per_second else None,
+        "steady_tokens_per_second": steady * data.seq_len if data.tokens and steady else None,
         "peak_allocated_bytes": None if alloc is None else int(alloc),
         "peak_reserved_bytes": None if reserved is None else int(reserved),
         "peak_nvml_used_bytes": None if nvml_peak is None else int(nvml_peak),
@@ -762,8 +1187,11 @@ def main(argv=None):
     if lead:
         alloc_text = "n/a" if alloc is None else f"{alloc / 2**30:.2f} GiB"
         steady_text = f" ({steady:.0f} after step {steady_from})" if steady else ""
-        print(f"[pytorch] {a.strategy} {a.precision}: {record['images_per_second'] or 0:.0f} img/s{steady_text}, peak "
-              f"allocated {alloc_text}, test acc {final_acc}", flush=True)
+        tokens_text = f", {record['steady_tokens_per_second'] or record['tokens_per_second'] or 0:.0f} tokens/s" \
+            if data.tokens else ""
+        print(f"[pytorch] {a.strategy} {a.precision}{' compiled' if compiled else ''}: "
+              f"{record['images_per_second'] or 0:.0f} {unit}/s{steady_text}{tokens_text}, peak allocated "
+              f"{alloc_text}, test acc {final_acc}", flush=True)
         if a.metrics_out:
             write_json_atomically(a.metrics_out, record)
     if dist.is_initialized():
@@ -776,30 +1204,32 @@ def main(argv=None):
         os._exit(0)
 
 
-def evaluate(model, ctx, xte_d, yte_d, image_size, mean, std, in_dtype, channels_last, autocast):
+def evaluate(model, ctx, data, in_dtype, a, autocast):
     model.eval()
-    n = len(xte_d)
+    n = len(data.xte)
     share = -(-n // ctx.world)
     lo, hi = min(n, ctx.rank * share), min(n, (ctx.rank + 1) * share)
     correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    counted = 0
     with torch.no_grad():
         # The same number of batches on every rank: FSDP's forward all-gathers, and DDP's first forward after
-        # training broadcasts buffers. A rank whose share ran out runs an uncounted batch of one image.
-        for j in range(-(-share // EVAL_BATCH)):
-            b0, b1 = lo + j * EVAL_BATCH, min(hi, lo + (j + 1) * EVAL_BATCH)
-            counted = b1 > b0
-            if not counted:
+        # training broadcasts buffers. A rank whose share ran out runs an uncounted batch of one sample.
+        for j in range(-(-share // data.eval_batch)):
+            b0, b1 = lo + j * data.eval_batch, min(hi, lo + (j + 1) * data.eval_batch)
+            is_counted = b1 > b0
+            if not is_counted:
                 b0, b1 = 0, 1
-            x = augment(xte_d[b0:b1], image_size, mean, std, in_dtype, False, None, channels_last)
+            x = data.batch(data.xte[b0:b1], False, in_dtype, None, a)
             with autocast():
                 out = model(x)
-            if counted:
-                y = yte_d[b0:b1]
-                loss_sum += F.cross_entropy(out.float(), y, reduction="sum").double()
-                correct += (out.argmax(1) == y).sum().double()
-    total_correct, total_loss = ctx.reduce([correct.item(), loss_sum.item()], "sum")
-    return total_correct / n, total_loss / n
+            if is_counted:
+                logits, labels = predictions(out, data.yte[b0:b1])
+                loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum").double()
+                correct += (logits.argmax(1) == labels).sum().double()
+                counted += labels.numel()
+    total_correct, total_loss, total_counted = ctx.reduce([correct.item(), loss_sum.item(), counted], "sum")
+    return total_correct / total_counted, total_loss / total_counted
 
 
 if __name__ == "__main__":

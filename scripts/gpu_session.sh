@@ -19,6 +19,9 @@
 # LIMIT adds flags to reference, pytorch and multi runs (e.g. LIMIT="--max-steps 390"); TAG suffixes
 # their file names; RUN_TIMEOUT (seconds) stops a multi run that takes longer, so that the next one runs;
 # SKIP_PYTORCH=1 leaves out multi's PyTorch run (when another step measures the same counterpart).
+#   reference-check       the PyTorch reference's GPU-only paths (torch.compile, fused optimizers, a bench of
+#                         two workloads beside PyTorch eager and compiled, ptrain's GPT init on 2.x), about
+#                         three minutes: tests/bench/pytorch_reference_gpu_check.py, packed into $OUT
 #   keep-binary           copy build-gpu/ptrain to $OUT/bin, so that a later call can carry it in .gpu-bin/
 #   prebuilt              unpack the carried .debs and use the carried .gpu-bin/ptrain instead of building
 #   diagnose FILTER       run the test binaries' cases matching FILTER alone, under gdb (or cuda-gdb)
@@ -149,6 +152,14 @@ step_pytorch() {
   done
 }
 
+step_reference_check() {
+  ensure_data
+  rm -rf .bench/reference-check && mkdir -p .bench
+  python3 tests/bench/pytorch_reference_gpu_check.py build-gpu/ptrain .bench/reference-check "$DATA" 2>&1 \
+    | tee "$OUT/reference-check.log" | tail -n 60 || true
+  tar -czf "$OUT/reference-check.tgz" --exclude=pytorch-cache --exclude=inductor -C .bench reference-check
+}
+
 step_bench() {
   local name=$1
   shift
@@ -246,6 +257,7 @@ while [ $# -gt 0 ]; do
     reference) step_reference "$@"; break ;;
     multi) step_multi "$@"; break ;;
     bench) step_bench "$@"; break ;;
+    reference-check) step_reference_check ;;
     pytorch) step_pytorch "$@"; break ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

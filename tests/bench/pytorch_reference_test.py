@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tests bench/pytorch_reference.py on the CPU: single, dp, and ddp and zero1 over gloo under torchrun.
+"""Tests bench/pytorch_reference.py on the CPU: single, dp, and ddp and zero1 over gloo under torchrun; and its
+GPT path against ptrain itself (the binary given as the first argument).
 
 Each run's JSON is checked against docs/metrics.md (every documented field present, typed as its unit says,
 null only where the table allows it) and against the strategy's arithmetic (world_size, devices,
@@ -7,7 +8,12 @@ global_batch_size, steps per epoch when each rank trains on half of it). Then th
 train the same model: with augmentation off and GroupNorm instead of BatchNorm (no batch statistics),
 2 ranks with batch B must end where one process with batch 2B ends, and both ranks must hold the same
 parameters. A control run (dp on the CPU, batch B on one process) shows that the comparison can tell a wrong gradient
-apart. Plain Python; exits non-zero on failure.
+apart.
+
+The GPT path trains ptrain's gpt-tiny shape on ptrain's synthetic tokens with AdamW, in ptrain and in the
+reference, from the same seed (the reference draws ptrain's initialisation) and then from the same weights
+file (.pth, and .safetensors for the reference): every epoch's training and test loss and accuracy must agree
+to float32 rounding, and a control run with another beta2 must not. Plain Python; exits non-zero on failure.
 """
 import json
 import math
@@ -81,7 +87,8 @@ def documented_fields(section):
 UNIT_TYPES = {
     "integer": int, "processes": int, "devices": int, "images": int, "epochs": int, "steps": int,
     "pixels": int, "bytes": int, "index": int, "text": str, "seconds": float, "images/second": float,
-    "percent": float, "fraction": float, "loss": float, "list": list, "object": dict,
+    "percent": float, "fraction": float, "loss": float, "list": list, "object": dict, "tokens": int,
+    "tokens/second": float, "true/false": bool,
 }
 
 
@@ -158,6 +165,128 @@ def check_record(name, path, strategy, world_size, devices, batch, steps, evalua
     return r
 
 
+GPT_SHAPE = ["--model", "gpt-tiny", "--gpt-layers", "2", "--gpt-width", "32", "--gpt-heads", "4", "--batch-size", "8",
+             "--epochs", "2", "--optimizer", "adamw", "--lr", "3e-3", "--warmup-steps", "2", "--weight-decay", "0.01",
+             "--beta2", "0.98", "--test-limit", "16", "--seed", "5", "--device", "cpu"]
+GPT_DATA = "96:16:40"  # 96 training sequences of 16 tokens (12 steps an epoch), 19 test sequences, vocabulary 40
+GPT_TOLERANCE = 1e-5  # relative: float32 rounding of two implementations over 24 AdamW steps (seen: 6e-8)
+
+
+def run_ptrain(ptrain, args, tmp, name):
+    cmd = [ptrain, "train", "--dataset", "synthetic-tokens", "--data-path", GPT_DATA, "--threads", "1",
+           "--progress", "none"] + args
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=120)
+    print(f"-- {name}: rc {proc.returncode}, {time.time() - t0:.1f}s", flush=True)
+    if not check(proc.returncode == 0, f"{name}: exit status {proc.returncode}"):
+        print(" ".join(cmd))
+        print(proc.stdout[-3000:] + proc.stderr[-3000:])
+
+
+def gpt_curve(path):
+    """(train loss, train accuracy, test loss, test accuracy) of every epoch, from a record."""
+    r = strict_json(path)
+    return [(e["train_loss"], e["train_accuracy"], e["test_loss"], e["test_accuracy"]) for e in r["epochs_detail"]]
+
+
+def curve_difference(a_path, b_path):
+    a, b = gpt_curve(a_path), gpt_curve(b_path)
+    if len(a) != len(b) or not a:
+        return math.inf
+    worst = 0.0
+    for ea, eb in zip(a, b):
+        for va, vb in zip(ea, eb):
+            if va is None or vb is None:
+                return math.inf
+            worst = max(worst, abs(va - vb) / max(abs(vb), 1e-12))
+    return worst
+
+
+def write_gpt_weights(tmp):
+    """Random weights (biases and LayerNorms too, so that every parameter matters) under ptrain's names, as a
+    torch.save file and as safetensors."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import pytorch_reference
+    torch.manual_seed(11)
+    model = pytorch_reference.Gpt(40, 16, 2, 32, 4)
+    state = {}
+    for k, v in model.state_dict().items():
+        state[k] = torch.randn(v.shape) * (0.1 if v.dim() == 1 else 0.05) + (1.0 if ".ln_" in k or "ln_f" in k else 0.0)
+    torch.save(state, os.path.join(tmp, "gpt.pth"))
+    header, blobs, offset = {}, [], 0
+    for k, v in state.items():
+        data = v.contiguous().numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    with open(os.path.join(tmp, "gpt.safetensors"), "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def check_gpt_record(name, path, framework):
+    if not check(os.path.exists(path), f"{name}: {path} not written"):
+        return
+    r = strict_json(path)
+    if framework == "pytorch":
+        check_typed(name, r, documented_fields("Run record fields"))
+    expected = {"model": "gpt-tiny", "dataset": "synthetic-tokens", "seq_len": 16, "image_size": 0, "steps": 24,
+                "channels_last": False, "fused_optimizer": False,
+                "compiled": False if framework == "pytorch" else None}
+    for key, want in expected.items():
+        check(r.get(key) == want, f"{name}: {key} = {r.get(key)!r}, expected {want!r}")
+    for tokens, sequences in (("tokens_per_second", "images_per_second"),
+                              ("steady_tokens_per_second", "steady_images_per_second")):
+        check(isinstance(r.get(tokens), float) and abs(r[tokens] - 16 * r[sequences]) < 1e-6 * r[tokens],
+              f"{name}: {tokens} {r.get(tokens)!r} is not seq_len x {sequences} {r.get(sequences)!r}")
+
+
+def gpt_against_ptrain(ptrain, tmp):
+    p = lambda name: os.path.join(tmp, name)  # noqa: E731
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def reference(args, name):
+        cmd = [PYTHON, SCRIPT, "--dataset", "synthetic-tokens", "--data", GPT_DATA] + args
+        t0 = time.time()
+        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
+        print(f"-- {name}: rc {proc.returncode}, {time.time() - t0:.1f}s", flush=True)
+        if not check(proc.returncode == 0, f"{name}: exit status {proc.returncode}"):
+            print(" ".join(cmd))
+            print(proc.stdout[-3000:] + proc.stderr[-3000:])
+
+    write_gpt_weights(tmp)
+    run_ptrain(ptrain, GPT_SHAPE + ["--metrics-out", p("gpt-ptrain.json")], tmp, "ptrain gpt from its seed")
+    run_ptrain(ptrain, GPT_SHAPE + ["--weights", p("gpt.pth"), "--metrics-out", p("gpt-ptrain-w.json")], tmp,
+               "ptrain gpt from gpt.pth")
+    reference(GPT_SHAPE + ["--metrics-out", p("gpt-ref.json")], "reference gpt from ptrain's seed")
+    reference(GPT_SHAPE + ["--weights", p("gpt.pth"), "--metrics-out", p("gpt-ref-w.json")], "reference gpt.pth")
+    reference(GPT_SHAPE + ["--weights", p("gpt.safetensors"), "--metrics-out", p("gpt-ref-st.json")],
+              "reference gpt.safetensors")
+    control = [v if v != "0.98" else "0.999" for v in GPT_SHAPE]
+    reference(control + ["--weights", p("gpt.pth"), "--metrics-out", p("gpt-ref-control.json")],
+              "reference gpt.pth, beta2 0.999 (control)")
+    if not all(os.path.exists(p(f)) for f in ("gpt-ptrain.json", "gpt-ptrain-w.json", "gpt-ref.json", "gpt-ref-w.json",
+                                              "gpt-ref-st.json", "gpt-ref-control.json")):
+        check(False, "gpt: a run wrote no record")
+        return
+    check_gpt_record("gpt ptrain", p("gpt-ptrain.json"), "ptrain")
+    check_gpt_record("gpt reference", p("gpt-ref.json"), "pytorch")
+    seeded = curve_difference(p("gpt-ref.json"), p("gpt-ptrain.json"))
+    weighted = curve_difference(p("gpt-ref-w.json"), p("gpt-ptrain-w.json"))
+    control = curve_difference(p("gpt-ref-control.json"), p("gpt-ptrain-w.json"))
+    print(f"   gpt reference vs ptrain: from the seed {seeded:.3g}, from gpt.pth {weighted:.3g} (relative, worst "
+          f"epoch value); control with beta2 0.999 {control:.3g}")
+    print(f"   ptrain    {gpt_curve(p('gpt-ptrain.json'))}")
+    print(f"   reference {gpt_curve(p('gpt-ref.json'))}")
+    check(seeded < GPT_TOLERANCE, f"gpt: from the same seed the reference ends {seeded} from ptrain (tolerance "
+                                  f"{GPT_TOLERANCE}): another initialisation, data or step")
+    check(weighted < GPT_TOLERANCE, f"gpt: from the same weights the reference ends {weighted} from ptrain")
+    check(gpt_curve(p("gpt-ref-st.json")) == gpt_curve(p("gpt-ref-w.json")),
+          "gpt: the same weights from .safetensors and .pth train differently")
+    check(control > 10 * GPT_TOLERANCE, f"gpt control: beta2 0.999 against 0.98 ends only {control} away; the "
+                                        f"tolerance cannot tell")
+
+
 def max_difference(a_path, b_path):
     a, b = torch.load(a_path), torch.load(b_path)
     if set(a) != set(b):
@@ -167,7 +296,11 @@ def max_difference(a_path, b_path):
 
 def main():
     t0 = time.time()
+    ptrain = sys.argv[1] if len(sys.argv) > 1 else None
     with tempfile.TemporaryDirectory(prefix="pytorch_reference_test.") as tmp:
+        if check(ptrain and os.access(ptrain, os.X_OK), f"the ptrain executable (first argument) {ptrain!r}"):
+            gpt_against_ptrain(ptrain, tmp)
+
         p = lambda name: os.path.join(tmp, name)  # noqa: E731
         half_epoch_steps = TRAIN_IMAGES // 2 // 4  # each of 2 ranks: 32 images, batch 4
 
@@ -203,13 +336,19 @@ def main():
             check(control > 100 * SAME_MODEL_TOLERANCE,
                   f"control: a wrong gradient ends only {control} away; the tolerance cannot tell")
 
-        # Both refusals happen before any training; started together, their imports overlap.
+        # The refusals happen before any training; started together, their imports overlap.
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        gpt = ["--dataset", "synthetic-tokens", "--data", GPT_DATA] + GPT_SHAPE
         refusals = {
-            "fsdp on the CPU": (["--strategy", "fsdp"], "--strategy fsdp"),
-            "ddp without torchrun": (["--strategy", "ddp"], "torchrun"),
+            "fsdp on the CPU": (COMMON + ["--strategy", "fsdp"], "--strategy fsdp"),
+            "ddp without torchrun": (COMMON + ["--strategy", "ddp"], "torchrun"),
+            "channels-last GPT": (gpt + ["--channels-last"], "--channels-last: gpt-tiny has no convolutions"),
+            "GPT on images": (COMMON + ["--model", "gpt-tiny"], "needs a token dataset"),
         }
-        procs = {name: subprocess.Popen([PYTHON, SCRIPT] + COMMON + args, cwd=tmp, env=env, text=True,
+        if not hasattr(torch, "compile"):  # Debian's 1.13: neither torch.compile nor fused optimizers
+            refusals["compile"] = (COMMON + ["--compile"], "--compile needs torch.compile (PyTorch 2.x)")
+            refusals["fused"] = (gpt + ["--fused-optimizer"], "--fused-optimizer: torch")
+        procs = {name: subprocess.Popen([PYTHON, SCRIPT] + args, cwd=tmp, env=env, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for name, (args, _) in refusals.items()}
         for name, proc in procs.items():

@@ -296,7 +296,7 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
   EXPECT_EQ(md.find("<script>"), std::string::npos);
 
-  const std::vector<std::string> lines = lines_of(md);
+  const std::vector<std::string> lines = lines_of(md.substr(0, md.find("\n## ")));  // the runs' table
   const auto table_rows = std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.rfind("| ", 0) == 0; });
   EXPECT_EQ(table_rows, 2 + 3);  // header, alignment row, one row per run
 }
@@ -464,6 +464,122 @@ TEST(BenchReport, RunsOfTheSameNameInTwoDirectoriesAreTold) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].name, "monday/fp32");
   EXPECT_EQ(runs[1].name, "tuesday/fp32");
+}
+
+// ptrain beside PyTorch eager (same memory format) and PyTorch compiled, per model and mode, with the ratios
+// and each one's peak memory; in tokens for language models.
+RunRecord speed_record(const std::string& framework, const std::string& model, const std::string& precision,
+                       double steady, int64_t peak_gib) {
+  RunRecord r = record(framework, "single", precision, 1);
+  r.model = model;
+  r.images_per_second = steady * 0.9;
+  r.steady_images_per_second = steady;
+  r.steady_from_step = 10;
+  r.peak_allocated_bytes = peak_gib * kGiB;
+  if (model == "gpt-small") {
+    r.dataset = "synthetic-tokens";
+    r.image_size = 0;
+    r.batch_size_per_device = 16;
+    r.seq_len = 1024;
+    r.tokens_per_second = r.images_per_second * 1024;
+    r.steady_tokens_per_second = steady * 1024;
+  }
+  return r;
+}
+
+void write_speed_runs(const fs::path& runs) {
+  RunRecord ptrain = speed_record("ptrain", "resnet50", "amp-bf16", 4400, 5);
+  ptrain.channels_last = true;
+  write_json(runs / "ptrain" / "resnet50" / "amp-bf16.json", metrics::to_json(ptrain));
+  RunRecord eager = speed_record("pytorch", "resnet50", "amp-bf16+channels-last", 4000, 6);
+  eager.channels_last = true;
+  eager.compiled = false;
+  write_json(runs / "pytorch" / "resnet50" / "amp-bf16.json", metrics::to_json(eager));
+  RunRecord compiled = speed_record("pytorch", "resnet50", "amp-bf16+channels-last", 5500, 5);
+  compiled.peak_allocated_bytes = static_cast<int64_t>(5.5 * kGiB);
+  compiled.channels_last = true;
+  compiled.compiled = true;
+  compiled.fused_optimizer = true;
+  write_json(runs / "pytorch-compiled" / "resnet50" / "amp-bf16.json", metrics::to_json(compiled));
+  // An older eager record in NCHW, before the channels_last field: a row of its own, without ptrain.
+  json nchw = metrics::to_json(speed_record("pytorch", "resnet50", "amp-bf16", 2200, 7));
+  for (const char* key : {"channels_last", "compiled", "fused_optimizer", "seq_len", "tokens_per_second",
+                          "steady_tokens_per_second"}) {
+    nchw.erase(key);
+  }
+  write_json(runs / "old" / "pytorch-nchw.json", nchw);
+  write_json(runs / "ptrain" / "gpt-small" / "fp32.json",
+             metrics::to_json(speed_record("ptrain", "gpt-small", "fp32", 20, 9)));
+  write_json(runs / "pytorch" / "gpt-small" / "fp32.json",
+             metrics::to_json(speed_record("pytorch", "gpt-small", "fp32", 16, 8)));
+  // ptrain alone: nothing to compare, no row.
+  write_json(runs / "ptrain" / "resnet50" / "fp32.json", metrics::to_json(fp32_baseline()));
+}
+
+TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAndPeaks) {
+  ScratchDir scratch;
+  write_speed_runs(scratch.path() / "runs");
+  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+                                           "speed");
+  const std::string& md = written.markdown;
+  EXPECT_TRUE(has_line(md, "## ptrain beside PyTorch")) << md;
+  EXPECT_TRUE(has_line(md, "| model | data | precision | devices | memory format | ptrain | PyTorch eager | "
+                           "PyTorch compiled | ptrain / eager | ptrain / compiled | ptrain peak/GPU | eager peak/GPU | "
+                           "compiled peak/GPU |"))
+      << md;
+  const std::string gpt = "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp32 | 1, single | - | "
+                          "20480 tokens/s | 16384 tokens/s | n/a | 1.25x | n/a | 9.00 GiB | 8.00 GiB | n/a |";
+  const std::string nchw = "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | NCHW | n/a | 2200 img/s | "
+                           "5500 img/s | n/a | n/a | n/a | 7.00 GiB | 5.50 GiB |";
+  const std::string nhwc = "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | channels-last | 4400 img/s | "
+                           "4000 img/s | 5500 img/s | 1.10x | 0.80x | 5.00 GiB | 6.00 GiB | 5.50 GiB |";
+  for (const auto& row : {gpt, nchw, nhwc}) EXPECT_TRUE(has_line(md, row)) << row << "\n" << md;
+  EXPECT_LT(md.find(gpt), md.find(nchw));
+  EXPECT_LT(md.find(nchw), md.find(nhwc));
+  EXPECT_EQ(md.find("| resnet50 | cifar10, 224 px, batch 128 | fp32 |"), std::string::npos) << "ptrain alone has no row";
+  EXPECT_NE(md.find("gpt-small on synthetic-tokens (1024 tokens)"), std::string::npos) << md;
+
+  ASSERT_EQ(written.side_by_side_csv_path, (scratch.path() / "out" / "side-by-side.csv").string());
+  const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(rows.size(), 4u);
+  std::map<std::string, std::string> row;
+  for (size_t c = 0; c < rows[0].size(); ++c) row[rows[0][c]] = rows[3][c];
+  EXPECT_EQ(row.at("model"), "resnet50");
+  EXPECT_EQ(row.at("channels_last"), "true");
+  EXPECT_EQ(row.at("throughput_unit"), "images");
+  EXPECT_EQ(row.at("ptrain_per_second"), "4400");
+  EXPECT_EQ(row.at("pytorch_eager_per_second"), "4000");
+  EXPECT_EQ(row.at("pytorch_compiled_per_second"), "5500");
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager")), 1.1);
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_compiled")), 0.8);
+  EXPECT_EQ(row.at("pytorch_compiled_peak_allocated_bytes"), std::to_string(static_cast<int64_t>(5.5 * kGiB)));
+  EXPECT_EQ(row.at("ptrain_run"), "ptrain/resnet50/amp-bf16");
+  EXPECT_EQ(row.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
+  std::map<std::string, std::string> tokens;
+  for (size_t c = 0; c < rows[0].size(); ++c) tokens[rows[0][c]] = rows[1][c];
+  EXPECT_EQ(tokens.at("throughput_unit"), "tokens");
+  EXPECT_EQ(tokens.at("seq_len"), "1024");
+  EXPECT_EQ(tokens.at("ptrain_per_second"), "20480");
+  EXPECT_EQ(tokens.at("pytorch_compiled_per_second"), "");
+  EXPECT_EQ(tokens.at("ptrain_vs_pytorch_compiled"), "");
+
+  const std::string html = read_text(written.html_path);
+  EXPECT_NE(html.find("<h2>ptrain beside PyTorch</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"number\">4400 img/s</td><td class=\"number\">4000 img/s</td><td class=\"number\">"
+                      "5500 img/s</td><td class=\"number\">1.10x</td><td class=\"number\">0.80x</td>"),
+            std::string::npos);
+}
+
+TEST(BenchReport, WithoutPytorchRunsThereIsNoSideBySideAndAnOldFileGoes) {
+  ScratchDir scratch;
+  write_json(scratch.path() / "runs" / "fp32.json", metrics::to_json(fp32_baseline()));
+  const fs::path out = scratch.path() / "out";
+  fs::create_directories(out);
+  std::ofstream(out / "side-by-side.csv") << "left from another report\n";
+  const auto written = bench::write_report({(scratch.path() / "runs").string()}, out.string(), "alone");
+  EXPECT_EQ(written.markdown.find("beside PyTorch"), std::string::npos) << written.markdown;
+  EXPECT_TRUE(written.side_by_side_csv_path.empty());
+  EXPECT_FALSE(fs::exists(out / "side-by-side.csv"));
 }
 
 // The charts must not only be written but laid out by a browser: each mark a non-empty box.

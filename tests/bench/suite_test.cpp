@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "ptrain/bench/suite.h"
 #include "ptrain/core/error.h"
@@ -97,6 +98,140 @@ TEST(Suite, UnknownSuiteNamesTheFileItLookedFor) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/src/configs/bench/nosuch.yaml"), std::string::npos) << e.what();
+  }
+}
+
+
+const char* kSeveral = R"(name: several
+workloads:
+  images: {model: resnet20, dataset: synthetic, data-path: "64:3x8x8:4", batch-size: 8, max-steps: 4}
+  tokens: {model: gpt-tiny, dataset: synthetic-tokens, data-path: "32:16:20", batch-size: 4, optimizer: adamw}
+runs:
+  - {workload: images, precision: amp-bf16, pytorch: [eager, compiled]}
+  - {workload: tokens, precision: fp32, pytorch: none}
+  - {workload: tokens, precision: fp32, ptrain: false, pytorch: compiled}
+  - {workload: tokens, precision: bf16, pytorch: eager}
+cpu-workloads:
+  small: {model: resnet20, dataset: synthetic, data-path: "32:3x8x8:4", batch-size: 4}
+cpu-runs:
+  - {workload: small, precision: fp32, pytorch: [compiled, eager]}
+)";
+
+TEST(Suite, SeveralWorkloadsNameTheirRunsAndTheSameRunMayAskForOtherJobsLater) {
+  TempDir dir;
+  const std::string path = write(dir, kSeveral);
+  const Suite gpu = load_suite(path, "/nonexistent", 1);
+  ASSERT_TRUE(gpu.has_several_workloads());
+  EXPECT_TRUE(gpu.workload.empty());
+  ASSERT_EQ(gpu.workloads.size(), 2u);
+  EXPECT_EQ(gpu.workloads[0].first, "images");
+  EXPECT_EQ(gpu.workloads[1].first, "tokens");
+  ASSERT_EQ(gpu.runs.size(), 4u);
+  EXPECT_EQ(gpu.runs[0].id(), "images/amp-bf16-single-x1");
+  EXPECT_EQ(gpu.runs[0].run_id(), "amp-bf16-single-x1");
+  EXPECT_EQ(gpu.runs[0].label(), "images amp-bf16, single, 1 device");
+  EXPECT_EQ(gpu.runs[0].pytorch, (std::vector<std::string>{"eager", "compiled"}));
+  EXPECT_TRUE(gpu.runs[1].ptrain);
+  EXPECT_TRUE(gpu.runs[1].pytorch.empty()) << "pytorch: none";
+  EXPECT_FALSE(gpu.runs[2].ptrain);
+  EXPECT_EQ(gpu.runs[2].id(), gpu.runs[1].id()) << "the same run, asked again for its compiled job";
+  EXPECT_EQ(gpu.runs[2].pytorch, std::vector<std::string>{"compiled"});
+  EXPECT_EQ(gpu.runs[3].pytorch, std::vector<std::string>{"eager"});
+  const auto& tokens = gpu.workload_of(gpu.runs[1]);
+  EXPECT_NE(std::find(tokens.begin(), tokens.end(), std::pair<std::string, std::string>{"model", "gpt-tiny"}),
+            tokens.end());
+
+  const Suite cpu = load_suite(path, "/nonexistent", 0);
+  ASSERT_EQ(cpu.workloads.size(), 1u) << "cpu-workloads replace the workloads";
+  EXPECT_EQ(cpu.workloads[0].first, "small");
+  ASSERT_EQ(cpu.runs.size(), 1u);
+  EXPECT_EQ(cpu.runs[0].id(), "small/fp32-single-x1");
+  EXPECT_EQ(cpu.runs[0].pytorch, (std::vector<std::string>{"compiled", "eager"}));
+}
+
+TEST(Suite, BadSeveralWorkloadSuitesAreNamedByFileAndKey) {
+  const std::string two = "workloads:\n  a: {model: resnet20}\n  b: {model: gpt-tiny}\n";
+  expect_refused(two + "runs: [{precision: fp32}]\n", {"runs[0]", "workload: NAME"});
+  expect_refused(two + "runs: [{workload: c, precision: fp32}]\n", {"runs[0]", "no workload 'c'", "a, b"});
+  expect_refused("workload: {model: resnet20}\nruns: [{workload: a, precision: fp32}]\n", {"runs[0]", "one workload"});
+  expect_refused(two + "workload: {model: resnet20}\nruns: [{workload: a}]\n", {"not both"});
+  expect_refused(two + "cpu-workload: {model: resnet20}\nruns: [{workload: a}]\n", {"'cpu-workload'", "cpu-workloads"});
+  expect_refused("workload: {model: resnet20}\ncpu-workloads: {a: {model: resnet20}}\nruns: [{precision: fp32}]\n",
+                 {"'cpu-workloads'"});
+  expect_refused(two + "runs: [{workload: a, pytorch: [eager, jit]}]\n", {"runs[0]", "'pytorch'", "'jit'"});
+  expect_refused(two + "runs: [{workload: a, pytorch: [eager, eager]}]\n", {"runs[0]", "'eager' twice"});
+  expect_refused(two + "runs: [{workload: a, ptrain: false, pytorch: none}]\n", {"runs[0]", "runs nothing"});
+  // The second entry asks again for a job the first one has: ptrain's run would be trained twice.
+  expect_refused(two + "runs: [{workload: a, pytorch: eager}, {workload: a, pytorch: compiled}]\n",
+                 {"runs[1]", "same run", "ptrain job", "runs[0]"});
+  expect_refused(two + "runs: [{workload: a}, {workload: a, ptrain: false}]\n", {"runs[1]", "pytorch eager job"});
+  expect_refused("workloads:\n  pytorch: {model: resnet20}\nruns: [{workload: pytorch}]\n", {"'pytorch'", "--skip"});
+  expect_refused("workloads:\n  a/b: {model: resnet20}\nruns: [{workload: a/b}]\n", {"'a/b'"});
+  expect_refused("workloads:\n  a: {model: resnet20, strategy: ddp}\nruns: [{workload: a}]\n", {"workloads: a", "'strategy'"});
+  expect_refused("workloads: {}\nruns: [{precision: fp32}]\n", {"workloads"});
+}
+
+TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
+  TempDir dir;
+  Suite several = load_suite(write(dir, kSeveral), "/nonexistent", 1);
+  apply_overrides(several, {{"max-steps", "9"}, {"tokens/batch_size", "2"}});
+  const auto value = [](const WorkloadKeys& w, const std::string& key) {
+    for (const auto& [k, v] : w) {
+      if (k == key) return v;
+    }
+    return std::string("(unset)");
+  };
+  EXPECT_EQ(value(several.workloads[0].second, "max-steps"), "9");
+  EXPECT_EQ(value(several.workloads[1].second, "max-steps"), "9");
+  EXPECT_EQ(value(several.workloads[0].second, "batch-size"), "8");
+  EXPECT_EQ(value(several.workloads[1].second, "batch-size"), "2");
+  try {
+    apply_overrides(several, {{"nosuch/max-steps", "1"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--set nosuch/max-steps=1: no workload 'nosuch'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("images, tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(apply_overrides(several, {{"tokens/precision", "fp16"}}), Error);
+  Suite one = load_suite("standard", PTRAIN_SOURCE_DIR, 1);
+  try {
+    apply_overrides(one, {{"resnet50/max-steps", "1"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has one workload"), std::string::npos) << e.what();
+  }
+}
+
+// The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled exactly
+// once, AMP bf16 first; and a CPU variant that needs no GPU.
+TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
+  const Suite gpu = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
+  ASSERT_EQ(gpu.workloads.size(), 2u);
+  std::map<std::string, int> jobs;
+  for (const auto& run : gpu.runs) {
+    EXPECT_EQ(run.strategy, "single");
+    if (run.ptrain) ++jobs["ptrain/" + run.id()];
+    for (const auto& variant : run.pytorch) ++jobs[variant + "/" + run.id()];
+  }
+  for (const char* workload : {"resnet50", "gpt2-small"}) {
+    for (const char* precision : {"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}) {
+      const std::string id = std::string(workload) + "/" + precision + "-single-x1";
+      for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
+    }
+  }
+  EXPECT_EQ(jobs.size(), 36u);
+  ASSERT_GE(gpu.runs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(gpu.runs[i].precision, "amp-bf16");
+    EXPECT_EQ(gpu.runs[i].pytorch, (std::vector<std::string>{"eager", "compiled"}));
+  }
+  const auto& resnet = gpu.workload_of(gpu.runs[0]);
+  EXPECT_NE(std::find(resnet.begin(), resnet.end(), std::pair<std::string, std::string>{"channels-last", "true"}),
+            resnet.end());
+  const Suite cpu = load_suite("speed", PTRAIN_SOURCE_DIR, 0);
+  ASSERT_EQ(cpu.workloads.size(), 2u);
+  for (const auto& run : cpu.runs) {
+    EXPECT_TRUE(run.precision == "fp32" || run.precision == "amp-bf16") << run.precision << ": the CPU has no fp16";
   }
 }
 

@@ -495,6 +495,57 @@ runs:
             std::string::npos);
 }
 
+// A suite of two workloads (an image model and a language model) beside PyTorch, cut short by --time-limit
+// and continued: records per workload, and the report's side-by-side table of both models.
+TEST(Cli, BenchOfSeveralWorkloadsContinuesAfterItsTimeLimitAndComparesEachModel) {
+  const auto dir = scratch("bench_several");
+  std::ofstream(dir / "suite.yaml") << R"(workloads:
+  images: {model: resnet20, dataset: synthetic, data-path: "64:3x8x8:4", batch-size: 8, epochs: 1, threads: 1, test-limit: 16, augment: false}
+  tokens: {model: gpt-tiny, dataset: synthetic-tokens, data-path: "64:16:32", batch-size: 8, epochs: 1, threads: 1, test-limit: 8, optimizer: adamw, lr: 1e-3}
+runs:
+  - {workload: images, precision: fp32}
+  - {workload: tokens, precision: fp32}
+)";
+  const std::string bench = "bench --gpus 0 --no-estimate --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) +
+                            " --source-dir " + PTRAIN_SOURCE_DIR + " --suite " + (dir / "suite.yaml").string() +
+                            " --out " + (dir / "out").string();
+  const Result cut = run(bench + " --time-limit 1");
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  EXPECT_NE(cut.output.find("left for the next bench (--time-limit)"), std::string::npos) << cut.output;
+  EXPECT_EQ(cut.output.find("FAILED"), std::string::npos) << cut.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "runs" / "pytorch" / "tokens" / "fp32-single-x1.json")) << cut.output;
+
+  const Result r = run(bench);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 runs of 2 workloads on the CPU, each also through PyTorch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[4/4] pytorch tokens fp32, single, 1 device"), std::string::npos) << r.output;
+  for (const char* record : {"ptrain/images", "pytorch/images", "ptrain/tokens", "pytorch/tokens"}) {
+    EXPECT_TRUE(fs::is_regular_file(dir / "out" / "runs" / record / "fp32-single-x1.json")) << record << r.output;
+  }
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "workloads" / "tokens.yaml"));
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "logs" / "tokens" / "pytorch-fp32-single-x1.log"));
+  const auto tokens = nlohmann::json::parse(std::ifstream(dir / "out" / "runs" / "ptrain" / "tokens" / "fp32-single-x1.json"));
+  EXPECT_EQ(tokens["model"], "gpt-tiny");
+  EXPECT_EQ(tokens["seq_len"], 16);
+  EXPECT_NEAR(tokens["tokens_per_second"].get<double>(), 16 * tokens["images_per_second"].get<double>(), 1e-6);
+  std::ifstream md_in(dir / "out" / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("## ptrain beside PyTorch"), std::string::npos) << md;
+  EXPECT_NE(md.find("| gpt-tiny | synthetic-tokens, 16 tokens, batch 8 | fp32 | 1, single | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| resnet20 | synthetic, 8 px, batch 8 | fp32 | 1, single | NCHW |"), std::string::npos) << md;
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "side-by-side.csv"));
+  const auto record = nlohmann::json::parse(std::ifstream(dir / "out" / "bench.json"));
+  EXPECT_EQ(record["workload"]["tokens/model"], "gpt-tiny");
+
+  const Result other = run(bench + " --set tokens/lr=2e-3");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("holds runs of another workload (tokens/lr 1e-3 -> 2e-3)"), std::string::npos)
+      << other.output;
+  const Result skipped = run(bench + " --skip pytorch/tokens/fp32-single-x1 --skip images/fp32-single-x1");
+  EXPECT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_EQ(count_of(skipped.output, "not run: skipped"), 3u) << skipped.output;
+}
+
 // A language model under a sharding strategy that knows nothing of it: gpt-tiny's units gathered one at a time
 // by zero3 on two processes, each on half of every batch, end where one process on the whole batch ends.
 TEST(Cli, GptUnderZero3OnTwoProcessesMatchesOneProcess) {

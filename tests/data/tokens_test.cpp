@@ -2,7 +2,9 @@
 // loader passing tokens through as int64.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "ptrain/data/loader.h"
@@ -121,6 +123,45 @@ TEST(TextTokens, MissingOrShortFilesAreNamed) {
 }
 
 // Tokens leave the loader as they are: int64, not augmented, not cast to the compute dtype.
+// The PyTorch reference (bench/pytorch_reference.py) builds the same token datasets, so that both frameworks
+// train on the same tokens: its first sequences of each split, read from its own code, are ptrain's.
+void expect_reference_gives(const Dataset& train, const Dataset& test, const std::string& arguments, int64_t rows) {
+  std::istringstream out(testing::oracle_output("reference_tokens.py", arguments + " " + std::to_string(rows)));
+  for (const Dataset* ds : {&train, &test}) {
+    std::string split;
+    int64_t n = 0, t = 0, vocab = 0;
+    ASSERT_TRUE(out >> split >> n >> t >> vocab) << arguments;
+    EXPECT_EQ(split, ds == &train ? "train" : "test");
+    EXPECT_EQ(n, ds->size()) << split;
+    EXPECT_EQ(t, ds->images.size(1)) << split;
+    EXPECT_EQ(vocab, ds->vocab_size) << split;
+    for (const torch::Tensor* tokens : {&ds->images, &ds->labels}) {
+      auto python = torch::empty({std::min(rows, n), t}, torch::kInt64);
+      auto* at = python.data_ptr<int64_t>();
+      for (int64_t i = 0; i < python.numel(); ++i) ASSERT_TRUE(out >> at[i]) << split << " token " << i;
+      EXPECT_TRUE(torch::equal(python, tokens->narrow(0, 0, python.size(0))))
+          << split << (tokens == &ds->images ? " inputs" : " labels") << " differ for " << arguments;
+    }
+  }
+}
+
+TEST(SyntheticTokens, ThePytorchReferenceGeneratesTheSameSequences) {
+  expect_reference_gives(open_synthetic_tokens("40:24:37", 0, true), open_synthetic_tokens("40:24:37", 0, false),
+                         "synthetic-tokens 40:24:37 0", 5);
+  // GPT-2's vocabulary, and --seq-len replacing the spec's T, as the speed suite trains.
+  expect_reference_gives(open_synthetic_tokens("20:99:50257", 33, true), open_synthetic_tokens("20:99:50257", 33, false),
+                         "synthetic-tokens 20:99:50257 33", 3);
+}
+
+TEST(TextTokens, ThePytorchReferenceCutsTheSameWindows) {
+  testing::ScratchDir dir;
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "line " + std::to_string(i * 7919 % 1000) + " of the text\n";
+  std::ofstream(dir / "corpus.txt") << text;
+  expect_reference_gives(load_text_tokens(dir / "corpus.txt", 16, true), load_text_tokens(dir / "corpus.txt", 16, false),
+                         "text " + (dir / "corpus.txt") + " 16", 4);
+}
+
 TEST(TokenLoader, BatchesStayInt64WithTheirLabels) {
   const auto ds = make_synthetic_tokens(37, 6, 20, 3);
   LoaderOptions options;

@@ -210,12 +210,14 @@ std::vector<std::string> table_notes(const Report& report) {
   std::set<std::string> jobs;
   for (const auto& run : report.runs) {
     const RunRecord& r = run.record;
-    jobs.insert(r.model + " on " + r.dataset + " at " + std::to_string(r.image_size) + " px");
+    jobs.insert(r.model + " on " + r.dataset + " at " +
+                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px"));
   }
   if (jobs.size() > 1) {
     std::string list;
     for (const auto& job : jobs) list += (list.empty() ? "" : "; ") + job;
-    notes.push_back("The runs train different jobs (" + list + "): their comparisons mix them.");
+    notes.push_back("The runs train different jobs (" + list + "): their comparisons with the baseline mix them" +
+                    (side_by_side(report).empty() ? "." : "; the side-by-side table below compares job by job."));
   }
   return notes;
 }
@@ -223,8 +225,9 @@ std::vector<std::string> table_notes(const Report& report) {
 std::string job_summary(const Report& report) {
   std::set<std::string> jobs;
   for (const auto& run : report.runs) {
-    jobs.insert(run.record.model + " on " + run.record.dataset + " (" + std::to_string(run.record.image_size) +
-                " px)");
+    const RunRecord& r = run.record;
+    jobs.insert(r.model + " on " + r.dataset + " (" +
+                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px") + ")");
   }
   std::string list;
   for (const auto& job : jobs) list += (list.empty() ? "" : ", ") + job;
@@ -678,10 +681,36 @@ bool comes_before(const ReportRun& a, const ReportRun& b) {
                                                    "amp-fp16", "amp-bf16"};
   const auto key = [](const ReportRun& run) {
     const auto& r = run.record;
-    return std::make_tuple(r.devices, rank_in(strategies, r.strategy), r.strategy, rank_in(precisions, r.precision),
-                           r.precision, r.framework != "ptrain", run.name);
+    return std::make_tuple(r.model, r.dataset, r.devices, rank_in(strategies, r.strategy), r.strategy,
+                           rank_in(precisions, r.precision), r.precision, r.framework != "ptrain",
+                           r.compiled.value_or(false), run.name);
   };
   return key(a) < key(b);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Side by side: ptrain, PyTorch eager and PyTorch compiled per job and mode.
+
+constexpr char kChannelsLastSuffix[] = "+channels-last";
+
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+std::string base_precision(const std::string& precision) {
+  return ends_with(precision, kChannelsLastSuffix)
+             ? precision.substr(0, precision.size() - std::string(kChannelsLastSuffix).size())
+             : precision;
+}
+
+bool is_language_model_run(const RunRecord& r) {
+  return r.seq_len.has_value() || r.dataset == "synthetic-tokens" || r.dataset == "text";
+}
+
+// Records before the channels_last field said it in the PyTorch reference's precision.
+std::optional<bool> memory_format_of(const RunRecord& r) {
+  if (is_language_model_run(r)) return std::nullopt;
+  return r.channels_last ? *r.channels_last : ends_with(r.precision, kChannelsLastSuffix);
 }
 
 }  // namespace
@@ -723,6 +752,181 @@ std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run)
   return 1.0 - *mine / *base;
 }
 
+std::optional<double> throughput_ratio(const Report& report, size_t a, size_t b) {
+  const RunRecord& r = record_of(report, a);
+  const RunRecord& q = record_of(report, b);
+  const bool steady = measured(r.steady_images_per_second) && measured(q.steady_images_per_second);
+  const auto mine = measured(steady ? *r.steady_images_per_second : r.images_per_second);
+  const auto theirs = measured(steady ? *q.steady_images_per_second : q.images_per_second);
+  if (!mine || !theirs || *theirs <= 0.0) return std::nullopt;
+  return *mine / *theirs;
+}
+
+std::vector<SideBySideRow> side_by_side(const Report& report) {
+  static const std::vector<std::string> strategies{"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"};
+  static const std::vector<std::string> precisions{"fp32", "tf32", "fp16", "fp16+master", "bf16", "bf16+master",
+                                                   "amp-fp16", "amp-bf16"};
+  using Key = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, int64_t, size_t, std::string, size_t,
+                         std::string>;
+  struct Group {
+    SideBySideRow shape;
+    std::vector<size_t> ptrain, eager, compiled;
+  };
+  std::map<Key, Group> groups;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const RunRecord& r = report.runs[i].record;
+    const std::string precision = base_precision(r.precision);
+    const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.batch_size_per_device, r.devices,
+                  rank_in(strategies, r.strategy), r.strategy, rank_in(precisions, precision), precision};
+    Group& group = groups[key];
+    group.shape = {r.model, r.dataset, precision, r.strategy, r.devices, r.batch_size_per_device, r.image_size,
+                   r.seq_len, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
+    if (r.framework == metrics::kFrameworkPtrain) {
+      group.ptrain.push_back(i);
+    } else if (r.compiled.value_or(false)) {
+      group.compiled.push_back(i);
+    } else {
+      group.eager.push_back(i);
+    }
+  }
+  std::vector<SideBySideRow> rows;
+  for (const auto& [key, group] : groups) {
+    if (group.eager.empty() && group.compiled.empty()) continue;  // nothing of PyTorch's to compare with
+    // One row per memory format of ptrain's and eager's runs (they compare like with like); compiled is PyTorch
+    // at its best in whatever format, beside each.
+    std::vector<std::optional<bool>> formats;
+    for (const auto* runs : {&group.ptrain, &group.eager}) {
+      for (size_t i : *runs) {
+        const auto format = memory_format_of(report.runs[i].record);
+        if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
+      }
+    }
+    if (formats.empty()) formats.push_back(memory_format_of(report.runs[group.compiled.front()].record));
+    std::sort(formats.begin(), formats.end());
+    for (const auto& format : formats) {
+      SideBySideRow row = group.shape;
+      row.channels_last = format;
+      const auto first_in = [&](const std::vector<size_t>& runs) -> std::optional<size_t> {
+        for (size_t i : runs) {
+          if (memory_format_of(report.runs[i].record) == format) return i;
+        }
+        return std::nullopt;
+      };
+      row.ptrain = first_in(group.ptrain);
+      row.eager = first_in(group.eager);
+      if (!group.compiled.empty()) row.compiled = first_in(group.compiled).value_or(group.compiled.front());
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+namespace {
+
+// Steady throughput where measured, else over the whole training; in tokens for language models.
+std::optional<double> shown_throughput(const RunRecord& r) {
+  if (is_language_model_run(r)) {
+    if (const auto steady = measured(r.steady_tokens_per_second)) return steady;
+    return measured(r.tokens_per_second);
+  }
+  if (const auto steady = measured(r.steady_images_per_second)) return steady;
+  return measured(r.images_per_second);
+}
+
+const char* throughput_unit(const SideBySideRow& row) { return row.seq_len ? "tokens/s" : "img/s"; }
+
+std::string side_by_side_data(const SideBySideRow& row) {
+  return row.dataset + (row.seq_len ? ", " + std::to_string(*row.seq_len) + " tokens"
+                                    : row.image_size > 0 ? ", " + std::to_string(row.image_size) + " px" : "") +
+         ", batch " + std::to_string(row.batch_size_per_device);
+}
+
+std::string side_by_side_format(const SideBySideRow& row) {
+  return !row.channels_last ? "-" : *row.channels_last ? "channels-last" : "NCHW";
+}
+
+std::string ratio_text(std::optional<double> ratio) {
+  return ratio ? printf_string("%.2fx", *ratio) : std::string(kNotAvailable);
+}
+
+const std::vector<const char*>& side_by_side_titles() {
+  static const std::vector<const char*> titles{
+      "model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
+      "ptrain / eager", "ptrain / compiled", "ptrain peak/GPU", "eager peak/GPU", "compiled peak/GPU"};
+  return titles;
+}
+
+std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
+  const auto throughput = [&](std::optional<size_t> run) {
+    if (!run) return std::string(kNotAvailable);
+    const auto value = shown_throughput(record_of(report, *run));
+    return value ? throughput_text(value) + " " + throughput_unit(row) : std::string(kNotAvailable);
+  };
+  const auto ratio = [&](std::optional<size_t> other) {
+    return ratio_text(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+  };
+  const auto peak = [&](std::optional<size_t> run) {
+    return run ? gib_text(measured(record_of(report, *run).peak_allocated_bytes)) : std::string(kNotAvailable);
+  };
+  return {row.model,
+          side_by_side_data(row),
+          row.precision,
+          std::to_string(row.devices) + ", " + row.strategy,
+          side_by_side_format(row),
+          throughput(row.ptrain),
+          throughput(row.eager),
+          throughput(row.compiled),
+          ratio(row.eager),
+          ratio(row.compiled),
+          peak(row.ptrain),
+          peak(row.eager),
+          peak(row.compiled)};
+}
+
+const char* const kSideBySideHeading = "ptrain beside PyTorch";
+
+const char* const kSideBySideNote =
+    "Steady throughput (from the end of each record's steady_from_step on; over the whole training where a run "
+    "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
+    "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
+    "is torch.compile (default mode) with channels-last for convolutional models and the fused optimizer step, "
+    "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
+
+}  // namespace
+
+std::string render_side_by_side_csv(const Report& report) {
+  const auto rows = side_by_side(report);
+  if (rows.empty()) return "";
+  std::ostringstream csv;
+  csv << "model,dataset,image_size,seq_len,batch_size_per_device,precision,strategy,devices,channels_last,"
+         "throughput_unit,ptrain_per_second,pytorch_eager_per_second,pytorch_compiled_per_second,"
+         "ptrain_vs_pytorch_eager,ptrain_vs_pytorch_compiled,ptrain_peak_allocated_bytes,"
+         "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_run,pytorch_eager_run,"
+         "pytorch_compiled_run\n";
+  for (const auto& row : rows) {
+    const auto throughput = [&](std::optional<size_t> run) {
+      return run ? csv_number(shown_throughput(record_of(report, *run))) : std::string();
+    };
+    const auto ratio = [&](std::optional<size_t> other) {
+      return csv_number(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+    };
+    const auto peak = [&](std::optional<size_t> run) {
+      return run ? csv_number(measured(record_of(report, *run).peak_allocated_bytes)) : std::string();
+    };
+    const auto name = [&](std::optional<size_t> run) { return run ? report.runs[*run].name : std::string(); };
+    const std::vector<std::string> fields{
+        row.model, row.dataset, std::to_string(row.image_size), row.seq_len ? std::to_string(*row.seq_len) : "",
+        std::to_string(row.batch_size_per_device), row.precision, row.strategy, std::to_string(row.devices),
+        row.channels_last ? (*row.channels_last ? "true" : "false") : "",
+        row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(row.compiled),
+        ratio(row.eager), ratio(row.compiled), peak(row.ptrain), peak(row.eager), peak(row.compiled),
+        name(row.ptrain), name(row.eager), name(row.compiled)};
+    for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
+    csv << "\n";
+  }
+  return csv.str();
+}
+
 std::string render_markdown(const Report& report) {
   std::ostringstream md;
   md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
@@ -737,6 +941,20 @@ std::string render_markdown(const Report& report) {
   }
   md << "\n";
   for (const auto& note : table_notes(report)) md << escape_markdown(note) << "\n\n";
+  const auto rows = side_by_side(report);
+  if (!rows.empty()) {
+    md << "## " << kSideBySideHeading << "\n\n|";
+    for (const char* title : side_by_side_titles()) md << " " << title << " |";
+    md << "\n|";
+    for (size_t c = 0; c < side_by_side_titles().size(); ++c) md << (c < 5 ? " --- |" : " ---: |");
+    md << "\n";
+    for (const auto& row : rows) {
+      md << "|";
+      for (const auto& cell : side_by_side_cells(report, row)) md << " " << escape_markdown(cell) << " |";
+      md << "\n";
+    }
+    md << "\n" << escape_markdown(kSideBySideNote) << "\n\n";
+  }
   return md.str();
 }
 
@@ -773,6 +991,22 @@ std::string render_html(const Report& report) {
   }
   html << "</tbody>\n</table></div>\n";
   for (const auto& note : table_notes(report)) html << "<p class=\"note\">" << escape_html(note) << "</p>\n";
+  const auto side_rows = side_by_side(report);
+  if (!side_rows.empty()) {
+    html << "<h2>" << escape_html(kSideBySideHeading) << "</h2>\n<div class=\"table-wrap\"><table class=\"side-by-side\">\n"
+         << "<thead><tr>";
+    for (const char* title : side_by_side_titles()) html << "<th>" << escape_html(title) << "</th>";
+    html << "</tr></thead>\n<tbody>\n";
+    for (const auto& row : side_rows) {
+      html << "<tr>";
+      const auto cells = side_by_side_cells(report, row);
+      for (size_t c = 0; c < cells.size(); ++c) {
+        html << "<td" << (c >= 5 ? " class=\"number\"" : "") << ">" << escape_html(cells[c]) << "</td>";
+      }
+      html << "</tr>\n";
+    }
+    html << "</tbody>\n</table></div>\n<p class=\"note\">" << escape_html(kSideBySideNote) << "</p>\n";
+  }
 
   // Memory is charted in GiB rather than bytes so that the axis gets round GiB ticks.
   const auto in_gib = [](std::optional<int64_t> bytes) {
@@ -844,6 +1078,14 @@ WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::
   write_file_atomically(written.markdown_path, written.markdown);
   write_file_atomically(written.csv_path, render_csv(report));
   write_file_atomically(written.html_path, render_html(report));
+  const std::string side_by_side_csv = render_side_by_side_csv(report);
+  const fs::path side_by_side_path = fs::path(out_dir) / "side-by-side.csv";
+  if (!side_by_side_csv.empty()) {
+    written.side_by_side_csv_path = side_by_side_path.string();
+    write_file_atomically(side_by_side_path, side_by_side_csv);
+  } else {
+    ::unlink(side_by_side_path.c_str());  // a report of other runs in the same folder must not keep an old one
+  }
   return written;
 }
 

@@ -47,8 +47,26 @@ std::optional<double> speedup_vs_baseline(const Report& report, size_t run);
 // processes too, which are not the training's doing.
 std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run);
 
+// ptrain beside PyTorch: one row per job (model, data, batch, strategy, devices) and precision mode, holding
+// ptrain's run, PyTorch eager's in the same memory format, and PyTorch compiled's (torch.compile, in
+// whatever format it ran). Rows only for jobs with a PyTorch run, ordered by model, data and mode.
+struct SideBySideRow {
+  std::string model, dataset, precision, strategy;  // precision without a "+channels-last" suffix
+  int64_t devices = 1, batch_size_per_device = 0, image_size = 0;
+  std::optional<int64_t> seq_len;      // language models
+  std::optional<bool> channels_last;   // the memory format of the ptrain and eager runs; none for language models
+  std::optional<size_t> ptrain, eager, compiled;  // indices into Report::runs
+};
+std::vector<SideBySideRow> side_by_side(const Report& report);
+
+// Throughput of run a over run b: steady over steady where both have it, else over the whole training;
+// nullopt when either is missing.
+std::optional<double> throughput_ratio(const Report& report, size_t a, size_t b);
+
 std::string render_markdown(const Report& report);
 std::string render_csv(const Report& report);
+// The side-by-side rows as CSV (one line a row); empty when there are none.
+std::string render_side_by_side_csv(const Report& report);
 std::string render_html(const Report& report);
 
 // Escapes & < > " ' for text and attribute values of HTML and inline SVG.
@@ -56,11 +74,13 @@ std::string escape_html(std::string_view text);
 
 struct WrittenReport {
   std::string markdown_path, csv_path, html_path;
+  std::string side_by_side_csv_path;  // side-by-side.csv; empty when no run had a PyTorch counterpart
   std::string markdown;  // what report.md holds, for printing
 };
 
-// read_runs, make_report and the three renderings into out_dir (created when missing). Each file is
-// written beside its final name and renamed over it: a browser or script never reads half a report.
+// read_runs, make_report and the renderings into out_dir (created when missing): report.md, report.csv,
+// report.html, and side-by-side.csv where there are side-by-side rows. Each file is written beside its
+// final name and renamed over it: a browser or script never reads half a report.
 WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
                            const std::string& title);
 

@@ -32,6 +32,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/models/zoo.h"
 
 namespace ptrain::bench {
 
@@ -74,36 +75,47 @@ bool one_process_per_device(const std::string& strategy) {
   return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "fsdp";
 }
 
-struct Job {
-  std::string framework;  // ptrain | pytorch
-  SuiteRun run;
-  std::string command;    // shell command line; the GPUs it may see are prefixed when it starts
-  std::string metrics_path, log_path;
-  std::string estimate_path;  // ptrain runs: where `ptrain estimate` leaves its prediction; empty: none
-  std::string unavailable;  // why this job cannot run (PyTorch has no such mode); empty: it can
-};
+using Job = BenchJob;
 
-void write_workload_file(const Suite& suite, const std::string& path) {
+constexpr const char* kFrameworkPytorchCompiled = "pytorch-compiled";
+
+// A job's files: its record under runs/<framework>/ by id (which holds the workload in a suite of several),
+// its log and estimate in a folder per workload.
+std::string workload_folder(const std::string& out, const std::string& folder, const SuiteRun& run) {
+  return out + "/" + folder + (run.workload.empty() ? "" : "/" + run.workload);
+}
+
+// The `ptrain train --config` file of the run's workload.
+std::string workload_file_of(const std::string& out, const SuiteRun& run) {
+  return run.workload.empty() ? out + "/workload.yaml" : out + "/workloads/" + run.workload + ".yaml";
+}
+
+void write_workload_file(const Suite& suite, const std::string& name, const WorkloadKeys& workload,
+                         const std::string& path) {
+  fs::create_directories(fs::path(path).parent_path());
   std::ofstream out(path);
-  out << "# The workload of suite '" << suite.name << "' (" << suite.source << "), as ptrain bench ran it.\n";
-  for (const auto& [key, value] : suite.workload) {
+  out << "# The workload " << (name.empty() ? "" : "'" + name + "' ") << "of suite '" << suite.name << "' ("
+      << suite.source << "), as ptrain bench ran it.\n";
+  for (const auto& [key, value] : workload) {
     out << key << ": " << (value.find(',') != std::string::npos ? "[" + value + "]" : value) << "\n";
   }
   check(out.good(), "cannot write " + path);
 }
 
-std::string workload_value(const Suite& suite, const std::string& key) {
-  for (const auto& [k, v] : suite.workload) {
+std::string workload_value(const WorkloadKeys& workload, const std::string& key) {
+  for (const auto& [k, v] : workload) {
     if (k == key) return v;
   }
   return "";
 }
 
-Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& workload_file,
-               const std::string& out) {
-  Job job{"ptrain", run};
+bool truthy(const std::string& value) { return value == "true" || value == "yes" || value == "on" || value == "1"; }
+
+Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
+  Job job{metrics::kFrameworkPtrain, run};
+  const std::string workload_file = workload_file_of(out, run);
   job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
-  job.log_path = out + "/logs/ptrain-" + run.id() + ".log";
+  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";
   std::vector<std::string> train{o.ptrain_executable, "train", "--config", workload_file, "--precision", run.precision,
                                  "--strategy", run.strategy, "--progress", "lines", "--metrics-out", job.metrics_path};
   if (run.master_weights) train.push_back("--master-weights");
@@ -128,13 +140,13 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
   }
   job.command = join_command(train);
   if (o.estimate) {
-    job.estimate_path = out + "/estimates/" + run.id() + ".json";
+    job.estimate_path = workload_folder(out, "estimates", run) + "/" + run.run_id() + ".json";
     std::vector<std::string> estimate{o.ptrain_executable, "estimate", "--config", workload_file, "--precision",
                                       run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",
                                       "--devices", std::to_string(run.devices), "--json", job.estimate_path};
     if (run.master_weights) estimate.push_back("--master-weights");
     // A failed estimate leaves the run without a prediction, not without its measurement.
-    job.command = join_command({"mkdir", "-p", out + "/estimates"}) + " && " +
+    job.command = join_command({"mkdir", "-p", workload_folder(out, "estimates", run)}) + " && " +
                   join_command({"rm", "-f", job.estimate_path}) + "; " + join_command(estimate) + "; " + job.command;
   }
   return job;
@@ -179,34 +191,57 @@ const std::map<std::string, PytorchFlag>& pytorch_flags() {
       out << v;
       return out.str();
     };
+    const auto number = [](int64_t v) { return std::to_string(v); };
     return std::map<std::string, PytorchFlag>{
         {"model", {"--model", d.model.name}},
+        {"weights", {"--weights", d.model.weights}},
+        {"gpt-layers", {"--gpt-layers", number(d.model.gpt_layers)}},
+        {"gpt-width", {"--gpt-width", number(d.model.gpt_width)}},
+        {"gpt-heads", {"--gpt-heads", number(d.model.gpt_heads)}},
+        {"vocab-size", {"--vocab-size", number(d.model.vocab_size)}},
         {"dataset", {"--dataset", d.data.dataset}},
         {"data-path", {"--data", d.data.path}},
-        {"image-size", {"--image-size", std::to_string(d.data.image_size)}},
-        {"batch-size", {"--batch-size", std::to_string(d.run.batch_size)}},
-        {"epochs", {"--epochs", std::to_string(d.run.epochs)}},
-        {"max-steps", {"--max-steps", std::to_string(d.run.max_steps)}},
-        {"lr", {"--lr", text(d.optim.lr)}},
-        {"warmup-epochs", {"--warmup-epochs", text(d.optim.warmup_epochs)}},
+        {"image-size", {"--image-size", number(d.data.image_size)}},
+        {"seq-len", {"--seq-len", number(d.data.seq_len)}},
+        {"train-limit", {"--train-limit", number(d.data.train_limit)}},
+        {"test-limit", {"--test-limit", number(d.data.test_limit)}},
+        {"batch-size", {"--batch-size", number(d.run.batch_size)}},
+        {"eval-batch-size", {"--eval-batch-size", number(d.run.eval_batch_size)}},
+        {"epochs", {"--epochs", number(d.run.epochs)}},
+        {"max-steps", {"--max-steps", number(d.run.max_steps)}},
         {"seed", {"--seed", std::to_string(d.run.seed)}},
-        {"test-limit", {"--test-limit", std::to_string(d.data.test_limit)}}};
+        {"optimizer", {"--optimizer", d.optim.name}},
+        {"lr", {"--lr", text(d.optim.lr)}},
+        {"momentum", {"--momentum", text(d.optim.momentum)}},
+        {"weight-decay", {"--weight-decay", text(d.optim.weight_decay)}},
+        {"beta1", {"--beta1", text(d.optim.beta1)}},
+        {"beta2", {"--beta2", text(d.optim.beta2)}},
+        {"eps", {"--eps", text(d.optim.eps)}},
+        {"schedule", {"--schedule", d.optim.schedule}},
+        {"milestones", {"--milestones", ""}},
+        {"gamma", {"--gamma", text(d.optim.gamma)}},
+        {"min-lr", {"--min-lr", text(d.optim.min_lr)}},
+        {"warmup-epochs", {"--warmup-epochs", text(d.optim.warmup_epochs)}},
+        {"warmup-steps", {"--warmup-steps", number(d.optim.warmup_steps)}}};
   }();
   return flags;
 }
 
-// Keys whose value the script cannot change: accepted when they ask for what it does anyway.
-const std::map<std::string, std::vector<std::string>>& pytorch_fixed_values() {
-  static const std::map<std::string, std::vector<std::string>> fixed{
-      {"optimizer", {"sgd"}}, {"momentum", {"0.9"}}, {"weight-decay", {"5e-4", "0.0005"}},
-      {"schedule", {"cosine"}}, {"nesterov", {"false"}}};
-  return fixed;
+// The memory format ptrain trains the workload in, as its plan resolves --channels-last: auto (the default)
+// is channels-last for convolutional models on CUDA.
+bool ptrain_channels_last(const WorkloadKeys& workload, bool language_model, bool on_gpu) {
+  if (language_model) return false;  // nothing 4-D to convert
+  std::string value = workload_value(workload, "channels-last");
+  if (value.empty()) value = config::TrainConfig{}.model.channels_last;
+  return value == "auto" ? on_gpu : truthy(value);
 }
 
-Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
-  Job job{"pytorch", run};
-  job.metrics_path = out + "/runs/pytorch/" + run.id() + ".json";
-  job.log_path = out + "/logs/pytorch-" + run.id() + ".log";
+Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
+                const std::string& out, const PytorchAbilities& abilities) {
+  const bool compiled = variant == kPytorchCompiled;
+  Job job{compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch, run};
+  job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
+  job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
   if (run.master_weights) {
     job.unavailable = "PyTorch has no fp32 master weights for a model in pure half precision";
     return job;
@@ -229,6 +264,23 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
     }
     strategy = "fsdp";
   }
+  if (compiled) {
+    if (strategy == "dp" || strategy == "fsdp") {
+      job.unavailable = "the reference compiles single, ddp and zero1 runs, not " + strategy;
+      return job;
+    }
+    if (!abilities.known) {
+      job.unavailable = "cannot tell whether " + o.python + " has torch.compile: " + abilities.problem;
+      return job;
+    }
+    if (!abilities.has_compile) {
+      job.unavailable = "this PyTorch (torch " + abilities.torch_version + ") has no torch.compile (PyTorch 2.x)";
+      return job;
+    }
+  }
+  const WorkloadKeys& workload = suite.workload_of(run);
+  const std::string model = workload_value(workload, "model");
+  const bool language_model = models::is_language_model(model.empty() ? config::TrainConfig{}.model.name : model);
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
   std::vector<std::string> args{script, "--precision", run.precision, "--strategy", strategy,
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu",
@@ -236,37 +288,44 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
   if (strategy == "fsdp") args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
-    const std::string value = workload_value(suite, key);
+    const std::string value = workload_value(workload, key);
     const std::string given = value.empty() ? flag.ptrain_default : value;
     if (!given.empty()) args.insert(args.end(), {flag.flag, given});
   }
-  for (const auto& [key, value] : suite.workload) {
-    const auto fixed = pytorch_fixed_values().find(key);
-    if (pytorch_flags().count(key) > 0) {
+  for (const auto& [key, value] : workload) {
+    if (pytorch_flags().count(key) > 0 || key == "channels-last") {
       continue;
-    } else if (fixed != pytorch_fixed_values().end()) {
-      if (std::find(fixed->second.begin(), fixed->second.end(), value) == fixed->second.end()) {
-        job.unavailable = "the PyTorch reference trains with " + key + " " + fixed->second.front() + ", not " + value;
-        return job;
-      }
     } else if (key == "augment") {
-      if (value == "false") args.push_back("--no-augment");
-    } else if (key == "channels-last") {
-      if (value == "true") args.push_back("--channels-last");
+      if (!truthy(value)) args.push_back("--no-augment");
+    } else if (key == "nesterov") {
+      args.push_back(truthy(value) ? "--nesterov" : "--no-nesterov");
     } else if (key == "eval-each-epoch" || key == "log-every" || key == "threads" || key == "loader-threads" ||
-               key == "progress") {
-      // How often to evaluate or log, and CPU threading: no effect on what a run measures.
+               key == "progress" || key == "prefetch") {
+      // How often to evaluate or log, CPU threading and prefetching: no effect on what a run measures.
     } else {
       job.unavailable = "the PyTorch reference has no equivalent of workload key '" + key + "'";
       return job;
     }
   }
-  std::vector<std::string> command{o.python};
+  // Eager runs in ptrain's memory format, the classic comparison; compiled is PyTorch at its best:
+  // channels-last wherever there are convolutions, and the fused optimizer step.
+  if (compiled ? !language_model : ptrain_channels_last(workload, language_model, suite.on_gpu)) {
+    args.push_back("--channels-last");
+  }
+  if (compiled) args.insert(args.end(), {"--compile", "--fused-optimizer"});
+  std::vector<std::string> command;
+  if (compiled) {
+    // Every compiled run of the bench shares TorchInductor's cache (kernels, graphs), kept with the bench's
+    // other PyTorch caches: runs of one bench reuse what earlier ones compiled.
+    command = {"env", "TORCHINDUCTOR_CACHE_DIR=" + out + "/pytorch-cache/inductor"};
+  }
+  command.push_back(o.python);
   if (one_process_per_device(run.strategy)) {
     command.insert(command.end(), {"-m", "torch.distributed.run", "--master_port", std::to_string(free_port()),
                                    "--nproc_per_node",
                                    std::to_string(run.devices), "--redirects", "1", "--tee", "1", "--log_dir",
-                                   out + "/logs/torchrun-" + run.id()});
+                                   workload_folder(out, "logs", run) + "/torchrun-" +
+                                       (compiled ? "compiled-" : "") + run.run_id()});
   } else if (run.strategy == "dp") {
     args.insert(args.end(), {"--gpus", std::to_string(run.devices)});
   }
@@ -295,6 +354,7 @@ struct Exit {
   int code = 0;
   bool interrupted = false;  // the bench was asked to stop (Ctrl-C, SIGTERM) while the run went on
   bool timed_out = false;    // stopped at the run timeout
+  bool at_time_limit = false;  // stopped at the bench's time limit, left for the next bench
   std::string last_line;
 };
 
@@ -349,10 +409,10 @@ constexpr double kKillGraceSeconds = 20;
 // Runs the job's shell command in a process group of its own, so that a timeout or Ctrl-C reaches every
 // process of the run (ptrain launch's ranks, torchrun's workers), and no process outlives it.
 Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string& prefix, ProgressSink& progress,
-             int64_t timeout_seconds) {
+             int64_t timeout_seconds, std::optional<std::chrono::steady_clock::time_point> time_limit) {
   fs::create_directories(fs::path(job.metrics_path).parent_path());
   fs::create_directories(fs::path(job.log_path).parent_path());
-  const std::string command = (gpus.empty() ? "" : "CUDA_VISIBLE_DEVICES=" + gpu_list(gpus) + " ") + job.command;
+  const std::string command = command_on_gpus(job.command, gpus);
   std::ofstream log(job.log_path);
   log << "$ " << command << "\n";
   log.flush();
@@ -378,10 +438,12 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
   const auto started = Clock::now();
   std::optional<Clock::time_point> kill_at;
   Exit exit;
-  auto stop = [&](bool timed_out) {
+  enum class Why { interrupted, timed_out, time_limit };
+  auto stop = [&](Why why) {
     if (kill_at) return;
-    exit.timed_out = timed_out;
-    exit.interrupted = !timed_out;
+    exit.timed_out = why == Why::timed_out;
+    exit.at_time_limit = why == Why::time_limit;
+    exit.interrupted = why == Why::interrupted;
     ::kill(-pid, SIGINT);
     kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kKillGraceSeconds));
   };
@@ -390,8 +452,9 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
   for (;;) {
     pollfd readable{fds[0], POLLIN, 0};
     const int ready = ::poll(&readable, 1, 200);
-    if (stop_signal != 0) stop(false);
-    if (timeout_seconds > 0 && Clock::now() - started > std::chrono::seconds(timeout_seconds)) stop(true);
+    if (stop_signal != 0) stop(Why::interrupted);
+    if (timeout_seconds > 0 && Clock::now() - started > std::chrono::seconds(timeout_seconds)) stop(Why::timed_out);
+    if (time_limit && Clock::now() > *time_limit) stop(Why::time_limit);
     if (kill_at && Clock::now() > *kill_at) ::kill(-pid, SIGKILL);
     if (ready <= 0) continue;
     const ssize_t n = ::read(fds[0], buffer.data(), buffer.size());
@@ -420,12 +483,17 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
   ::kill(-pid, SIGKILL);  // whatever of the run detached from the pipe goes with it
   exit.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   if (exit.timed_out) log << "(stopped by ptrain bench after the --run-timeout of " << timeout_seconds << " s)\n";
+  if (exit.at_time_limit) log << "(stopped by ptrain bench at its --time-limit; the next bench runs it again)\n";
   return exit;
 }
 
 std::string summary_of(const metrics::RunRecord& r) {
   char text[256];
-  std::snprintf(text, sizeof(text), "%.0f s, %.0f img/s", r.total_wall_seconds, r.images_per_second);
+  if (r.tokens_per_second) {
+    std::snprintf(text, sizeof(text), "%.0f s, %.0f tokens/s", r.total_wall_seconds, *r.tokens_per_second);
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f s, %.0f img/s", r.total_wall_seconds, r.images_per_second);
+  }
   std::string s = text;
   if (r.final_test_accuracy) {
     std::snprintf(text, sizeof(text), ", test accuracy %.2f%%", *r.final_test_accuracy * 100);
@@ -438,10 +506,13 @@ std::string summary_of(const metrics::RunRecord& r) {
   return s;
 }
 
-// The workload as bench.json keeps it: key -> value text.
+// The workload as bench.json keeps it: key -> value text; in a suite of several, "NAME/key" -> value.
 nlohmann::json workload_json(const Suite& suite) {
   nlohmann::json workload = nlohmann::json::object();
   for (const auto& [k, v] : suite.workload) workload[k] = v;
+  for (const auto& [name, keys] : suite.workloads) {
+    for (const auto& [k, v] : keys) workload[name + "/" + k] = v;
+  }
   return workload;
 }
 
@@ -458,15 +529,15 @@ void check_same_workload(const Suite& suite, const std::string& bench_record) {
   }
   const nlohmann::json now = workload_json(suite);
   if (earlier == now) return;
+  const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   std::string differences;
   for (const auto& [k, v] : now.items()) {
     if (!earlier.contains(k) || earlier[k] != v) {
-      differences += " " + k + " " + (earlier.contains(k) ? earlier[k].get<std::string>() : "(unset)") + " -> " +
-                     v.get<std::string>() + ";";
+      differences += " " + k + " " + (earlier.contains(k) ? text(earlier[k]) : "(unset)") + " -> " + text(v) + ";";
     }
   }
   for (const auto& [k, v] : earlier.items()) {
-    if (!now.contains(k)) differences += " " + k + " " + v.get<std::string>() + " -> (unset);";
+    if (!now.contains(k)) differences += " " + k + " " + text(v) + " -> (unset);";
   }
   throw Error("--out " + fs::path(bench_record).parent_path().string() +
               " holds runs of another workload (" + differences.substr(1, differences.size() - 2) +
@@ -497,6 +568,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   j["overrides"] = nlohmann::json::object();
   for (const auto& [k, v] : o.overrides) j["overrides"][k] = v;
   j["run_timeout_seconds"] = o.run_timeout_seconds;
+  j["time_limit_seconds"] = o.time_limit_seconds;
   j["commands"] = nlohmann::json::array();
   for (const auto& job : jobs) {
     j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
@@ -506,10 +578,65 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   out << j.dump(2) << "\n";
 }
 
+bool asks_for_compiled(const Suite& suite) {
+  return std::any_of(suite.runs.begin(), suite.runs.end(), [](const SuiteRun& run) {
+    return std::find(run.pytorch.begin(), run.pytorch.end(), kPytorchCompiled) != run.pytorch.end();
+  });
+}
+
 }  // namespace
+
+PytorchAbilities probe_pytorch(const std::string& python) {
+  PytorchAbilities abilities;
+  const std::string command =
+      quoted(python) + " -c " + quoted("import torch; print('torch', torch.__version__, hasattr(torch, 'compile'))") +
+      " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    abilities.problem = "cannot start " + python;
+    return abilities;
+  }
+  std::string output;
+  std::array<char, 512> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
+  const int status = ::pclose(pipe);
+  std::istringstream words(output.substr(output.rfind("torch ") == std::string::npos ? 0 : output.rfind("torch ")));
+  std::string torch_word, version, has_compile;
+  if (status == 0 && (words >> torch_word >> version >> has_compile) && torch_word == "torch") {
+    abilities.known = true;
+    abilities.torch_version = version;
+    abilities.has_compile = has_compile == "True";
+  } else {
+    const auto newline = output.find_last_not_of("\n");
+    const std::string last = output.substr(0, newline == std::string::npos ? 0 : newline + 1);
+    abilities.problem = python + " -c 'import torch' failed" +
+                        (last.empty() ? "" : ": " + last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1));
+  }
+  return abilities;
+}
+
+std::string command_on_gpus(const std::string& command, const std::vector<int64_t>& gpus) {
+  // Exported, not a prefix of the command: a prefix reaches only the first command of `a && b; c`.
+  return gpus.empty() ? command : "export CUDA_VISIBLE_DEVICES=" + gpu_list(gpus) + "; " + command;
+}
+
+std::vector<BenchJob> plan_jobs(const Suite& suite, const BenchOptions& o, const std::string& out,
+                                const PytorchAbilities& pytorch) {
+  std::vector<BenchJob> jobs;
+  for (const auto& run : suite.runs) {
+    if (run.ptrain) jobs.push_back(ptrain_job(suite, run, o, out));
+    if (!o.pytorch) continue;
+    for (const auto& variant : run.pytorch) jobs.push_back(pytorch_job(suite, run, variant, o, out, pytorch));
+  }
+  return jobs;
+}
 
 BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   check(!o.ptrain_executable.empty(), "ptrain bench: the ptrain executable to run is unknown");
+  const auto bench_started = std::chrono::steady_clock::now();
+  const std::optional<std::chrono::steady_clock::time_point> time_limit =
+      o.time_limit_seconds > 0 ? std::optional(bench_started + std::chrono::seconds(o.time_limit_seconds))
+                               : std::nullopt;
   int64_t gpus = o.gpus;
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   if (gpus < 0) gpus = visible;
@@ -524,15 +651,20 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
   fs::create_directories(out);
   check_same_workload(suite, out + "/bench.json");
-  const std::string workload_file = out + "/workload.yaml";
-  write_workload_file(suite, workload_file);
-  check_workload_trains(workload_file);
-
-  std::vector<Job> jobs;
-  for (const auto& run : suite.runs) {
-    jobs.push_back(ptrain_job(suite, run, o, workload_file, out));
-    if (o.pytorch) jobs.push_back(pytorch_job(suite, run, o, out));
+  if (suite.has_several_workloads()) {
+    for (const auto& [name, keys] : suite.workloads) {
+      SuiteRun of_workload;
+      of_workload.workload = name;
+      write_workload_file(suite, name, keys, workload_file_of(out, of_workload));
+      check_workload_trains(workload_file_of(out, of_workload));
+    }
+  } else {
+    write_workload_file(suite, "", suite.workload, out + "/workload.yaml");
+    check_workload_trains(out + "/workload.yaml");
   }
+
+  const PytorchAbilities pytorch = o.pytorch && asks_for_compiled(suite) ? probe_pytorch(o.python) : PytorchAbilities{};
+  std::vector<Job> jobs = plan_jobs(suite, o, out, pytorch);
   const std::set<std::string> skip(o.skip.begin(), o.skip.end());
   std::set<std::string> unmatched = skip;
   for (auto& job : jobs) {
@@ -544,17 +676,28 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   }
   if (!unmatched.empty()) {
     std::string known;
-    for (const auto& run : suite.runs) known += (known.empty() ? "" : ", ") + run.id();
+    std::set<std::string> listed;
+    for (const auto& run : suite.runs) {
+      if (listed.insert(run.id()).second) known += (known.empty() ? "" : ", ") + run.id();
+    }
     throw Error("--skip " + *unmatched.begin() + ": no such run in suite " + suite.name + " (runs: " + known +
-                "; prefix ptrain/ or pytorch/ for one framework's)");
+                "; prefix ptrain/, pytorch/ or pytorch-compiled/ for one framework's)");
   }
   write_bench_record(suite, o, jobs, out + "/bench.json");
 
-  progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs on "
-           << (suite.on_gpu ? std::to_string(gpus) + " GPU(s)" : std::string("the CPU"))
+  progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs"
+           << (suite.has_several_workloads() ? " of " + std::to_string(suite.workloads.size()) + " workloads" : "")
+           << " on " << (suite.on_gpu ? std::to_string(gpus) + " GPU(s)" : std::string("the CPU"))
            << (o.pytorch ? ", each also through PyTorch" : "")
            << (o.side_by_side && suite.on_gpu ? ", runs that need fewer GPUs side by side" : "") << "; results in "
            << out << std::endl;
+  if (o.pytorch && asks_for_compiled(suite)) {
+    progress << "PyTorch for the reference: "
+             << (pytorch.known ? "torch " + pytorch.torch_version +
+                                     (pytorch.has_compile ? ", with torch.compile" : ", without torch.compile")
+                               : pytorch.problem)
+             << std::endl;
+  }
   BenchOutcome outcome;
   ProgressSink sink(progress);
   std::mutex mutex;  // guards outcome and interrupted
@@ -578,6 +721,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   const bool lanes = o.side_by_side && suite.on_gpu;
   std::vector<int64_t> needs;
   for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
+  size_t started_jobs = 0;
   const StopSignals stop_signals;
   run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned_gpus) {
     const size_t i = to_run[n];
@@ -587,6 +731,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       if (interrupted.empty()) interrupted = "the wait for " + job.framework + " " + job.run.label();
       return false;
     }
+    if (time_limit && std::chrono::steady_clock::now() > *time_limit) return false;  // counted as left below
     // Alone on the machine, a run sees its first GPUs; in a lane, the ones it was given.
     std::vector<int64_t> visible = assigned_gpus;
     if (!lanes && suite.on_gpu) {
@@ -596,10 +741,14 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
     sink.line("[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework + " " +
               job.run.label() + " (" + std::to_string(to_run.size() - n - 1) + " to run after this" +
               (lanes ? ", GPU " + gpu_list(visible) : "") + ")");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++started_jobs;
+    }
     const auto started = std::chrono::steady_clock::now();
     Exit exit;
     try {
-      exit = run_job(job, visible, prefix, sink, o.run_timeout_seconds);
+      exit = run_job(job, visible, prefix, sink, o.run_timeout_seconds, time_limit);
     } catch (const std::exception& e) {
       exit.code = 127;
       exit.last_line = e.what();
@@ -609,6 +758,12 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
     const bool timed_out = exit.timed_out;
     if (exit.interrupted) {
       interrupted = job.framework + " " + job.run.label();
+      return false;
+    }
+    if (exit.at_time_limit) {
+      sink.line(prefix + "stopped at the --time-limit of " + std::to_string(o.time_limit_seconds) +
+                " s; the next bench with the same --out runs it again");
+      ++outcome.left_for_later;
       return false;
     }
     if (exit.code == 0) attach_estimate(job);
@@ -632,6 +787,12 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   if (!interrupted.empty()) {
     throw Error("ptrain bench interrupted during " + interrupted +
                 "; the runs that finished are kept and the next `ptrain bench` with the same --out continues");
+  }
+  outcome.left_for_later += static_cast<int>(to_run.size() - started_jobs);
+  if (outcome.left_for_later > 0) {
+    sink.line("ptrain bench: the --time-limit of " + std::to_string(o.time_limit_seconds) + " s is reached; " +
+              std::to_string(outcome.left_for_later) +
+              " run(s) left for the next `ptrain bench` with the same --out, which continues");
   }
   if (outcome.completed + outcome.done_earlier > 0) {
     outcome.report = write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);

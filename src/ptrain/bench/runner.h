@@ -1,7 +1,8 @@
 // `ptrain bench`: every run of a suite in its own process (so that each run's memory figures are its
 // own), each run's record kept as a file, so that an interrupted bench continues where it stopped, and
 // the report written at the end. With pytorch set, the same runs also go through PyTorch
-// (bench/pytorch_reference.py), so that the report puts both side by side.
+// (bench/pytorch_reference.py) in the variants each run asks for (eager, compiled), so that the report
+// puts them side by side.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ptrain/bench/report.h"
+#include "ptrain/bench/suite.h"
 
 namespace ptrain::bench {
 
@@ -34,16 +36,51 @@ struct BenchOptions {
   // A run (with its estimate) still going after this many seconds is stopped and reported as failed, so
   // that one stuck run does not take the rest of the suite with it; 0: no limit.
   int64_t run_timeout_seconds = 0;
-  // Runs left out, by id ("fp32-dp-x2": both frameworks) or framework and id ("pytorch/fp32-dp-x2").
+  // Runs left out, by id ("fp32-dp-x2": every framework) or by the path of their record under runs/
+  // ("pytorch/fp32-dp-x2": PyTorch eager's; "pytorch-compiled/..."; in a suite of several workloads the id
+  // is "WORKLOAD/RUN", e.g. "ptrain/gpt2-small/fp32-single-x1").
   std::vector<std::string> skip;
   std::string ptrain_executable;   // the binary that trains (normally this one)
+  // No run starts after this many seconds of the bench, and one still going then is stopped and left for
+  // the next bench with the same --out; the report covers what finished. 0: no limit.
+  int64_t time_limit_seconds = 0;
 };
 
 struct BenchOutcome {
   int completed = 0, done_earlier = 0, failed = 0, not_available = 0;
+  int left_for_later = 0;  // not run, or stopped, at the time limit: the next bench runs them
   std::vector<std::string> failures;  // "<framework> <run>: <reason>"
   WrittenReport report;
 };
+
+// What the Python that runs the PyTorch reference can do, asked once per bench that needs to know.
+struct PytorchAbilities {
+  bool known = false;          // the Python answered
+  std::string torch_version;   // e.g. "2.11.0+cu130"
+  bool has_compile = false;    // torch.compile exists (PyTorch 2.x)
+  std::string problem;         // why the Python did not answer; empty when known
+};
+PytorchAbilities probe_pytorch(const std::string& python);
+
+// One process of a bench: ptrain's run, or one PyTorch variant of it.
+struct BenchJob {
+  std::string framework;   // where its record goes under runs/: ptrain | pytorch (eager) | pytorch-compiled
+  SuiteRun run;
+  std::string command;     // shell command line; the GPUs it may see are set when it starts
+  std::string metrics_path, log_path;
+  std::string estimate_path;  // ptrain runs: where `ptrain estimate` leaves its prediction; empty: none
+  std::string unavailable;    // why this job cannot run (PyTorch has no such mode); empty: it can
+};
+
+// The jobs of the suite in order (per run entry: ptrain's, then its PyTorch variants when o.pytorch), with
+// their command lines, under out_dir (absolute). pytorch says what the reference's Python can do; compiled
+// variants are unavailable where it has no torch.compile.
+std::vector<BenchJob> plan_jobs(const Suite& suite, const BenchOptions& o, const std::string& out_dir,
+                                const PytorchAbilities& pytorch);
+
+// The shell command that runs command with only these GPUs visible (all of them when gpus is empty),
+// every process of a compound command included.
+std::string command_on_gpus(const std::string& command, const std::vector<int64_t>& gpus);
 
 // Throws ptrain::Error for a bad suite or options before anything runs; a failing run is reported in the
 // outcome (and its log kept) while the others go on. An interrupted run (Ctrl-C) stops the bench with

@@ -1,6 +1,8 @@
 #include "ptrain/bench/suite.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -60,10 +62,41 @@ bool read_bool(const YAML::Node& node, const std::string& where) {
   throw Error(where + ": '" + text + "' is not true or false");
 }
 
-std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where, int64_t available_gpus) {
+std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std::string& where) {
+  std::vector<std::string> variants;
+  const auto add = [&](const YAML::Node& item) {
+    check(item.IsScalar(), where + ": expected eager, compiled, a list of them, or none");
+    const std::string v = item.as<std::string>();
+    if (v == "none" && node.IsScalar()) return;
+    check(v == kPytorchEager || v == kPytorchCompiled,
+          where + ": unknown PyTorch variant '" + v + "' (known: eager, compiled; none for ptrain alone)");
+    check(std::find(variants.begin(), variants.end(), v) == variants.end(), where + ": '" + v + "' twice");
+    variants.push_back(v);
+  };
+  if (node.IsSequence()) {
+    for (const auto& item : node) add(item);
+  } else {
+    add(node);
+  }
+  return variants;
+}
+
+// Workload names prefix run ids ("resnet50/fp32-single-x1"), and run ids follow a framework in --skip
+// ("pytorch/resnet50/fp32-single-x1"): a name must be plain and must not read as a framework.
+void check_workload_name(const std::string& name, const std::string& where) {
+  const bool plain = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  }) && name.front() != '.';
+  check(plain, where + ": workload name '" + name + "' must be letters, digits, '-', '_' or '.'");
+  check(name != "ptrain" && name != "pytorch" && name != "pytorch-compiled",
+        where + ": workload name '" + name + "' reads as a framework in --skip; choose another");
+}
+
+std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where, int64_t available_gpus,
+                                const std::vector<std::string>& workload_names) {
   check(node.IsSequence() && node.size() > 0, where + ": expected a non-empty list of runs");
   std::vector<SuiteRun> runs;
-  std::set<std::string> ids;
+  std::map<std::string, size_t> asked;  // "framework/id" -> the entry that asked for it
   for (size_t i = 0; i < node.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
     const YAML::Node& entry = node[i];
@@ -73,12 +106,28 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
     for (const auto& kv : entry) {
       const std::string key = kv.first.as<std::string>();
       const std::string key_at = at + ": key '" + key + "'";
+      if (key == "pytorch") {
+        run.pytorch = read_pytorch_variants(kv.second, key_at);
+        continue;
+      }
       check(kv.second.IsScalar(), key_at + ": expected a single value");
       const std::string value = kv.second.as<std::string>();
       if (key == "precision") {
         run.precision = value;
       } else if (key == "master-weights" || key == "master_weights") {
         run.master_weights = read_bool(kv.second, key_at);
+      } else if (key == "ptrain") {
+        run.ptrain = read_bool(kv.second, key_at);
+      } else if (key == "workload") {
+        check(!workload_names.empty(),
+              key_at + ": this suite has one workload (`workload:`); name workloads under `workloads:` to choose");
+        check(std::find(workload_names.begin(), workload_names.end(), value) != workload_names.end(),
+              key_at + ": no workload '" + value + "' in this suite (workloads: " + [&] {
+                std::string list;
+                for (const auto& n : workload_names) list += (list.empty() ? "" : ", ") + n;
+                return list;
+              }() + ")");
+        run.workload = value;
       } else if (key == "strategy") {
         check(value == "single" || value == "dp" || value == "ddp" || value == "zero1" || value == "zero2" ||
                   value == "zero3" || value == "fsdp",
@@ -101,12 +150,25 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
                 key_at + ": " + value + " devices, but only " + std::to_string(available_gpus) + " GPU(s) are available");
         }
       } else {
-        throw Error(key_at + " is not a run key (known: precision, master-weights, strategy, devices)");
+        throw Error(key_at + " is not a run key (known: precision, master-weights, strategy, devices, workload, "
+                             "ptrain, pytorch)");
       }
     }
+    check(workload_names.empty() || !run.workload.empty(),
+          at + ": this suite has several workloads; say which one the run trains (workload: NAME)");
     check(run.strategy != "single" || !devices_given || run.devices == 1,
           at + ": strategy single runs on one device; use dp or ddp for more");
-    check(ids.insert(run.id()).second, at + ": the same run as an earlier one (" + run.label() + ")");
+    check(run.ptrain || !run.pytorch.empty(), at + ": runs nothing (ptrain: false and no PyTorch variant)");
+    std::vector<std::string> jobs;
+    if (run.ptrain) jobs.push_back("ptrain");
+    for (const auto& variant : run.pytorch) jobs.push_back("pytorch " + variant);
+    for (const auto& job : jobs) {
+      const auto earlier = asked.find(job + "/" + run.id());
+      check(earlier == asked.end(), at + ": the same run as an earlier one (" + run.label() + ", its " + job +
+                                        " job is asked by " + where + "[" +
+                                        std::to_string(earlier == asked.end() ? 0 : earlier->second) + "])");
+      asked[job + "/" + run.id()] = i;
+    }
     runs.push_back(run);
   }
   return runs;
@@ -114,13 +176,23 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
 
 }  // namespace
 
-std::string SuiteRun::id() const {
+std::string SuiteRun::run_id() const {
   return precision + (master_weights ? "-master" : "") + "-" + strategy + "-x" + std::to_string(devices);
 }
 
+std::string SuiteRun::id() const { return workload.empty() ? run_id() : workload + "/" + run_id(); }
+
 std::string SuiteRun::label() const {
-  return precision + (master_weights ? " + master weights" : "") + ", " + strategy + ", " + std::to_string(devices) +
-         (devices == 1 ? " device" : " devices");
+  return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") + ", " +
+         strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices");
+}
+
+const WorkloadKeys& Suite::workload_of(const SuiteRun& run) const {
+  if (run.workload.empty()) return workload;
+  for (const auto& [name, keys] : workloads) {
+    if (name == run.workload) return keys;
+  }
+  throw Error(source + ": run " + run.id() + " names workload '" + run.workload + "', which the suite does not have");
 }
 
 Suite load_suite(const std::string& name_or_path, const std::string& source_dir, int64_t available_gpus) {
@@ -138,14 +210,23 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   } catch (const YAML::Exception& e) {
     throw Error(path + ": not valid YAML: " + e.what());
   }
-  check(root.IsMap(), path + ": a suite is a mapping with the keys name, workload and runs");
+  check(root.IsMap(), path + ": a suite is a mapping with the keys name, workload (or workloads) and runs");
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
-    static const std::set<std::string> known{"name", "workload", "runs", "cpu-workload", "cpu-runs"};
-    check(known.count(key) == 1, path + ": key '" + key + "' is not a suite key (known: name, workload, runs, "
-                                        "cpu-workload, cpu-runs)");
+    static const std::set<std::string> known{"name",     "workload",     "workloads", "runs",
+                                             "cpu-workload", "cpu-workloads", "cpu-runs"};
+    check(known.count(key) == 1, path + ": key '" + key + "' is not a suite key (known: name, workload, workloads, "
+                                        "runs, cpu-workload, cpu-workloads, cpu-runs)");
   }
-  check(root["workload"].IsDefined(), path + ": the key 'workload' is missing");
+  const bool several = root["workloads"].IsDefined();
+  check(!(several && root["workload"].IsDefined()),
+        path + ": a suite has one workload (`workload:`) or several (`workloads:`), not both");
+  check(!(several && root["cpu-workload"].IsDefined()),
+        path + ": the key 'cpu-workload' belongs to a suite of one workload; this one has `workloads:`, so give "
+               "`cpu-workloads:`");
+  check(several || !root["cpu-workloads"].IsDefined(),
+        path + ": the key 'cpu-workloads' belongs to a suite of several workloads (`workloads:`)");
+  check(several || root["workload"].IsDefined(), path + ": the key 'workload' is missing");
   check(root["runs"].IsDefined(), path + ": the key 'runs' is missing");
 
   Suite suite;
@@ -154,10 +235,24 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
                                          : std::filesystem::path(path).stem().string();
   suite.on_gpu = available_gpus > 0;
   const bool cpu_variant = !suite.on_gpu;
-  const char* workload_key = cpu_variant && root["cpu-workload"].IsDefined() ? "cpu-workload" : "workload";
   const char* runs_key = cpu_variant && root["cpu-runs"].IsDefined() ? "cpu-runs" : "runs";
-  suite.workload = read_workload(root[workload_key], path + ": " + workload_key);
-  suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus);
+  std::vector<std::string> workload_names;
+  if (several) {
+    const char* key = cpu_variant && root["cpu-workloads"].IsDefined() ? "cpu-workloads" : "workloads";
+    const YAML::Node& node = root[key];
+    check(node.IsMap() && node.size() > 0, path + ": " + key + ": expected a mapping of names to workloads");
+    for (const auto& entry : node) {
+      const std::string name = entry.first.as<std::string>();
+      const std::string where = path + ": " + key + ": " + name;
+      check_workload_name(name, path + ": " + key);
+      suite.workloads.emplace_back(name, read_workload(entry.second, where));
+      workload_names.push_back(name);
+    }
+  } else {
+    const char* key = cpu_variant && root["cpu-workload"].IsDefined() ? "cpu-workload" : "workload";
+    suite.workload = read_workload(root[key], path + ": " + key);
+  }
+  suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus, workload_names);
   return suite;
 }
 
@@ -168,15 +263,40 @@ std::pair<std::string, std::string> parse_override(const std::string& text) {
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
+namespace {
+
+void set_key(WorkloadKeys& workload, const std::string& key, const std::string& value) {
+  auto at = std::find_if(workload.begin(), workload.end(), [&](const auto& kv) { return kv.first == key; });
+  if (at == workload.end()) {
+    workload.emplace_back(key, value);
+  } else {
+    at->second = value;
+  }
+}
+
+}  // namespace
+
 void apply_overrides(Suite& suite, const std::vector<std::pair<std::string, std::string>>& overrides) {
   for (const auto& [given_key, value] : overrides) {
-    const std::string key = workload_key(given_key, "--set " + given_key + "=" + value);
-    auto at = std::find_if(suite.workload.begin(), suite.workload.end(), [&](const auto& kv) { return kv.first == key; });
-    if (at == suite.workload.end()) {
-      suite.workload.emplace_back(key, value);
-    } else {
-      at->second = value;
+    const std::string where = "--set " + given_key + "=" + value;
+    const auto slash = given_key.find('/');
+    const std::string target = slash == std::string::npos ? "" : given_key.substr(0, slash);
+    const std::string key = workload_key(slash == std::string::npos ? given_key : given_key.substr(slash + 1), where);
+    if (!suite.has_several_workloads()) {
+      check(target.empty(), where + ": suite " + suite.name + " has one workload; set the key without '" + target +
+                                "/'");
+      set_key(suite.workload, key, value);
+      continue;
     }
+    bool found = false;
+    std::string names;
+    for (auto& [name, workload] : suite.workloads) {
+      names += (names.empty() ? "" : ", ") + name;
+      if (!target.empty() && name != target) continue;
+      set_key(workload, key, value);
+      found = true;
+    }
+    check(found, where + ": no workload '" + target + "' in suite " + suite.name + " (workloads: " + names + ")");
   }
 }
 

@@ -1,7 +1,9 @@
-// A benchmark suite: one workload (the keys of a `ptrain train --config` file) and the list of ways to
-// train it (precision, strategy, devices). Suites are YAML files people copy and edit; `standard` is
-// configs/bench/standard.yaml, the classic comparison. A suite may carry a smaller workload and run
-// list for machines without a GPU, so that the same command finishes in minutes there.
+// A benchmark suite: the workload (the keys of a `ptrain train --config` file), or several named ones, and
+// the list of ways to train it (precision, strategy, devices), each beside the PyTorch variants it asks for.
+// Suites are YAML files people copy and edit; `standard` is configs/bench/standard.yaml, the classic
+// comparison, and `speed` configs/bench/speed.yaml, ResNet-50 and GPT-2 small beside PyTorch eager and
+// compiled. A suite may carry smaller workloads and run lists for machines without a GPU, so that the
+// same command finishes in minutes there.
 //
 //   name: my-suite
 //   workload: {model: resnet50, dataset: cifar10, image-size: 224, batch-size: 128, epochs: 5}
@@ -9,8 +11,21 @@
 //     - {precision: fp32}                                   # one device, strategy single
 //     - {precision: fp16, master-weights: true}
 //     - {precision: amp-bf16, strategy: ddp, devices: all}  # every GPU --gpus allows
+//     - {precision: amp-bf16, pytorch: [eager, compiled]}   # with --pytorch: PyTorch eager and torch.compile
 //   cpu-workload: {...}   # replaces workload without GPUs (optional)
 //   cpu-runs: [...]       # replaces runs without GPUs (optional)
+//
+// Several workloads: `workloads:` maps names to workloads and every run names its own; `cpu-workloads:`
+// replaces them without GPUs. The same run may appear again for jobs an earlier entry did not ask for
+// (`ptrain: false` leaves ptrain's out), so that a suite can order its most important jobs first.
+//
+//   workloads:
+//     resnet50: {model: resnet50, dataset: cifar10, ...}
+//     gpt2-small: {model: gpt-small, dataset: synthetic-tokens, ...}
+//   runs:
+//     - {workload: resnet50, precision: amp-bf16, pytorch: [eager, compiled]}
+//     - {workload: gpt2-small, precision: fp32}
+//     - {workload: gpt2-small, precision: fp32, ptrain: false, pytorch: compiled}
 #pragma once
 
 #include <cstdint>
@@ -20,34 +35,53 @@
 
 namespace ptrain::bench {
 
+// PyTorch variants a run can ask for beside ptrain's (with `ptrain bench --pytorch`): the classic eager
+// comparison (bench/pytorch_reference.py as the workload says), and PyTorch at its best (torch.compile,
+// channels-last for convolutional models, the fused optimizer).
+inline constexpr char kPytorchEager[] = "eager";
+inline constexpr char kPytorchCompiled[] = "compiled";
+
 struct SuiteRun {
+  std::string workload;             // its workload's name in a suite of several; empty in a suite of one
   std::string precision = "fp32";
   bool master_weights = false;
   std::string strategy = "single";  // single | dp | ddp
   int64_t devices = 1;              // resolved: "all" becomes the devices the machine offers
+  bool ptrain = true;               // trained by ptrain (false: an entry of the same run elsewhere is)
+  std::vector<std::string> pytorch{kPytorchEager};  // PyTorch variants beside it, in order
 
-  // Unique within a suite and safe as a file name, e.g. "fp16-master-single-x1".
+  // Unique within a suite's workload and safe as a file name, e.g. "fp16-master-single-x1".
+  std::string run_id() const;
+  // run_id(), prefixed by the workload in a suite of several: "resnet50/fp16-master-single-x1".
   std::string id() const;
   std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU"
 };
 
+// A workload as `ptrain train` keys and values, in file order (values as text, lists as YAML flow).
+using WorkloadKeys = std::vector<std::pair<std::string, std::string>>;
+
 struct Suite {
   std::string name;
   std::string source;  // the file it came from
-  // The workload as `ptrain train` keys and values, in file order (values as text, lists as YAML flow).
-  std::vector<std::pair<std::string, std::string>> workload;
+  WorkloadKeys workload;  // a suite of one workload (`workload:`); empty in a suite of several
+  std::vector<std::pair<std::string, WorkloadKeys>> workloads;  // a suite of several (`workloads:`), in file order
   std::vector<SuiteRun> runs;
   bool on_gpu = false;
+
+  bool has_several_workloads() const { return !workloads.empty(); }
+  // The run's workload keys; throws ptrain::Error for a workload the suite does not have.
+  const WorkloadKeys& workload_of(const SuiteRun& run) const;
 };
 
 // Resolves "standard" (or any name without a path separator or .yaml suffix) to configs/bench/NAME.yaml
-// under source_dir; anything else is a file. available_gpus = 0 picks the cpu-workload / cpu-runs when
+// under source_dir; anything else is a file. available_gpus = 0 picks the cpu-workload(s) / cpu-runs when
 // the suite has them; "devices: all" becomes available_gpus (on the CPU: 2 processes or replicas).
-// Throws ptrain::Error naming the file and the key for unknown keys, bad values and duplicate runs.
+// Throws ptrain::Error naming the file and the key for unknown keys, bad values and jobs asked twice.
 Suite load_suite(const std::string& name_or_path, const std::string& source_dir, int64_t available_gpus);
 
 // Sets each KEY=VALUE of overrides in the suite's workload (replacing the file's value, or adding the key),
-// under the rules of the file's own workload keys. Throws ptrain::Error naming the --set that breaks them.
+// under the rules of the file's own workload keys; in a suite of several, KEY sets every workload and
+// NAME/KEY the one named. Throws ptrain::Error naming the --set that breaks them.
 void apply_overrides(Suite& suite, const std::vector<std::pair<std::string, std::string>>& overrides);
 
 // Parses "--set KEY=VALUE" text; throws ptrain::Error naming it when there is no '=' or no key.

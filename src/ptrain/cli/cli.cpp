@@ -136,16 +136,18 @@ int run_cli(int argc, char** argv) {
   bench::BenchOptions bench_options;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench",
-      "Run a whole comparison (a suite: one workload, many precisions and strategies), each run in its own "
-      "process, then write the report; an interrupted bench continues where it stopped");
-  bench_cmd->add_option("--suite", bench_options.suite, "A suite name under configs/bench (standard) or a YAML file")
+      "Run a whole comparison (a suite: one workload or several, many precisions and strategies), each run in "
+      "its own process, then write the report; an interrupted bench continues where it stopped");
+  bench_cmd->add_option("--suite", bench_options.suite,
+                        "A suite name under configs/bench (standard, speed) or a YAML file")
       ->capture_default_str();
   bench_cmd->add_option("--out", bench_options.out_dir, "Directory for the runs' records, logs and the report")
       ->capture_default_str();
   bench_cmd->add_option("--gpus", bench_options.gpus, "GPUs to use (default: every visible one; 0: the CPU)")
       ->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--pytorch", bench_options.pytorch,
-                      "Also run every run through PyTorch (bench/pytorch_reference.py) for the report to compare");
+                      "Also run every run through PyTorch (bench/pytorch_reference.py), eager and compiled as each "
+                      "run asks, for the report to compare");
   bench_cmd->add_flag("--side-by-side", bench_options.side_by_side,
                       "Start runs that need fewer GPUs than there are side by side, each on GPUs of its own");
   bench_cmd->add_flag("--estimate,!--no-estimate", bench_options.estimate,
@@ -153,13 +155,19 @@ int run_cli(int argc, char** argv) {
                       "the measurement (default: on)");
   std::vector<std::string> bench_overrides;
   bench_cmd->add_option("--set", bench_overrides,
-                        "KEY=VALUE: a workload key over the suite file's, e.g. --set max-steps=60 (repeatable)");
+                        "KEY=VALUE: a workload key over the suite file's, e.g. --set max-steps=60 (repeatable); in a "
+                        "suite of several workloads every one's, or NAME/KEY=VALUE the one named");
   bench_cmd->add_option("--run-timeout", bench_options.run_timeout_seconds,
                         "Stop a run still going after this many seconds and report it as failed (default 0: no limit)")
       ->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--time-limit", bench_options.time_limit_seconds,
+                        "Start no run after this many seconds, stop the one going then and write the report of what "
+                        "finished; the next bench with the same --out runs the rest (default 0: no limit)")
+      ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--skip", bench_options.skip,
-                        "Leave a run out: its id (fp32-dp-x2, both frameworks) or framework/id (pytorch/fp32-dp-x2); "
-                        "repeatable");
+                        "Leave a run out: its id (fp32-dp-x2, every framework) or its record's path under runs/ "
+                        "(ptrain/fp32-dp-x2, pytorch/..., pytorch-compiled/...; WORKLOAD/RUN ids in a suite of "
+                        "several workloads); repeatable");
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,
@@ -200,6 +208,9 @@ int run_cli(int argc, char** argv) {
       }
       std::cout << "ptrain bench: " << outcome.completed << " run(s) done now, " << outcome.done_earlier
                 << " earlier, " << outcome.not_available << " not available, " << outcome.failed << " failed"
+                << (outcome.left_for_later > 0 ? ", " + std::to_string(outcome.left_for_later) +
+                                                     " left for the next bench (--time-limit)"
+                                               : std::string())
                 << std::endl;
       for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
       return outcome.failed > 0 ? 1 : 0;

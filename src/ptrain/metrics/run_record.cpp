@@ -63,6 +63,13 @@ std::optional<T> read_optional(const json& o, const std::string& key, const std:
   return v.get<T>();
 }
 
+std::optional<bool> read_optional_bool(const json& o, const std::string& key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (v.is_null()) return std::nullopt;
+  check(v.is_boolean(), where + ": key '" + key + "' must be true, false or null");
+  return v.get<bool>();
+}
+
 EpochRecord epoch_from_json(const json& o, const std::string& where) {
   EpochRecord e;
   e.epoch = read_int(o, "epoch", where);
@@ -114,6 +121,11 @@ json to_json(const RunRecord& r) {
               {"images_per_second", number_or_null(r.images_per_second)},
               {"steady_images_per_second", optional_or_null(r.steady_images_per_second)},
               {"steady_from_step", optional_or_null(r.steady_from_step)},
+              {"seq_len", optional_or_null(r.seq_len)},
+              {"tokens_per_second", optional_or_null(r.tokens_per_second)},
+              {"steady_tokens_per_second", optional_or_null(r.steady_tokens_per_second)},
+              {"compiled", optional_or_null(r.compiled)},
+              {"fused_optimizer", optional_or_null(r.fused_optimizer)},
               {"peak_allocated_bytes", optional_or_null(r.peak_allocated_bytes)},
               {"peak_reserved_bytes", optional_or_null(r.peak_reserved_bytes)},
               {"peak_nvml_used_bytes", optional_or_null(r.peak_nvml_used_bytes)},
@@ -180,8 +192,14 @@ RunRecord run_record_from_json(const json& o) {
                             std::pair{"steady_from_step", &r.steady_from_step}}) {
     if (o.contains(key)) *value = read_optional<int64_t>(o, key, where);
   }
-  if (o.contains("steady_images_per_second")) {
-    r.steady_images_per_second = read_optional<double>(o, "steady_images_per_second", where);
+  for (auto [key, value] : {std::pair{"steady_images_per_second", &r.steady_images_per_second},
+                            std::pair{"tokens_per_second", &r.tokens_per_second},
+                            std::pair{"steady_tokens_per_second", &r.steady_tokens_per_second}}) {
+    if (o.contains(key)) *value = read_optional<double>(o, key, where);
+  }
+  if (o.contains("seq_len")) r.seq_len = read_optional<int64_t>(o, "seq_len", where);
+  for (auto [key, value] : {std::pair{"compiled", &r.compiled}, std::pair{"fused_optimizer", &r.fused_optimizer}}) {
+    if (o.contains(key)) *value = read_optional_bool(o, key, where);
   }
   r.final_test_accuracy = read_optional<double>(o, "final_test_accuracy", where);
   r.final_test_loss = read_optional<double>(o, "final_test_loss", where);

@@ -45,6 +45,13 @@ struct RunRecord {
   // grow allocator pools), which short runs need to compare like with like. Null when the run was too short.
   std::optional<double> steady_images_per_second;
   std::optional<int64_t> steady_from_step;
+  // Language models: tokens per training sequence, and the throughputs above in tokens (sequences count as
+  // images there). Null for image models.
+  std::optional<int64_t> seq_len;
+  std::optional<double> tokens_per_second, steady_tokens_per_second;
+  // How the step ran (with channels_last below): the model through torch.compile (PyTorch records; null in
+  // ptrain's, which do not use it); the optimizer step as one fused kernel. Null in records before the fields.
+  std::optional<bool> compiled, fused_optimizer;
   std::optional<int64_t> peak_allocated_bytes, peak_reserved_bytes, peak_nvml_used_bytes;
   std::optional<double> gpu_util_mean, gpu_util_peak;
   int64_t host_peak_rss_bytes = 0;

@@ -735,11 +735,18 @@ metrics::RunRecord TrainingRun::run() {
     record_.final_test_accuracy = last_eval.accuracy;
     record_.final_test_loss = last_eval.loss;
   }
+  if (train_set_.is_tokens()) {  // a sequence counts as an image above; these count its tokens
+    record_.seq_len = train_set_.images.size(1);
+    record_.tokens_per_second = record_.images_per_second * static_cast<double>(*record_.seq_len);
+    if (record_.steady_images_per_second)
+      record_.steady_tokens_per_second = *record_.steady_images_per_second * static_cast<double>(*record_.seq_len);
+  }
   record_.channels_last = plan_.channels_last;
   record_.cuda_graphs = captured_;
   const bool fused_here = c_.run.fused_kernels && kernels::fused_kernels_available(device_);
   record_.kernels = {{"optimizer", optimizer_->implementation()},
                      {"cross_entropy", fused_here ? "fused" : "reference"}};
+  record_.fused_optimizer = optimizer_->implementation() == "fused";
   if (!models::is_language_model(c_.model.name))
     record_.kernels["batch_norm_relu"] = fused_here && plan_.channels_last ? "fused" : "reference";
   record_.step_phase_seconds = phases_.means().to_json();

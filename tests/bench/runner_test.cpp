@@ -1,0 +1,212 @@
+// The bench's jobs: which processes a suite starts and with which command lines, for ptrain and for each
+// PyTorch variant; the processes themselves run in tests/cli.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "ptrain/bench/runner.h"
+#include "ptrain/bench/suite.h"
+#include "test_support.h"
+
+namespace ptrain::bench {
+namespace {
+
+using ptrain::testing::TempDir;
+
+const char* kSuite = R"(name: speedy
+workloads:
+  resnet: {model: resnet50, dataset: cifar10, data-path: .data/cifar10, image-size: 224, batch-size: 128,
+           channels-last: true, train-limit: 3840, max-steps: 30}
+  gpt: {model: gpt-small, dataset: synthetic-tokens, data-path: "480:1024:50257", batch-size: 16, optimizer: adamw,
+        lr: 6e-4, warmup-steps: 5, max-steps: 30}
+  clipped: {model: resnet20, clip-grad-norm: 1.0}
+runs:
+  - {workload: resnet, precision: amp-bf16, pytorch: [eager, compiled]}
+  - {workload: gpt, precision: amp-bf16, pytorch: [eager, compiled]}
+  - {workload: gpt, precision: fp32}
+  - {workload: gpt, precision: fp32, ptrain: false, pytorch: compiled}
+  - {workload: clipped, precision: fp32}
+)";
+
+BenchOptions options() {
+  BenchOptions o;
+  o.pytorch = true;
+  o.estimate = false;
+  o.python = "python3";
+  o.source_dir = "/src";
+  o.ptrain_executable = "/bin/ptrain";
+  return o;
+}
+
+PytorchAbilities torch2() {
+  PytorchAbilities a;
+  a.known = true;
+  a.torch_version = "2.11.0";
+  a.has_compile = true;
+  return a;
+}
+
+bool has(const std::string& command, const std::string& word) { return command.find(word) != std::string::npos; }
+
+const BenchJob& job_of(const std::vector<BenchJob>& jobs, const std::string& framework, const std::string& id) {
+  for (const auto& job : jobs) {
+    if (job.framework == framework && job.run.id() == id) return job;
+  }
+  throw std::runtime_error("no job " + framework + "/" + id);
+}
+
+class Jobs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("suite.yaml");
+    std::ofstream(path_) << kSuite;
+  }
+  std::vector<BenchJob> plan(const BenchOptions& o, const PytorchAbilities& pytorch = torch2()) {
+    return plan_jobs(load_suite(path_, "/nonexistent", 1), o, "/out", pytorch);
+  }
+
+  TempDir dir_;
+  std::string path_;
+};
+
+TEST_F(Jobs, EachRunEntryGivesPtrainThenItsPytorchVariantsInOrder) {
+  const auto jobs = plan(options());
+  std::vector<std::string> order;
+  for (const auto& job : jobs) order.push_back(job.framework + "/" + job.run.id());
+  EXPECT_EQ(order, (std::vector<std::string>{"ptrain/resnet/amp-bf16-single-x1", "pytorch/resnet/amp-bf16-single-x1",
+                                             "pytorch-compiled/resnet/amp-bf16-single-x1", "ptrain/gpt/amp-bf16-single-x1",
+                                             "pytorch/gpt/amp-bf16-single-x1", "pytorch-compiled/gpt/amp-bf16-single-x1",
+                                             "ptrain/gpt/fp32-single-x1", "pytorch/gpt/fp32-single-x1",
+                                             "pytorch-compiled/gpt/fp32-single-x1", "ptrain/clipped/fp32-single-x1",
+                                             "pytorch/clipped/fp32-single-x1"}));
+  BenchOptions without = options();
+  without.pytorch = false;
+  EXPECT_EQ(plan(without).size(), 4u) << "without --pytorch only ptrain's runs";
+}
+
+TEST_F(Jobs, PtrainTrainsEachWorkloadFromItsOwnConfigAndKeepsFilesPerWorkload) {
+  const auto jobs = plan(options());
+  const BenchJob& job = job_of(jobs, "ptrain", "gpt/amp-bf16-single-x1");
+  EXPECT_TRUE(has(job.command, "'/bin/ptrain' 'train' '--config' '/out/workloads/gpt.yaml' '--precision' 'amp-bf16'"))
+      << job.command;
+  EXPECT_EQ(job.metrics_path, "/out/runs/ptrain/gpt/amp-bf16-single-x1.json");
+  EXPECT_EQ(job.log_path, "/out/logs/gpt/ptrain-amp-bf16-single-x1.log");
+  EXPECT_TRUE(job.unavailable.empty());
+  BenchOptions estimating = options();
+  estimating.estimate = true;
+  const auto estimated_jobs = plan(estimating);
+  const BenchJob& estimated = job_of(estimated_jobs, "ptrain", "gpt/amp-bf16-single-x1");
+  EXPECT_EQ(estimated.estimate_path, "/out/estimates/gpt/amp-bf16-single-x1.json");
+  EXPECT_TRUE(has(estimated.command, "'mkdir' '-p' '/out/estimates/gpt'")) << estimated.command;
+}
+
+TEST_F(Jobs, EagerIsTheClassicPathInPtrainsMemoryFormat) {
+  const auto jobs = plan(options());
+  const BenchJob& resnet = job_of(jobs, "pytorch", "resnet/amp-bf16-single-x1");
+  EXPECT_EQ(resnet.metrics_path, "/out/runs/pytorch/resnet/amp-bf16-single-x1.json");
+  EXPECT_EQ(resnet.log_path, "/out/logs/resnet/pytorch-amp-bf16-single-x1.log");
+  EXPECT_EQ(resnet.command.rfind("'python3' '/src/bench/pytorch_reference.py' '--precision' 'amp-bf16'", 0), 0u)
+      << resnet.command;
+  for (const char* word : {"'--channels-last'", "'--train-limit' '3840'", "'--max-steps' '30'", "'--optimizer' 'sgd'",
+                           "'--momentum' '0.9'", "'--weight-decay' '0.0005'", "'--schedule' 'cosine'",
+                           "'--cache-dir' '/out/pytorch-cache'"}) {
+    EXPECT_TRUE(has(resnet.command, word)) << word << " in " << resnet.command;
+  }
+  for (const char* word : {"--compile", "--fused-optimizer", "TORCHINDUCTOR"}) {
+    EXPECT_FALSE(has(resnet.command, word)) << word << " in " << resnet.command;
+  }
+  const BenchJob& gpt = job_of(jobs, "pytorch", "gpt/amp-bf16-single-x1");
+  for (const char* word : {"'--model' 'gpt-small'", "'--dataset' 'synthetic-tokens'", "'--data' '480:1024:50257'",
+                           "'--optimizer' 'adamw'", "'--lr' '6e-4'", "'--warmup-steps' '5'", "'--beta2' '0.999'",
+                           "'--eps' '1e-08'"}) {
+    EXPECT_TRUE(has(gpt.command, word)) << word << " in " << gpt.command;
+  }
+  EXPECT_FALSE(has(gpt.command, "--channels-last")) << "a GPT has no convolutions: " << gpt.command;
+}
+
+TEST_F(Jobs, CompiledIsTorchCompileWithChannelsLastAndTheFusedOptimizerSharingOneInductorCache) {
+  const auto jobs = plan(options());
+  const BenchJob& resnet = job_of(jobs, "pytorch-compiled", "resnet/amp-bf16-single-x1");
+  EXPECT_EQ(resnet.metrics_path, "/out/runs/pytorch-compiled/resnet/amp-bf16-single-x1.json");
+  EXPECT_EQ(resnet.log_path, "/out/logs/resnet/pytorch-compiled-amp-bf16-single-x1.log");
+  EXPECT_EQ(resnet.command.rfind("'env' 'TORCHINDUCTOR_CACHE_DIR=/out/pytorch-cache/inductor' 'python3' ", 0), 0u)
+      << resnet.command;
+  for (const char* word : {"'--compile'", "'--fused-optimizer'", "'--channels-last'"}) {
+    EXPECT_TRUE(has(resnet.command, word)) << word << " in " << resnet.command;
+  }
+  const BenchJob& gpt = job_of(jobs, "pytorch-compiled", "gpt/fp32-single-x1");
+  EXPECT_TRUE(has(gpt.command, "'--compile' '--fused-optimizer'")) << gpt.command;
+  EXPECT_FALSE(has(gpt.command, "--channels-last")) << gpt.command;
+  EXPECT_TRUE(gpt.unavailable.empty());
+}
+
+TEST_F(Jobs, WhatPytorchCannotDoIsUnavailableWithTheReason) {
+  PytorchAbilities old;
+  old.known = true;
+  old.torch_version = "1.13.0";
+  const auto jobs = plan(options(), old);
+  EXPECT_EQ(job_of(jobs, "pytorch-compiled", "gpt/fp32-single-x1").unavailable,
+            "this PyTorch (torch 1.13.0) has no torch.compile (PyTorch 2.x)");
+  EXPECT_TRUE(job_of(jobs, "pytorch", "gpt/fp32-single-x1").unavailable.empty()) << "eager runs all the same";
+  EXPECT_EQ(job_of(jobs, "pytorch", "clipped/fp32-single-x1").unavailable,
+            "the PyTorch reference has no equivalent of workload key 'clip-grad-norm'");
+  PytorchAbilities missing;
+  missing.problem = "no such file";
+  const auto without_answer = plan(options(), missing);
+  EXPECT_NE(job_of(without_answer, "pytorch-compiled", "gpt/fp32-single-x1").unavailable.find("no such file"),
+            std::string::npos);
+}
+
+// The standard suite's jobs keep their files and flags: records of earlier benches stay where a continued
+// bench looks for them. Its workload leaves --channels-last to ptrain's default (auto: channels-last for
+// convolutional models on CUDA), and PyTorch eager follows it.
+TEST(StandardJobs, KeepTheirPathsAndTheEagerReferenceInPtrainsMemoryFormat) {
+  BenchOptions o = options();
+  const auto jobs = plan_jobs(load_suite("standard", PTRAIN_SOURCE_DIR, 2), o, "/out", PytorchAbilities{});
+  const BenchJob& ptrain = job_of(jobs, "ptrain", "fp32-single-x1");
+  EXPECT_EQ(ptrain.metrics_path, "/out/runs/ptrain/fp32-single-x1.json");
+  EXPECT_EQ(ptrain.log_path, "/out/logs/ptrain-fp32-single-x1.log");
+  EXPECT_TRUE(has(ptrain.command, "'--config' '/out/workload.yaml'")) << ptrain.command;
+  const BenchJob& pytorch = job_of(jobs, "pytorch", "amp-bf16-ddp-x2");
+  EXPECT_EQ(pytorch.metrics_path, "/out/runs/pytorch/amp-bf16-ddp-x2.json");
+  EXPECT_EQ(pytorch.log_path, "/out/logs/pytorch-amp-bf16-ddp-x2.log");
+  EXPECT_TRUE(has(pytorch.command, "'--log_dir' '/out/logs/torchrun-amp-bf16-ddp-x2'")) << pytorch.command;
+  for (const auto& job : jobs) {
+    EXPECT_NE(job.framework, "pytorch-compiled");
+    EXPECT_FALSE(has(job.command, "--compile")) << job.command;
+    if (job.framework == "pytorch" && job.unavailable.empty()) {
+      EXPECT_TRUE(has(job.command, "'--channels-last'")) << "ResNet-50 on CUDA: ptrain's auto is NHWC: " << job.command;
+    }
+  }
+  for (const auto& job : plan_jobs(load_suite("standard", PTRAIN_SOURCE_DIR, 0), o, "/out", PytorchAbilities{})) {
+    EXPECT_FALSE(has(job.command, "--channels-last")) << "on the CPU ptrain's auto is NCHW: " << job.command;
+  }
+}
+
+// The bench asks the reference's Python once whether it can compile; a Python that cannot answer is named.
+TEST(ProbePytorch, TellsTheTorchVersionAndWhetherItCompiles) {
+  const PytorchAbilities oracle = probe_pytorch(PTRAIN_ORACLE_PYTHON);
+  ASSERT_TRUE(oracle.known) << oracle.problem;
+  EXPECT_FALSE(oracle.torch_version.empty());
+  EXPECT_EQ(oracle.has_compile, oracle.torch_version.front() >= '2') << oracle.torch_version;
+  const PytorchAbilities missing = probe_pytorch("/nonexistent/python3");
+  EXPECT_FALSE(missing.known);
+  EXPECT_NE(missing.problem.find("/nonexistent/python3"), std::string::npos) << missing.problem;
+}
+
+// Every process of a compound command sees only its GPUs: `ptrain estimate; ptrain train` included.
+TEST(CommandOnGpus, ReachesEveryCommandOfTheLine) {
+  const std::string command = command_on_gpus("true && echo \"first=$CUDA_VISIBLE_DEVICES\"; echo \"second=$CUDA_VISIBLE_DEVICES\"", {1, 3});
+  FILE* shell = ::popen(("/bin/sh -c '" + command + "'").c_str(), "r");
+  ASSERT_NE(shell, nullptr);
+  std::string output;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof(buffer), shell) != nullptr) output += buffer;
+  ::pclose(shell);
+  EXPECT_EQ(output, "first=1,3\nsecond=1,3\n") << command;
+  EXPECT_EQ(command_on_gpus("ptrain train", {}), "ptrain train");
+}
+
+}  // namespace
+}  // namespace ptrain::bench
