@@ -52,6 +52,9 @@ struct RunRecord {
   // what the ZeRO stages shard. Null in records that predate them or come from PyTorch.
   std::optional<int64_t> model_state_param_bytes, model_state_grad_bytes, model_state_optimizer_bytes;
   std::optional<double> final_test_accuracy, final_test_loss;
+  // The first step whose loss was not finite (or whose loss scale hit its floor) in a run that trained on
+  // (--on-divergence warn): its accuracy and losses mean nothing. Null for a run that did not diverge.
+  std::optional<int64_t> diverged_at_step;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();
