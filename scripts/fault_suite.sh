@@ -135,6 +135,14 @@ for i in $(seq 1 "$SAVE_KILLS"); do
   "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
   pid=$!
   sleep_ms "$(random_between 1200 4000)"
+  if [ $((i % 2)) -eq 1 ]; then
+    # Every other kill waits for a write in progress (its temporary file) and lands inside it.
+    for _ in $(seq 1 2000); do
+      compgen -G "$dir/*.tmp.*" > /dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.002
+    done
+  fi
   if kill -9 "$pid" 2>/dev/null; then
     kills=$((kills + 1))
     wait "$pid" 2>/dev/null
