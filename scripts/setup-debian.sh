@@ -10,6 +10,7 @@ packages=(
   libjpeg-dev libpng-dev zlib1g-dev
   libgtest-dev
   python3 python3-torch python3-torchvision python3-pil
+  procps
   chromium-headless-shell
   dataset-fashion-mnist
 )

@@ -108,6 +108,35 @@ TEST(TrainOptions, BadFlagValuesNameTheFlag) {
 
 // The GPT shape and token flags, as flags, YAML keys and PTRAIN_<FLAG> variables (which `ptrain launch`
 // hands to the processes it starts); the flag wins over the variable.
+// CLI11's own range checks let NaN through (every comparison with it is false) and print DBL_MAX in full.
+TEST(TrainOptions, NonFiniteAndOutOfRangeNumbersAreRefusedReadably) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--momentum", "nan"}, {"--weight-decay", "nan"}, {"--lr", "nan"}, {"--lr", "inf"}, {"--lr", "1e400"},
+           {"--clip-grad-norm", "-inf"}, {"--beta2", "NaN"}, {"--dist-timeout", "nan"}}) {
+    const std::string message = error_of([&] { parse({flag, value}); });
+    EXPECT_NE(message.find(flag), std::string::npos) << flag << " " << value << ": " << message;
+    EXPECT_NE(message.find("not a finite number"), std::string::npos) << flag << " " << value << ": " << message;
+  }
+  const std::string range = error_of([&] { parse({"--lr", "-1"}); });
+  EXPECT_NE(range.find("must be greater than 0, not -1"), std::string::npos) << range;
+  EXPECT_LT(range.size(), 120u) << range;
+  const std::string momentum = error_of([&] { parse({"--momentum", "1.5"}); });
+  EXPECT_NE(momentum.find("must be between 0 and 1, not 1.5"), std::string::npos) << momentum;
+  EXPECT_NE(error_of([&] { parse({"--seed", "-1"}); }).find("--seed"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse({"--epochs", "99999999999999999999"}); }).find("--epochs"), std::string::npos);
+  EXPECT_EQ(parse({"--seed", "18446744073709551615"}).run.seed, 18446744073709551615ull);
+}
+
+TEST(TrainOptions, AKeyGivenTwiceInYamlIsRefusedNamingBothLines) {
+  const auto path = write_yaml("twice", "epochs: 3\nlr: 0.1\nbatch_size: 16\nbatch-size: 64\n");
+  const std::string message = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(message.find(path + ": key 'batch-size' is given twice (line 3 as 'batch_size' and line 4)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(error_of([&] { parse({"--config", write_yaml("twice2", "lr: 0.1\nlr: 0.2\n")}); }).find("'lr' is given twice"),
+            std::string::npos);
+}
+
 TEST(TrainOptions, GptFlagsComeFromFlagsYamlAndEnvironment) {
   TrainConfig c = parse({"--model", "gpt-tiny", "--gpt-layers", "3", "--gpt-width", "96", "--gpt-heads", "6",
                          "--seq-len", "128", "--vocab-size", "512"});

@@ -75,8 +75,9 @@ TEST(DeepSpeedConfig, ZeroTwoFileMapsOntoTheConfig) {
   EXPECT_FALSE(c.sharding.offload_params);
   EXPECT_FALSE(c.sharding.overlap_comm);
   EXPECT_TRUE(c.sharding.contiguous_gradients);
-  // Elements of fp32 gradients: 2e8 x 4 bytes, 5e7 x 4 bytes, in MiB.
-  EXPECT_DOUBLE_EQ(c.sharding.allgather_bucket_mb, 2e8 * 4 / (1024.0 * 1024.0));
+  // Elements of fp32 gradients: 5e7 x 4 bytes, in MiB. The all-gather has no bucket of its own to size: named.
+  EXPECT_DOUBLE_EQ(c.sharding.allgather_bucket_mb, ptrain::config::ShardingConfig{}.allgather_bucket_mb);
+  EXPECT_TRUE(mentions(a.warnings, "'zero_optimization.allgather_bucket_size'"));
   EXPECT_DOUBLE_EQ(c.sharding.reduce_bucket_mb, 5e7 * 4 / (1024.0 * 1024.0));
   EXPECT_EQ(c.run.batch_size, 8);  // 64 / (2 x 4)
   EXPECT_EQ(c.optim.grad_accum, 2);
@@ -91,6 +92,20 @@ TEST(DeepSpeedConfig, ZeroTwoFileMapsOntoTheConfig) {
                           "zero_optimization.reduce_scatter", "zero_optimization.offload_optimizer.pin_memory"}) {
     EXPECT_TRUE(mentions(a.warnings, "'" + std::string(key) + "'")) << key;
   }
+}
+
+// Bucket and buffer keys land where they act under the stage's strategy, or are named in a warning.
+TEST(DeepSpeedConfig, BucketKeysActUnderTheirStageOrAreNamed) {
+  const Applied ddp = apply(R"({"zero_optimization": {"stage": 0, "reduce_bucket_size": 1048576}})");
+  EXPECT_EQ(ddp.config.run.strategy, "ddp");
+  EXPECT_DOUBLE_EQ(ddp.config.dist.bucket_cap_mb, 4.0);
+  EXPECT_DOUBLE_EQ(ddp.config.sharding.reduce_bucket_mb, ptrain::config::ShardingConfig{}.reduce_bucket_mb);
+  const Applied three = apply(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 1048576}})");
+  EXPECT_DOUBLE_EQ(three.config.sharding.reduce_bucket_mb, ptrain::config::ShardingConfig{}.reduce_bucket_mb);
+  EXPECT_TRUE(mentions(three.warnings, "'zero_optimization.reduce_bucket_size'"));
+  const Applied apart = apply(R"({"zero_optimization": {"stage": 2, "contiguous_gradients": false}})");
+  EXPECT_TRUE(apart.config.sharding.contiguous_gradients);
+  EXPECT_TRUE(mentions(apart.warnings, "'zero_optimization.contiguous_gradients'"));
 }
 
 TEST(DeepSpeedConfig, StagesMapToStrategies) {

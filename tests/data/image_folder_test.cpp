@@ -139,5 +139,22 @@ TEST(ImageFolder, CorruptJpegAndPngNameTheFile) {
   expect_error_mentioning([&] { load_image_folder(dir / "root", 2); }, {dir / "root/zebra/b.png", "PNG"});
 }
 
+// ImageFolder refuses a class without images: here it would add a class no sample has.
+TEST(ImageFolder, AnEmptyClassFolderAmongOthersIsNamed) {
+  ScratchDir dir;
+  testing::run_oracle("data_image_folder.py", "make " + (dir / "root"));
+  std::filesystem::create_directories(dir / "root/koala");
+  expect_error_mentioning([&] { load_image_folder(dir / "root", 1); }, {dir / "root/koala", "no .jpg"});
+}
+
+TEST(ImageFolder, TrainAndTestClassListsMustMatch) {
+  EXPECT_NO_THROW(check_same_classes("/d/train", {"ant", "mole", "zebra"}, "/d/test", {"ant", "mole", "zebra"}));
+  // A test split without "mole" would score zebras as moles.
+  expect_error_mentioning([&] { check_same_classes("/d/train", {"ant", "mole", "zebra"}, "/d/test", {"ant", "zebra"}); },
+                          {"/d/train (3)", "/d/test (2)", "/d/test lacks 'mole'"});
+  expect_error_mentioning([&] { check_same_classes("/d/train", {"ant"}, "/d/test", {"ant", "bee", "cat"}); },
+                          {"/d/train lacks 'bee', 'cat'"});
+}
+
 }  // namespace
 }  // namespace ptrain::data

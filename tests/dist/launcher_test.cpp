@@ -2,9 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
@@ -132,6 +136,59 @@ TEST(Launcher, RejectsBadOptionsAndMissingPrograms) {
     FAIL() << "a missing program must throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ptrain-no-such-program"), std::string::npos) << e.what();
+  }
+}
+
+// A process that exited but was not reaped yet counts as gone.
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// kill -9 of the launcher leaves nobody to stop the ranks: the kernel must (PR_SET_PDEATHSIG).
+TEST(Launcher, RanksDieWithAKilledLauncher) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans come to this process, which reaps them
+  const std::string dir = testing::temp_dir("orphans");
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    LaunchOptions o;
+    o.nproc_per_node = 2;
+    o.command = {"sh", "-c", "echo $$ > " + dir + "/rank$LOCAL_RANK.tmp && mv " + dir + "/rank$LOCAL_RANK.tmp " + dir +
+                                 "/rank$LOCAL_RANK && exec sleep 60"};
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    o.stdout_fd = devnull;
+    o.stderr_fd = devnull;
+    ::_exit(launch(o));
+  }
+  std::vector<pid_t> ranks;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ranks.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    ranks.clear();
+    for (int r = 0; r < 2; ++r) {
+      std::ifstream in(dir + "/rank" + std::to_string(r));
+      pid_t pid = 0;
+      if (in >> pid) ranks.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start";
+  for (const pid_t pid : ranks) ASSERT_TRUE(running(pid));
+  ::kill(launcher, SIGKILL);
+  ::waitpid(launcher, nullptr, 0);
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool any = true;
+  while (any && std::chrono::steady_clock::now() < gone_by) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    any = std::any_of(ranks.begin(), ranks.end(), running);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const pid_t pid : ranks) {
+    EXPECT_FALSE(running(pid)) << "rank pid " << pid << " outlived its killed launcher";
+    if (running(pid)) ::kill(pid, SIGKILL);
   }
 }
 

@@ -30,6 +30,34 @@ TEST(Safetensors, RoundTripKeepsOrderDtypesValuesAndMetadata) {
   EXPECT_EQ(read_metadata, metadata);
 }
 
+// The checksum covers the header and the data: the file reads back unchanged, and a flipped bit in the data
+// (which leaves a well-formed file) or in a metadata value is refused naming the file.
+TEST(Safetensors, ChecksumDetectsAFlipInTheDataOrTheHeader) {
+  TempDir dir;
+  const auto path = dir.file("sum.safetensors");
+  const std::map<std::string, std::string> metadata = {{"step", "12"}, {"note", "ünïcode and \"quotes\""}};
+  ptrain::io::write_safetensors(path, expected_tensors(), metadata, /*checksum=*/true);
+  std::map<std::string, std::string> read_metadata;
+  expect_same_tensors(ptrain::io::read_safetensors(path, &read_metadata), expected_tensors());
+  EXPECT_EQ(read_metadata.at("step"), "12");
+  EXPECT_EQ(read_metadata.at("ptrain_checksum").rfind("crc32:", 0), 0u);
+  const auto good = read_bytes(path);
+  for (const size_t at : {good.size() - 1, good.size() - 30}) {  // inside the last tensor's data
+    auto flipped = good;
+    flipped[at] ^= 0x10;
+    write_bytes(path, flipped);
+    const std::string message = error_message<ptrain::Error>([&] { ptrain::io::read_safetensors(path); });
+    EXPECT_NE(message.find(path + ": checksum mismatch"), std::string::npos) << at << ": " << message;
+  }
+  auto step = good;
+  const std::string text(good.begin(), good.end());
+  step[text.find("\"12\"") + 1] = '3';  // "12" -> "32": still valid JSON and a valid value
+  write_bytes(path, step);
+  EXPECT_NE(error_message<ptrain::Error>([&] { ptrain::io::read_safetensors(path); }).find("checksum mismatch"),
+            std::string::npos);
+  EXPECT_THROW(ptrain::io::write_safetensors(path, expected_tensors(), {{"ptrain_checksum", "x"}}, true), ptrain::Error);
+}
+
 TEST(Safetensors, ReadsFileWrittenByPythonOracle) {
   TempDir dir;
   const auto path = dir.file("python.safetensors");

@@ -2,6 +2,8 @@
 // the same order, same logits with the same weights, and weights that move both ways.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <fstream>
 #include <sstream>
 
@@ -221,6 +223,37 @@ TEST(ResNetBadWeights, TruncatedFilesAndUnknownExtensionAreNamed) {
   const auto message = ptrain::testing::error_message<ptrain::Error>([&] { ptrain::models::save_weights(model, odd); });
   EXPECT_NE(message.find(odd), std::string::npos) << message;
   EXPECT_NE(message.find(".ckpt"), std::string::npos) << message;
+}
+
+// The two mix-ups that fail every key get one line saying what the file is, not a line per key.
+TEST(ResNetBadWeights, WrappedStateDictsCheckpointsAndNaNsAreNamedInOneLine) {
+  ResNetOptions options;
+  options.depth = 20;
+  options.num_classes = 10;
+  ResNet model(options);
+  const auto own = ptrain::models::state_dict(model);
+  ptrain::io::NamedTensors wrapped, checkpoint, poisoned;
+  for (const auto& [name, tensor] : own) {
+    wrapped.emplace_back("module." + name, tensor.clone());
+    checkpoint.emplace_back("model/" + name, tensor.clone());
+    poisoned.emplace_back(name, tensor.clone());
+  }
+  const auto load = [&](const ptrain::io::NamedTensors& tensors) {
+    return ptrain::testing::error_message<ptrain::Error>([&] { ptrain::models::load_state_dict(model, tensors, "w.pth"); });
+  };
+  const auto module = load(wrapped);
+  EXPECT_NE(module.find("w.pth: every key starts with 'module.'"), std::string::npos) << module;
+  EXPECT_NE(module.find(std::to_string(own.size()) + " of " + std::to_string(own.size()) + " keys match"), std::string::npos)
+      << module;
+  EXPECT_EQ(module.find('\n'), std::string::npos) << module;
+  const auto ours = load(checkpoint);
+  EXPECT_NE(ours.find("it is a ptrain training checkpoint, not a weights file: continue it with --resume w.pth"),
+            std::string::npos)
+      << ours;
+  EXPECT_EQ(ours.find('\n'), std::string::npos) << ours;
+  poisoned[3].second.view(-1)[0] = NAN;
+  const auto nan = load(poisoned);
+  EXPECT_NE(nan.find("tensor " + poisoned[3].first + " holds NaN or infinite values"), std::string::npos) << nan;
 }
 
 TEST(ResNetWeights, LoadConvertsDtypeAndKeepsValues) {

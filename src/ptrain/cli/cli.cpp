@@ -14,13 +14,16 @@
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
+#include "ptrain/cli/verify.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/deepspeed_config.h"
+#include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/environment.h"
 #include "ptrain/dist/launcher.h"
+#include "ptrain/io/output_path.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
@@ -34,6 +37,12 @@ std::string joined(int argc, char** argv) {
   std::ostringstream out;
   for (int i = 0; i < argc; ++i) out << (i ? " " : "") << argv[i];
   return out.str();
+}
+
+// LibTorch's messages carry a C++ source location and sometimes a stack on the lines after the first.
+std::string first_line(const std::string& text) {
+  const auto newline = text.find('\n');
+  return newline == std::string::npos ? text : text.substr(0, newline);
 }
 
 std::string gib(std::optional<int64_t> bytes) {
@@ -104,14 +113,14 @@ int run_cli(int argc, char** argv) {
   CLI::App* launch_cmd = app.add_subcommand(
       "launch", "Start one process per device on this node with torchrun's variables (RANK, WORLD_SIZE, ...)");
   launch_cmd->add_option("--nproc-per-node", launch_options.nproc_per_node, "Processes on this node")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_option("--nnodes", launch_options.nnodes, "Nodes in the job")->check(CLI::PositiveNumber)->capture_default_str();
-  launch_cmd->add_option("--node-rank", launch_options.node_rank, "This node's rank")->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(config::positive_number())->capture_default_str();
+  launch_cmd->add_option("--nnodes", launch_options.nnodes, "Nodes in the job")->check(config::positive_number())->capture_default_str();
+  launch_cmd->add_option("--node-rank", launch_options.node_rank, "This node's rank")->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_option("--master-addr", launch_options.master_addr, "Address of node 0")->capture_default_str();
   launch_cmd->add_option("--master-port", launch_options.master_port, "Rendezvous port on node 0")
-      ->check(CLI::Range(1, 65535))->capture_default_str();
+      ->check(config::number_in(1, 65535))->capture_default_str();
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();
   std::string accelerate_config;
   CLI::Option* accelerate_option = launch_cmd->add_option(
@@ -144,7 +153,7 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--out", bench_options.out_dir, "Directory for the runs' records, logs and the report")
       ->capture_default_str();
   bench_cmd->add_option("--gpus", bench_options.gpus, "GPUs to use (default: every visible one; 0: the CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(config::non_negative_number());
   bench_cmd->add_flag("--pytorch", bench_options.pytorch,
                       "Also run every run through PyTorch (bench/pytorch_reference.py), eager and compiled as each "
                       "run asks, for the report to compare");
@@ -159,11 +168,11 @@ int run_cli(int argc, char** argv) {
                         "suite of several workloads every one's, or NAME/KEY=VALUE the one named");
   bench_cmd->add_option("--run-timeout", bench_options.run_timeout_seconds,
                         "Stop a run still going after this many seconds and report it as failed (default 0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(config::non_negative_number());
   bench_cmd->add_option("--time-limit", bench_options.time_limit_seconds,
                         "Start no run after this many seconds, stop the one going then and write the report of what "
                         "finished; the next bench with the same --out runs the rest (default 0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(config::non_negative_number());
   bench_cmd->add_option("--skip", bench_options.skip,
                         "Leave a run out: its id (fp32-dp-x2, every framework) or its record's path under runs/ "
                         "(ptrain/fp32-dp-x2, pytorch/..., pytorch-compiled/...; WORKLOAD/RUN ids in a suite of "
@@ -184,8 +193,15 @@ int run_cli(int argc, char** argv) {
   CLI::Option* estimate_config_file = config::add_train_options(*estimate_cmd, estimate_config);
   estimate_cmd->add_option("--devices", estimate_devices,
                            "Devices the multi-device strategies spread over (default: the visible GPUs; 2 on the CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(config::positive_number());
   estimate_cmd->add_option("--json", estimate_json, "Also write the estimate as JSON to this file");
+
+  std::vector<std::string> verify_files;
+  CLI::App* verify_cmd = app.add_subcommand(
+      "verify",
+      "Check checkpoint files as a resume reads them (checksums, metadata, rank files, finite values) and print "
+      "each one's step and a digest of its weights");
+  verify_cmd->add_option("files", verify_files, "Checkpoint files")->required();
 
   try {
     app.parse(argc, argv);
@@ -218,6 +234,7 @@ int run_cli(int argc, char** argv) {
     if (estimate_cmd->parsed()) {
       if (estimate_config_file->count() > 0)
         config::apply_yaml_config(*estimate_cmd, estimate_config_file->as<std::string>());
+      if (!estimate_json.empty()) io::check_writable_file(estimate_json, "--json");
       int64_t devices = estimate_devices;
       if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
       const bench::MemoryEstimate estimate = bench::estimate_memory(estimate_config, devices);
@@ -231,6 +248,7 @@ int run_cli(int argc, char** argv) {
       }
       return 0;
     }
+    if (verify_cmd->parsed()) return verify_checkpoints(verify_files, std::cout) > 0 ? 2 : 0;
     if (report_cmd->parsed()) {
       const bench::WrittenReport written = bench::write_report(report_run_dirs, report_out_dir, report_title);
       std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
@@ -257,7 +275,7 @@ int run_cli(int argc, char** argv) {
         return 0;
       }
       const metrics::RunRecord record = train::train(plan, joined(argc, argv));
-      if (plan.launch.rank != 0) return 0;  // rank 0 speaks for the job
+      if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
       print_result(record);
       if (!train_config.run.metrics_out.empty()) {
         const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();
@@ -265,13 +283,31 @@ int run_cli(int argc, char** argv) {
         metrics::write_run_record(train_config.run.metrics_out, record);
         std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
       }
+      if (record.diverged_at_step) {
+        std::cerr << "ptrain: error: training diverged at step " << *record.diverged_at_step
+                  << " (--on-divergence warn trained on): its results mean nothing" << std::endl;
+        return 2;
+      }
     }
   } catch (const Error& e) {
     std::cerr << "ptrain: error: " << e.what() << std::endl;
     return 2;
   } catch (const c10::Error& e) {
-    std::cerr << "ptrain: LibTorch error: " << e.what_without_backtrace() << std::endl;
+    std::cerr << "ptrain: LibTorch error: " << first_line(e.what_without_backtrace()) << std::endl;
     return 3;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // e.g. a directory to create under a regular file: the message names the paths.
+    std::cerr << "ptrain: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ptrain: error: out of host memory" << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ptrain: error: " << e.what() << std::endl;
+    return 2;
+  } catch (...) {
+    std::cerr << "ptrain: error: unknown exception" << std::endl;
+    return 2;
   }
   return 0;
 }

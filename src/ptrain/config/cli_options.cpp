@@ -4,15 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <sstream>
 
+#include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::config {
 
 CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
-  const auto non_negative = CLI::NonNegativeNumber;
-  const auto positive = CLI::PositiveNumber;
+  const auto non_negative = non_negative_number();
+  const auto positive = positive_number();
 
   app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56, "
                  "gpt-tiny/small/medium/large/xl (token datasets)")
@@ -57,12 +59,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Optimizer")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
   app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive)->capture_default_str();
   app.add_option("--momentum", c.optim.momentum, "SGD momentum")
-      ->group("Optimizer")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->group("Optimizer")->check(number_in(0.0, 1.0))->capture_default_str();
   app.add_flag("--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
   app.add_option("--weight-decay", c.optim.weight_decay, "Weight decay (decoupled for adamw)")
       ->group("Optimizer")->check(non_negative)->capture_default_str();
-  app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(number_in(0.0, 1.0));
+  app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive);
   app.add_option("--schedule", c.optim.schedule, "constant | step | cosine")
       ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
@@ -113,7 +115,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")
       ->group("Run")->capture_default_str();
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
-      ->group("Run")->capture_default_str();
+      ->group("Run")->check(seed_number())->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
       ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"}))->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
@@ -138,16 +140,17 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--offload-params,!--no-offload-params", c.sharding.offload_params,
                "zero3, fsdp: parameter shards on the CPU between uses")
       ->group("Sharding");
-  app.add_option("--reduce-bucket-mb", c.sharding.reduce_bucket_mb, "zero2/3: gradient reduce-scatter bucket in MiB")
+  app.add_option("--reduce-bucket-mb", c.sharding.reduce_bucket_mb, "zero1, zero2, fsdp no-shard: gradient group size in MiB")
       ->group("Sharding")->check(positive)->capture_default_str();
   app.add_option("--allgather-bucket-mb", c.sharding.allgather_bucket_mb,
-                 "zero1/2: parameter all-gather bucket in MiB")
+                 "DeepSpeed's all-gather bucket: refused unless at its default (ptrain all-gathers each gradient "
+                 "group in one collective)")
       ->group("Sharding")->check(positive)->capture_default_str();
   app.add_flag("--overlap-comm,!--no-overlap-comm", c.sharding.overlap_comm,
-               "Reduce gradients while backward still runs")
+               "ddp, zero*, fsdp: reduce gradients while backward still runs (--no-overlap-comm: after it)")
       ->group("Sharding");
   app.add_flag("--contiguous-gradients,!--no-contiguous-gradients", c.sharding.contiguous_gradients,
-               "Copy gradients into one flat buffer as they are produced")
+               "Gradients in one flat buffer a bucket or group (always; --no-contiguous-gradients is refused)")
       ->group("Sharding");
   app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding,
                  "full-shard | shard-grad-op | no-shard | hybrid-shard | hybrid-shard-zero2")
@@ -171,7 +174,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   const auto dtype_names = CLI::IsMember({"fp32", "fp16", "bf16"});
   app.add_option("--param-dtype", c.sharding.param_dtype, "fsdp mixed precision: parameter dtype (fp32 | fp16 | bf16)")
       ->group("Sharding")->check(dtype_names);
-  app.add_option("--reduce-dtype", c.sharding.reduce_dtype, "dtype gradients are reduced in (fp32 | fp16 | bf16)")
+  app.add_option("--reduce-dtype", c.sharding.reduce_dtype, "ddp: gradient compression (fp16 | bf16, as PyTorch's compress hooks); fsdp: the dtype "
+                 "gradients are reduced in (fp32 | fp16 | bf16)")
       ->group("Sharding")->check(dtype_names);
   app.add_option("--buffer-dtype", c.sharding.buffer_dtype, "fsdp mixed precision: buffer dtype (fp32 | fp16 | bf16)")
       ->group("Sharding")->check(dtype_names);
@@ -188,8 +192,15 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--checkpoint-dir", c.run.checkpoint_dir, "Directory for checkpoints")->group("Run");
   app.add_option("--checkpoint-every", c.run.checkpoint_every, "Also checkpoint every N optimizer steps")
       ->group("Run")->check(non_negative);
+  app.add_option("--keep-checkpoints", c.run.keep_checkpoints,
+                 "Keep only the newest N checkpoints in --checkpoint-dir (and the one resumed from); 0: all")
+      ->group("Run")->check(non_negative);
   app.add_option("--resume", c.run.resume, "Resume from a checkpoint file, or 'latest' in --checkpoint-dir")
       ->group("Run");
+  app.add_option("--on-divergence", c.run.on_divergence,
+                 "A non-finite loss, or a loss scale at its floor: stop (the default: an error naming the step, "
+                 "nothing non-finite saved) or warn (report it, train on, exit non-zero at the end)")
+      ->group("Run")->check(CLI::IsMember({"stop", "warn"}))->capture_default_str();
   app.add_option("--metrics-out", c.run.metrics_out, "Write the run's metrics JSON here")->group("Run");
   app.add_option("--log-every", c.run.log_every, "Optimizer steps between progress updates")
       ->group("Run")->check(positive)->capture_default_str();
@@ -279,12 +290,25 @@ void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
   if (root.IsNull()) return;
   check(root.IsMap(), yaml_path + ": the config must be a mapping of keys to values");
 
+  // yaml-cpp keeps both entries of a key given twice and a lookup finds the first: refuse it instead of
+  // training with a value the reader did not mean. batch_size and batch-size are one key.
+  std::map<const CLI::Option*, std::pair<std::string, int>> seen;
   for (const auto& entry : root) {
     std::string key = entry.first.as<std::string>();
     std::replace(key.begin(), key.end(), '_', '-');
     const std::string where = yaml_path + ": key '" + entry.first.as<std::string>() + "'";
     CLI::Option* opt = (key == "config" || key == "help") ? nullptr : app.get_option_no_throw("--" + key);
     if (opt == nullptr) throw Error(where + " is not a ptrain train option (known keys: " + known_keys(app) + ")");
+    const int line = entry.first.Mark().line + 1;
+    const auto [first, inserted] = seen.emplace(opt, std::make_pair(entry.first.as<std::string>(), line));
+    check(inserted, where + " is given twice (line " + std::to_string(first->second.second) + " as '" +
+                        first->second.first + "' and line " + std::to_string(line) + "): keep one");
+  }
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    std::replace(key.begin(), key.end(), '_', '-');
+    const std::string where = yaml_path + ": key '" + entry.first.as<std::string>() + "'";
+    CLI::Option* opt = app.get_option_no_throw("--" + key);
     if (opt->count() > 0) continue;  // given on the command line: the flag wins
 
     std::vector<std::string> values = values_of(entry.second, where);

@@ -440,13 +440,24 @@ class DeepSpeedReader {
       } else if (is_auto(value)) {
         continue;  // ptrain's value
       } else if (key == "reduce_bucket_size") {
-        set("reduce-bucket-mb", number_text(bucket_mib(value, full)), full);
+        // Stage 0 is ddp, whose buckets --bucket-cap-mb sizes; stage 3 reduces a unit at a time.
+        const std::string mib = number_text(bucket_mib(value, full));
+        if (stage == 0) {
+          set("bucket-cap-mb", mib, full);
+        } else if (stage <= 2) {
+          set("reduce-bucket-mb", mib, full);
+        } else {
+          warn(full, "sizes gradient buckets, and ptrain's zero3 reduces the gradients of one unit at a time");
+        }
       } else if (key == "allgather_bucket_size") {
-        set("allgather-bucket-mb", number_text(bucket_mib(value, full)), full);
+        bucket_mib(value, full);  // still checked
+        warn(full, "sizes the all-gather of updated parameters, which ptrain runs one --reduce-bucket-mb group "
+                   "at a time");
       } else if (key == "overlap_comm") {
         set("overlap-comm", boolean(value, full) ? "true" : "false", full);
       } else if (key == "contiguous_gradients") {
-        set("contiguous-gradients", boolean(value, full) ? "true" : "false", full);
+        if (!boolean(value, full))
+          warn(full, "false would keep gradients apart, and ptrain always copies them into one flat buffer a group");
       } else if (key == "zero_quantized_weights" || key == "zero_quantized_gradients" ||
                  key == "zero_quantized_nontrainable_weights" || key == "mics_hierarchical_params_gather") {
         check(!boolean(value, full), where(full) + ": ZeRO++ quantized communication and MiCS are not supported");

@@ -79,11 +79,14 @@ struct RunConfig {
   bool eval_each_epoch = true;
   std::string checkpoint_dir;              // where checkpoints go; empty: none
   int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends
+  int64_t keep_checkpoints = 0;            // keep only the newest N checkpoints in checkpoint_dir; 0: all
   std::string resume;                      // a checkpoint file, or "latest" in checkpoint_dir
   std::string metrics_out;                 // the run's metrics JSON
   int64_t log_every = 50;                  // optimizer steps between progress reads of the loss
   std::string progress = "auto";           // auto | bar | lines | none
   bool dry_run = false;                    // print the plan and exit
+  std::string on_divergence = "stop";      // stop | warn: a non-finite loss (train/divergence.h) ends the run, or
+                                           // is reported and the run goes on (and still exits non-zero)
   std::string deepspeed_config;            // a DeepSpeed ds_config.json mapped onto these keys (flags win)
   std::string profile_out;                 // a Chrome trace of the steps profile_steps names; empty: none
   std::string profile_steps = "11:15";     // A:B, optimizer steps A to B (1-based, inclusive) traced

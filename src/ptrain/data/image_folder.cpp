@@ -1,6 +1,7 @@
 #include "ptrain/data/image_folder.h"
 
 // jpeglib.h needs size_t and FILE declared before it.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -181,6 +182,8 @@ Dataset load_image_folder(const std::string& root_name, int threads) {
       if (entry.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png"))
         class_files.emplace_back(entry.path().parent_path().string(), entry.path().filename().string());
     }
+    check(!class_files.empty(), (root / classes[c]).string() +
+                                    ": class folder holds no .jpg, .jpeg or .png file (remove it, or add its images)");
     std::sort(class_files.begin(), class_files.end());
     for (const auto& [dir, name] : class_files) {
       files.push_back(fs::path(dir) / name);
@@ -230,6 +233,31 @@ Dataset load_image_folder(const std::string& root_name, int threads) {
   ds.description = "image folder " + root_name + " (" + std::to_string(n) + " images 3x" + std::to_string(height) +
                    "x" + std::to_string(width) + ")";
   return ds;
+}
+
+void check_same_classes(const std::string& train_name, const std::vector<std::string>& train_classes,
+                        const std::string& test_name, const std::vector<std::string>& test_classes) {
+  if (train_classes == test_classes) return;
+  const auto missing = [](const std::vector<std::string>& from, const std::vector<std::string>& in) {
+    std::string names;
+    int listed = 0, count = 0;
+    for (const auto& name : from) {
+      if (std::find(in.begin(), in.end(), name) != in.end()) continue;
+      ++count;
+      if (listed++ < 8) names += (names.empty() ? "'" : ", '") + name + "'";
+    }
+    if (count > listed) names += " and " + std::to_string(count - listed) + " more";
+    return names;
+  };
+  const std::string only_train = missing(train_classes, test_classes);
+  const std::string only_test = missing(test_classes, train_classes);
+  std::string what;
+  if (!only_train.empty()) what += test_name + " lacks " + only_train;
+  if (!only_test.empty()) what += (what.empty() ? "" : "; ") + train_name + " lacks " + only_test;
+  if (what.empty()) what = "the same names in another order";
+  throw Error("the classes of " + train_name + " (" + std::to_string(train_classes.size()) + ") and " + test_name +
+              " (" + std::to_string(test_classes.size()) + ") differ: " + what +
+              "; labels are positions in the sorted class list, so both splits need the same classes");
 }
 
 }  // namespace ptrain::data

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ptrain/data/dataset.h"
 
@@ -12,6 +13,14 @@ namespace ptrain::data {
 // extensions .jpg .jpeg .png in any case. JPEG is decoded by libjpeg-turbo, PNG by libpng; grey images are
 // expanded to RGB and an alpha channel is dropped, as ImageFolder's default loader (PIL convert("RGB")) does.
 // All images must share one size. Decoding runs on `threads` worker threads (at least one).
+// A class folder without any image is refused (naming it), as ImageFolder refuses it: it would add a class
+// no sample has.
 Dataset load_image_folder(const std::string& root, int threads);
+
+// Refuses (ptrain::Error naming both splits and the classes that differ) a train and a test split whose
+// class lists differ: labels are indices into the sorted class list, so a class missing from one split
+// shifts the labels of every class after it and the test split would be scored against the wrong ones.
+void check_same_classes(const std::string& train_name, const std::vector<std::string>& train_classes,
+                        const std::string& test_name, const std::vector<std::string>& test_classes);
 
 }  // namespace ptrain::data

@@ -1,13 +1,16 @@
 #include "ptrain/dist/launcher.h"
 
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -96,7 +99,7 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int local_ran
 void signal_all(std::vector<Child>& children, int signal_number) {
   for (auto& c : children) {
     // Each rank leads its own process group, so its helpers (data workers, shells) get the signal too.
-    if (c.running) ::kill(-c.pid, signal_number);
+    if (c.running && c.pid > 0) ::kill(-c.pid, signal_number);
   }
 }
 
@@ -137,7 +140,76 @@ void stop_all(std::vector<Child>& children, double grace_seconds, int first_sign
   signal_all(children, SIGKILL);
   while (any_running(children)) reap(children, true);
   // The ranks are gone; leftovers of their process groups (which could keep output pipes open) go too.
-  for (auto& c : children) ::kill(-c.pid, SIGKILL);
+  for (auto& c : children)
+    if (c.pid > 0) ::kill(-c.pid, SIGKILL);
+}
+
+// The program as execvp would find it, looked up before fork: after fork the child may only make
+// async-signal-safe calls (the reader threads of earlier ranks hold locks the child would inherit).
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t colon = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, colon - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat info {};
+    if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    start = colon + 1;
+  }
+  return name;  // execve fails with ENOENT, reported like any other failure to start
+}
+
+// Starts one rank: its own process group (so that stopping it reaches its helpers too), killed by the
+// kernel when the launcher dies (PR_SET_PDEATHSIG: a `kill -9` of ptrain launch must not leave ranks
+// training with no one to collect them), stdout and stderr on the pipes, default signal handling.
+// Returns the pid, or throws with the reason exec failed.
+pid_t start_rank(const std::string& program, char* const argv[], char* const envp[], int out_fd, int err_fd) {
+  int status_pipe[2];
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) throw Error(std::string("launch: cannot create a pipe: ") + std::strerror(errno));
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int error = errno;
+    ::close(status_pipe[0]);
+    ::close(status_pipe[1]);
+    throw Error(std::string("launch: cannot fork: ") + std::strerror(error));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(err_fd, STDERR_FILENO);
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigemptyset(&default_action.sa_mask);
+    for (const int signal_number : {SIGINT, SIGTERM, SIGPIPE}) ::sigaction(signal_number, &default_action, nullptr);
+    sigset_t empty_mask;
+    sigemptyset(&empty_mask);
+    ::sigprocmask(SIG_SETMASK, &empty_mask, nullptr);
+    ::execve(program.c_str(), argv, envp);
+    const int error = errno;
+    ssize_t ignored = ::write(status_pipe[1], &error, sizeof error);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here, so that the group exists before anyone signals it
+  ::close(status_pipe[1]);
+  int error = 0;
+  ssize_t n;
+  do {
+    n = ::read(status_pipe[0], &error, sizeof error);
+  } while (n < 0 && errno == EINTR);
+  ::close(status_pipe[0]);
+  if (n == static_cast<ssize_t>(sizeof error)) {
+    ::waitpid(pid, nullptr, 0);
+    throw Error(std::string("launch: cannot start '") + argv[0] + "': " + std::strerror(error));
+  }
+  return pid;
 }
 
 void validate(const LaunchOptions& o) {
@@ -179,6 +251,7 @@ int launch(const LaunchOptions& options) {
   std::vector<char*> argv;
   for (const auto& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
+  const std::string program = find_program(options.command.front());
 
   for (int local = 0; local < options.nproc_per_node; ++local) {
     auto& c = children[static_cast<size_t>(local)];
@@ -191,41 +264,25 @@ int launch(const LaunchOptions& options) {
       restore_signals();
       throw Error(std::string("launch: cannot create pipes: ") + std::strerror(errno));
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-    posix_spawnattr_t attributes;
-    posix_spawnattr_init(&attributes);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    posix_spawnattr_setpgroup(&attributes, 0);
-    sigset_t default_signals, empty_mask;
-    sigemptyset(&default_signals);
-    sigaddset(&default_signals, SIGINT);
-    sigaddset(&default_signals, SIGTERM);
-    sigaddset(&default_signals, SIGPIPE);
-    posix_spawnattr_setsigdefault(&attributes, &default_signals);
-    sigemptyset(&empty_mask);
-    posix_spawnattr_setsigmask(&attributes, &empty_mask);
-
     const auto env_strings = child_environment(options, local);
     std::vector<char*> envp;
     for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
 
-    const int rc = ::posix_spawnp(&c.pid, argv[0], &actions, &attributes, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attributes);
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    if (rc != 0) {
+    try {
+      c.pid = start_rank(program, argv.data(), envp.data(), out_pipe[1], err_pipe[1]);
+    } catch (const Error&) {
       ::close(out_pipe[0]);
       ::close(err_pipe[0]);
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
       stop_all(children, 0, SIGKILL);
       join_readers();
       restore_signals();
-      throw Error("launch: cannot start '" + options.command.front() + "': " + std::strerror(rc));
+      throw;
     }
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
     c.running = true;
     const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
     c.readers.emplace_back(forward_lines, out_pipe[0], options.stdout_fd, prefix, std::ref(output_mutex));
@@ -252,7 +309,8 @@ int launch(const LaunchOptions& options) {
   }
   if (any_running(children)) stop_all(children, options.kill_grace_seconds, forwarded != 0 ? forwarded : SIGTERM);
   // Background helpers a rank left behind would keep its output pipe open (and outlive the job).
-  for (const auto& c : children) ::kill(-c.pid, SIGKILL);
+  for (const auto& c : children)
+    if (c.pid > 0) ::kill(-c.pid, SIGKILL);
   join_readers();
   restore_signals();
 

@@ -1,6 +1,7 @@
 // `ptrain launch`: starts one process per local rank with the torchrun environment (RANK, LOCAL_RANK,
 // WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK), prefixes their output lines with
-// "[rank N] ", forwards SIGINT/SIGTERM, and stops the whole job when one rank fails.
+// "[rank N] ", forwards SIGINT/SIGTERM, and stops the whole job when one rank fails. Each rank leads a
+// process group of its own and is killed by the kernel if the launcher dies (even by kill -9).
 #pragma once
 
 #include <string>

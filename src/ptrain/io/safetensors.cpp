@@ -1,8 +1,10 @@
 #include "ptrain/io/safetensors.h"
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -108,6 +110,21 @@ Entry parse_entry(const std::string& key, const OrderedJson& info, uint64_t data
   return entry;
 }
 
+constexpr const char* kChecksumKey = "ptrain_checksum";
+
+// CRC-32 of the header (without its checksum entry) and then the data section: a flipped byte anywhere in
+// the tensors, their names, dtypes, shapes or the metadata changes it.
+uLong crc_of(uLong crc, const void* data, size_t bytes) {
+  // zlib answers a null buffer (an empty tensor's data pointer) with the initial value: skip empty spans.
+  return bytes == 0 ? crc : ::crc32_z(crc, static_cast<const Bytef*>(data), bytes);
+}
+uLong header_crc(const std::string& header_text) { return crc_of(::crc32_z(0L, Z_NULL, 0), header_text.data(), header_text.size()); }
+std::string checksum_text(uLong crc) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "crc32:%08lx", static_cast<unsigned long>(crc));
+  return text;
+}
+
 }  // namespace
 
 NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
@@ -131,6 +148,18 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
 
   const uint64_t data_start = 8 + header_bytes;
   const uint64_t data_bytes = bytes.size() - data_start;
+  if (header.contains("__metadata__") && header["__metadata__"].is_object() &&
+      header["__metadata__"].contains(kChecksumKey)) {
+    auto& meta = header["__metadata__"];
+    const auto stored = meta[kChecksumKey];
+    meta.erase(kChecksumKey);
+    const std::string computed = checksum_text(crc_of(header_crc(header.dump()), bytes.data() + data_start, data_bytes));
+    if (!stored.is_string() || stored.get<std::string>() != computed) {
+      throw Error(path + ": checksum mismatch (stored " + (stored.is_string() ? stored.get<std::string>() : stored.dump()) +
+                  ", contents give " + computed + "): the file is corrupt");
+    }
+    meta[kChecksumKey] = stored;
+  }
   std::vector<Entry> entries;
   for (const auto& [key, info] : header.items()) {
     if (key == "__metadata__") {
@@ -167,9 +196,11 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
 }
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, bool checksum) {
+  check(!checksum || metadata.count(kChecksumKey) == 0,
+        "cannot write " + path + ": metadata key '" + std::string(kChecksumKey) + "' is reserved for the checksum");
   OrderedJson header = OrderedJson::object();
-  if (!metadata.empty()) {
+  if (!metadata.empty() || checksum) {
     OrderedJson meta = OrderedJson::object();
     for (const auto& [key, value] : metadata) meta[key] = value;
     header["__metadata__"] = std::move(meta);
@@ -191,6 +222,13 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     contiguous.push_back(std::move(cpu));
   }
   std::string header_text = header.dump();
+  if (checksum) {
+    uLong crc = header_crc(header_text);
+    for (const auto& tensor : contiguous)
+      crc = crc_of(crc, tensor.data_ptr(), static_cast<size_t>(tensor.numel()) * tensor.element_size());
+    header["__metadata__"][kChecksumKey] = checksum_text(crc);
+    header_text = header.dump();
+  }
   // Padding keeps the data 8-byte aligned for readers that map the file.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 

@@ -17,7 +17,9 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
 
 // Written atomically (see atomic_file.h). Tensors on any device and of any layout are stored contiguous
 // from the CPU; duplicate names and dtypes outside the list above are refused with ptrain::Error.
+// With checksum, the metadata gets "ptrain_checksum": a CRC-32 of the header and the data, which
+// read_safetensors verifies whenever a file has one (a mismatch is a ptrain::Error naming the file).
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {}, bool checksum = false);
 
 }  // namespace ptrain::io

@@ -142,6 +142,7 @@ json to_json(const RunRecord& r) {
               {"cuda_graphs_note", r.cuda_graphs_note},
               {"kernels", r.kernels},
               {"step_phase_seconds", r.step_phase_seconds},
+              {"diverged_at_step", optional_or_null(r.diverged_at_step)},
               {"epochs_detail", epochs},
               {"environment", r.environment},
               {"extra", r.extra}};
@@ -189,7 +190,8 @@ RunRecord run_record_from_json(const json& o) {
   for (auto [key, value] : {std::pair{"model_state_param_bytes", &r.model_state_param_bytes},
                             std::pair{"model_state_grad_bytes", &r.model_state_grad_bytes},
                             std::pair{"model_state_optimizer_bytes", &r.model_state_optimizer_bytes},
-                            std::pair{"steady_from_step", &r.steady_from_step}}) {
+                            std::pair{"steady_from_step", &r.steady_from_step},
+                            std::pair{"diverged_at_step", &r.diverged_at_step}}) {
     if (o.contains(key)) *value = read_optional<int64_t>(o, key, where);
   }
   for (auto [key, value] : {std::pair{"steady_images_per_second", &r.steady_images_per_second},

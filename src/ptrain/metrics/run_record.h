@@ -68,6 +68,9 @@ struct RunRecord {
   std::string cuda_graphs_note;
   nlohmann::json kernels = nlohmann::json::object();
   nlohmann::json step_phase_seconds = nullptr;
+  // The first step whose loss was not finite (or whose loss scale hit its floor) in a run that trained on
+  // (--on-divergence warn): its accuracy and losses mean nothing. Null for a run that did not diverge.
+  std::optional<int64_t> diverged_at_step;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();

@@ -39,6 +39,34 @@ Format format_of(const std::string& path) {
   throw Error(path + ": unknown weights format '" + ext + "'; use .pth, .pt or .safetensors");
 }
 
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+// One line for the two mix-ups that produce a key error for every tensor: a ptrain training checkpoint
+// given as weights, and a state dict saved from a DistributedDataParallel or DataParallel wrapper.
+std::string key_mismatch_hint(const io::NamedTensors& given, const io::NamedTensors& expected,
+                              const std::string& source_name) {
+  if (given.empty()) return "the file holds no tensors";
+  std::map<std::string, bool> wanted;
+  for (const auto& [key, tensor] : expected) wanted[key] = true;
+  size_t checkpoint_like = 0, wrapped = 0, unwrapped_match = 0;
+  for (const auto& [key, tensor] : given) {
+    if (starts_with(key, "model/") || starts_with(key, "optimizer/") || starts_with(key, "progress/")) ++checkpoint_like;
+    if (starts_with(key, "module.")) {
+      ++wrapped;
+      if (wanted.count(key.substr(7))) ++unwrapped_match;
+    }
+  }
+  if (checkpoint_like == given.size())
+    return "it is a ptrain training checkpoint, not a weights file: continue it with --resume " + source_name;
+  if (wrapped == given.size())
+    return "every key starts with 'module.' (a state dict of a DistributedDataParallel or DataParallel wrapper" +
+           std::string(unwrapped_match > 0 ? ", and without the prefix " + std::to_string(unwrapped_match) + " of " +
+                                                 std::to_string(expected.size()) + " keys match"
+                                           : "") +
+           "): save model.module.state_dict() instead, or strip the prefix";
+  return "";
+}
+
 }  // namespace
 
 io::NamedTensors state_dict(const torch::nn::Module& module) {
@@ -69,10 +97,19 @@ void load_state_dict(torch::nn::Module& module, const io::NamedTensors& tensors,
     if (expected.count(key) == 0) problems.push_back("unexpected key " + key + " (shape " + shape_text(tensor) + ")");
   }
   if (!problems.empty()) {
+    const std::string hint = key_mismatch_hint(tensors, targets, source_name);
+    if (!hint.empty()) throw Error("cannot load weights from " + source_name + ": " + hint);
     std::string message = "cannot load weights from " + source_name + ": " + std::to_string(problems.size()) +
                           " problem" + (problems.size() > 1 ? "s" : "") + ":";
-    for (const auto& p : problems) message += "\n  " + p;
+    constexpr size_t kListed = 12;
+    for (size_t i = 0; i < problems.size() && i < kListed; ++i) message += "\n  " + problems[i];
+    if (problems.size() > kListed) message += "\n  ... and " + std::to_string(problems.size() - kListed) + " more";
     throw Error(message);
+  }
+  for (const auto& [key, tensor] : tensors) {
+    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
+          "cannot load weights from " + source_name + ": tensor " + key +
+              " holds NaN or infinite values (a corrupt file, or weights of a diverged run)");
   }
   torch::NoGradGuard no_grad;
   for (const auto& [key, target] : targets) {

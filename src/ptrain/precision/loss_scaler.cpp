@@ -124,8 +124,9 @@ void LossScaler::update() {
 // Hysteresis (DeepSpeed's DynamicLossScaler): an overflow with more than one tolerated overflow left
 // only decrements the counter (the step is still skipped, the tracker still resets); a clean step
 // refills it (consecutive_hysteresis), or only a step that grows the scale (DeepSpeed's default).
-// Unlike DeepSpeed, an overflow at min_scale does not abort the run (that would need a host read):
-// the scale stays at the floor and the step is skipped.
+// An overflow at min_scale skips the step and leaves the scale at the floor; that it happened is noticed
+// by train/divergence.h, which stops the run where the host reads the device anyway (DeepSpeed stops
+// at once, which would need a host read in every step).
 void LossScaler::update_with_tensor_ops(const torch::Tensor& overflow) {
   const torch::Tensor back_off = overflow & (hysteresis_remaining_ <= 1);
   const torch::Tensor tracker_next = growth_tracker_ + 1;

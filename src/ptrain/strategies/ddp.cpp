@@ -15,11 +15,15 @@ struct DistributedDataParallel::Reducer {
     std::vector<int64_t> offsets;
     size_t pending = 0;
     dist::Work work;
+    torch::Tensor travel;  // what the all-reduce sums when it is not flat itself (compression, gloo's dtypes)
   };
 
-  explicit Reducer(std::shared_ptr<dist::ProcessGroup> g) : group(std::move(g)) {}
+  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o)
+      : group(std::move(g)), reduce_dtype(o.reduce_dtype), overlap(o.overlap) {}
 
   std::shared_ptr<dist::ProcessGroup> group;
+  std::optional<torch::ScalarType> reduce_dtype;
+  bool overlap = true;
   std::mutex mutex;
   std::vector<torch::Tensor> params;
   std::vector<size_t> bucket_of;
@@ -47,20 +51,37 @@ struct DistributedDataParallel::Reducer {
     const auto& grad = params[index].grad();
     if (grad.defined()) {
       view.copy_(grad.reshape({-1}));
-      view.div_(group->world_size());
+      if (!compressed(buckets[bucket_of[index]])) view.div_(group->world_size());
     } else {
       view.zero_();
     }
     auto& bucket = buckets[bucket_of[index]];
-    if (--bucket.pending == 0) launch_ready_buckets_locked();
+    if (--bucket.pending == 0 && overlap) launch_ready_buckets_locked();
+  }
+
+  bool compressed(const Bucket& bucket) const {
+    return reduce_dtype.has_value() && *reduce_dtype != bucket.flat.scalar_type();
   }
 
   // Buckets start strictly in order, so every rank issues the same sequence of collectives whatever
   // order its hooks fired in.
   void launch_ready_buckets_locked() {
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
-      std::vector<torch::Tensor> one{buckets[next_to_launch].flat};
-      buckets[next_to_launch].work = group->all_reduce_sum(one);
+      auto& bucket = buckets[next_to_launch];
+      torch::NoGradGuard no_grad;
+      const auto flat_dtype = bucket.flat.scalar_type();
+      const auto wire = reduce_dtype.value_or(flat_dtype);
+      const auto summed_in = reduction_dtype(*group, wire);
+      if (wire == flat_dtype && summed_in == flat_dtype) {
+        std::vector<torch::Tensor> one{bucket.flat};
+        bucket.work = group->all_reduce_sum(one);
+      } else {
+        bucket.travel = bucket.flat.to(wire);
+        if (compressed(bucket)) bucket.travel.div_(group->world_size());
+        if (summed_in != wire) bucket.travel = bucket.travel.to(summed_in);
+        std::vector<torch::Tensor> one{bucket.travel};
+        bucket.work = group->all_reduce_sum(one);
+      }
       ++next_to_launch;
     }
   }
@@ -77,7 +98,16 @@ struct DistributedDataParallel::Reducer {
     for (size_t i = 0; i < params.size(); ++i) {
       if (!ready[i]) mark_ready_locked(i);
     }
-    for (auto& bucket : buckets) bucket.work.wait();
+    launch_ready_buckets_locked();
+    for (auto& bucket : buckets) {
+      bucket.work.wait();
+      if (bucket.travel.defined()) {
+        // Rounded to the dtype it travelled in first: a float32 sum standing in for a bfloat16 one.
+        torch::NoGradGuard no_grad;
+        bucket.flat.copy_(bucket.travel.to(reduce_dtype.value_or(bucket.flat.scalar_type())));
+        bucket.travel = torch::Tensor();
+      }
+    }
     // Copy back rather than making .grad a view of the bucket: optimizers that reset gradients to
     // undefined (zero_grad(set_to_none)) would silently detach such views, and the copy is one memcpy.
     torch::NoGradGuard no_grad;
@@ -116,31 +146,13 @@ void DistributedDataParallel::prepare(models::Model& model) {
   for (const auto& p : model.parameters()) {
     if (p.requires_grad()) params.push_back(p);
   }
-  // Ranks that built different models would exchange garbage; compare shapes first.
-  {
-    int64_t total = 0;
-    int64_t shape_hash = 0;
-    for (const auto& p : params) {
-      total += p.numel();
-      for (const auto d : p.sizes()) shape_hash = shape_hash * 31 + d + 1;
-      shape_hash %= (int64_t{1} << 40);
-    }
-    const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
-    const auto everyone = group_->all_gather(mine.to(group_->backend() == "nccl" ? device_ : torch::kCPU));
-    for (size_t r = 0; r < everyone.size(); ++r) {
-      check(torch::equal(everyone[r].cpu(), mine),
-            "ddp: rank " + std::to_string(r) + " has a different model than rank " + std::to_string(rank()) +
-                " (parameter count, sizes or shapes differ)");
-    }
-  }
-  {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> state = params;
-    for (const auto& b : model.buffers()) state.push_back(b);
-    group_->broadcast(state, 0);
-  }
+  // Ranks that built different models would exchange garbage: shapes are compared first. bfloat16 moves
+  // over gloo as the same bits viewed as float16.
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model.buffers()) buffers.push_back(b);
+  check_and_broadcast(*group_, params, buffers, device_, "ddp");
 
-  reducer_ = std::make_shared<Reducer>(group_);
+  reducer_ = std::make_shared<Reducer>(group_, options_);
   auto& r = *reducer_;
   r.params = params;
   r.bucket_of.assign(params.size(), 0);
@@ -178,7 +190,7 @@ torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch
   if (!model.is_training()) return model.forward(inputs);
   if (options_.broadcast_buffers && world_size() > 1) {
     std::vector<torch::Tensor> buffers;
-    for (const auto& b : model.buffers()) buffers.push_back(b);
+    for (const auto& b : model.buffers()) buffers.push_back(as_movable(*group_, b));
     if (!buffers.empty()) {
       torch::NoGradGuard no_grad;
       group_->broadcast(buffers, 0);
@@ -212,6 +224,12 @@ torch::Tensor DistributedDataParallel::all_reduce_sum(torch::Tensor t) {
   std::vector<torch::Tensor> one{t};
   group_->all_reduce_sum(one).wait();
   return t;
+}
+
+size_t DistributedDataParallel::reductions_started() const {
+  if (!reducer_) return 0;
+  std::lock_guard<std::mutex> lock(reducer_->mutex);
+  return reducer_->next_to_launch;
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,14 @@ struct DdpOptions {
   bool broadcast_buffers = true;
   // Replace BatchNorm2d layers by SyncBatchNorm2d at prepare() (see sync_batchnorm.h for the condition).
   bool sync_batchnorm = false;
+  // Gradient compression (--reduce-dtype), as PyTorch's bf16_compress_hook and fp16_compress_hook: each
+  // bucket is cast to this dtype, divided by the world size there, summed over the ranks and cast back.
+  // Over gloo, which sums no bfloat16, the bfloat16 values are summed in float32 and the sum rounded to
+  // bfloat16 once (for two ranks exactly a bfloat16 sum). Unset: buckets reduce in the gradients' dtype.
+  std::optional<torch::ScalarType> reduce_dtype;
+  // Start each bucket's all-reduce as soon as backward has filled it (false: all of them in
+  // finish_backward, after backward). Only the timing differs.
+  bool overlap = true;
 };
 
 class DistributedDataParallel final : public Strategy {
@@ -50,6 +59,9 @@ class DistributedDataParallel final : public Strategy {
 
   // Parameter indices (in model.parameters() order) of each bucket, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_layout() const;
+  // Buckets whose all-reduce has started in this synchronised step (before finish_backward: the
+  // overlap with backward).
+  size_t reductions_started() const;
   dist::ProcessGroup& group() { return *group_; }
 
   struct Reducer;

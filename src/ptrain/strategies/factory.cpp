@@ -2,6 +2,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/dist/process_group.h"
+#include "ptrain/precision/policy.h"
 #include "ptrain/strategies/data_parallel.h"
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/fsdp.h"
@@ -33,6 +34,8 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
     DdpOptions options;
     options.bucket_cap_mb = config.dist.bucket_cap_mb;
     options.sync_batchnorm = config.dist.sync_batchnorm;
+    if (!config.sharding.reduce_dtype.empty()) options.reduce_dtype = precision::dtype_named(config.sharding.reduce_dtype);
+    options.overlap = config.sharding.overlap_comm;
     return std::make_unique<DistributedDataParallel>(std::move(group), device, options);
   }
   if (name == "zero1" || name == "zero2" || name == "zero3") {
@@ -41,6 +44,7 @@ std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch
     options.offload_optimizer = config.sharding.offload_optimizer;
     options.offload_params = config.sharding.offload_params;
     options.reduce_bucket_mb = config.sharding.reduce_bucket_mb;
+    options.overlap_comm = config.sharding.overlap_comm;
     return std::make_unique<Zero>(make_group(), device, options);
   }
   if (name == "fsdp") return make_fsdp(make_group(), device, fsdp_options(config.sharding), launch.local_world_size);

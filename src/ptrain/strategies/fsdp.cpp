@@ -161,6 +161,7 @@ FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
     o.reduce_dtype = precision::dtype_named(sharding.reduce_dtype);
   o.hybrid_group_size = sharding.hybrid_group_size;
   o.bucket_mb = sharding.reduce_bucket_mb;
+  o.overlap_comm = sharding.overlap_comm;
   return o;
 }
 
@@ -193,6 +194,7 @@ ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_
   z.sync_module_states = options.sync_module_states;
   z.reduce_dtype = options.reduce_dtype;
   z.reduce_bucket_mb = options.bucket_mb;
+  z.overlap_comm = options.overlap_comm;
   z.broadcast_buffers = false;  // FSDP leaves buffers alone after sync_module_states
   return z;
 }

@@ -38,6 +38,7 @@ struct FsdpOptions {
   std::optional<torch::ScalarType> reduce_dtype;
   int64_t hybrid_group_size = 0;        // hybrid-*: ranks sharing one copy; 0: the local world size
   double bucket_mb = 25;                // no-shard: gradient all-reduce buckets
+  bool overlap_comm = true;             // reduce a unit's gradients as soon as backward has produced them
 };
 
 // --fsdp-sharding, --auto-wrap and the other FSDP flags (accelerate's fsdp_config lands there too).

@@ -100,19 +100,22 @@ struct Zero::State {
       torch::NoGradGuard no_grad;
       auto flat = g.flat->flat_grads(1.0 / static_cast<double>(world()));
       for (const size_t i : g.members) params[i].mutable_grad().reset();
-      const auto travel = communication_dtype(flat.scalar_type());
-      if (travel != flat.scalar_type()) {
-        // Summed in another dtype (--reduce-dtype; 16-bit gradients over gloo: float32), rounded once.
-        auto converted = flat.to(travel);
+      // --reduce-dtype: the gradients are rounded to it, summed in it and the sum rounded to it. gloo sums
+      // no bfloat16: there the bfloat16 values are summed in float32 and the sum rounded to bfloat16 once
+      // (for two ranks exactly what a bfloat16 sum gives).
+      const auto wire = options.reduce_dtype.value_or(flat.scalar_type());
+      const auto travel = reduction_dtype(*group, wire);
+      if (wire != flat.scalar_type() || travel != flat.scalar_type()) {
+        auto converted = flat.to(wire).to(travel);
         if (stage() <= 1) {
           std::vector<torch::Tensor> one{converted};
           group->all_reduce_sum(one).wait();
-          g.grad_full = converted.to(flat.scalar_type());
+          g.grad_full = converted.to(wire).to(flat.scalar_type());
         } else {
           auto shard = torch::empty({g.flat->shard_numel()}, converted.options());
           shard_group->reduce_scatter_sum(shard, converted);
           reduce_across_replicas(shard);
-          g.grad_shard.copy_(shard);
+          g.grad_shard.copy_(shard.to(wire));
         }
       } else if (stage() <= 1) {
         g.grad_full = flat;
@@ -123,11 +126,6 @@ struct Zero::State {
         reduce_across_replicas(g.grad_shard);
       }
     }
-  }
-
-  torch::ScalarType communication_dtype(torch::ScalarType dtype) const {
-    const auto wanted = options.reduce_dtype.value_or(dtype);
-    return reduction_dtype(*group, wanted);
   }
 
   // Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
@@ -151,7 +149,7 @@ struct Zero::State {
     if (--groups[g].pending > 0) return;
     release(g);  // its backward is over: stage 3 frees the gathered parameters
     if (stage() == 3 && options.backward_prefetch == Prefetch::backward_post) prefetch(groups[g].before);
-    if (sync) reduce_complete_groups_locked();
+    if (sync && options.overlap_comm) reduce_complete_groups_locked();
   }
 
   void finish() {
@@ -180,6 +178,11 @@ Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, Zero
 }
 
 Zero::~Zero() { state_->hooks.remove(); }
+
+size_t Zero::groups_reduced() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->next_to_reduce;
+}
 
 int64_t Zero::rank() const { return state_->group->rank(); }
 int64_t Zero::world_size() const { return state_->group->world_size(); }

@@ -31,7 +31,10 @@ struct ZeroOptions {
   int stage = 1;                // 0: nothing sharded, gradients all-reduced per group (FSDP's NO_SHARD)
   bool offload_optimizer = false;
   bool offload_params = false;  // stage 3 only
-  double reduce_bucket_mb = 25.0;
+  double reduce_bucket_mb = 25.0;  // stages 0-2: the size of a group; stage 3's groups are its units
+  // Reduce each group as soon as backward has produced all its gradients (false: every group in
+  // finish_backward, after backward). Only the timing differs.
+  bool overlap_comm = true;
   // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training forward.
   bool broadcast_buffers = true;
 
@@ -74,6 +77,9 @@ class Zero final : public Strategy {
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
   // This rank's shards: the optimizer's tensors are one flat shard per group, named "zero.<group>".
   std::unique_ptr<UpdateTarget> update_target(models::Model& model, bool master_weights) override;
+  // Groups whose gradient reduction has started in this synchronised step (before finish_backward: the
+  // overlap with backward).
+  size_t groups_reduced() const;
 
   struct State;
 

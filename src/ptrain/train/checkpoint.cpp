@@ -1,8 +1,13 @@
 #include "ptrain/train/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <optional>
 #include <regex>
+
+#include <zlib.h>
 
 #include "ptrain/core/error.h"
 #include "ptrain/io/safetensors.h"
@@ -13,7 +18,15 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kFormat = "ptrain-checkpoint";
-constexpr const char* kVersion = "1";
+// 2: every file carries a checksum of its contents. Version 1 files (without) still load.
+constexpr const char* kVersion = "2";
+constexpr const char* kUnchecksummedVersion = "1";
+
+// Corruption that leaves a well-formed file (a flipped bit in a tensor) shows only in the checksum.
+void require_checksum(const std::map<std::string, std::string>& meta, const std::string& path) {
+  check(meta.count("ptrain_checksum") > 0,
+        path + ": checkpoint lacks its checksum (format version 2 has one): the file is corrupt");
+}
 const std::vector<std::string> kSections = {"model", "optimizer", "scaler", "progress"};
 
 // Works for const and mutable checkpoints alike.
@@ -53,6 +66,7 @@ void assemble_shards(const std::string& path, Checkpoint& c) {
     std::map<std::string, std::string> meta;
     auto tensors = io::read_safetensors(file, &meta);
     check(meta["format"] == std::string(kFormat) + "-shard", file + ": not a ptrain checkpoint shard");
+    if (c.format_version != kUnchecksummedVersion) require_checksum(meta, file);
     nlohmann::json layout;
     try {
       layout = nlohmann::json::parse(meta["layout"]);
@@ -128,7 +142,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   if (c.shards > 0) meta["shards"] = std::to_string(c.shards);
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
-  io::write_safetensors(path, all, meta);
+  io::write_safetensors(path, all, meta, /*checksum=*/true);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -137,9 +151,11 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto format = meta.find("format");
   check(format != meta.end() && format->second == kFormat,
         path + ": not a ptrain checkpoint (a weights file? use --weights for those)");
-  check(meta["format_version"] == kVersion,
+  check(meta["format_version"] == kVersion || meta["format_version"] == kUnchecksummedVersion,
         path + ": checkpoint format version " + meta["format_version"] + " is not supported (expected " + kVersion + ")");
+  if (meta["format_version"] == kVersion) require_checksum(meta, path);
   Checkpoint c;
+  c.format_version = meta["format_version"];
   c.position.epoch = metadata_int(meta, "epoch", path);
   c.position.micro_batch = metadata_int(meta, "micro_batch", path);
   c.position.global_step = metadata_int(meta, "global_step", path);
@@ -164,6 +180,24 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
+std::string weights_digest(const Checkpoint& c) {
+  std::vector<std::pair<std::string, torch::Tensor>> sorted(c.model.begin(), c.model.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  uLong crc = ::crc32_z(0L, Z_NULL, 0);
+  const auto add = [&](const void* data, size_t bytes) {
+    if (bytes > 0) crc = ::crc32_z(crc, static_cast<const Bytef*>(data), bytes);  // a null buffer resets zlib's crc
+  };
+  for (const auto& [name, tensor] : sorted) {
+    const auto cpu = tensor.detach().cpu().contiguous();
+    const std::string header = name + "|" + c10::toString(cpu.scalar_type()) + "|" + c10::str(cpu.sizes());
+    add(header.data(), header.size());
+    add(cpu.data_ptr(), static_cast<size_t>(cpu.numel()) * cpu.element_size());
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "crc32:%08lx", static_cast<unsigned long>(crc));
+  return text;
+}
+
 std::string shard_path(const std::string& path, int64_t rank) {
   fs::path p(path);
   char suffix[32];
@@ -179,7 +213,8 @@ void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::
                         {{"format", std::string(kFormat) + "-shard"},
                          {"rank", std::to_string(rank)},
                          {"ranks", std::to_string(ranks)},
-                         {"layout", layout.dump()}});
+                         {"layout", layout.dump()}},
+                        /*checksum=*/true);
 }
 
 std::string checkpoint_path(const std::string& dir, int64_t global_step) {
@@ -188,20 +223,74 @@ std::string checkpoint_path(const std::string& dir, int64_t global_step) {
   return (fs::path(dir) / name).string();
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  if (!fs::is_directory(dir)) return {};
+namespace {
+
+// The step of "step-<N>.safetensors" (a checkpoint, not one of its rank files), or nullopt for other
+// names. A step too large for int64 is refused by name rather than skipped: skipping it would resume
+// from an older checkpoint without saying so.
+std::optional<int64_t> step_of(const fs::path& file) {
   static const std::regex pattern(R"(step-(\d+)\.safetensors)");
-  std::string best;
-  long long best_step = -1;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, pattern) && std::stoll(m[1]) > best_step) {
-      best_step = std::stoll(m[1]);
-      best = entry.path().string();
-    }
+  std::smatch m;
+  const std::string name = file.filename().string();
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
+  try {
+    return std::stoll(m[1]);
+  } catch (const std::out_of_range&) {
+    throw Error(file.string() + ": the step number in this checkpoint's name is out of range (at most " +
+                std::to_string(std::numeric_limits<int64_t>::max()) + "); rename or remove the file");
   }
-  return best;
+}
+
+// Checkpoints in dir, oldest first.
+std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(dir)) return found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (const auto step = step_of(entry.path())) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::string latest_checkpoint(const std::string& dir) {
+  const auto found = checkpoints_in(dir);
+  return found.empty() ? std::string() : found.back().second.string();
+}
+
+int64_t remove_stale_temporaries(const std::string& dir) {
+  if (!fs::is_directory(dir)) return 0;
+  // What io::write_file_atomically leaves behind when killed mid-write: "<file>.tmp.XXXXXX".
+  static const std::regex pattern(R"(step-\d+(\.rank-\d+)?\.safetensors\.tmp\.[A-Za-z0-9]{6})");
+  int64_t removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code ec;
+    if (std::regex_match(name, pattern) && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect) {
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  auto found = checkpoints_in(dir);
+  if (static_cast<int64_t>(found.size()) <= keep) return removed;
+  found.resize(found.size() - static_cast<size_t>(keep));  // the older ones
+  std::error_code ec;
+  const fs::path protected_path = protect.empty() ? fs::path() : fs::weakly_canonical(protect, ec);
+  for (const auto& [step, path] : found) {
+    if (!protect.empty() && fs::weakly_canonical(path, ec) == protected_path) continue;
+    // Its rank files first: a checkpoint whose shards are gone must not stay behind looking whole.
+    for (int64_t r = 0;; ++r) {
+      const std::string shard = shard_path(path.string(), r);
+      if (!fs::exists(shard)) break;
+      fs::remove(shard, ec);
+    }
+    if (fs::remove(path, ec)) removed.push_back(path.string());
+  }
+  return removed;
 }
 
 }  // namespace ptrain::train

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,12 +29,17 @@ struct Checkpoint {
   io::NamedTensors progress;    // running sums of the epoch in progress, so its metrics survive a resume
   nlohmann::json run;           // the config that produced it, for the record
   int64_t shards = 0;           // sharded: rank files beside this one hold the sharded tensors
+  std::string format_version;   // as loaded ("1": written before checkpoints had checksums)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // A sharded checkpoint loads whole: the shards' tensors are reassembled into full parameters and
 // optimizer state, so that it loads into any strategy at any world size, as a full one does.
 Checkpoint load_checkpoint(const std::string& path);
+
+// "crc32:XXXXXXXX" of the model's tensors (names, dtypes, shapes and values, in name order): equal for two
+// checkpoints with the same weights whatever else differs (the config, the position, the optimizer state).
+std::string weights_digest(const Checkpoint& checkpoint);
 
 // Sharded checkpoints (--state-dict sharded): every rank writes its shards (strategies::UpdateTarget::
 // local_shards) to shard_path(path, rank), then rank 0 writes the checkpoint at `path` with shards set
@@ -42,8 +48,18 @@ std::string shard_path(const std::string& path, int64_t rank);
 void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                 const nlohmann::json& layout);
 
-// "<dir>/step-<global_step>.safetensors", and the newest such file in dir (empty if none).
+// "<dir>/step-<global_step>.safetensors", and the newest such file in dir (empty if none). A name whose
+// step does not fit int64 is refused (ptrain::Error naming the file).
 std::string checkpoint_path(const std::string& dir, int64_t global_step);
 std::string latest_checkpoint(const std::string& dir);
+
+// Removes the temporary files of checkpoint writes that were killed before their rename
+// ("step-N[.rank-R].safetensors.tmp.XXXXXX") and returns how many. Call it only while nothing writes
+// into dir (at the start of a run).
+int64_t remove_stale_temporaries(const std::string& dir);
+
+// --keep-checkpoints: removes all but the newest `keep` checkpoints in dir (with their rank files), never
+// `protect` (the checkpoint the run resumed from); keep 0 removes nothing. Returns the removed paths.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect);
 
 }  // namespace ptrain::train

@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <sstream>
 
+#include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/io/output_path.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/train/checkpoint.h"
 
@@ -153,6 +155,7 @@ Plan make_plan(const config::TrainConfig& config) {
   check(zero || fsdp || c.sharding.state_dict == "full",
         "--state-dict " + c.sharding.state_dict + ": --strategy " + c.run.strategy +
             " holds every parameter whole and writes full checkpoints; sharded ones are for zero1-3 and fsdp");
+  config::refuse_settings_without_effect(c);
   check(!zero || c.sharding.reduce_dtype.empty(),
         "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
   if (!fsdp) {
@@ -244,6 +247,12 @@ Plan make_plan(const config::TrainConfig& config) {
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+  check(c.run.keep_checkpoints == 0 || !c.run.checkpoint_dir.empty(), "--keep-checkpoints needs --checkpoint-dir");
+  check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",
+        "--on-divergence: '" + c.run.on_divergence + "' (known: stop, warn)");
+  // Outputs are checked now, not when the run first writes them after minutes or hours of training.
+  if (!c.run.checkpoint_dir.empty()) io::check_writable_directory(c.run.checkpoint_dir, "--checkpoint-dir");
+  if (!c.run.metrics_out.empty()) io::check_writable_file(c.run.metrics_out, "--metrics-out");
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");

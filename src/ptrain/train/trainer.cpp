@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/data/image_folder.h"
 #include "ptrain/data/loader.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/kernels/cross_entropy.h"
@@ -28,6 +30,7 @@
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/train/captured_step.h"
 #include "ptrain/train/checkpoint.h"
+#include "ptrain/train/divergence.h"
 #include "ptrain/train/grad_clip.h"
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/progress.h"
@@ -57,6 +60,9 @@ void convert_to_channels_last(torch::nn::Module& module) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
 }
+
+constexpr const char* kDivergenceAdvice =
+    ". Try a lower --lr or --clip-grad-norm, or --on-divergence warn to train on";
 
 // Sums kept on the device during an epoch; read back only when progress is shown. A captured step adds
 // into these very tensors at every replay, so they are reset in place, never replaced.
@@ -104,10 +110,13 @@ class TrainingRun {
 
  private:
   void load_data();
+  // load_data, with out of memory there explained as the dataset's (not the model states').
+  void load_data_or_explain();
   void build_model();
   void build_optimizer();
   void resume();
-  void train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
+  int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
   // One optimizer step on micro-batches already on the device: eagerly, or by capturing or replaying it.
   void run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
   // What a step does on the device, host-free where the strategy is: what a CUDA graph captures.
@@ -121,6 +130,12 @@ class TrainingRun {
   void start_or_stop_trace(bool before_step);
   Evaluation evaluate();
   void save(TrainingPosition position);
+  // The epoch's running totals summed over the ranks (a collective: every rank calls it).
+  RunningTotals reduced_totals() const;
+  // Stops a diverged run (--on-divergence stop) or reports it once (warn). Every rank calls it together.
+  void check_divergence();
+  // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
+  bool state_is_finite();
   void load_model_state(const io::NamedTensors& saved);
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
@@ -142,6 +157,8 @@ class TrainingRun {
   std::optional<precision::LossScaler> scaler_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunningTotals> totals_;
+  std::unique_ptr<DivergenceWatch> divergence_;
+  std::optional<int64_t> diverged_at_step_;
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;
@@ -169,10 +186,15 @@ class TrainingRun {
   bool tracing_ = false;
 };
 
+// "image folder /data/train" of "image folder /data/train (50000 images 3x32x32)": where a split comes from.
+std::string source_of(const data::Dataset& set) { return set.description.substr(0, set.description.find(" (")); }
+
 void TrainingRun::load_data() {
   const int threads = static_cast<int>(c_.data.loader_threads);
   train_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
   test_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
+  if (!train_set_.is_tokens())
+    data::check_same_classes(source_of(train_set_), train_set_.classes, source_of(test_set_), test_set_.classes);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
   check(train_set_.size() >= loader_batch,
         "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
@@ -214,8 +236,35 @@ void TrainingRun::load_data() {
   steps_per_epoch_ = train_loader_->batches_per_epoch() / c_.optim.grad_accum;
   check(steps_per_epoch_ > 0, "--grad-accum " + std::to_string(c_.optim.grad_accum) + " x --batch-size " +
                                   std::to_string(c_.run.batch_size) + " is more than one epoch of data");
+  check(c_.run.epochs <= std::numeric_limits<int64_t>::max() / steps_per_epoch_,
+        "--epochs " + std::to_string(c_.run.epochs) + " x " + std::to_string(steps_per_epoch_) +
+            " steps an epoch overflows the step count");
   total_steps_ = steps_per_epoch_ * c_.run.epochs;
   if (c_.run.max_steps > 0) total_steps_ = std::min(total_steps_, c_.run.max_steps);
+}
+
+bool is_out_of_memory(const std::string& what) {
+  // CUDA's caching allocator says "out of memory", the CPU allocator "can't allocate memory".
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
+}
+
+void TrainingRun::load_data_or_explain() {
+  const auto advice = [&](const std::string& what) {
+    const auto newline = what.find('\n');
+    return Error("out of host memory while loading the data (" + what.substr(0, newline) + "): --dataset " +
+                 c_.data.dataset + " is held in memory whole, every sample at its decoded size" +
+                 (c_.data.image_size > 0 ? " (resized to --image-size " + std::to_string(c_.data.image_size) + ")" : "") +
+                 ". To fit: fewer samples (--train-limit, --test-limit), a smaller --image-size or --seq-len, or "
+                 "more host memory; the model and its batch size are not the cause");
+  };
+  try {
+    load_data();
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e.what_without_backtrace())) throw;
+    throw advice(e.what_without_backtrace());
+  } catch (const std::bad_alloc& e) {
+    throw advice(e.what());
+  }
 }
 
 void TrainingRun::build_model() {
@@ -259,7 +308,8 @@ void TrainingRun::resume() {
   load_model_state(ckpt.model);
   optimizer_->load_state(target_->local_optimizer_state(ckpt.optimizer), plan_.resume_path);
   if (scaler_) scaler_->load_state(ckpt.scaler);
-  totals_->load(ckpt.progress);
+  // The saved totals are summed over the ranks of the run that saved them: one rank carries them on.
+  if (strategy_->rank() == 0) totals_->load(ckpt.progress);
   start_ = ckpt.position;
   global_step_ = ckpt.position.global_step;
   const int64_t world = devices();
@@ -297,6 +347,16 @@ void TrainingRun::load_model_state(const io::NamedTensors& saved) {
 
 void TrainingRun::save(TrainingPosition position) {
   if (c_.run.checkpoint_dir.empty()) return;
+  check_divergence();
+  if (!state_is_finite()) {
+    const std::string what = "training diverged at step " + std::to_string(position.global_step) +
+                             ": the weights are not finite; no checkpoint saved";
+    check(c_.run.on_divergence == "warn", what + kDivergenceAdvice);
+    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
+    if (!diverged_at_step_) diverged_at_step_ = position.global_step;
+    return;
+  }
+  const RunningTotals progress_totals = reduced_totals();
   const std::string path = checkpoint_path(c_.run.checkpoint_dir, position.global_step);
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
@@ -332,9 +392,44 @@ void TrainingRun::save(TrainingPosition position) {
   position.batch_size = c_.run.batch_size;
   ckpt.position = position;
   if (scaler_) ckpt.scaler = scaler_->state();
-  ckpt.progress = totals_->named();
+  ckpt.progress = progress_totals.named();
   ckpt.run = config::to_json(c_);
   save_checkpoint(path, ckpt);
+  prune_checkpoints(c_.run.checkpoint_dir, c_.run.keep_checkpoints, plan_.resume_path);
+}
+
+RunningTotals TrainingRun::reduced_totals() const {
+  RunningTotals sum(device_);
+  sum.loss_sum.copy_(totals_->loss_sum);
+  sum.correct.copy_(totals_->correct);
+  sum.samples.copy_(totals_->samples);
+  strategy_->all_reduce_sum(sum.loss_sum);
+  strategy_->all_reduce_sum(sum.correct);
+  strategy_->all_reduce_sum(sum.samples);
+  return sum;
+}
+
+void TrainingRun::check_divergence() {
+  const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
+  if (!status.diverged()) return;
+  const std::string what = divergence_->describe(status, global_step_);
+  check(c_.run.on_divergence == "warn", what + "; stopped before saving anything from then on" + kDivergenceAdvice);
+  if (diverged_at_step_) return;
+  diverged_at_step_ = status.first_step.value_or(global_step_);
+  if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << "; training on (--on-divergence warn)" << std::endl;
+}
+
+bool TrainingRun::state_is_finite() {
+  torch::NoGradGuard no_grad;
+  auto bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  const auto count = [&](const torch::Tensor& t) {
+    if (t.defined() && t.is_floating_point() && t.numel() > 0)
+      bad.add_(torch::logical_not(torch::isfinite(t)).sum().to(bad.device()));
+  };
+  for (const auto& p : optimizer_->params()) count(p);
+  for (const auto& b : model_->buffers()) count(b);
+  strategy_->all_reduce_sum(bad);
+  return bad.item<double>() == 0;
 }
 
 // Unscale, clip, update: everything after the last micro-batch's backward, at the rate set on the optimizer
@@ -364,6 +459,7 @@ torch::Tensor TrainingRun::optimizer_step() {
   target_->parameters_updated();
   phases_.end(StepPhase::kCommunication);
   phases_.begin(StepPhase::kOptimizer);
+  divergence_->end_step();
   if (scaler_) scaler_->update();
   optimizer_->zero_grad();
   phases_.end(StepPhase::kOptimizer);
@@ -385,6 +481,7 @@ void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const st
     const auto targets = prediction_labels(labels[micro]);
     auto [loss, correct] =
         kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels, classes_);
+    divergence_->observe_loss(loss);
     auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
     {
       // Loss and accuracy are per prediction: n of them, or n x T for tokens.
@@ -489,7 +586,7 @@ void TrainingRun::start_or_stop_trace(bool before_step) {
   }
 }
 
-void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
+int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
   const int64_t accum = c_.optim.grad_accum;
   train_loader_->start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
@@ -529,6 +626,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
       collect_step_phases();  // the read above waited for the device
       const double seconds = window.elapsed_seconds();
+      check_divergence();
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
       totals_->window_loss.zero_();
       window_images = 0;
@@ -536,6 +634,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
       window.restart();
     }
   }
+  return step_in_epoch;
 }
 
 Evaluation TrainingRun::evaluate() {
@@ -578,7 +677,7 @@ metrics::RunRecord TrainingRun::run() {
   }
 #endif
   if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
-  load_data();
+  load_data_or_explain();
   if (device_.is_cpu()) {
     metrics::reset_cpu_allocator_peak();
     cpu_bytes_before_model_ = metrics::cpu_allocated_bytes();
@@ -586,6 +685,14 @@ metrics::RunRecord TrainingRun::run() {
   build_model();
   build_optimizer();
   resume();
+  divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
+  if (!c_.run.checkpoint_dir.empty() && strategy_->is_main()) {
+    // Nothing writes there yet: every other rank waits for this one at its first collective.
+    const int64_t stale = remove_stale_temporaries(c_.run.checkpoint_dir);
+    if (stale > 0)
+      std::cout << "removed " << stale << " temporary file(s) of interrupted checkpoint writes in "
+                << c_.run.checkpoint_dir << std::endl;
+  }
 
   Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
   progress.message(describe(plan_));
@@ -636,9 +743,10 @@ metrics::RunRecord TrainingRun::run() {
     metrics::Stopwatch epoch_clock;
     const auto epoch_start = std::chrono::steady_clock::now();
     const int64_t step_before = global_step_;
-    train_epoch(epoch, first, progress);
+    const int64_t steps_done = train_epoch(epoch, first, progress);
     const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
     collect_step_phases();
+    check_divergence();
     if (steady_start_ && global_step_ > steady_from_step_) {
       steady_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                        std::max(*steady_start_, epoch_start)).count();
@@ -653,12 +761,10 @@ metrics::RunRecord TrainingRun::run() {
     epoch_record.wall_seconds = epoch_seconds;
     epoch_record.images = images;
     epoch_record.images_per_second = epoch_seconds > 0 ? images / epoch_seconds : 0;
-    strategy_->all_reduce_sum(totals_->loss_sum);
-    strategy_->all_reduce_sum(totals_->correct);
-    strategy_->all_reduce_sum(totals_->samples);
-    const double samples = std::max(1.0, totals_->samples.item<double>());
-    epoch_record.train_loss = totals_->loss_sum.item<double>() / samples;
-    epoch_record.train_accuracy = totals_->correct.item<double>() / samples;
+    const RunningTotals epoch_totals = reduced_totals();
+    const double samples = std::max(1.0, epoch_totals.samples.item<double>());
+    epoch_record.train_loss = epoch_totals.loss_sum.item<double>() / samples;
+    epoch_record.train_accuracy = epoch_totals.correct.item<double>() / samples;
 
     const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
     if (c_.run.eval_each_epoch || last_epoch) {
@@ -668,7 +774,9 @@ metrics::RunRecord TrainingRun::run() {
       epoch_record.test_accuracy = last_eval.accuracy;
     }
     record_.epochs_detail.push_back(epoch_record);
-    save({epoch + 1, 0, global_step_, 0, 0});
+    // A run stopped inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
+    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0}
+                                       : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
 
     char summary[256];
     std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %.0f img/s, train loss %.4f acc %.4f",
@@ -754,6 +862,7 @@ metrics::RunRecord TrainingRun::run() {
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);
+  record_.diverged_at_step = diverged_at_step_;
   return record_;
 }
 
@@ -822,8 +931,7 @@ metrics::RunRecord train(const Plan& plan, const std::string& command_line) {
     return run.run();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    // CUDA's caching allocator says "out of memory", the CPU allocator "can't allocate memory".
-    if (what.find("out of memory") == std::string::npos && what.find("can't allocate memory") == std::string::npos) throw;
+    if (!is_out_of_memory(what)) throw;
     throw Error(out_of_memory_advice(plan, what));
   }
 }

@@ -1,0 +1,430 @@
+#!/usr/bin/env bash
+# Fault injection against a built ptrain: kill -9 at random moments during checkpoint writes and
+# collectives, stopped ranks, a killed launcher, truncated and bit-flipped checkpoints and data, a full
+# disk, divergence and bad input. Every case ends in a check that nothing was lost (a run resumed after
+# the fault ends on the same weights as a run that never saw it, every checkpoint left behind loads) and
+# that every failure was named (a non-zero exit and an error naming the file, flag or step; no abort; no
+# process left behind). Prints the figures and "N passed, N failed"; exits non-zero on a failure.
+#
+#   scripts/fault_suite.sh [--short] [--ptrain build/ptrain] [--seed N] [--keep]
+#
+# --short is the CI version (a few cases of each kind, well under a minute); without it the loops are
+# longer. Random moments come from --seed (default: the time), printed so that a failure can be replayed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+SHORT=0
+PTRAIN=build/ptrain
+SEED=$(( $(date +%s) % 100000 ))
+KEEP=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --short) SHORT=1 ;;
+    --ptrain) PTRAIN="$2"; shift ;;
+    --seed) SEED="$2"; shift ;;
+    --keep) KEEP=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "fault_suite: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+PTRAIN=$(readlink -f "$PTRAIN")
+[ -x "$PTRAIN" ] || { echo "fault_suite: no ptrain executable at $PTRAIN (build it first)" >&2; exit 2; }
+PYTHON=$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3 )  # not a slow pyenv shim
+RANDOM=$SEED
+ROOT=$(mktemp -d /tmp/ptrain_faults_XXXXXX)
+SECONDS=0
+
+# The short run leaves out what costs most: stopped ranks (each waits out --dist-timeout), resuming the
+# two-process runs (and so their reference run), and all but a few of the bad inputs (tests/cli has them).
+if [ "$SHORT" = 1 ]; then
+  SAVE_KILLS=1 RANK_KILLS=1 LAUNCHER_KILLS=1 STOPS=0 FLIPS=100 TRUNCATIONS=20 DATA_FLIPS=2 DDP_RESUMES=0 ALL_BAD_INPUT=0
+else
+  SAVE_KILLS=20 RANK_KILLS=6 LAUNCHER_KILLS=3 STOPS=3 FLIPS=3000 TRUNCATIONS=200 DATA_FLIPS=40 DDP_RESUMES=1 ALL_BAD_INPUT=1
+fi
+
+passed=0 failed=0
+cases=0 kills=0 kills_mid_write=0 flipped=0 flips_detected=0 flips_harmless=0 truncated=0 truncations_detected=0
+stale_removed=0
+pass() { passed=$((passed + 1)); cases=$((cases + 1)); echo "PASS $1 (at ${SECONDS}s)"; }
+fail() { failed=$((failed + 1)); cases=$((cases + 1)); echo "FAIL $1: $2 (at ${SECONDS}s)"; }
+
+cleanup() {
+  for pid in $(leftovers); do kill -9 "$pid" 2>/dev/null; done
+  mountpoint -q "$ROOT/disk" 2>/dev/null && umount "$ROOT/disk"
+  [ "$KEEP" = 1 ] || rm -rf "$ROOT"
+}
+trap cleanup EXIT
+
+# Processes of this suite's runs still alive: every run's command line names a path under ROOT.
+leftovers() { pgrep -f -- "$ROOT/" | grep -vx "$$" || true; }
+no_leftovers() {  # waits up to $1 seconds for every process of the suite's runs to be gone
+  local deadline=$(( $(date +%s) + ${1:-5} ))
+  while [ -n "$(leftovers)" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+  [ -z "$(leftovers)" ]
+}
+random_between() { echo $(( $1 + RANDOM % ($2 - $1 + 1) )); }  # integers
+sleep_ms() { sleep "$(printf '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 )))"; }
+
+# The weights digest `ptrain verify` prints for a checkpoint; empty when it does not verify.
+digest_of() { "$PTRAIN" verify "$1" 2>/dev/null | sed -n 's/.*: ok, .*weights \(crc32:[0-9a-f]*\)$/\1/p'; }
+latest_in() { ls "$1"/step-*.safetensors 2>/dev/null | grep -v '\.rank-' | sort | tail -1; }
+temporaries_in() { ls "$1"/*.tmp.* 2>/dev/null | wc -l; }
+# Every checkpoint in a directory loads (and holds only finite values).
+all_verify() {
+  local files
+  files=$(ls "$1"/step-*.safetensors 2>/dev/null | grep -v '\.rank-')
+  [ -z "$files" ] && return 0
+  # shellcheck disable=SC2086
+  "$PTRAIN" verify $files > "$1.verify" 2>&1
+}
+
+# 16 steps an epoch of resnet20 on 8x8 images: a few seconds for 3 epochs on one thread.
+BASE=(train --model resnet20 --dataset synthetic --data-path 256:3x8x8:4 --device cpu --threads 1 --progress none
+      --test-limit 32 --schedule constant --warmup-epochs 0 --log-every 4)
+TINY=("${BASE[@]}" --batch-size 16)
+SINGLE=("${TINY[@]}" --seed 5 --lr 0.05 --epochs 3 --checkpoint-every 1)
+# Two processes of 8 samples each: 16 steps an epoch. Each run adds its --dist-timeout.
+DDP=("${BASE[@]}" --batch-size 8 --seed 5 --lr 0.05 --epochs 2 --checkpoint-every 2 --strategy ddp)
+port=$(( 20000 + RANDOM % 8000 ))  # below the ephemeral range, where other tests pick theirs
+next_port() { port=$(( port + 1 )); echo "$port"; }
+launch() { "$PTRAIN" launch --nproc-per-node 2 --master-port "$(next_port)" --timeout 300 -- "$PTRAIN" "$@"; }
+
+echo "fault suite: seed $SEED, $([ "$SHORT" = 1 ] && echo short || echo full) run, scratch $ROOT"
+
+# --- references: the runs that see no fault -------------------------------------------------------
+"$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$ROOT/ref" > "$ROOT/ref.log" 2>&1
+echo "reference runs: single done at ${SECONDS}s"
+REF=$(digest_of "$(latest_in "$ROOT/ref")")
+DDP_REF=none
+if [ "$DDP_RESUMES" = 1 ]; then
+  launch "${DDP[@]}" --dist-timeout 20 --checkpoint-dir "$ROOT/ddp-ref" > "$ROOT/ddp-ref.log" 2>&1
+  DDP_REF=$(digest_of "$(latest_in "$ROOT/ddp-ref")")
+fi
+if [ -z "$REF" ] || [ -z "$DDP_REF" ]; then
+  echo "fault suite: the reference runs failed (see $ROOT/ref.log, $ROOT/ddp-ref.log)"
+  KEEP=1
+  exit 1
+fi
+
+# Resumes a run in $1 (single or ddp) until it is done and checks that it ends on the reference's weights
+# and that no temporary file is left.
+resume_and_compare() {
+  local dir=$1 kind=$2 name=$3 log=$1.resume.log
+  if [ "$kind" = ddp ] && [ "$DDP_RESUMES" = 0 ]; then pass "${name/(resumed)/(named, nothing left; resumed in the full run)}"; return; fi
+  local resume=()
+  [ -n "$(latest_in "$dir")" ] && resume=(--resume latest)
+  if [ "$kind" = single ]; then
+    "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" "${resume[@]}" > "$log" 2>&1
+  else
+    launch "${DDP[@]}" --dist-timeout 20 --checkpoint-dir "$dir" "${resume[@]}" > "$log" 2>&1
+  fi
+  local rc=$? want=$REF
+  [ "$kind" = single ] || want=$DDP_REF
+  local got
+  got=$(digest_of "$(latest_in "$dir")")
+  if [ $rc -ne 0 ]; then fail "$name" "the resumed run failed ($rc): $(grep -m1 'error' "$log")"; return; fi
+  if [ "$got" != "$want" ]; then fail "$name" "resumed to weights $got, the uninterrupted run has $want"; return; fi
+  if [ "$(temporaries_in "$dir")" -ne 0 ]; then fail "$name" "temporary files left after the resume"; return; fi
+  pass "$name"
+}
+
+# --- kill -9 during checkpoint writes (one process, a checkpoint every step) -----------------------
+for i in $(seq 1 "$SAVE_KILLS"); do
+  dir=$ROOT/save-kill-$i
+  "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  pid=$!
+  sleep_ms "$(random_between 1200 4000)"
+  if [ $((i % 2)) -eq 1 ]; then
+    # Every other kill waits for a write in progress (its temporary file) and lands inside it.
+    for _ in $(seq 1 2000); do
+      compgen -G "$dir/*.tmp.*" > /dev/null && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.002
+    done
+  fi
+  if kill -9 "$pid" 2>/dev/null; then
+    kills=$((kills + 1))
+    wait "$pid" 2>/dev/null
+    left=$(temporaries_in "$dir")
+    [ "$left" -gt 0 ] && kills_mid_write=$((kills_mid_write + 1)) && stale_removed=$((stale_removed + left))
+  else
+    wait "$pid" 2>/dev/null
+  fi
+  if ! all_verify "$dir"; then fail "kill -9 during saves #$i" "a checkpoint left behind does not load: $(grep -m1 error "$dir.verify")"; continue; fi
+  resume_and_compare "$dir" single "kill -9 during saves #$i (resumed)"
+done
+
+# --- kill -9 of one rank during training (collectives, and rank 0's checkpoint writes) -------------
+for i in $(seq 1 "$RANK_KILLS"); do
+  dir=$ROOT/rank-kill-$i
+  launch "${DDP[@]}" --dist-timeout 20 --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  launcher=$!
+  sleep_ms "$(random_between 2500 6000)"
+  ranks=($(pgrep -P "$launcher"))
+  if [ ${#ranks[@]} -eq 2 ]; then
+    victim=${ranks[$((RANDOM % 2))]}
+    kill -9 "$victim" 2>/dev/null && kills=$((kills + 1))
+    began=$(date +%s)
+    wait "$launcher"
+    rc=$?
+    took=$(( $(date +%s) - began ))
+    if [ $rc -eq 0 ]; then fail "kill -9 of a rank #$i" "launch exited 0"; continue; fi
+    if ! grep -q "ptrain launch: rank [01] (pid [0-9]*) exited with code" "$dir.log"; then
+      fail "kill -9 of a rank #$i" "launch did not name the failed rank: $(tail -2 "$dir.log")"; continue
+    fi
+    if [ "$took" -gt 40 ]; then fail "kill -9 of a rank #$i" "the job took ${took}s to end"; continue; fi
+  else
+    wait "$launcher"  # finished before the kill
+  fi
+  if ! no_leftovers 5; then fail "kill -9 of a rank #$i" "processes left: $(leftovers | tr '\n' ' ')"; continue; fi
+  if ! all_verify "$dir"; then fail "kill -9 of a rank #$i" "a checkpoint does not load: $(grep -m1 error "$dir.verify")"; continue; fi
+  resume_and_compare "$dir" ddp "kill -9 of a rank #$i (resumed)"
+done
+
+# --- kill -9 of ptrain launch itself: its ranks must die with it -----------------------------------
+for i in $(seq 1 "$LAUNCHER_KILLS"); do
+  dir=$ROOT/launcher-kill-$i
+  "$PTRAIN" launch --nproc-per-node 2 --master-port "$(next_port)" -- "$PTRAIN" "${DDP[@]}" --dist-timeout 20 --checkpoint-dir "$dir" \
+    > "$dir.log" 2>&1 &
+  launcher=$!
+  sleep_ms "$(random_between 2500 6000)"
+  kill -9 "$launcher" 2>/dev/null && kills=$((kills + 1))
+  wait "$launcher" 2>/dev/null
+  if ! no_leftovers 5; then fail "kill -9 of the launcher #$i" "ranks outlived it: $(leftovers | tr '\n' ' ')"; continue; fi
+  if ! all_verify "$dir"; then fail "kill -9 of the launcher #$i" "a checkpoint does not load"; continue; fi
+  resume_and_compare "$dir" ddp "kill -9 of the launcher #$i (resumed)"
+done
+
+# --- a stopped rank (SIGSTOP): the other one must give up within --dist-timeout ---------------------
+for i in $(seq 1 "$STOPS"); do
+  dir=$ROOT/stop-$i
+  launch "${DDP[@]}" --dist-timeout 4 --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  launcher=$!
+  sleep_ms "$(random_between 3000 6000)"
+  ranks=($(pgrep -P "$launcher"))
+  if [ ${#ranks[@]} -eq 2 ]; then
+    kill -STOP "${ranks[$((RANDOM % 2))]}"
+    began=$(date +%s)
+    wait "$launcher"
+    rc=$?
+    took=$(( $(date +%s) - began ))
+    if [ $rc -eq 0 ]; then fail "stopped rank #$i" "launch exited 0"; continue; fi
+    if [ "$took" -gt 30 ]; then fail "stopped rank #$i" "the job took ${took}s to end (--dist-timeout 4)"; continue; fi
+    if ! grep -qi "timed out\|timeout\|exited with code" "$dir.log"; then
+      fail "stopped rank #$i" "no rank named the timeout: $(tail -3 "$dir.log")"; continue
+    fi
+  else
+    wait "$launcher"
+  fi
+  if ! no_leftovers 10; then fail "stopped rank #$i" "processes left: $(leftovers | tr '\n' ' ')"; continue; fi
+  resume_and_compare "$dir" ddp "stopped rank #$i (resumed)"
+done
+
+# --- flipped bits and truncations of checkpoints ---------------------------------------------------
+# Every damaged copy must be refused naming its file, or (a flip that changes nothing loaded) load to the
+# same weights. A sample of them also goes through a real --resume, which must fail naming the file.
+source_ckpt=$(latest_in "$ROOT/ref")
+mkdir -p "$ROOT/flips"
+batch=$([ "$SHORT" = 1 ] && echo $((FLIPS + TRUNCATIONS)) || echo 100)
+made=0
+while [ "$made" -lt "$((FLIPS + TRUNCATIONS))" ]; do
+  rm -f "$ROOT"/flips/*
+  count=$(( FLIPS + TRUNCATIONS - made < batch ? FLIPS + TRUNCATIONS - made : batch ))
+  "$PYTHON" - "$source_ckpt" "$ROOT/flips" "$count" "$made" "$FLIPS" "$RANDOM" <<'EOF'
+import os, random, sys
+source, out, count, first, flips, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+data = open(source, "rb").read()
+rng = random.Random(seed)
+for n in range(first, first + count):
+    if n < flips:
+        at = rng.randrange(len(data))
+        damaged = bytearray(data)
+        damaged[at] ^= 1 << rng.randrange(8)
+        name = f"flip-{n}-at-{at}"
+    else:
+        cut = rng.randrange(len(data))
+        damaged = data[:cut]
+        name = f"cut-{n}-at-{cut}"
+    with open(os.path.join(out, name + ".safetensors"), "wb") as f:
+        f.write(damaged)
+EOF
+  made=$((made + count))
+  "$PTRAIN" verify "$ROOT"/flips/*.safetensors > "$ROOT/flips.out" 2>&1
+  want=$(digest_of "$source_ckpt")
+  while IFS= read -r line; do
+    file=${line%%: *}
+    case "$file" in
+      */flip-*) flipped=$((flipped + 1)) ;;
+      */cut-*) truncated=$((truncated + 1)) ;;
+      *) continue ;;
+    esac
+    if [[ "$line" == *": error: "* ]]; then
+      case "$file" in */flip-*) flips_detected=$((flips_detected + 1)) ;; *) truncations_detected=$((truncations_detected + 1)) ;; esac
+    elif [[ "$line" == *"weights $want" && "$file" == */flip-* ]]; then
+      flips_harmless=$((flips_harmless + 1))
+    else
+      fail "damaged checkpoint" "accepted with other contents: $line"
+    fi
+  done < "$ROOT/flips.out"
+  # One damaged copy of the batch through a real resume: one error line naming it.
+  sample=$(ls "$ROOT"/flips/*.safetensors | sed -n "$(random_between 1 "$count")p")
+  if grep -q "^$sample: error" "$ROOT/flips.out"; then
+    "$PTRAIN" "${TINY[@]}" --seed 5 --lr 0.05 --epochs 3 --resume "$sample" > "$ROOT/flips.resume" 2>&1
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q "ptrain: error: .*$sample" "$ROOT/flips.resume"; then
+      fail "damaged checkpoint resume" "$sample: exit $rc, $(tail -1 "$ROOT/flips.resume")"
+    fi
+  fi
+done
+if [ "$flips_detected" -gt 0 ] && [ "$truncations_detected" -eq "$truncated" ] && [ "$flipped" -gt 0 ]; then
+  pass "checkpoint damage: $flipped flips ($flips_detected refused, $flips_harmless harmless), $truncated truncations (all refused)"
+else
+  fail "checkpoint damage" "$flipped flips ($flips_detected refused, $flips_harmless harmless), $truncated truncations ($truncations_detected refused)"
+fi
+
+# --- flipped bits and truncations of data (gzipped IDX: zlib's CRC covers the content) --------------
+mkdir -p "$ROOT/data"
+"$PYTHON" - /usr/share/datasets/fashion-mnist "$ROOT/data/clean" <<'EOF'
+import gzip, os, struct, sys
+source, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+for split, n in (("train", 256), ("t10k", 64)):
+    images = gzip.open(f"{source}/{split}-images-idx3-ubyte.gz").read(16 + n * 784)
+    labels = gzip.open(f"{source}/{split}-labels-idx1-ubyte.gz").read(8 + n)
+    with gzip.open(f"{out}/{split}-images-idx3-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">IIII", 2051, n, 28, 28) + images[16:16 + n * 784])
+    with gzip.open(f"{out}/{split}-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(struct.pack(">II", 2049, n) + labels[8:8 + n])
+EOF
+data_ok=1
+for i in $(seq 1 "$DATA_FLIPS"); do
+  dir=$ROOT/data/d$i
+  rm -rf "$dir"
+  cp -r "$ROOT/data/clean" "$dir"
+  files=("$dir"/*.gz)
+  victim=${files[$((RANDOM % ${#files[@]}))]}
+  how=$([ $((i % 4)) -eq 0 ] && echo cut || echo flip)
+  "$PYTHON" - "$victim" "$how" "$RANDOM" <<'EOF'
+import random, sys
+path, how, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = bytearray(open(path, "rb").read())
+rng = random.Random(seed)
+if how == "cut":
+    data = data[:rng.randrange(len(data))]
+else:
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+open(path, "wb").write(data)
+EOF
+  [ "$how" = cut ] && truncated=$((truncated + 1)) || flipped=$((flipped + 1))
+  "$PTRAIN" train --model resnet20 --dataset mnist --data-path "$dir" --batch-size 16 --max-steps 1 --device cpu \
+    --threads 1 --progress none > "$dir.log" 2>&1
+  rc=$?
+  same=$("$PYTHON" -c "import gzip,sys
+try: print(int(gzip.open(sys.argv[1]).read() == gzip.open(sys.argv[2]).read()))
+except Exception: print(0)" "$victim" "$ROOT/data/clean/$(basename "$victim")")
+  if [ $rc -eq 0 ] && [ "$same" = 1 ]; then
+    [ "$how" = flip ] && flips_harmless=$((flips_harmless + 1))
+  elif [ $rc -ne 0 ] && grep -q "ptrain: error: $victim" "$dir.log"; then
+    [ "$how" = flip ] && flips_detected=$((flips_detected + 1)) || truncations_detected=$((truncations_detected + 1))
+  else
+    data_ok=0
+    fail "damaged data #$i" "$how of $victim: exit $rc, $(grep -m1 -i 'error\|result' "$dir.log")"
+  fi
+done
+[ "$data_ok" = 1 ] && pass "damaged data: $DATA_FLIPS flipped or cut IDX files refused by name or harmless"
+
+# --- a full disk ---------------------------------------------------------------------------------
+# A 5 MiB tmpfs holds two checkpoints of 2.2 MB; where mounting is not allowed, ulimit -f makes writes past
+# 5 MiB fail the same way (with EFBIG instead of ENOSPC).
+mkdir -p "$ROOT/disk"
+if mount -t tmpfs -o size=5m tmpfs "$ROOT/disk" 2>/dev/null; then
+  disk_how="a 5 MiB tmpfs"
+  full_run() { "$PTRAIN" "$@"; }
+else
+  disk_how="ulimit -f 5120 (no mount allowed)"
+  full_run() { (trap '' XFSZ; ulimit -f 5120; exec "$PTRAIN" "$@"); }
+fi
+full_run "${SINGLE[@]}" --checkpoint-dir "$ROOT/disk/full" > "$ROOT/disk.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ]; then
+  fail "full disk ($disk_how)" "the run exited 0"
+elif ! grep -q "ptrain: error: cannot write $ROOT/disk/full/step-.*\(No space left\|File too large\)" "$ROOT/disk.log"; then
+  fail "full disk ($disk_how)" "not named: $(grep -m1 error "$ROOT/disk.log")"
+elif [ "$(temporaries_in "$ROOT/disk/full")" -ne 0 ]; then
+  fail "full disk ($disk_how)" "temporary files left on the full disk"
+elif ! all_verify "$ROOT/disk/full"; then
+  fail "full disk ($disk_how)" "a checkpoint on the full disk does not load"
+else
+  # Nothing lost: the newest checkpoint that fit resumes elsewhere to the reference's end.
+  mkdir -p "$ROOT/disk-resumed"
+  cp "$(latest_in "$ROOT/disk/full")" "$ROOT/disk-resumed/"
+  resume_and_compare "$ROOT/disk-resumed" single "full disk ($disk_how): named, and its last checkpoint resumes"
+fi
+rm -rf "$ROOT/disk/full"
+if [ "$SHORT" = 0 ]; then
+  full_run "${SINGLE[@]}" --keep-checkpoints 1 --checkpoint-dir "$ROOT/disk/kept" > "$ROOT/disk-kept.log" 2>&1
+  if [ $? -eq 0 ] && [ "$(digest_of "$(latest_in "$ROOT/disk/kept")")" = "$REF" ] &&
+     [ "$(ls "$ROOT"/disk/kept/step-*.safetensors | wc -l)" -eq 1 ]; then
+    pass "full disk ($disk_how): --keep-checkpoints 1 fits and ends on the reference's weights"
+  else
+    fail "full disk ($disk_how): --keep-checkpoints 1" "$(grep -m1 error "$ROOT/disk-kept.log")"
+  fi
+fi
+mountpoint -q "$ROOT/disk" && umount "$ROOT/disk"
+
+# --- divergence ----------------------------------------------------------------------------------
+"$PTRAIN" "${TINY[@]}" --epochs 2 --lr 1e6 --checkpoint-every 1 --checkpoint-dir "$ROOT/diverged" > "$ROOT/diverged.log" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "ptrain: error: training diverged at step [0-9]" "$ROOT/diverged.log"; then
+  fail "divergence" "exit $rc: $(grep -m1 -i 'error\|result' "$ROOT/diverged.log")"
+elif ! all_verify "$ROOT/diverged"; then
+  fail "divergence" "a non-finite checkpoint was saved: $(grep -m1 error "$ROOT/diverged.verify")"
+else
+  pass "divergence: stopped naming the step, every checkpoint finite"
+fi
+
+# --- bad input: one error line naming the thing, a non-zero exit, never an abort --------------------
+bad_input() {  # name, text the output must hold, ptrain arguments...
+  local name=$1 want=$2
+  shift 2
+  local out rc
+  out=$("$PTRAIN" "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "bad input: $name" "exit $rc"
+  elif [[ "$out" != *"$want"* ]]; then fail "bad input: $name" "does not name '$want': $(echo "$out" | tail -2)"
+  elif [[ "$out" == *"terminate called"* ]]; then fail "bad input: $name" "aborted"
+  else pass "bad input: $name"
+  fi
+}
+mkdir -p "$ROOT/bad"
+echo x > "$ROOT/bad/file"
+printf 'epochs: 2\nlr: 0.1\nepochs: 3\n' > "$ROOT/bad/twice.yaml"
+echo x > "$ROOT/bad/step-99999999999999999999999.safetensors"
+bad_input "--lr nan" "--lr" "${TINY[@]}" --lr nan
+if [ "$ALL_BAD_INPUT" = 1 ]; then
+bad_input "--momentum nan" "--momentum" "${TINY[@]}" --momentum nan
+bad_input "--epochs overflow" "--epochs" "${TINY[@]}" --epochs 9223372036854775807
+bad_input "--seed -1" "--seed" "${TINY[@]}" --seed -1
+bad_input "duplicate YAML key" "'epochs' is given twice" "${TINY[@]}" --config "$ROOT/bad/twice.yaml"
+bad_input "--checkpoint-dir is a file" "$ROOT/bad/file" "${TINY[@]}" --checkpoint-dir "$ROOT/bad/file"
+fi
+bad_input "--metrics-out under a file" "$ROOT/bad/file" "${TINY[@]}" --metrics-out "$ROOT/bad/file/m.json"
+[ "$ALL_BAD_INPUT" = 1 ] && bad_input "absurd checkpoint step" "step-99999999999999999999999" "${TINY[@]}" --checkpoint-dir "$ROOT/bad" --resume latest
+if [ "$ALL_BAD_INPUT" = 1 ]; then
+bad_input "--bucket-cap-mb under zero2" "--bucket-cap-mb" "${TINY[@]}" --strategy zero2 --bucket-cap-mb 50 --dry-run
+bad_input "a checkpoint as --weights" "--resume" "${TINY[@]}" --weights "$source_ckpt" --max-steps 1
+fi
+if mkdir -p "$ROOT/ro" && mount -t tmpfs -o ro,size=1m tmpfs "$ROOT/ro" 2>/dev/null; then
+  bad_input "read-only --checkpoint-dir" "$ROOT/ro" "${TINY[@]}" --checkpoint-dir "$ROOT/ro/ckpt"
+  umount "$ROOT/ro"
+fi
+
+if ! no_leftovers 5; then fail "leftover processes" "$(leftovers | tr '\n' ' ')"; fi
+
+wall=$SECONDS
+echo "figures: $cases cases, $kills kills -9 survived ($kills_mid_write mid-write, $stale_removed temporary files"\
+     "left and removed on resume), $flipped bytes flipped ($flips_detected refused, $flips_harmless harmless, 0 undetected)," \
+     "$truncated truncations ($truncations_detected refused), wall ${wall}s"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,44 @@
+#include "ptrain/cli/verify.h"
+
+#include "ptrain/core/error.h"
+#include "ptrain/train/checkpoint.h"
+
+namespace ptrain::cli {
+
+namespace {
+
+// The first tensor holding a NaN or an infinity, or "".
+std::string first_non_finite(const train::Checkpoint& c) {
+  for (const auto* section : {&c.model, &c.optimizer, &c.scaler}) {
+    for (const auto& [name, tensor] : *section) {
+      if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>()) return name;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+int verify_checkpoints(const std::vector<std::string>& files, std::ostream& out) {
+  int failed = 0;
+  for (const auto& file : files) {
+    try {
+      const train::Checkpoint c = train::load_checkpoint(file);
+      const std::string bad = first_non_finite(c);
+      check(bad.empty(), "tensor '" + bad + "' holds NaN or infinite values (a diverged run)");
+      out << file << ": ok, step " << c.position.global_step << " (epoch " << c.position.epoch + 1 << ", micro-batch "
+          << c.position.micro_batch << "), " << c.model.size() << " model tensors"
+          << (c.shards > 0 ? ", " + std::to_string(c.shards) + " shard files" : "") << ", weights "
+          << train::weights_digest(c) << std::endl;
+    } catch (const std::exception& e) {
+      ++failed;
+      // The loader's messages already begin with the file's name.
+      std::string why = e.what();
+      if (why.rfind(file + ": ", 0) == 0) why = why.substr(file.size() + 2);
+      out << file << ": error: " << why.substr(0, why.find('\n')) << std::endl;
+    }
+  }
+  return failed;
+}
+
+}  // namespace ptrain::cli

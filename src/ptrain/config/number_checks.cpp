@@ -1,0 +1,74 @@
+#include "ptrain/config/number_checks.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace ptrain::config {
+
+namespace {
+
+// Integers beyond int64 (uint64 for a seed) would be cut to the limit or wrapped by the conversion that
+// follows: 9223372036854775808 epochs or a seed of -1 must be refused, not changed.
+std::string check_integer_range(const std::string& text, bool unsigned_64) {
+  size_t digits = text.find_first_not_of(' ');
+  if (digits == std::string::npos) return {};
+  if (text[digits] == '+' || text[digits] == '-') ++digits;
+  if (digits >= text.size() || text.find_first_not_of("0123456789 ", digits) != std::string::npos) return {};
+  errno = 0;
+  if (unsigned_64 && text[text.find_first_not_of(' ')] != '-') {
+    (void)std::strtoull(text.c_str(), nullptr, 10);
+  } else {
+    (void)std::strtoll(text.c_str(), nullptr, 10);
+  }
+  if (errno != ERANGE) return {};
+  return "'" + text + "' is out of range (at most " +
+         (unsigned_64 ? std::to_string(std::numeric_limits<uint64_t>::max())
+                      : std::to_string(std::numeric_limits<int64_t>::max())) +
+         ")";
+}
+
+// Empty when text is a finite number inside the bounds, else what is wrong with it.
+std::string check_number(const std::string& text, double low, bool low_inclusive, double high, bool unsigned_64 = false) {
+  if (auto range = check_integer_range(text, unsigned_64); !range.empty()) return range;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  while (end != nullptr && *end == ' ') ++end;
+  if (end == begin || *end != '\0') return "'" + text + "' is not a number";
+  if (!std::isfinite(value))
+    return "'" + text + "' is not a finite number";
+  const bool unbounded_above = std::isinf(high);
+  const std::string range = unbounded_above
+                                ? (low_inclusive ? "at least " : "greater than ") + readable_number(low)
+                                : "between " + readable_number(low) + " and " + readable_number(high);
+  if ((low_inclusive ? value < low : value <= low) || value > high) return "must be " + range + ", not " + text;
+  return {};
+}
+
+CLI::Validator validator(double low, bool low_inclusive, double high, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& input) { return check_number(input, low, low_inclusive, high); }, name);
+}
+
+}  // namespace
+
+std::string readable_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", value);
+  return text;
+}
+
+CLI::Validator seed_number() {
+  return CLI::Validator([](std::string& input) { return check_number(input, 0.0, true, INFINITY, true); }, "SEED");
+}
+CLI::Validator positive_number() { return validator(0.0, false, INFINITY, "POSITIVE"); }
+CLI::Validator non_negative_number() { return validator(0.0, true, INFINITY, "NONNEGATIVE"); }
+CLI::Validator number_in(double low, double high) {
+  return validator(low, true, high, "[" + readable_number(low) + ", " + readable_number(high) + "]");
+}
+
+}  // namespace ptrain::config

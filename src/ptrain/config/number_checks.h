@@ -1,0 +1,24 @@
+// CLI11 validators for numeric flags that refuse NaN and infinities and print their bounds readably.
+// CLI11's own Range passes NaN (every comparison with it is false) and prints DBL_MAX in full, 310 digits.
+// They run on the text of a flag, a --config YAML key, a PTRAIN_* variable and a ds_config value alike.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace ptrain::config {
+
+// A finite number > 0.
+CLI::Validator positive_number();
+// A finite number >= 0.
+CLI::Validator non_negative_number();
+// A finite number in [low, high].
+CLI::Validator number_in(double low, double high);
+// A seed: an integer from 0 to 2^64-1. (The others refuse integers beyond int64.)
+CLI::Validator seed_number();
+
+// The text of a number as people write it: 0.1, 65536, 1e+06, not 0.100000 or 310 digits.
+std::string readable_number(double value);
+
+}  // namespace ptrain::config
