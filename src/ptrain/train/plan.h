@@ -3,6 +3,8 @@
 // downgraded silently.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <torch/torch.h>
@@ -10,6 +12,7 @@
 #include "ptrain/config/train_config.h"
 #include "ptrain/dist/environment.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
 
 namespace ptrain::train {
@@ -22,9 +25,14 @@ struct Plan {
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
   // The processes training together: detected from the launch environment under ddp, one otherwise.
   dist::LaunchEnvironment launch;
+  // The library API (ptrain/ptrain.h): a model and data of the caller's own, used instead of the zoo's
+  // and the dataset registry's when set.
+  std::function<std::shared_ptr<models::Model>(const models::ModelSpec&)> make_model;
+  std::function<data::Dataset(bool train)> open_data;
 };
 
-Plan make_plan(const config::TrainConfig& config);
+// model_from_caller: the plan's make_model will be set, so config.model.name names no zoo model.
+Plan make_plan(const config::TrainConfig& config, bool model_from_caller = false);
 
 // A readable summary: what --dry-run prints and every run logs first.
 std::string describe(const Plan& plan);

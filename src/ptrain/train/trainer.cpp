@@ -1,6 +1,7 @@
 #include "ptrain/train/trainer.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -81,8 +82,8 @@ struct Evaluation {
 
 class TrainingRun {
  public:
-  TrainingRun(const Plan& plan, const std::string& command_line)
-      : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
+  TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
+      : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
         strategy_(make_strategy_on_device(plan)),
         progress_style_(Progress::style_from(c_.run.progress)) {
     record_.command_line = command_line;
@@ -99,6 +100,7 @@ class TrainingRun {
   torch::Tensor optimizer_step(int64_t global_step);
   Evaluation evaluate();
   void save(TrainingPosition position);
+  void export_weights();
   void load_model_state(const io::NamedTensors& saved);
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
@@ -109,6 +111,7 @@ class TrainingRun {
   const config::TrainConfig& c_;
   torch::Device device_;
   precision::PrecisionPolicy policy_;
+  TrainHooks hooks_;
   std::unique_ptr<strategies::Strategy> strategy_;
   Progress::Style progress_style_;
 
@@ -137,8 +140,12 @@ class TrainingRun {
 
 void TrainingRun::load_data() {
   const int threads = static_cast<int>(c_.data.loader_threads);
-  train_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
-  test_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
+  const data::DataSpec spec = plan_.open_data ? plan_.data : data::resolve_image_loading(plan_.data);
+  const auto open = [&](bool train) {
+    return plan_.open_data ? plan_.open_data(train) : data::open_dataset(spec, train, threads);
+  };
+  train_set_ = data::spread_subset(open(/*train=*/true), c_.data.train_limit);
+  test_set_ = data::spread_subset(open(/*train=*/false), c_.data.test_limit);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
   check(train_set_.size() >= loader_batch,
         "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
@@ -187,7 +194,7 @@ void TrainingRun::load_data() {
 void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
   const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
-  model_ = models::make_model(spec);
+  model_ = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
   if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
@@ -300,6 +307,23 @@ void TrainingRun::save(TrainingPosition position) {
   save_checkpoint(path, ckpt);
 }
 
+// --save-weights: the model's state_dict with every parameter whole (gathering shards is collective;
+// rank 0 writes), fp32 masters where there are any.
+void TrainingRun::export_weights() {
+  if (c_.model.save_weights.empty()) return;
+  const auto params = target_->full_parameters();
+  if (!strategy_->is_main()) return;
+  std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+  auto tensors = models::state_dict(*model_);
+  for (auto& [name, tensor] : tensors) {
+    auto it = full.find(name);
+    tensor = (it != full.end() ? it->second : tensor).to(torch::kCPU);
+  }
+  const auto parent = std::filesystem::path(c_.model.save_weights).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  models::write_weights(c_.model.save_weights, tensors);
+}
+
 // Unscale, clip, update: everything after the last micro-batch's backward. Returns nothing to the host.
 torch::Tensor TrainingRun::optimizer_step(int64_t global_step) {
   strategy_->finish_backward();
@@ -333,6 +357,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
   auto window_loss = torch::zeros({}, totals_->loss_sum.options());
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
+    torch::Tensor step_loss;  // for hooks_.on_step only
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto batch = train_loader_->next();
       check(batch.has_value(), "data loader ended before the epoch's last step");
@@ -346,6 +371,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
       const auto labels = prediction_labels(batch->labels);
       auto loss = torch::nn::functional::cross_entropy(predictions.to(torch::kFloat), labels);
       auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+      if (hooks_.on_step) step_loss = step_loss.defined() ? step_loss + loss.detach() : loss.detach();
       (scaler_ ? scaler_->scale(scaled) : scaled).backward();
 
       torch::NoGradGuard no_grad;
@@ -361,6 +387,7 @@ void TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress
     }
     optimizer_step(global_step_);
     ++global_step_;
+    if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss.item<double>() / static_cast<double>(accum)});
     if (global_step_ == steady_from_step_) {
       metrics::synchronize(device_);
       steady_start_ = std::chrono::steady_clock::now();
@@ -509,6 +536,7 @@ metrics::RunRecord TrainingRun::run() {
     progress.end_epoch(line);
   }
   if (sampler) sampler->stop();
+  export_weights();
 
   record_.model = c_.model.name;
   record_.dataset = c_.data.dataset;
@@ -521,7 +549,7 @@ metrics::RunRecord TrainingRun::run() {
   record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
   record_.epochs = c_.run.epochs;
   record_.steps = global_step_;
-  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
+  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
   record_.train_wall_seconds = train_seconds_;
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
@@ -556,6 +584,12 @@ metrics::RunRecord TrainingRun::run() {
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);
+  // How long the training step waited for its batches (host time in the loader's next()): a loader that
+  // cannot keep up shows here. Documented in docs/metrics.md.
+  record_.extra["data_loader"] = {{"image_loading", train_set_.is_streamed() ? "stream" : "memory"},
+                                  {"threads", c_.data.loader_threads},
+                                  {"wait_seconds", train_loader_->wait_seconds()},
+                                  {"wait_fraction", train_seconds_ > 0 ? train_loader_->wait_seconds() / train_seconds_ : 0.0}};
   return record_;
 }
 
@@ -594,13 +628,18 @@ std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
 }  // namespace
 
 models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test) {
-  const bool language_model = models::is_language_model(c.model.name);
+  // A model outside the zoo (a TorchScript file, a module of the library API's caller) takes what its data
+  // holds; TorchScriptModel::load checks that the module fits it.
+  const auto zoo = models::model_names();
+  const bool from_zoo = std::find(zoo.begin(), zoo.end(), c.model.name) != zoo.end();
+  const bool language_model = from_zoo ? models::is_language_model(c.model.name) : train.is_tokens();
   check(language_model == train.is_tokens(),
         language_model ? "--model " + c.model.name + " is a language model: it needs a token dataset "
                              "(--dataset synthetic-tokens or text), not " + c.data.dataset
                        : "--model " + c.model.name + " is an image model: it cannot train on the token dataset " +
                              c.data.dataset);
   models::ModelSpec spec{c.model.name, 0, 0, 0};
+  spec.data = train.description;
   if (language_model) {
     check(c.model.vocab_size == 0 || c.model.vocab_size >= train.vocab_size,
           "--vocab-size " + std::to_string(c.model.vocab_size) + " is smaller than the " +
@@ -612,15 +651,15 @@ models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& 
     spec.heads = c.model.gpt_heads;
   } else {
     spec.num_classes = static_cast<int64_t>(train.classes.size());
-    spec.in_channels = train.images.size(1);
-    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.images.size(2);
+    spec.in_channels = train.channels();
+    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.height();
   }
   return spec;
 }
 
-metrics::RunRecord train(const Plan& plan, const std::string& command_line) {
+metrics::RunRecord train(const Plan& plan, const std::string& command_line, const TrainHooks& hooks) {
   try {
-    TrainingRun run(plan, command_line);
+    TrainingRun run(plan, command_line, hooks);
     return run.run();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
