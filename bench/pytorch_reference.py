@@ -151,13 +151,14 @@ def load_dataset(name, path, train, cache_dir=None):
         images = load_idx_gz(os.path.join(root, f"{split}-images-idx3-ubyte.gz")).unsqueeze(1)
         labels = load_idx_gz(os.path.join(root, f"{split}-labels-idx1-ubyte.gz")).to(torch.int64)
         return images, labels, [str(c) for c in range(10)]
-    if name == "cifar10":
+    if name in ("cifar10", "imagefolder"):
         return load_image_folder(os.path.join(path, "train" if train else "test"), cache_dir)
     if name == "synthetic":
         n, c, h, w, classes = parse_synthetic_spec(path)
         # Same split sizes and seeds as ptrain: test split is a fifth of N.
         return make_synthetic(n if train else max(n // 5, 1), c, h, w, classes, 1 if train else 2)
-    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, fashion-mnist, mnist, synthetic)")
+    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, imagefolder, fashion-mnist, mnist, "
+                     "synthetic)")
 
 
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
@@ -352,7 +353,7 @@ def write_json_atomically(path, record):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "fashion-mnist", "mnist", "synthetic"])
+    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "imagefolder", "fashion-mnist", "mnist", "synthetic"])
     p.add_argument("--test-limit", type=int, default=0,
                    help="evaluate on N test images spread evenly over the test set (as ptrain picks them); 0: all")
     p.add_argument("--cache-dir", default=None,
@@ -361,7 +362,7 @@ def parse_args(argv=None):
                    help="cifar10: folder with train/ and test/ (default .data/cifar10); fashion-mnist, mnist: "
                         "folder of the gzipped IDX files (default /usr/share/datasets/fashion-mnist); synthetic: "
                         f"N:CxHxW:classes (default {SYNTHETIC_DEFAULT})")
-    p.add_argument("--model", default="resnet50")
+    p.add_argument("--model", default="resnet50", help="a torchvision or CIFAR ResNet, or a TorchScript file (.pt)")
     p.add_argument("--image-size", type=int, default=224, help="0: the data's own size")
     p.add_argument("--batch-size", type=int, default=128, help="images per step on each device")
     p.add_argument("--epochs", type=int, default=1)
@@ -507,7 +508,14 @@ def build_model(a, ctx, num_classes, in_channels, half):
     # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
     norm_layer = (lambda c: torch.nn.GroupNorm(min(32, c), c)) if a.norm == "group" else torch.nn.BatchNorm2d
-    if a.model in CIFAR_RESNET_DEPTHS:
+    if a.model.endswith((".pt", ".pth")):
+        # A TorchScript export, the very module `ptrain train --model FILE.pt` trains. Both run its graph op by
+        # op through the interpreter (ptrain turns the executor's optimisations off, so does this).
+        if a.strategy == "fsdp":
+            raise SystemExit(f"--model {a.model}: FullyShardedDataParallel does not wrap TorchScript modules")
+        torch._C._set_graph_executor_optimize(False)
+        model = torch.jit.load(a.model, map_location="cpu")
+    elif a.model in CIFAR_RESNET_DEPTHS:
         model = CifarResNet(CIFAR_RESNET_DEPTHS[a.model], in_channels, num_classes, norm_layer)
     else:
         factory = getattr(torchvision.models, a.model, None)

@@ -32,6 +32,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/models/torchscript_model.h"
 
 namespace ptrain::bench {
 
@@ -225,6 +226,10 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, 
   if (run.strategy == "zero3" || run.strategy == "fsdp") {
     if (!suite.on_gpu) {
       job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
+      return job;
+    }
+    if (models::is_torchscript_path(workload_value(suite, "model"))) {
+      job.unavailable = "PyTorch's FSDP does not wrap TorchScript modules";
       return job;
     }
     strategy = "fsdp";
