@@ -242,7 +242,7 @@ def load_tokens(name, path, seq_len, train):
 
 def load_dataset(name, path, train, cache_dir=None, limit=0):
     """(samples, labels, classes) with at most `limit` samples spread over the split, as ptrain picks them."""
-    if name == "cifar10":
+    if name in ("cifar10", "imagefolder"):
         return load_image_folder(os.path.join(path, "train" if train else "test"), cache_dir, limit)
     x, y, classes = load_whole_dataset(name, path, train)
     keep = spread_indices(len(x), limit)
@@ -261,8 +261,8 @@ def load_whole_dataset(name, path, train):
         n, c, h, w, classes = parse_synthetic_spec(path)
         # Same split sizes and seeds as ptrain: test split is a fifth of N.
         return make_synthetic(n if train else max(n // 5, 1), c, h, w, classes, 1 if train else 2)
-    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, fashion-mnist, mnist, synthetic, "
-                     f"synthetic-tokens, text)")
+    raise SystemExit(f"--dataset: {name} is not supported by the reference (cifar10, imagefolder, fashion-mnist, mnist, "
+                     f"synthetic, synthetic-tokens, text)")
 
 
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
@@ -458,7 +458,7 @@ def write_json_atomically(path, record):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10",
-                   choices=["cifar10", "fashion-mnist", "mnist", "synthetic", "synthetic-tokens", "text"])
+                   choices=["cifar10", "imagefolder", "fashion-mnist", "mnist", "synthetic", "synthetic-tokens", "text"])
     p.add_argument("--test-limit", type=int, default=0,
                    help="evaluate on N test samples spread evenly over the test set (as ptrain picks them); 0: all")
     p.add_argument("--train-limit", type=int, default=0,
@@ -473,7 +473,8 @@ def parse_args(argv=None):
     p.add_argument("--seq-len", type=int, default=0,
                    help="token datasets: tokens per sample, replacing the spec's T; 0: the dataset's default")
     p.add_argument("--model", default="resnet50",
-                   help="a torchvision model, resnet20/32/44/56 (CIFAR ResNets), or gpt-tiny/small/medium/large/xl")
+                   help="a torchvision model, resnet20/32/44/56 (CIFAR ResNets), gpt-tiny/small/medium/large/xl, or a "
+                        "TorchScript file (.pt)")
     p.add_argument("--gpt-layers", type=int, default=0, help="GPT models: transformer blocks; 0 keeps the size's")
     p.add_argument("--gpt-width", type=int, default=0, help="GPT models: embedding width; 0 keeps the size's")
     p.add_argument("--gpt-heads", type=int, default=0, help="GPT models: attention heads; 0 keeps the size's")
@@ -837,7 +838,14 @@ def build_model(a, ctx, data, half):
     # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
     norm_layer = (lambda c: torch.nn.GroupNorm(min(32, c), c)) if a.norm == "group" else torch.nn.BatchNorm2d
-    if data.tokens:
+    if a.model.endswith((".pt", ".pth")):
+        # A TorchScript export, the very module `ptrain train --model FILE.pt` trains. Both run its graph op by
+        # op through the interpreter (ptrain turns the executor's optimisations off, so does this).
+        if a.strategy == "fsdp":
+            raise SystemExit(f"--model {a.model}: FullyShardedDataParallel does not wrap TorchScript modules")
+        torch._C._set_graph_executor_optimize(False)
+        model = torch.jit.load(a.model, map_location="cpu")
+    elif data.tokens:
         model = build_gpt(a, data.vocab, data.seq_len)
     elif a.model in CIFAR_RESNET_DEPTHS:
         model = CifarResNet(CIFAR_RESNET_DEPTHS[a.model], data.channels, len(data.classes), norm_layer)

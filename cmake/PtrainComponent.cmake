@@ -5,8 +5,9 @@
 
 add_library(ptrain_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp)
 target_link_libraries(ptrain_pch PUBLIC ${TORCH_LIBRARIES} Threads::Threads)
-target_include_directories(ptrain_pch PUBLIC ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(ptrain_pch PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src> $<INSTALL_INTERFACE:include>)
 target_compile_options(ptrain_pch PUBLIC ${TORCH_CXX_FLAGS})
+target_compile_features(ptrain_pch PUBLIC cxx_std_17)
 if(PTRAIN_WITH_CUDA)
   # c10d guards ProcessGroupNCCL.hpp behind USE_C10D_NCCL; the wheel's targets do not always define it.
   target_compile_definitions(ptrain_pch PUBLIC PTRAIN_WITH_CUDA=1 USE_C10D_NCCL)

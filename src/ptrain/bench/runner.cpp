@@ -33,6 +33,7 @@
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/models/zoo.h"
+#include "ptrain/models/torchscript_model.h"
 
 namespace ptrain::bench {
 
@@ -260,6 +261,10 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& vari
   if (run.strategy == "zero3" || run.strategy == "fsdp") {
     if (!suite.on_gpu) {
       job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
+      return job;
+    }
+    if (models::is_torchscript_path(workload_value(suite, "model"))) {
+      job.unavailable = "PyTorch's FSDP does not wrap TorchScript modules";
       return job;
     }
     strategy = "fsdp";

@@ -6,6 +6,7 @@
 
 #include "ptrain/bench/estimate.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/fsdp.h"
@@ -95,6 +96,11 @@ std::string describe_layout(const train::Plan& plan) {
 
   out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
+  if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {
+    if (!scripted->units_note().empty()) out << scripted->units_note() << "\n";
+    if (c.model.activation_checkpointing && !scripted->checkpointing_note().empty())
+      out << "activation checkpointing, " << scripted->checkpointing_note() << "\n";
+  }
   if (strategy == "fsdp") {
     const auto options = strategies::fsdp_options(c.sharding);
     const bool hybrid = options.sharding.rfind("hybrid", 0) == 0;

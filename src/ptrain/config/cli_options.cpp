@@ -17,9 +17,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   const auto positive = positive_number();
 
   app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56, "
-                 "gpt-tiny/small/medium/large/xl (token datasets)")
+                 "gpt-tiny/small/medium/large/xl (token datasets), or a TorchScript file (.pt) of your own module")
       ->group("Model")->capture_default_str();
   app.add_option("--weights", c.model.weights, "Initial weights, a torchvision .pth or a .safetensors file")
+      ->group("Model");
+  app.add_option("--save-weights", c.model.save_weights,
+                 "Write the trained weights here: a .pt/.pth state dict (torch.load) or a .safetensors file")
       ->group("Model");
   app.add_flag("--activation-checkpointing,!--no-activation-checkpointing", c.model.activation_checkpointing,
                "Recompute each residual block in backward instead of keeping its activations")
@@ -46,8 +49,13 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Data")->check(non_negative);
   app.add_flag("--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
       ->group("Data")->capture_default_str();
-  app.add_option("--loader-threads", c.data.loader_threads, "Threads decoding image folders")
+  app.add_option("--loader-threads", c.data.loader_threads,
+                 "Threads decoding image folders: the whole folder at start, or each batch when streaming")
       ->group("Data")->check(positive)->capture_default_str();
+  app.add_option("--image-loading", c.data.image_loading,
+                 "Image folders: memory (decoded once, all images of one size), stream (decoded per batch, any "
+                 "sizes, ImageNet-style crops) or auto (memory for folders up to 1 GiB of images of one size)")
+      ->group("Data")->check(CLI::IsMember({"auto", "memory", "stream"}))->capture_default_str();
   app.add_option("--prefetch", c.data.prefetch, "Batches prepared ahead of the step")
       ->group("Data")->check(positive)->capture_default_str();
   app.add_option("--train-limit", c.data.train_limit, "Train on N samples spread evenly over the training set only; 0: all")

@@ -5,6 +5,7 @@ namespace ptrain::config {
 nlohmann::json to_json(const TrainConfig& c) {
   return {
       {"model", {{"name", c.model.name}, {"weights", c.model.weights},
+                 {"save_weights", c.model.save_weights},
                  {"activation_checkpointing", c.model.activation_checkpointing},
                  {"channels_last", c.model.channels_last}, {"gpt_layers", c.model.gpt_layers},
                  {"gpt_width", c.model.gpt_width}, {"gpt_heads", c.model.gpt_heads},
@@ -12,6 +13,7 @@ nlohmann::json to_json(const TrainConfig& c) {
       {"data", {{"dataset", c.data.dataset}, {"path", c.data.path}, {"image_size", c.data.image_size},
                 {"seq_len", c.data.seq_len},
                 {"augment", c.data.augment}, {"loader_threads", c.data.loader_threads},
+                {"image_loading", c.data.image_loading},
                 {"prefetch", c.data.prefetch}, {"train_limit", c.data.train_limit},
                 {"test_limit", c.data.test_limit}}},
       {"optimizer", {{"name", c.optim.name}, {"lr", c.optim.lr}, {"momentum", c.optim.momentum},

@@ -12,8 +12,9 @@
 namespace ptrain::config {
 
 struct ModelConfig {
-  std::string name = "resnet18";           // a name of models/zoo.h
+  std::string name = "resnet18";           // a name of models/zoo.h, or a TorchScript file (.pt)
   std::string weights;                     // initial weights (.pth or .safetensors); empty: random init
+  std::string save_weights;                // write the trained weights here (.pt/.pth state dict or .safetensors)
   bool activation_checkpointing = false;   // recompute each residual block in backward
   // NHWC memory format for inputs and 4-D weights: auto | true | false. auto: on for convolutional models
   // on CUDA, where cuDNN's NHWC kernels are the fast ones (train/plan.h resolves it).
@@ -31,7 +32,8 @@ struct DataConfig {
   int64_t image_size = 0;                  // resize to this square size; 0: native size
   int64_t seq_len = 0;                     // token datasets: tokens per sample; 0: the dataset's default
   bool augment = true;                     // random crop with padding + horizontal flip on training batches
-  int64_t loader_threads = 2;              // decoding threads when an image folder is loaded
+  int64_t loader_threads = 2;              // decoding threads of image folders (loaded whole, or streamed)
+  std::string image_loading = "auto";      // image folders: memory (decoded once) | stream (per batch) | auto
   int64_t prefetch = 2;                    // batches the loader keeps ready ahead of the step
   int64_t train_limit = 0;                 // use only the first N training samples; 0: all
   int64_t test_limit = 0;                  // evaluate on the first N test samples; 0: all

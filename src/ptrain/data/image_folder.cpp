@@ -22,11 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct DecodedImage {
-  int64_t height = 0;
-  int64_t width = 0;
-  std::vector<uint8_t> rgb;  // interleaved H x W x 3
-};
+using DecodedImage = RgbImage;
 
 std::vector<uint8_t> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -160,7 +156,9 @@ std::string size_text(int64_t h, int64_t w) { return std::to_string(w) + "x" + s
 
 }  // namespace
 
-Dataset load_image_folder(const std::string& root_name, int threads) {
+RgbImage decode_image_file(const fs::path& path) { return decode_image(path); }
+
+ImageFolderListing list_image_folder(const std::string& root_name) {
   const fs::path root(root_name);
   check(fs::is_directory(root), root_name + ": image folder not found");
 
@@ -191,6 +189,14 @@ Dataset load_image_folder(const std::string& root_name, int threads) {
     }
   }
   check(!files.empty(), root_name + ": no .jpg, .jpeg or .png files in the class sub-folders");
+  return {std::move(classes), std::move(files), std::move(file_labels)};
+}
+
+Dataset load_image_folder(const std::string& root_name, int threads) {
+  ImageFolderListing listing = list_image_folder(root_name);
+  auto& classes = listing.classes;
+  const auto& files = listing.files;
+  const auto& file_labels = listing.labels;
 
   // The first image fixes the size, so every worker can decode straight into its slot of the final tensor.
   const auto first = decode_image(files[0]);

@@ -1,5 +1,8 @@
 // Batches for training and evaluation: a background thread gathers and ships uint8 images ahead of the consumer,
 // the consumer augments them on the device. Token datasets pass through as int64, without augmentation.
+// Streamed image folders (Dataset::source) are decoded by a pool of the source's threads, two batches at a
+// time, each image already cropped (and, training, flipped) to its final size; the device then only
+// normalises them.
 #pragma once
 
 #include <torch/torch.h>
@@ -59,9 +62,14 @@ class Loader {
   int64_t batches_per_epoch() const;
   int64_t samples_per_epoch() const;  // this rank's samples in an epoch, after dropping
 
+  // Host seconds next() has spent waiting for a batch that was not ready yet, since construction: the time
+  // the consumer waited for data.
+  double wait_seconds() const { return wait_seconds_; }
+
  private:
   struct Pending;
   struct CudaState;
+  class DecodePool;
 
   void stop_worker();
   void produce(int64_t first_batch, std::vector<int64_t> order);
@@ -71,8 +79,11 @@ class Loader {
   LoaderOptions options_;
   DistributedSampler sampler_;
   std::unique_ptr<CudaState> cuda_;
+  std::unique_ptr<DecodePool> pool_;  // streamed datasets only
+  bool decode_augmented_ = false;     // streamed: random resized crops and flips at decode
   int64_t epoch_ = -1;
   bool epoch_finished_ = true;
+  double wait_seconds_ = 0;
 
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -7,6 +7,7 @@
 #include "ptrain/data/cifar_binary.h"
 #include "ptrain/data/idx.h"
 #include "ptrain/data/image_folder.h"
+#include "ptrain/data/streaming_image_folder.h"
 #include "ptrain/data/synthetic.h"
 #include "ptrain/data/tokens.h"
 
@@ -27,12 +28,35 @@ bool has_cifar_binary(const fs::path& dir) {
   return fs::exists(dir / "data_batch_1.bin") || fs::exists(dir / "test_batch.bin");
 }
 
-Dataset open_cifar10(const std::string& path, bool train, int threads) {
+// root/train and root/test, decoded whole or streamed as the spec says.
+Dataset open_folder(const DataSpec& spec, const fs::path& root, bool train, int threads) {
+  const std::string split = (root / (train ? "train" : "test")).string();
+  const std::string mode =
+      spec.image_loading == "auto" ? choose_image_loading((root / "train").string()) : spec.image_loading;
+  if (mode == "stream") {
+    check(spec.image_size > 0,
+          spec.image_loading == "auto"
+              ? root.string() + " is streamed (its training images take more than 1 GiB on disk or differ in size), "
+                                "which crops every image to --image-size: give --image-size"
+              : "--image-loading stream needs --image-size, the side the images of " + root.string() + " are cropped to");
+    StreamingOptions options;
+    options.image_size = spec.image_size;
+    options.threads = threads;
+    return open_streaming_image_folder(split, options);
+  }
+  check(mode == "memory", "--image-loading: unknown mode '" + mode + "' (known: auto, memory, stream)");
+  return load_image_folder(split, threads);
+}
+
+Dataset open_cifar10(const DataSpec& spec, bool train, int threads) {
+  const std::string path = require_path(spec);
   const fs::path dir(path);
+  const bool binary = has_cifar_binary(dir) || has_cifar_binary(dir / "cifar-10-batches-bin");
+  check(!binary || spec.image_loading != "stream",
+        "--image-loading stream: " + path + " holds CIFAR-10's binary release, not an image folder");
   if (has_cifar_binary(dir)) return load_cifar10_binary(dir.string(), train);
   if (has_cifar_binary(dir / "cifar-10-batches-bin")) return load_cifar10_binary((dir / "cifar-10-batches-bin").string(), train);
-  if (fs::is_directory(dir / "train") && fs::is_directory(dir / "test"))
-    return load_image_folder((dir / (train ? "train" : "test")).string(), threads);
+  if (fs::is_directory(dir / "train") && fs::is_directory(dir / "test")) return open_folder(spec, dir, train, threads);
   throw Error(path + ": no CIFAR-10 found: expected data_batch_1.bin or test_batch.bin (directly or in "
                      "cifar-10-batches-bin/), or train/ and test/ image folders");
 }
@@ -75,15 +99,26 @@ std::vector<std::string> dataset_names() {
 Dataset open_dataset(const DataSpec& spec, bool train, int threads) {
   if (spec.name == "fashion-mnist") return load_fashion_mnist(spec.path.empty() ? kFashionMnistDefault : spec.path, train);
   if (spec.name == "mnist") return load_mnist(require_path(spec), train);
-  if (spec.name == "cifar10") return open_cifar10(require_path(spec), train, threads);
-  if (spec.name == "imagefolder")
-    return load_image_folder((fs::path(require_path(spec)) / (train ? "train" : "test")).string(), threads);
+  check(spec.image_loading == "auto" || spec.name == "cifar10" || spec.name == "imagefolder",
+        "--image-loading " + spec.image_loading + " applies to image folders (--dataset imagefolder or cifar10), not to " +
+            spec.name);
+  if (spec.name == "cifar10") return open_cifar10(spec, train, threads);
+  if (spec.name == "imagefolder") return open_folder(spec, fs::path(require_path(spec)), train, threads);
   if (spec.name == "synthetic") return open_synthetic(spec.path, train);
   if (spec.name == "synthetic-tokens") return open_synthetic_tokens(spec.path, spec.seq_len, train);
   if (spec.name == "text") return load_text_tokens(spec.path, spec.seq_len, train);
   std::string known;
   for (const auto& name : dataset_names()) known += (known.empty() ? "" : ", ") + name;
   throw Error("unknown dataset '" + spec.name + "'; known: " + known);
+}
+
+DataSpec resolve_image_loading(DataSpec spec) {
+  if (spec.image_loading != "auto" || spec.path.empty()) return spec;
+  const fs::path root(spec.path);
+  const bool folder = spec.name == "imagefolder" ||
+                      (spec.name == "cifar10" && !has_cifar_binary(root) && !has_cifar_binary(root / "cifar-10-batches-bin"));
+  if (folder && fs::is_directory(root / "train")) spec.image_loading = choose_image_loading((root / "train").string());
+  return spec;
 }
 
 Normalization default_normalization(const std::string& name) {

@@ -13,6 +13,10 @@ struct DataSpec {
   std::string name;
   std::string path;  // empty: the dataset's default, where it has one
   int64_t seq_len = 0;  // token datasets: tokens per sample; 0: the dataset's default
+  // Image folders (imagefolder, cifar10 as a folder): memory (decoded once), stream (decoded per batch at
+  // image_size, streaming_image_folder.h) or auto (streaming_image_folder.h's choose_image_loading).
+  std::string image_loading = "auto";
+  int64_t image_size = 0;
 };
 
 // Known names:
@@ -27,8 +31,12 @@ struct DataSpec {
 //                  from a fixed random Markov chain (data/tokens.h); seq_len, when set, replaces T
 //   text           path is a UTF-8 text file read as bytes (vocabulary 256) in windows of seq_len + 1 bytes
 //                  (default 256); the last 10% of the file is the test split
-// threads is the number of decoding threads for image folders.
+// threads is the number of decoding threads for image folders (loading them whole, or streaming).
 Dataset open_dataset(const DataSpec& spec, bool train, int threads);
+
+// The spec with image_loading "auto" decided (for image folders, from the training folder), so that
+// both splits are opened the same way without deciding twice.
+DataSpec resolve_image_loading(DataSpec spec);
 
 // The names open_dataset knows.
 std::vector<std::string> dataset_names();

@@ -10,6 +10,16 @@
 
 namespace ptrain::models {
 
+// Told by a model whose units run themselves (Model::units_run_themselves) when each unit's forward
+// starts and ends: how ZeRO-3 and FSDP gather and free a unit's parameters around it.
+class UnitObserver {
+ public:
+  virtual ~UnitObserver() = default;
+  virtual void before_unit(size_t index) = 0;
+  // output: the unit's result, which the observer may hook (to gather the unit again for its backward).
+  virtual void after_unit(size_t index, torch::Tensor& output) = 0;
+};
+
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
@@ -36,6 +46,18 @@ class Model : public torch::nn::Module {
 
   // Runs unit `index` of units() alone; forward(x) is these applied in order, index 0 first.
   virtual torch::Tensor forward_unit(size_t index, torch::Tensor x) = 0;
+
+  // A model whose forward calls its units itself, in any arrangement (a C++ module with units marked by
+  // ptrain::fully_shard, api/user_model.h), instead of being their composition: strategies then run
+  // forward() with an observer set, and forward_unit is not offered.
+  virtual bool units_run_themselves() const { return false; }
+  virtual void observe_units(UnitObserver* observer) {}
 };
+
+// As PyTorch's Module.to: floating-point parameters and buffers take dtype, the others (BatchNorm's
+// num_batches_tracked) keep theirs; every tensor moves to device when one is given. In place (set_data),
+// for module and all its descendants.
+void to_floating_point(torch::nn::Module& module, const c10::optional<torch::Device>& device, torch::Dtype dtype,
+                       bool non_blocking = false);
 
 }  // namespace ptrain::models

@@ -123,9 +123,10 @@ void load_weights(torch::nn::Module& module, const std::string& path) {
   load_state_dict(module, tensors, path);
 }
 
-void save_weights(const torch::nn::Module& module, const std::string& path) {
+void save_weights(const torch::nn::Module& module, const std::string& path) { write_weights(path, state_dict(module)); }
+
+void write_weights(const std::string& path, const io::NamedTensors& tensors) {
   const auto format = format_of(path);
-  const auto tensors = state_dict(module);
   if (format == Format::Pth) {
     io::write_pth(path, tensors);
   } else {

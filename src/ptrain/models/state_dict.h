@@ -23,5 +23,7 @@ void load_state_dict(torch::nn::Module& module, const io::NamedTensors& tensors,
 // By extension: .pth or .pt (torch.save format) and .safetensors; any other throws ptrain::Error naming it.
 void load_weights(torch::nn::Module& module, const std::string& path);
 void save_weights(const torch::nn::Module& module, const std::string& path);
+// The same for tensors already collected (e.g. gathered from the shards of a sharded strategy).
+void write_weights(const std::string& path, const io::NamedTensors& tensors);
 
 }  // namespace ptrain::models

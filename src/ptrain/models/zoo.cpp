@@ -3,6 +3,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/models/gpt.h"
 #include "ptrain/models/resnet.h"
+#include "ptrain/models/torchscript_model.h"
 
 namespace ptrain::models {
 
@@ -67,6 +68,15 @@ std::optional<int64_t> parameters_without_building(const ModelSpec& spec) {
 }
 
 std::shared_ptr<Model> make_model(const ModelSpec& spec) {
+  if (is_torchscript_path(spec.name)) {
+    ScriptInput input;
+    input.tokens = spec.image_size == 0 && spec.seq_len > 0;
+    input.sample_shape = input.tokens ? std::vector<int64_t>{spec.seq_len}
+                                      : std::vector<int64_t>{spec.in_channels, spec.image_size, spec.image_size};
+    input.classes = spec.num_classes;
+    input.data_description = spec.data.empty() ? "the data" : spec.data;
+    return TorchScriptModel::load(spec.name, input);
+  }
   for (const auto& size : kGptSizes) {
     if (spec.name == size.name) return std::make_shared<Gpt>(gpt_options(spec, size));
   }

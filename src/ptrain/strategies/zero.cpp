@@ -352,31 +352,54 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   };
   // Training keeps the root gathered from forward to backward, which needs it first.
   if (s.rest_group >= 0) s.gather(static_cast<size_t>(s.rest_group));
+  const size_t n = s.unit_group.size();
+  // Around unit u's forward: its group is gathered before the group's first unit and, after its last,
+  // arranged to be gathered again for backward and freed.
+  const auto before_unit = [&](size_t u) {
+    const int g = s.unit_group[u];
+    if (g < 0 || (u > 0 && s.unit_group[u - 1] == g && s.groups[static_cast<size_t>(g)].flat->allocated())) return;
+    s.gather(static_cast<size_t>(g));
+    if (options_.forward_prefetch) {
+      for (size_t next = u + 1; next < n; ++next) {
+        if (s.unit_group[next] >= 0 && s.unit_group[next] != g) {
+          s.prefetch(s.unit_group[next]);
+          break;
+        }
+      }
+    }
+  };
+  const auto after_unit = [&](size_t u, torch::Tensor& out) {
+    const int g = s.unit_group[u];
+    if (g < 0 || (u + 1 < n && s.unit_group[u + 1] == g)) return;
+    gather_in_backward(out, static_cast<size_t>(g));
+    if (!training || options_.reshard_after_forward) s.release(static_cast<size_t>(g));
+  };
   torch::Tensor x = inputs;
   if (s.unit_group.empty()) {
     x = model.forward(x);
+  } else if (model.units_run_themselves()) {
+    // The model calls its units where its forward needs them and tells us.
+    struct Observer final : models::UnitObserver {
+      std::function<void(size_t)> before;
+      std::function<void(size_t, torch::Tensor&)> after;
+      void before_unit(size_t u) override { before(u); }
+      void after_unit(size_t u, torch::Tensor& out) override { after(u, out); }
+    } observer;
+    observer.before = before_unit;
+    observer.after = after_unit;
+    model.observe_units(&observer);
+    try {
+      x = model.forward(x);
+    } catch (...) {
+      model.observe_units(nullptr);
+      throw;
+    }
+    model.observe_units(nullptr);
   } else {
-    const size_t n = s.unit_group.size();
     for (size_t u = 0; u < n; ++u) {
-      const int g = s.unit_group[u];
-      const bool first = g >= 0 && (u == 0 || s.unit_group[u - 1] != g);
-      const bool last = g >= 0 && (u + 1 == n || s.unit_group[u + 1] != g);
-      if (first) {
-        s.gather(static_cast<size_t>(g));
-        if (options_.forward_prefetch) {
-          for (size_t next = u + 1; next < n; ++next) {
-            if (s.unit_group[next] >= 0 && s.unit_group[next] != g) {
-              s.prefetch(s.unit_group[next]);
-              break;
-            }
-          }
-        }
-      }
+      before_unit(u);
       x = model.forward_unit(u, x);
-      if (last) {
-        gather_in_backward(x, static_cast<size_t>(g));
-        if (!training || options_.reshard_after_forward) s.release(static_cast<size_t>(g));
-      }
+      after_unit(u, x);
     }
   }
   if (s.rest_group >= 0) {

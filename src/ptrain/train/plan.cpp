@@ -8,6 +8,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/io/output_path.h"
+#include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/train/checkpoint.h"
 
@@ -138,7 +139,7 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std:
   return {first, last};
 }
 
-Plan make_plan(const config::TrainConfig& config) {
+Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
@@ -218,10 +219,18 @@ Plan make_plan(const config::TrainConfig& config) {
   if (fsdp) apply_fsdp_mixed_precision(c, plan);
 
   const auto names = models::model_names();
-  if (std::find(names.begin(), names.end(), c.model.name) == names.end()) {
+  const bool scripted = models::is_torchscript_path(c.model.name);
+  if (scripted) {
+    check(std::filesystem::is_regular_file(c.model.name), "--model: no such TorchScript file: " + c.model.name);
+    // Its BatchNorm layers are inside the scripted graph, where SyncBatchNorm cannot take their place.
+    check(!c.dist.sync_batchnorm, "--sync-batchnorm: --model " + c.model.name +
+                                      " is a TorchScript module, whose batch norms ptrain cannot replace by "
+                                      "synchronised ones; train it without --sync-batchnorm");
+  } else if (!model_from_caller && std::find(names.begin(), names.end(), c.model.name) == names.end()) {
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw Error("--model: unknown model '" + c.model.name + "' (known: " + known + ")");
+    throw Error("--model: unknown model '" + c.model.name + "' (known: " + known +
+                "; or a TorchScript file ending in .pt)");
   }
   if (!models::is_language_model(c.model.name)) {
     for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},
@@ -235,6 +244,11 @@ Plan make_plan(const config::TrainConfig& config) {
         "--seq-len applies to token datasets (synthetic-tokens, text) only, not to --dataset " + c.data.dataset);
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
+  if (!c.model.save_weights.empty()) {
+    const auto ext = std::filesystem::path(c.model.save_weights).extension().string();
+    check(ext == ".pt" || ext == ".pth" || ext == ".safetensors",
+          "--save-weights " + c.model.save_weights + ": use a .pt or .pth (torch.load) or .safetensors file name");
+  }
 
   plan.data = data::DataSpec{c.data.dataset, c.data.path, c.data.seq_len};
   plan.channels_last = resolve_channels_last(c, plan.device);
@@ -243,6 +257,8 @@ Plan make_plan(const config::TrainConfig& config) {
     plan.profile_first_step = first;
     plan.profile_last_step = last;
   }
+  plan.data.image_loading = c.data.image_loading;
+  plan.data.image_size = c.data.image_size;
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");

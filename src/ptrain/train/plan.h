@@ -3,6 +3,8 @@
 // downgraded silently.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "ptrain/config/train_config.h"
 #include "ptrain/dist/environment.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
 
 namespace ptrain::train {
@@ -27,9 +30,14 @@ struct Plan {
   bool channels_last = false;
   // --profile-out traces optimizer steps profile_first_step..profile_last_step (1-based, inclusive).
   int64_t profile_first_step = 0, profile_last_step = 0;
+  // The library API (ptrain/ptrain.h): a model and data of the caller's own, used instead of the zoo's
+  // and the dataset registry's when set.
+  std::function<std::shared_ptr<models::Model>(const models::ModelSpec&)> make_model;
+  std::function<data::Dataset(bool train)> open_data;
 };
 
-Plan make_plan(const config::TrainConfig& config);
+// model_from_caller: the plan's make_model will be set, so config.model.name names no zoo model.
+Plan make_plan(const config::TrainConfig& config, bool model_from_caller = false);
 
 // "A:B" -> {A, B} with 1 <= A <= B; throws ptrain::Error naming flag otherwise.
 std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std::string& flag);

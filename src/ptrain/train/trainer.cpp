@@ -1,6 +1,7 @@
 #include "ptrain/train/trainer.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -99,8 +100,8 @@ struct Evaluation {
 
 class TrainingRun {
  public:
-  TrainingRun(const Plan& plan, const std::string& command_line)
-      : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision),
+  TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
+      : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
         strategy_(make_strategy_on_device(plan)),
         progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
     record_.command_line = command_line;
@@ -136,6 +137,7 @@ class TrainingRun {
   void check_divergence();
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
+  void export_weights();
   void load_model_state(const io::NamedTensors& saved);
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
@@ -146,6 +148,7 @@ class TrainingRun {
   const config::TrainConfig& c_;
   torch::Device device_;
   precision::PrecisionPolicy policy_;
+  TrainHooks hooks_;
   std::unique_ptr<strategies::Strategy> strategy_;
   Progress::Style progress_style_;
 
@@ -183,6 +186,7 @@ class TrainingRun {
   int64_t eager_steps_ = 0;
   int64_t replays_since_collect_ = 0;
   std::vector<torch::Tensor> static_images_, static_labels_;
+  torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
   bool tracing_ = false;
 };
 
@@ -191,8 +195,12 @@ std::string source_of(const data::Dataset& set) { return set.description.substr(
 
 void TrainingRun::load_data() {
   const int threads = static_cast<int>(c_.data.loader_threads);
-  train_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/true, threads), c_.data.train_limit);
-  test_set_ = data::spread_subset(data::open_dataset(plan_.data, /*train=*/false, threads), c_.data.test_limit);
+  const data::DataSpec spec = plan_.open_data ? plan_.data : data::resolve_image_loading(plan_.data);
+  const auto open = [&](bool train) {
+    return plan_.open_data ? plan_.open_data(train) : data::open_dataset(spec, train, threads);
+  };
+  train_set_ = data::spread_subset(open(/*train=*/true), c_.data.train_limit);
+  test_set_ = data::spread_subset(open(/*train=*/false), c_.data.test_limit);
   if (!train_set_.is_tokens())
     data::check_same_classes(source_of(train_set_), train_set_.classes, source_of(test_set_), test_set_.classes);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
@@ -271,7 +279,7 @@ void TrainingRun::build_model() {
   torch::manual_seed(c_.run.seed);
   const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
   classes_ = spec.num_classes;
-  model_ = models::make_model(spec);
+  model_ = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
   if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
@@ -300,6 +308,7 @@ void TrainingRun::build_optimizer() {
   if (policy_.loss_scaling) scaler_.emplace(precision::loss_scaler_options(policy_), device_);
   schedule_ = std::make_unique<LrSchedule>(c_.optim, steps_per_epoch_, std::max<int64_t>(total_steps_, 1));
   totals_ = std::make_unique<RunningTotals>(device_);
+  step_loss_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
 }
 
 void TrainingRun::resume() {
@@ -432,6 +441,23 @@ bool TrainingRun::state_is_finite() {
   return bad.item<double>() == 0;
 }
 
+// --save-weights: the model's state_dict with every parameter whole (gathering shards is collective;
+// rank 0 writes), fp32 masters where there are any.
+void TrainingRun::export_weights() {
+  if (c_.model.save_weights.empty()) return;
+  const auto params = target_->full_parameters();
+  if (!strategy_->is_main()) return;
+  std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+  auto tensors = models::state_dict(*model_);
+  for (auto& [name, tensor] : tensors) {
+    auto it = full.find(name);
+    tensor = (it != full.end() ? it->second : tensor).to(torch::kCPU);
+  }
+  const auto parent = std::filesystem::path(c_.model.save_weights).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  models::write_weights(c_.model.save_weights, tensors);
+}
+
 // Unscale, clip, update: everything after the last micro-batch's backward, at the rate set on the optimizer
 // before the step. Returns nothing to the host.
 torch::Tensor TrainingRun::optimizer_step() {
@@ -482,6 +508,11 @@ void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const st
     auto [loss, correct] =
         kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels, classes_);
     divergence_->observe_loss(loss);
+    if (hooks_.on_step) {
+      torch::NoGradGuard no_grad;
+      if (micro == 0) step_loss_.zero_();
+      step_loss_.add_(loss.detach());
+    }
     auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
     {
       // Loss and accuracy are per prediction: n of them, or n x T for tokens.
@@ -612,6 +643,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     run_step(images, labels);
     ++global_step_;
     start_or_stop_trace(/*before_step=*/false);
+    if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(accum)});
     if (global_step_ == steady_from_step_) {
       metrics::synchronize(device_);
       steady_start_ = std::chrono::steady_clock::now();
@@ -800,6 +832,7 @@ metrics::RunRecord TrainingRun::run() {
       std::cout << "trace of steps " << plan_.profile_first_step << "-" << global_step_ << " (the run's last) written to "
                 << c_.run.profile_out << std::endl;
   }
+  export_weights();
 
   record_.model = c_.model.name;
   record_.dataset = c_.data.dataset;
@@ -812,7 +845,7 @@ metrics::RunRecord TrainingRun::run() {
   record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
   record_.epochs = c_.run.epochs;
   record_.steps = global_step_;
-  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.images.size(2);
+  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
   record_.train_wall_seconds = train_seconds_;
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
@@ -863,6 +896,12 @@ metrics::RunRecord TrainingRun::run() {
   record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);
   record_.diverged_at_step = diverged_at_step_;
+  // How long the training step waited for its batches (host time in the loader's next()): a loader that
+  // cannot keep up shows here. Documented in docs/metrics.md.
+  record_.extra["data_loader"] = {{"image_loading", train_set_.is_streamed() ? "stream" : "memory"},
+                                  {"threads", c_.data.loader_threads},
+                                  {"wait_seconds", train_loader_->wait_seconds()},
+                                  {"wait_fraction", train_seconds_ > 0 ? train_loader_->wait_seconds() / train_seconds_ : 0.0}};
   return record_;
 }
 
@@ -901,13 +940,18 @@ std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
 }  // namespace
 
 models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test) {
-  const bool language_model = models::is_language_model(c.model.name);
+  // A model outside the zoo (a TorchScript file, a module of the library API's caller) takes what its data
+  // holds; TorchScriptModel::load checks that the module fits it.
+  const auto zoo = models::model_names();
+  const bool from_zoo = std::find(zoo.begin(), zoo.end(), c.model.name) != zoo.end();
+  const bool language_model = from_zoo ? models::is_language_model(c.model.name) : train.is_tokens();
   check(language_model == train.is_tokens(),
         language_model ? "--model " + c.model.name + " is a language model: it needs a token dataset "
                              "(--dataset synthetic-tokens or text), not " + c.data.dataset
                        : "--model " + c.model.name + " is an image model: it cannot train on the token dataset " +
                              c.data.dataset);
   models::ModelSpec spec{c.model.name, 0, 0, 0};
+  spec.data = train.description;
   if (language_model) {
     check(c.model.vocab_size == 0 || c.model.vocab_size >= train.vocab_size,
           "--vocab-size " + std::to_string(c.model.vocab_size) + " is smaller than the " +
@@ -919,15 +963,15 @@ models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& 
     spec.heads = c.model.gpt_heads;
   } else {
     spec.num_classes = static_cast<int64_t>(train.classes.size());
-    spec.in_channels = train.images.size(1);
-    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.images.size(2);
+    spec.in_channels = train.channels();
+    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.height();
   }
   return spec;
 }
 
-metrics::RunRecord train(const Plan& plan, const std::string& command_line) {
+metrics::RunRecord train(const Plan& plan, const std::string& command_line, const TrainHooks& hooks) {
   try {
-    TrainingRun run(plan, command_line);
+    TrainingRun run(plan, command_line, hooks);
     return run.run();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
