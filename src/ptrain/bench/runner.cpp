@@ -263,7 +263,7 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& vari
       job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
       return job;
     }
-    if (models::is_torchscript_path(workload_value(suite, "model"))) {
+    if (models::is_torchscript_path(workload_value(suite.workload_of(run), "model"))) {
       job.unavailable = "PyTorch's FSDP does not wrap TorchScript modules";
       return job;
     }
