@@ -116,11 +116,20 @@ class ModuleModel : public models::Model {
   models::UnitObserver* observer_ = nullptr;
 };
 
+namespace detail {
+// Keeps make_module's type out of template deduction, so that a lambda converts to the std::function.
+template <typename T>
+struct NonDeduced {
+  using type = T;
+};
+}  // namespace detail
+
 // wrap(module, name): M is any module with `Tensor forward(Tensor)`. make_module, when given, builds a
 // fresh M (for --strategy dp); without it dp is refused.
 template <typename M>
 std::shared_ptr<ModuleModel> wrap(std::shared_ptr<M> module, std::string name,
-                                  std::function<std::shared_ptr<M>()> make_module = nullptr) {
+                                  typename detail::NonDeduced<std::function<std::shared_ptr<M>()>>::type make_module =
+                                      nullptr) {
   std::function<std::shared_ptr<ModuleModel>()> make_copy;
   if (make_module) make_copy = [make_module, name] { return wrap<M>(make_module(), name, make_module); };
   M* raw = module.get();
