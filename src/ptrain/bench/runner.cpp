@@ -26,6 +26,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/bench/lanes.h"
+#include "ptrain/bench/preflight.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
@@ -112,13 +113,11 @@ std::string workload_value(const WorkloadKeys& workload, const std::string& key)
 
 bool truthy(const std::string& value) { return value == "true" || value == "yes" || value == "on" || value == "1"; }
 
-Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
-  Job job{metrics::kFrameworkPtrain, run};
-  const std::string workload_file = workload_file_of(out, run);
-  job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
-  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";
-  std::vector<std::string> train{o.ptrain_executable, "train", "--config", workload_file, "--precision", run.precision,
-                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", job.metrics_path};
+// The arguments of the run's `ptrain train`, after the executable and "train".
+std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteRun& run, const std::string& out,
+                                                const std::string& metrics_path) {
+  std::vector<std::string> train{"--config", workload_file_of(out, run), "--precision", run.precision,
+                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", metrics_path};
   if (run.master_weights) train.push_back("--master-weights");
   // FSDP's units as the PyTorch reference wraps its model (size-based, at least this many parameters), so
   // that both sides shard the same units.
@@ -133,11 +132,32 @@ Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, c
       const auto cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
       train.insert(train.end(), {"--threads", std::to_string(std::max<int64_t>(1, cores / run.devices))});
     }
+  } else {
+    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
+  }
+  return train;
+}
+
+// How the run spreads over its devices: processes, and devices per process.
+void set_shape(Job& job) {
+  job.processes = one_process_per_device(job.run.strategy) ? job.run.devices : 1;
+  job.replicas = job.run.strategy == "dp" ? job.run.devices : 1;
+}
+
+Job ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
+  Job job{metrics::kFrameworkPtrain, run};
+  const std::string workload_file = workload_file_of(out, run);
+  job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
+  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";
+  job.train_arguments = ptrain_train_arguments(suite, run, out, job.metrics_path);
+  set_shape(job);
+  const bool gpu = suite.on_gpu;
+  std::vector<std::string> train{o.ptrain_executable, "train"};
+  train.insert(train.end(), job.train_arguments.begin(), job.train_arguments.end());
+  if (one_process_per_device(run.strategy)) {
     std::vector<std::string> launch{o.ptrain_executable, "launch", "--nproc-per-node", std::to_string(run.devices),
                                     "--master-port", std::to_string(free_port()), "--"};
     train.insert(train.begin(), launch.begin(), launch.end());
-  } else {
-    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
   }
   job.command = join_command(train);
   if (o.estimate) {
@@ -243,6 +263,10 @@ Job pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& vari
   Job job{compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch, run};
   job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
+  // Checked as ptrain's run of the same job is: the same workload, data and schedule.
+  job.train_arguments =
+      ptrain_train_arguments(suite, run, out, out + "/runs/" + metrics::kFrameworkPtrain + "/" + run.id() + ".json");
+  set_shape(job);
   if (run.master_weights) {
     job.unavailable = "PyTorch has no fp32 master weights for a model in pure half precision";
     return job;
@@ -583,6 +607,33 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   out << j.dump(2) << "\n";
 }
 
+// "ptrain fp32, single, 1 device (and 16 more): REASON; ..." per distinct reason, in job order.
+std::string refusals_text(const std::vector<Job>& jobs, const std::map<size_t, std::string>& refused) {
+  std::vector<std::pair<std::string, std::vector<size_t>>> by_reason;
+  for (const auto& [i, reason] : refused) {
+    auto it = std::find_if(by_reason.begin(), by_reason.end(), [&](const auto& r) { return r.first == reason; });
+    if (it == by_reason.end()) it = by_reason.insert(by_reason.end(), {reason, {}});
+    it->second.push_back(i);
+  }
+  std::string text = refused.size() == 1 ? "the run left to run cannot train: "
+                                         : "none of the " + std::to_string(refused.size()) +
+                                               " runs left to run can train: ";
+  for (size_t r = 0; r < by_reason.size(); ++r) {
+    const auto& [reason, runs] = by_reason[r];
+    const Job& first = jobs[runs.front()];
+    text += (r ? "; " : "") + first.framework + " " + first.run.id() +
+            (runs.size() > 1 ? " (and " + std::to_string(runs.size() - 1) + " more)" : "") + ": " + reason;
+  }
+  return text;
+}
+
+// A run refused before it started keeps a log all the same, saying why, where its log would be.
+void write_refusal_log(const Job& job, const std::string& reason) {
+  fs::create_directories(fs::path(job.log_path).parent_path());
+  std::ofstream log(job.log_path);
+  log << "ptrain bench: not started: " << reason << "\n";
+}
+
 bool asks_for_compiled(const Suite& suite) {
   return std::any_of(suite.runs.begin(), suite.runs.end(), [](const SuiteRun& run) {
     return std::find(run.pytorch.begin(), run.pytorch.end(), kPytorchCompiled) != run.pytorch.end();
@@ -688,6 +739,30 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
     throw Error("--skip " + *unmatched.begin() + ": no such run in suite " + suite.name + " (runs: " + known +
                 "; prefix ptrain/, pytorch/ or pytorch-compiled/ for one framework's)");
   }
+  // Runs that can start are those not done earlier and possible; the others are reported at once.
+  enum class Status { to_run, unavailable, done_earlier, refused };
+  std::vector<Status> status(jobs.size(), Status::to_run);
+  std::vector<std::optional<metrics::RunRecord>> earlier(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].unavailable.empty()) {
+      status[i] = Status::unavailable;
+    } else if ((earlier[i] = finished_record(jobs[i]))) {
+      status[i] = Status::done_earlier;
+    }
+  }
+  // Every run's plan before the first starts: an impossible run costs seconds here, not a process each.
+  std::map<size_t, std::string> refused;
+  Preflight preflight;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (status[i] != Status::to_run) continue;
+    std::string why = preflight.refusal(jobs[i]);
+    if (why.empty()) continue;
+    status[i] = Status::refused;
+    refused[i] = std::move(why);
+  }
+  if (!refused.empty() && std::count(status.begin(), status.end(), Status::to_run) == 0) {
+    throw Error("ptrain bench: " + refusals_text(jobs, refused) + "; no run started");
+  }
   write_bench_record(suite, o, jobs, out + "/bench.json");
 
   progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs"
@@ -707,20 +782,31 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   ProgressSink sink(progress);
   std::mutex mutex;  // guards outcome and interrupted
   std::string interrupted;
-  // Runs that can start are those not done earlier and possible; the others are reported at once.
   std::vector<size_t> to_run;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& job = jobs[i];
     const std::string head = "[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework +
                              " " + job.run.label();
-    if (!job.unavailable.empty()) {
-      sink.line(head + ": not run: " + job.unavailable);
-      ++outcome.not_available;
-    } else if (const auto record = finished_record(job)) {
-      sink.line(head + ": done earlier, " + summary_of(*record));
-      ++outcome.done_earlier;
-    } else {
-      to_run.push_back(i);
+    switch (status[i]) {
+      case Status::unavailable:
+        sink.line(head + ": not run: " + job.unavailable);
+        ++outcome.not_available;
+        break;
+      case Status::done_earlier:
+        sink.line(head + ": done earlier, " + summary_of(*earlier[i]));
+        ++outcome.done_earlier;
+        break;
+      case Status::refused: {
+        const std::string reason = "cannot train: " + refused[i];
+        write_refusal_log(job, reason);
+        sink.line(head + ": FAILED before starting (" + reason + "); log: " + job.log_path);
+        outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
+        ++outcome.failed;
+        break;
+      }
+      case Status::to_run:
+        to_run.push_back(i);
+        break;
     }
   }
   const bool lanes = o.side_by_side && suite.on_gpu;
