@@ -27,6 +27,7 @@
 
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/preflight.h"
+#include "ptrain/bench/run_log.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
@@ -385,6 +386,7 @@ struct Exit {
   bool timed_out = false;    // stopped at the run timeout
   bool at_time_limit = false;  // stopped at the bench's time limit, left for the next bench
   std::string last_line;
+  std::string error_line;  // the line of its output that says why it failed (run_log.h)
 };
 
 // Ctrl-C or SIGTERM for the bench, as the signal handler saw it: every running job passes it on to its
@@ -477,6 +479,7 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
     kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kKillGraceSeconds));
   };
   std::string line;
+  std::string output;  // what the run wrote, for the line that says why it failed
   std::array<char, 4096> buffer{};
   for (;;) {
     pollfd readable{fds[0], POLLIN, 0};
@@ -495,6 +498,7 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
         continue;
       }
       log << line << "\n";
+      output += line + "\n";
       if (!line.empty()) exit.last_line = line;
       if (is_progress_line(line)) progress.line(prefix + line);
       line.clear();
@@ -504,8 +508,10 @@ Exit run_job(const Job& job, const std::vector<int64_t>& gpus, const std::string
   ::close(fds[0]);
   if (!line.empty()) {
     log << line << "\n";
+    output += line + "\n";
     exit.last_line = line;
   }
+  exit.error_line = failure_line(output);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -842,7 +848,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       exit = run_job(job, visible, prefix, sink, o.run_timeout_seconds, time_limit);
     } catch (const std::exception& e) {
       exit.code = 127;
-      exit.last_line = e.what();
+      exit.last_line = exit.error_line = e.what();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::lock_guard<std::mutex> lock(mutex);
@@ -867,7 +873,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
           timed_out ? "stopped at the --run-timeout of " + std::to_string(o.run_timeout_seconds) + " s; last line: " +
                           exit.last_line
           : exit.code == 0 ? "exited without writing " + job.metrics_path
-                           : "exit status " + std::to_string(exit.code) + ": " + exit.last_line;
+                           : "exit status " + std::to_string(exit.code) + ": " + exit.error_line;
       sink.line(prefix + "FAILED after " + std::to_string(static_cast<int64_t>(seconds)) + " s (" + reason +
                 "); log: " + job.log_path);
       outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
