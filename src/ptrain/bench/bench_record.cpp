@@ -11,6 +11,7 @@
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
 #include "ptrain/metrics/environment.h"
 
 namespace ptrain::bench {
@@ -22,13 +23,13 @@ namespace {
 void write_workload_file(const Suite& suite, const std::string& name, const WorkloadKeys& workload,
                          const std::string& path) {
   fs::create_directories(fs::path(path).parent_path());
-  std::ofstream out(path);
-  out << "# The workload " << (name.empty() ? "" : "'" + name + "' ") << "of suite '" << suite.name << "' ("
-      << suite.source << "), as ptrain bench ran it.\n";
-  for (const auto& [key, value] : workload) {
-    out << key << ": " << (value.find(',') != std::string::npos ? "[" + value + "]" : value) << "\n";
-  }
-  check(out.good(), "cannot write " + path);
+  io::write_file_atomically(path, [&](std::ostream& out) {
+    out << "# The workload " << (name.empty() ? "" : "'" + name + "' ") << "of suite '" << suite.name << "' ("
+        << suite.source << "), as ptrain bench ran it.\n";
+    for (const auto& [key, value] : workload) {
+      out << key << ": " << (value.find(',') != std::string::npos ? "[" + value + "]" : value) << "\n";
+    }
+  });
 }
 
 void check_workload_trains(const std::string& workload_file) {
@@ -111,8 +112,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
     j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
                              {"unavailable", job.unavailable}});
   }
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
+  io::write_file_atomically(path, j.dump(2) + "\n");
 }
 
 

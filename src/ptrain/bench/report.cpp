@@ -3,15 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <tuple>
 
 #include "ptrain/bench/report_table.h"
 #include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
 
 namespace ptrain::bench {
 
@@ -68,24 +66,6 @@ std::string base_precision(const std::string& precision) {
 std::optional<bool> memory_format_of(const RunRecord& r) {
   if (is_language_model_run(r)) return std::nullopt;
   return r.channels_last ? *r.channels_last : ends_with(r.precision, kChannelsLastSuffix);
-}
-
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path temp = path.string() + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    check(out.good(), "cannot write " + temp.string());
-    out << text;
-    out.flush();
-    check(out.good(), "cannot write " + temp.string());
-  }
-  // POSIX rename rather than std::filesystem's: LibTorch 2.x wheels export their own copies of those
-  // (pytorch/pytorch#133437), which the dynamic linker may bind instead of libstdc++'s.
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error("cannot write " + path.string() + ": " + reason);
-  }
 }
 
 }  // namespace
@@ -204,14 +184,14 @@ WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::
   written.markdown_path = (fs::path(out_dir) / "report.md").string();
   written.csv_path = (fs::path(out_dir) / "report.csv").string();
   written.html_path = (fs::path(out_dir) / "report.html").string();
-  write_file_atomically(written.markdown_path, written.markdown);
-  write_file_atomically(written.csv_path, render_csv(report));
-  write_file_atomically(written.html_path, render_html(report));
+  io::write_file_atomically(written.markdown_path, written.markdown);
+  io::write_file_atomically(written.csv_path, render_csv(report));
+  io::write_file_atomically(written.html_path, render_html(report));
   const std::string side_by_side_csv = render_side_by_side_csv(report);
   const std::string side_by_side_path = (fs::path(out_dir) / "side-by-side.csv").string();
   if (!side_by_side_csv.empty()) {
     written.side_by_side_csv_path = side_by_side_path;
-    write_file_atomically(side_by_side_path, side_by_side_csv);
+    io::write_file_atomically(side_by_side_path, side_by_side_csv);
   } else {
     ::unlink(side_by_side_path.c_str());  // a report of other runs in the same folder must not keep an old one
   }
