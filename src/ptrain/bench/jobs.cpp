@@ -8,11 +8,6 @@
 
 namespace ptrain::bench {
 
-// One process a device, through ptrain launch or torchrun.
-bool one_process_per_device(const std::string& strategy) {
-  return strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "fsdp";
-}
-
 std::string quoted(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -57,8 +52,9 @@ std::string workload_value(const WorkloadKeys& workload, const std::string& key)
 bool truthy(const std::string& value) { return value == "true" || value == "yes" || value == "on" || value == "1"; }
 
 void set_shape(BenchJob& job) {
-  job.processes = one_process_per_device(job.run.strategy) ? job.run.devices : 1;
-  job.replicas = job.run.strategy == "dp" ? job.run.devices : 1;
+  const strategies::StrategySpec spec = job.run.spec();
+  job.processes = spec.multi_process() ? job.run.devices : 1;
+  job.replicas = spec.drives_several_devices() ? job.run.devices : 1;
 }
 
 std::vector<BenchJob> plan_jobs(const Suite& suite, const BenchOptions& o, const std::string& out,

@@ -34,9 +34,6 @@ std::string workload_file_of(const std::string& out, const SuiteRun& run);
 std::string workload_value(const WorkloadKeys& workload, const std::string& key);
 bool truthy(const std::string& value);  // YAML's true: true, yes, on, 1
 
-// Strategies that start a process per device (through ptrain launch or torchrun).
-bool one_process_per_device(const std::string& strategy);
-
 // The arguments of the run's `ptrain train`, after the executable and "train".
 std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteRun& run, const std::string& out,
                                                 const std::string& metrics_path);

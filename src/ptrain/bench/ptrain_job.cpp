@@ -12,12 +12,13 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
                                                 const std::string& metrics_path) {
   std::vector<std::string> train{"--config", workload_file_of(out, run), "--precision", run.precision,
                                  "--strategy", run.strategy, "--progress", "lines", "--metrics-out", metrics_path};
+  const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
-  if (run.strategy == "fsdp") train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
+  if (spec.is_fsdp()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   const bool gpu = suite.on_gpu;
-  if (run.strategy == "dp") {
+  if (spec.drives_several_devices()) {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
-  } else if (one_process_per_device(run.strategy)) {
+  } else if (spec.multi_process()) {
     train.insert(train.end(), {"--device", gpu ? "cuda" : "cpu"});
     if (!gpu) {
       // Processes sharing the cores: each takes its share instead of all of them.
@@ -40,7 +41,7 @@ BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions&
   const bool gpu = suite.on_gpu;
   std::vector<std::string> train{o.ptrain_executable, "train"};
   train.insert(train.end(), job.train_arguments.begin(), job.train_arguments.end());
-  if (one_process_per_device(run.strategy)) {
+  if (run.spec().multi_process()) {
     std::vector<std::string> launch{o.ptrain_executable, "launch", "--nproc-per-node", std::to_string(run.devices),
                                     "--master-port", std::to_string(free_port()), "--"};
     train.insert(train.begin(), launch.begin(), launch.end());

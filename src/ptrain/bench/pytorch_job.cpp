@@ -92,18 +92,19 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
     job.unavailable = "PyTorch has no fp32 master weights for a model in pure half precision";
     return job;
   }
-  if (run.strategy == "dp" && !suite.on_gpu) {
+  const strategies::StrategySpec spec = run.spec();
+  if (spec.drives_several_devices() && !suite.on_gpu) {
     job.unavailable = "PyTorch's DataParallel runs the module once on the CPU, without replicas";
     return job;
   }
   // PyTorch's own counterparts of the ZeRO stages: ZeroRedundancyOptimizer shards the optimizer state as
   // zero1 does; FSDP's full-shard shards parameters, gradients and optimizer state as zero3 does.
-  std::string strategy = run.strategy;
-  if (run.strategy == "zero2") {
+  strategies::StrategySpec reference = spec;  // the strategy the reference trains with
+  if (spec.shards_gradients() && !spec.shards_parameters()) {
     job.unavailable = "PyTorch has no ZeRO-2 of its own (FSDP's shard-grad-op, the nearest, is not in the reference)";
     return job;
   }
-  if (run.strategy == "zero3" || run.strategy == "fsdp") {
+  if (spec.shards_parameters()) {
     if (!suite.on_gpu) {
       job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
       return job;
@@ -112,11 +113,11 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
       job.unavailable = "PyTorch's FSDP does not wrap TorchScript modules";
       return job;
     }
-    strategy = "fsdp";
+    reference = strategies::StrategySpec(strategies::StrategyKind::fsdp);
   }
   if (compiled) {
-    if (strategy == "dp" || strategy == "fsdp") {
-      job.unavailable = "the reference compiles single, ddp and zero1 runs, not " + strategy;
+    if (reference.drives_several_devices() || reference.is_fsdp()) {
+      job.unavailable = "the reference compiles single, ddp and zero1 runs, not " + reference.name();
       return job;
     }
     if (!abilities.known) {
@@ -132,10 +133,10 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
   const std::string model = workload_value(workload, "model");
   const bool language_model = models::is_language_model(model.empty() ? config::TrainConfig{}.model.name : model);
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
-  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", strategy,
+  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", reference.name(),
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu",
                                 "--cache-dir", out + "/pytorch-cache"};
-  if (strategy == "fsdp") args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
+  if (reference.is_fsdp()) args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
     const std::string value = workload_value(workload, key);
@@ -170,13 +171,13 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
     command = {"env", "TORCHINDUCTOR_CACHE_DIR=" + out + "/pytorch-cache/inductor"};
   }
   command.push_back(o.python);
-  if (one_process_per_device(run.strategy)) {
+  if (spec.multi_process()) {
     command.insert(command.end(), {"-m", "torch.distributed.run", "--master_port", std::to_string(free_port()),
                                    "--nproc_per_node",
                                    std::to_string(run.devices), "--redirects", "1", "--tee", "1", "--log_dir",
                                    workload_folder(out, "logs", run) + "/torchrun-" +
                                        (compiled ? "compiled-" : "") + run.run_id()});
-  } else if (run.strategy == "dp") {
+  } else if (spec.drives_several_devices()) {
     args.insert(args.end(), {"--gpus", std::to_string(run.devices)});
   }
   command.insert(command.end(), args.begin(), args.end());

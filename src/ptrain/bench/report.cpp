@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -10,6 +11,8 @@
 #include "ptrain/bench/report_table.h"
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::bench {
 
@@ -21,15 +24,12 @@ using table::record_of;
 
 namespace {
 
+// A record's strategy and precision are its names as written (a PyTorch record's too): they are compared
+// with the names the strategy spec and the precision policy give their kinds, never with literals.
 bool is_single_device_fp32_ptrain(const RunRecord& r) {
-  return r.framework == metrics::kFrameworkPtrain && r.strategy == "single" && r.precision == "fp32" &&
-         r.devices == 1;
+  return r.framework == metrics::kFrameworkPtrain && r.strategy == strategies::StrategySpec().name() &&
+         r.precision == precision::to_string(precision::PrecisionMode::FP32) && r.devices == 1;
 }
-
-// The order rows follow: strategies from one device's to the most sharded, precisions from full to least.
-const std::vector<std::string> kStrategyOrder{"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"};
-const std::vector<std::string> kPrecisionOrder{"fp32", "tf32", "fp16", "fp16+master", "bf16", "bf16+master",
-                                               "amp-fp16", "amp-bf16"};
 
 // Where a name stands in a list of known names; unknown ones after all of them, among themselves by name.
 size_t rank_in(const std::vector<std::string>& order, const std::string& name) {
@@ -37,13 +37,26 @@ size_t rank_in(const std::vector<std::string>& order, const std::string& name) {
   return static_cast<size_t>(it - order.begin());
 }
 
+// Strategies in the spec's order, from one device's to the most sharded.
+size_t strategy_rank(const std::string& strategy) { return rank_in(strategies::StrategySpec::names(), strategy); }
+
+// Precisions in the policy's order, from full to least, each mode's "+master" (fp32 master weights) after it.
+constexpr char kMasterSuffix[] = "+master";
+size_t precision_rank(const std::string& precision) {
+  const bool master = precision.size() > std::strlen(kMasterSuffix) &&
+                      precision.compare(precision.size() - std::strlen(kMasterSuffix), std::string::npos,
+                                        kMasterSuffix) == 0;
+  const std::string mode = master ? precision.substr(0, precision.size() - std::strlen(kMasterSuffix)) : precision;
+  return 2 * rank_in(precision::precision_names(), mode) + (master ? 1 : 0);
+}
+
 // Rows read as the comparison goes: devices, then the strategy, then the precision from full to least,
 // each ptrain run before the PyTorch run of the same mode.
 bool comes_before(const ReportRun& a, const ReportRun& b) {
   const auto key = [](const ReportRun& run) {
     const auto& r = run.record;
-    return std::make_tuple(r.model, r.dataset, r.devices, rank_in(kStrategyOrder, r.strategy), r.strategy,
-                           rank_in(kPrecisionOrder, r.precision), r.precision, r.framework != "ptrain",
+    return std::make_tuple(r.model, r.dataset, r.devices, strategy_rank(r.strategy), r.strategy,
+                           precision_rank(r.precision), r.precision, r.framework != "ptrain",
                            r.compiled.value_or(false), run.name);
   };
   return key(a) < key(b);
@@ -129,7 +142,7 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
     const RunRecord& r = report.runs[i].record;
     const std::string precision = base_precision(r.precision);
     const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.batch_size_per_device, r.devices,
-                  rank_in(kStrategyOrder, r.strategy), r.strategy, rank_in(kPrecisionOrder, precision), precision};
+                  strategy_rank(r.strategy), r.strategy, precision_rank(precision), precision};
     Group& group = groups[key];
     group.shape = {r.model, r.dataset, precision, r.strategy, r.devices, r.batch_size_per_device, r.image_size,
                    r.seq_len, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
