@@ -49,7 +49,9 @@ struct BenchOptions {
 struct BenchOutcome {
   int completed = 0, done_earlier = 0, failed = 0, not_available = 0;
   int left_for_later = 0;  // not run, or stopped, at the time limit: the next bench runs them
-  std::vector<std::string> failures;  // "<framework> <run>: <reason>"
+  // "<framework> <run>: <reason>"; for a run that failed, the reason carries its processes' own error line
+  // (run_log.h: the failing rank's "ptrain: error:", a Python exception), not the launcher's last words.
+  std::vector<std::string> failures;
   WrittenReport report;
 };
 
@@ -70,6 +72,11 @@ struct BenchJob {
   std::string metrics_path, log_path;
   std::string estimate_path;  // ptrain runs: where `ptrain estimate` leaves its prediction; empty: none
   std::string unavailable;    // why this job cannot run (PyTorch has no such mode); empty: it can
+  // The `ptrain train` arguments of the run (of a PyTorch job: those of ptrain's run of the same job), from
+  // which the bench makes every run's plan before the first one starts (bench/preflight.h).
+  std::vector<std::string> train_arguments;
+  int64_t processes = 1;  // processes the run starts (one per device under ddp, zero1-3 and fsdp)
+  int64_t replicas = 1;   // devices each process drives (dp)
 };
 
 // The jobs of the suite in order (per run entry: ptrain's, then its PyTorch variants when o.pytorch), with
@@ -82,9 +89,11 @@ std::vector<BenchJob> plan_jobs(const Suite& suite, const BenchOptions& o, const
 // every process of a compound command included.
 std::string command_on_gpus(const std::string& command, const std::vector<int64_t>& gpus);
 
-// Throws ptrain::Error for a bad suite or options before anything runs; a failing run is reported in the
-// outcome (and its log kept) while the others go on. An interrupted run (Ctrl-C) stops the bench with
-// ptrain::Error after keeping what finished.
+// Throws ptrain::Error for a bad suite or options before anything runs, and when no run left to run can
+// train (bench/preflight.h: every one refused, e.g. its warm-up longer than the run), naming the runs and
+// the reason, with nothing started. A run that cannot train beside others that can is reported as failed
+// at once and never started; a failing run is reported in the outcome (and its log kept) while the others
+// go on. An interrupted run (Ctrl-C) stops the bench with ptrain::Error after keeping what finished.
 BenchOutcome run_bench(const BenchOptions& options, std::ostream& progress);
 
 }  // namespace ptrain::bench

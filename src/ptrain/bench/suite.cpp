@@ -129,9 +129,9 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
               }() + ")");
         run.workload = value;
       } else if (key == "strategy") {
-        check(value == "single" || value == "dp" || value == "ddp" || value == "zero1" || value == "zero2" ||
-                  value == "zero3" || value == "fsdp",
-              key_at + ": unknown strategy '" + value + "' (known: single, dp, ddp, zero1, zero2, zero3, fsdp)");
+        const auto& known = strategies::StrategySpec::names();
+        check(std::find(known.begin(), known.end(), value) != known.end(),
+              key_at + ": unknown strategy '" + value + "' (known: " + strategies::StrategySpec::known_names() + ")");
         run.strategy = value;
       } else if (key == "devices") {
         devices_given = true;
@@ -156,7 +156,8 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
     }
     check(workload_names.empty() || !run.workload.empty(),
           at + ": this suite has several workloads; say which one the run trains (workload: NAME)");
-    check(run.strategy != "single" || !devices_given || run.devices == 1,
+    const strategies::StrategySpec spec = run.spec();
+    check(spec.multi_process() || spec.drives_several_devices() || !devices_given || run.devices == 1,
           at + ": strategy single runs on one device; use dp or ddp for more");
     check(run.ptrain || !run.pytorch.empty(), at + ": runs nothing (ptrain: false and no PyTorch variant)");
     std::vector<std::string> jobs;

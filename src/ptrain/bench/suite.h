@@ -33,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "ptrain/strategies/strategy_spec.h"
+
 namespace ptrain::bench {
 
 // PyTorch variants a run can ask for beside ptrain's (with `ptrain bench --pytorch`): the classic eager
@@ -45,7 +47,7 @@ struct SuiteRun {
   std::string workload;             // its workload's name in a suite of several; empty in a suite of one
   std::string precision = "fp32";
   bool master_weights = false;
-  std::string strategy = "single";  // single | dp | ddp
+  std::string strategy = strategies::StrategySpec().name();  // as --strategy names it; spec() tells what it does
   int64_t devices = 1;              // resolved: "all" becomes the devices the machine offers
   bool ptrain = true;               // trained by ptrain (false: an entry of the same run elsewhere is)
   std::vector<std::string> pytorch{kPytorchEager};  // PyTorch variants beside it, in order
@@ -55,6 +57,8 @@ struct SuiteRun {
   // run_id(), prefixed by the workload in a suite of several: "resnet50/fp16-master-single-x1".
   std::string id() const;
   std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU"
+  // What the strategy does (one process a device? several devices from one?), asked instead of its name.
+  strategies::StrategySpec spec() const { return strategies::StrategySpec::parse(strategy); }
 };
 
 // A workload as `ptrain train` keys and values, in file order (values as text, lists as YAML flow).

@@ -1,15 +1,11 @@
 #include "ptrain/metrics/run_record.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 
 #include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
 
 namespace ptrain::metrics {
 namespace {
@@ -233,29 +229,10 @@ RunRecord run_record_from_json(const json& o) {
   return r;
 }
 
-// Written here rather than in io: metrics must not depend on io, and the job is a dozen lines of POSIX.
+// Through io's one atomic writer (temporary file beside it, fsync, rename, fsync of the directory): a run
+// killed while writing leaves the previous record or none, never half of one.
 void write_run_record(const std::string& path, const RunRecord& record) {
-  const std::string text = to_json(record).dump(2) + "\n";
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write run record " + path + ": " + std::strerror(errno));
-  std::string failure;
-  for (size_t written = 0; written < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      failure = n < 0 ? std::strerror(errno) : "short write";
-      break;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (failure.empty() && ::fsync(fd) != 0) failure = std::strerror(errno);
-  if (::close(fd) != 0 && failure.empty()) failure = std::strerror(errno);
-  if (failure.empty() && std::rename(temp.c_str(), path.c_str()) != 0) failure = std::strerror(errno);
-  if (!failure.empty()) {
-    std::remove(temp.c_str());
-    throw Error("cannot write run record " + path + ": " + failure);
-  }
+  io::write_file_atomically(path, to_json(record).dump(2) + "\n");
 }
 
 }  // namespace ptrain::metrics

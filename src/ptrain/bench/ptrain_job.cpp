@@ -1,0 +1,63 @@
+// ptrain's job: `ptrain train` on the workload's --config file with the run's precision and strategy (under
+// `ptrain launch` for the strategies of one process a device), after `ptrain estimate` predicts its memory.
+#include <algorithm>
+#include <thread>
+
+#include "ptrain/bench/jobs.h"
+#include "ptrain/metrics/run_record.h"
+
+namespace ptrain::bench {
+
+std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteRun& run, const std::string& out,
+                                                const std::string& metrics_path) {
+  std::vector<std::string> train{"--config", workload_file_of(out, run), "--precision", run.precision,
+                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", metrics_path};
+  const strategies::StrategySpec spec = run.spec();
+  if (run.master_weights) train.push_back("--master-weights");
+  if (spec.is_fsdp()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
+  const bool gpu = suite.on_gpu;
+  if (spec.drives_several_devices()) {
+    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
+  } else if (spec.multi_process()) {
+    train.insert(train.end(), {"--device", gpu ? "cuda" : "cpu"});
+    if (!gpu) {
+      // Processes sharing the cores: each takes its share instead of all of them.
+      const auto cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+      train.insert(train.end(), {"--threads", std::to_string(std::max<int64_t>(1, cores / run.devices))});
+    }
+  } else {
+    train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu"});
+  }
+  return train;
+}
+
+BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
+  BenchJob job{metrics::kFrameworkPtrain, run};
+  const std::string workload_file = workload_file_of(out, run);
+  job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
+  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";
+  job.train_arguments = ptrain_train_arguments(suite, run, out, job.metrics_path);
+  set_shape(job);
+  const bool gpu = suite.on_gpu;
+  std::vector<std::string> train{o.ptrain_executable, "train"};
+  train.insert(train.end(), job.train_arguments.begin(), job.train_arguments.end());
+  if (run.spec().multi_process()) {
+    std::vector<std::string> launch{o.ptrain_executable, "launch", "--nproc-per-node", std::to_string(run.devices),
+                                    "--master-port", std::to_string(free_port()), "--"};
+    train.insert(train.begin(), launch.begin(), launch.end());
+  }
+  job.command = join_command(train);
+  if (o.estimate) {
+    job.estimate_path = workload_folder(out, "estimates", run) + "/" + run.run_id() + ".json";
+    std::vector<std::string> estimate{o.ptrain_executable, "estimate", "--config", workload_file, "--precision",
+                                      run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",
+                                      "--devices", std::to_string(run.devices), "--json", job.estimate_path};
+    if (run.master_weights) estimate.push_back("--master-weights");
+    // A failed estimate leaves the run without a prediction, not without its measurement.
+    job.command = join_command({"mkdir", "-p", workload_folder(out, "estimates", run)}) + " && " +
+                  join_command({"rm", "-f", job.estimate_path}) + "; " + join_command(estimate) + "; " + job.command;
+  }
+  return job;
+}
+
+}  // namespace ptrain::bench

@@ -1,0 +1,289 @@
+#include "ptrain/bench/report_table.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace ptrain::bench::table {
+
+using metrics::RunRecord;
+
+// ---------------------------------------------------------------------------------------------------
+// Values: a record keeps unmeasured numbers as nullopt or NaN (a JSON null read into a required double);
+// the report treats both as missing.
+
+std::optional<double> measured(double value) {
+  return std::isfinite(value) ? std::optional<double>(value) : std::nullopt;
+}
+std::optional<double> measured(std::optional<double> value) { return value ? measured(*value) : std::nullopt; }
+std::optional<double> measured(std::optional<int64_t> value) {
+  return value ? std::optional<double>(static_cast<double>(*value)) : std::nullopt;
+}
+
+std::string printf_string(const char* format, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), format, value);
+  return text;
+}
+
+std::string shortest_number(double value) {
+  char text[64];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
+}
+
+std::string gib_text(std::optional<double> bytes) {
+  return bytes ? printf_string("%.2f GiB", *bytes / kGiB) : kNotAvailable;
+}
+
+std::string duration_text(std::optional<double> seconds) {
+  if (!seconds) return kNotAvailable;
+  if (*seconds < 60.0) return printf_string("%.1f s", *seconds);
+  const auto whole = static_cast<long long>(std::llround(*seconds));
+  char text[64];
+  if (whole < 3600) {
+    std::snprintf(text, sizeof(text), "%lld min %02lld s", whole / 60, whole % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%lld h %02lld min", whole / 3600, (whole % 3600) / 60);
+  }
+  return text;
+}
+
+std::string percent_text(std::optional<double> percent, const char* format) {
+  return percent ? printf_string(format, *percent) : kNotAvailable;
+}
+
+std::string fraction_as_percent_text(std::optional<double> fraction) {
+  return fraction ? printf_string("%.2f%%", *fraction * 100.0) : kNotAvailable;
+}
+
+std::string throughput_text(std::optional<double> images_per_second) {
+  if (!images_per_second) return kNotAvailable;
+  return printf_string(*images_per_second < 100.0 ? "%.1f" : "%.0f", *images_per_second);
+}
+
+std::string csv_number(std::optional<double> value) { return value ? shortest_number(*value) : ""; }
+
+std::string framework_display_name(const std::string& framework) {
+  return framework == metrics::kFrameworkPytorch ? "PyTorch" : framework;
+}
+
+const RunRecord& record_of(const Report& report, size_t run) { return report.runs[run].record; }
+
+bool is_language_model_run(const RunRecord& r) {
+  return r.seq_len.has_value() || r.dataset == "synthetic-tokens" || r.dataset == "text";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The table.
+
+namespace {
+
+// What `ptrain estimate` predicted for the run before it ran (ptrain bench puts it in the record's extra).
+std::optional<double> predicted_peak(const RunRecord& r) {
+  const auto estimate = r.extra.find("estimate");
+  if (estimate == r.extra.end() || !estimate->is_object()) return std::nullopt;
+  const auto bytes = estimate->find("predicted_peak_allocated_bytes");
+  if (bytes == estimate->end() || !bytes->is_number()) return std::nullopt;
+  return bytes->get<double>();
+}
+
+}  // namespace
+
+const std::vector<Column>& columns() {
+  static const std::vector<Column> all = [] {
+    std::vector<Column> c;
+    const auto same = [](auto get) {
+      return std::make_pair(std::function<std::string(const Report&, size_t)>(get),
+                            std::function<std::string(const Report&, size_t)>(get));
+    };
+    const auto add = [&](const char* title, const char* csv_name, bool numeric, auto text_and_csv) {
+      c.push_back({title, csv_name, numeric, text_and_csv.first, text_and_csv.second});
+    };
+    const auto number = [](auto get, auto format) {
+      return std::make_pair(
+          std::function<std::string(const Report&, size_t)>(
+              [get, format](const Report& r, size_t i) { return format(get(r, i)); }),
+          std::function<std::string(const Report&, size_t)>(
+              [get](const Report& r, size_t i) { return csv_number(get(r, i)); }));
+    };
+    add("run", "run", false, same([](const Report& r, size_t i) { return r.runs[i].name; }));
+    add("framework", "framework", false,
+        same([](const Report& r, size_t i) { return record_of(r, i).framework; }));
+    add("strategy", "strategy", false, same([](const Report& r, size_t i) { return record_of(r, i).strategy; }));
+    add("precision", "precision", false,
+        same([](const Report& r, size_t i) { return record_of(r, i).precision; }));
+    add("devices", "devices", true,
+        same([](const Report& r, size_t i) { return std::to_string(record_of(r, i).devices); }));
+    add("batch/device", "batch_size_per_device", true,
+        same([](const Report& r, size_t i) { return std::to_string(record_of(r, i).batch_size_per_device); }));
+    add("peak allocated/GPU", "peak_allocated_bytes_per_gpu", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_allocated_bytes); },
+               gib_text));
+    add("predicted peak/GPU", "predicted_peak_allocated_bytes_per_gpu", true,
+        number([](const Report& r, size_t i) { return predicted_peak(record_of(r, i)); }, gib_text));
+    add("peak NVML used/GPU", "peak_nvml_used_bytes_per_gpu", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_nvml_used_bytes); },
+               gib_text));
+    add("GPU util mean", "gpu_util_mean_percent", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).gpu_util_mean); },
+               [](std::optional<double> v) { return percent_text(v); }));
+    add("GPU util peak", "gpu_util_peak_percent", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).gpu_util_peak); },
+               [](std::optional<double> v) { return percent_text(v); }));
+    add("total time", "total_wall_seconds", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).total_wall_seconds); },
+               duration_text));
+    add("training time", "train_wall_seconds", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).train_wall_seconds); },
+               duration_text));
+    add("throughput img/s", "images_per_second", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).images_per_second); },
+               throughput_text));
+    add("steady img/s", "steady_images_per_second", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).steady_images_per_second); },
+               throughput_text));
+    add("test accuracy", "final_test_accuracy", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).final_test_accuracy); },
+               fraction_as_percent_text));
+    add("speed-up vs baseline", "speedup_vs_baseline", true,
+        number(speedup_vs_baseline, [](std::optional<double> v) {
+          return v ? printf_string("%.2fx", *v) : std::string(kNotAvailable);
+        }));
+    add("memory saved vs baseline", "memory_saved_vs_baseline_fraction", true,
+        number(memory_saved_vs_baseline,
+               [](std::optional<double> v) { return percent_text(v ? std::optional(*v * 100.0) : v, "%.1f%%"); }));
+    return c;
+  }();
+  return all;
+}
+
+std::string run_descriptor(const RunRecord& r) {
+  return framework_display_name(r.framework) + ", " + r.strategy + ", " + r.precision + ", " +
+         std::to_string(r.devices) + (r.devices == 1 ? " device" : " devices") + ", batch " +
+         std::to_string(r.batch_size_per_device) + "/device";
+}
+
+std::vector<std::string> table_notes(const Report& report) {
+  std::vector<std::string> notes;
+  const ReportRun& base = report.runs[report.baseline];
+  if (report.baseline_is_single_device_fp32) {
+    notes.push_back("Baseline: " + base.name + " (the ptrain single-device fp32 run).");
+  } else {
+    notes.push_back("No ptrain single-device fp32 run among these records: " + base.name + " (" +
+                    run_descriptor(base.record) + "), the first " +
+                    (base.record.framework == metrics::kFrameworkPtrain ? "ptrain run" : "run") + ", is the baseline.");
+  }
+  notes.push_back(
+      "Throughput: training images per second over all devices, evaluation excluded; steady: the same from the "
+      "end of the record's steady_from_step on (10 steps, or a quarter of a shorter run), once kernels are tuned "
+      "and memory pools grown. Speed-up: steady throughput over the baseline's where both have one, else "
+      "throughput over the whole training. Memory saved: 1 - peak "
+      "allocator-allocated bytes per GPU over the baseline's; negative means more memory than the baseline.");
+  notes.push_back(
+      "n/a: not measured (GPU memory and utilisation on a CPU or without NVML, accuracy without evaluation).");
+  std::set<std::string> jobs;
+  for (const auto& run : report.runs) {
+    const RunRecord& r = run.record;
+    jobs.insert(r.model + " on " + r.dataset + " at " +
+                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px"));
+  }
+  if (jobs.size() > 1) {
+    std::string list;
+    for (const auto& job : jobs) list += (list.empty() ? "" : "; ") + job;
+    notes.push_back("The runs train different jobs (" + list + "): their comparisons with the baseline mix them" +
+                    (side_by_side(report).empty() ? "." : "; the side-by-side table below compares job by job."));
+  }
+  return notes;
+}
+
+std::string job_summary(const Report& report) {
+  std::set<std::string> jobs;
+  for (const auto& run : report.runs) {
+    const RunRecord& r = run.record;
+    jobs.insert(r.model + " on " + r.dataset + " (" +
+                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px") + ")");
+  }
+  std::string list;
+  for (const auto& job : jobs) list += (list.empty() ? "" : ", ") + job;
+  return std::to_string(report.runs.size()) + (report.runs.size() == 1 ? " run" : " runs") + ": " + list + ".";
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Side by side: ptrain, PyTorch eager and PyTorch compiled per job and mode.
+
+// Steady throughput where measured, else over the whole training; in tokens for language models.
+std::optional<double> shown_throughput(const RunRecord& r) {
+  if (is_language_model_run(r)) {
+    if (const auto steady = measured(r.steady_tokens_per_second)) return steady;
+    return measured(r.tokens_per_second);
+  }
+  if (const auto steady = measured(r.steady_images_per_second)) return steady;
+  return measured(r.images_per_second);
+}
+
+namespace {
+
+const char* throughput_unit(const SideBySideRow& row) { return row.seq_len ? "tokens/s" : "img/s"; }
+
+std::string side_by_side_data(const SideBySideRow& row) {
+  return row.dataset + (row.seq_len ? ", " + std::to_string(*row.seq_len) + " tokens"
+                                    : row.image_size > 0 ? ", " + std::to_string(row.image_size) + " px" : "") +
+         ", batch " + std::to_string(row.batch_size_per_device);
+}
+
+std::string side_by_side_format(const SideBySideRow& row) {
+  return !row.channels_last ? "-" : *row.channels_last ? "channels-last" : "NCHW";
+}
+
+std::string ratio_text(std::optional<double> ratio) {
+  return ratio ? printf_string("%.2fx", *ratio) : std::string(kNotAvailable);
+}
+
+}  // namespace
+
+const std::vector<const char*>& side_by_side_titles() {
+  static const std::vector<const char*> titles{
+      "model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
+      "ptrain / eager", "ptrain / compiled", "ptrain peak/GPU", "eager peak/GPU", "compiled peak/GPU"};
+  return titles;
+}
+
+std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
+  const auto throughput = [&](std::optional<size_t> run) {
+    if (!run) return std::string(kNotAvailable);
+    const auto value = shown_throughput(record_of(report, *run));
+    return value ? throughput_text(value) + " " + throughput_unit(row) : std::string(kNotAvailable);
+  };
+  const auto ratio = [&](std::optional<size_t> other) {
+    return ratio_text(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+  };
+  const auto peak = [&](std::optional<size_t> run) {
+    return run ? gib_text(measured(record_of(report, *run).peak_allocated_bytes)) : std::string(kNotAvailable);
+  };
+  return {row.model,
+          side_by_side_data(row),
+          row.precision,
+          std::to_string(row.devices) + ", " + row.strategy,
+          side_by_side_format(row),
+          throughput(row.ptrain),
+          throughput(row.eager),
+          throughput(row.compiled),
+          ratio(row.eager),
+          ratio(row.compiled),
+          peak(row.ptrain),
+          peak(row.eager),
+          peak(row.compiled)};
+}
+
+const char* const kSideBySideHeading = "ptrain beside PyTorch";
+
+const char* const kSideBySideNote =
+    "Steady throughput (from the end of each record's steady_from_step on; over the whole training where a run "
+    "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
+    "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
+    "is torch.compile (default mode) with channels-last for convolutional models and the fused optimizer step, "
+    "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
+
+}  // namespace ptrain::bench::table

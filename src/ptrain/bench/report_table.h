@@ -1,0 +1,66 @@
+// The report's table model, shared by its renderings (report_text.cpp: Markdown and CSV; report_html.cpp:
+// HTML with charts) so that they cannot disagree: the values a record holds and how each is written (number
+// formats), the columns of the runs' table, the sentences under it, and the side-by-side table's cells.
+// Internal to bench/.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ptrain/bench/report.h"
+
+namespace ptrain::bench::table {
+
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr char kNotAvailable[] = "n/a";
+
+// Values: a record keeps unmeasured numbers as nullopt or NaN (a JSON null read into a required double);
+// the report treats both as missing.
+std::optional<double> measured(double value);
+std::optional<double> measured(std::optional<double> value);
+std::optional<double> measured(std::optional<int64_t> value);
+
+// Number formats.
+std::string printf_string(const char* format, double value);
+std::string shortest_number(double value);  // the shortest text that reads back as value
+std::string gib_text(std::optional<double> bytes);
+std::string duration_text(std::optional<double> seconds);
+std::string percent_text(std::optional<double> percent, const char* format = "%.0f%%");
+std::string fraction_as_percent_text(std::optional<double> fraction);
+std::string throughput_text(std::optional<double> images_per_second);
+std::string csv_number(std::optional<double> value);  // empty when missing
+
+std::string framework_display_name(const std::string& framework);
+const metrics::RunRecord& record_of(const Report& report, size_t run);
+// "ptrain, ddp, fp32, 2 devices, batch 128/device"
+std::string run_descriptor(const metrics::RunRecord& r);
+bool is_language_model_run(const metrics::RunRecord& r);
+
+// One column list for report.md, report.csv and report.html.
+struct Column {
+  const char* title;     // report.md and report.html
+  const char* csv_name;  // report.csv: plain units in the name, as in the run record
+  bool numeric;
+  std::function<std::string(const Report&, size_t)> text;
+  std::function<std::string(const Report&, size_t)> csv;
+};
+const std::vector<Column>& columns();
+
+// Sentences under the table, shared by report.md and report.html (which escape them their own way).
+std::vector<std::string> table_notes(const Report& report);
+// "3 runs: resnet20 on synthetic (8 px)."
+std::string job_summary(const Report& report);
+
+// The side-by-side table: its heading, column titles, cells per row and the note under it.
+extern const char* const kSideBySideHeading;
+extern const char* const kSideBySideNote;
+const std::vector<const char*>& side_by_side_titles();
+inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the numbers
+std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);
+// Steady throughput where measured, else over the whole training; in tokens for language models.
+std::optional<double> shown_throughput(const metrics::RunRecord& r);
+
+}  // namespace ptrain::bench::table

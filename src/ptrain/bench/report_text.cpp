@@ -1,0 +1,115 @@
+// report.md and report.csv (with side-by-side.csv): the table model (report_table.h) as Markdown and CSV,
+// each escaped its own way.
+#include <sstream>
+#include <string_view>
+
+#include "ptrain/bench/report.h"
+#include "ptrain/bench/report_table.h"
+
+namespace ptrain::bench {
+
+using namespace table;
+
+namespace {
+
+// CommonMark: backslash makes any ASCII punctuation literal, so a run called "<script>" or "a|b" neither
+// becomes HTML nor splits a cell.
+std::string escape_markdown(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\n' || c == '\r') {
+      out += ' ';
+      continue;
+    }
+    if (std::string_view("\\|<>`*[]").find(c) != std::string_view::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (const char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string render_markdown(const Report& report) {
+  std::ostringstream md;
+  md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
+  for (const auto& column : columns()) md << " " << column.title << " |";
+  md << "\n|";
+  for (const auto& column : columns()) md << (column.numeric ? " ---: |" : " --- |");
+  md << "\n";
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    md << "|";
+    for (const auto& column : columns()) md << " " << escape_markdown(column.text(report, i)) << " |";
+    md << "\n";
+  }
+  md << "\n";
+  for (const auto& note : table_notes(report)) md << escape_markdown(note) << "\n\n";
+  const auto rows = side_by_side(report);
+  if (!rows.empty()) {
+    md << "## " << kSideBySideHeading << "\n\n|";
+    for (const char* title : side_by_side_titles()) md << " " << title << " |";
+    md << "\n|";
+    for (size_t c = 0; c < side_by_side_titles().size(); ++c) md << (c < kSideBySideTextColumns ? " --- |" : " ---: |");
+    md << "\n";
+    for (const auto& row : rows) {
+      md << "|";
+      for (const auto& cell : side_by_side_cells(report, row)) md << " " << escape_markdown(cell) << " |";
+      md << "\n";
+    }
+    md << "\n" << escape_markdown(kSideBySideNote) << "\n\n";
+  }
+  return md.str();
+}
+
+std::string render_csv(const Report& report) {
+  std::ostringstream csv;
+  const auto& all = columns();
+  for (size_t c = 0; c < all.size(); ++c) csv << (c ? "," : "") << all[c].csv_name;
+  csv << "\n";
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    for (size_t c = 0; c < all.size(); ++c) csv << (c ? "," : "") << csv_field(all[c].csv(report, i));
+    csv << "\n";
+  }
+  return csv.str();
+}
+
+std::string render_side_by_side_csv(const Report& report) {
+  const auto rows = side_by_side(report);
+  if (rows.empty()) return "";
+  std::ostringstream csv;
+  csv << "model,dataset,image_size,seq_len,batch_size_per_device,precision,strategy,devices,channels_last,"
+         "throughput_unit,ptrain_per_second,pytorch_eager_per_second,pytorch_compiled_per_second,"
+         "ptrain_vs_pytorch_eager,ptrain_vs_pytorch_compiled,ptrain_peak_allocated_bytes,"
+         "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_run,pytorch_eager_run,"
+         "pytorch_compiled_run\n";
+  for (const auto& row : rows) {
+    const auto throughput = [&](std::optional<size_t> run) {
+      return run ? csv_number(shown_throughput(record_of(report, *run))) : std::string();
+    };
+    const auto ratio = [&](std::optional<size_t> other) {
+      return csv_number(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+    };
+    const auto peak = [&](std::optional<size_t> run) {
+      return run ? csv_number(measured(record_of(report, *run).peak_allocated_bytes)) : std::string();
+    };
+    const auto name = [&](std::optional<size_t> run) { return run ? report.runs[*run].name : std::string(); };
+    const std::vector<std::string> fields{
+        row.model, row.dataset, std::to_string(row.image_size), row.seq_len ? std::to_string(*row.seq_len) : "",
+        std::to_string(row.batch_size_per_device), row.precision, row.strategy, std::to_string(row.devices),
+        row.channels_last ? (*row.channels_last ? "true" : "false") : "",
+        row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(row.compiled),
+        ratio(row.eager), ratio(row.compiled), peak(row.ptrain), peak(row.eager), peak(row.compiled),
+        name(row.ptrain), name(row.eager), name(row.compiled)};
+    for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
+    csv << "\n";
+  }
+  return csv.str();
+}
+
+}  // namespace ptrain::bench
