@@ -130,6 +130,30 @@ TEST(Estimate, FsdpFollowsTheZeroStageItMatches) {
   EXPECT_EQ(total("fsdp", 4), total("zero3", 4) + 4 * psi);
 }
 
+// The estimate plans the configured strategy with every flag it takes (it once planned `single` and
+// refused the flags of the others), and its table carries the configured layout.
+TEST(Estimate, TakesTheFlagsOfTheConfiguredStrategy) {
+  auto zero3 = small_job("fp32", false);
+  zero3.run.batch_size = 16;
+  zero3.run.strategy = "zero3";
+  zero3.sharding.offload_optimizer = true;
+  const MemoryEstimate offloaded = estimate_memory(zero3, 2);
+  EXPECT_EQ(offloaded.configured_strategy, "zero3+offload");
+  EXPECT_EQ(row(offloaded, "zero3+offload").states.optimizer, 0);
+
+  auto fsdp = small_job("fp32", false);
+  fsdp.run.batch_size = 16;
+  fsdp.run.strategy = "fsdp";
+  fsdp.sharding.min_num_params = 20000;
+  fsdp.sharding.param_dtype = "bf16";
+  const MemoryEstimate e = estimate_memory(fsdp, 2);
+  EXPECT_EQ(e.configured_strategy, "fsdp");
+  // --param-dtype bf16 is bf16 compute on fp32 master shards, as the plan resolves it; the probes train so.
+  EXPECT_EQ(e.precision, "bf16+master");
+  EXPECT_GT(row(e, "fsdp").states.masters, 0);
+  EXPECT_EQ(row(e, "fsdp").states.params * 2, row(e, "single").states.params);
+}
+
 TEST(Estimate, BadInputIsNamed) {
   auto job = small_job("fp32", false);
   job.model.name = "resnet-nine";

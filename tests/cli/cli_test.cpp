@@ -104,6 +104,44 @@ TEST(Cli, DryRunShowsWhatADeepSpeedConfigBecomes) {
   EXPECT_NE(bad.output.find("train_batch_size 30 disagrees"), std::string::npos) << bad.output;
 }
 
+// `ptrain estimate` reads a ds_config as `train` does: bf16 with fp32 masters under zero2, the file's
+// micro batch.
+TEST(Cli, EstimateHonoursADeepSpeedConfig) {
+  const auto dir = scratch("estimate_deepspeed");
+  const auto ds_config = dir / "ds_config.json";
+  std::ofstream(ds_config) << R"({"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 2}})";
+  const std::string job = "--model resnet20 --dataset synthetic --data-path 256:3x16x16:4 --device cpu --threads 1 "
+                          "--deepspeed-config " + ds_config.string();
+  const Result planned = run("train --dry-run " + job);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  for (const char* text : {"precision bf16 with fp32 master weights", "strategy zero2", "batch 8 per device"})
+    EXPECT_NE(planned.output.find(text), std::string::npos) << text << "\n" << planned.output;
+
+  const auto json_path = dir / "estimate.json";
+  const Result r = run("estimate --devices 2 --json " + json_path.string() + " " + job);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(json_path);
+  const auto estimate = nlohmann::json::parse(in);
+  EXPECT_EQ(estimate["precision"], "bf16+master") << estimate.dump(2);
+  EXPECT_EQ(estimate["configured_strategy"], "zero2") << estimate.dump(2);
+  EXPECT_EQ(estimate["batch_size_per_device"], 8) << estimate.dump(2);
+  EXPECT_NE(r.output.find("| zero2 (configured) |"), std::string::npos) << r.output;
+}
+
+// --param-dtype bf16 under fsdp trains bf16 parameters on fp32 master shards: the model-state line of the
+// dry run counts those masters, as its precision line says.
+TEST(Cli, DryRunMastersAgreeWithTheFsdpParamDtype) {
+  const Result r = run(kSmallRun + "--dry-run --strategy fsdp --param-dtype bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("with fp32 master weights"), std::string::npos) << r.output;
+  const auto at = r.output.find("fp32 masters ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double masters_mib = std::stod(r.output.substr(at + std::string("fp32 masters ").size()));
+  // ResNet-20's 0.27 M parameters: an fp32 copy and its gradient, 2 x 4 bytes each, on the one rank.
+  EXPECT_GT(masters_mib, 1.5) << r.output;
+}
+
 TEST(Cli, BadInputIsNamed) {
   const Result precision = run("train --precision fp8");
   EXPECT_NE(precision.exit_code, 0);

@@ -9,6 +9,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
@@ -17,8 +18,6 @@ namespace ptrain::bench {
 namespace {
 
 int64_t element_size(c10::ScalarType type) { return static_cast<int64_t>(c10::elementSize(type)); }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string gib(int64_t bytes) {
   char text[32];
@@ -33,10 +32,13 @@ std::string mib(int64_t bytes) {
 }
 
 // One short real training run (two optimizer steps, so the optimizer state exists at the second step's
-// peak) at `batch` per device on one device; returns its record, allocator peak checked present.
-metrics::RunRecord probe(const config::TrainConfig& config, int64_t batch) {
-  config::TrainConfig probe = config;
-  probe.run.strategy = "single";
+// peak) at `batch` per device on one device, in the plan's precision; returns its record, allocator peak
+// checked present.
+metrics::RunRecord probe(const train::Plan& plan, int64_t batch) {
+  config::TrainConfig probe = plan.config;
+  probe.run.strategy = strategies::StrategySpec().name();
+  probe.sharding = config::ShardingConfig{};
+  probe.dist = config::DistributedConfig{};
   probe.run.batch_size = batch;
   probe.run.global_batch_size = 0;
   probe.run.epochs = 1;
@@ -44,17 +46,21 @@ metrics::RunRecord probe(const config::TrainConfig& config, int64_t batch) {
   probe.run.eval_each_epoch = false;
   probe.run.checkpoint_dir.clear();
   probe.run.checkpoint_every = 0;
+  probe.run.keep_checkpoints = 0;
   probe.run.resume.clear();
   probe.run.metrics_out.clear();
+  probe.run.profile_out.clear();
   probe.run.progress = "none";
   probe.run.dry_run = false;
+  probe.model.save_weights.clear();
   probe.data.train_limit = 2 * batch * probe.optim.grad_accum;
   probe.data.test_limit = batch;
-  probe.dist.replicas = 0;
-  const train::Plan plan = train::make_plan(probe);
-  const auto record = train::train(plan, "ptrain estimate (probe at batch " + std::to_string(batch) + ")");
+  train::Plan probe_plan = train::make_plan(probe);
+  // The precision as the plan resolved it (fsdp's --param-dtype, for one, is not in the precision flags).
+  probe_plan.precision = plan.precision;
+  const auto record = train::train(probe_plan, "ptrain estimate (probe at batch " + std::to_string(batch) + ")");
   check(record.peak_allocated_bytes.has_value() && record.model_state_param_bytes.has_value(),
-        "ptrain estimate: the probe run on " + plan.device.str() + " measured no allocator peak");
+        "ptrain estimate: the probe run on " + probe_plan.device.str() + " measured no allocator peak");
   return record;
 }
 
@@ -76,82 +82,66 @@ std::optional<int64_t> device_capacity(const torch::Device& device) {
 
 }  // namespace
 
+StateLayout configured_layout(const train::Plan& plan, int64_t devices) {
+  const auto& h = plan.config.sharding;
+  StateLayout layout;
+  layout.strategy = plan.strategy;
+  layout.devices = plan.strategy.multi_process() || plan.strategy.drives_several_devices() ? devices : 1;
+  layout.offload_optimizer = plan.strategy.can_offload_optimizer() && h.offload_optimizer;
+  layout.offload_params = plan.strategy.is_fsdp() && h.offload_params;
+  layout.shard_group = plan.strategy.hybrid() ? h.hybrid_group_size : 0;
+  return layout;
+}
+
+ModelStates model_states(const StateLayout& layout, int64_t parameters, const precision::PrecisionPolicy& policy,
+                         const config::OptimizerConfig& optimizer, bool cpu) {
+  return strategies::predicted_model_states(layout, parameters, policy, optimizer, cpu);
+}
+
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
                          const config::TrainConfig& config, bool cpu) {
+  const std::string offload_suffix = "+offload";
+  const bool offload = strategy.size() > offload_suffix.size() &&
+                       strategy.compare(strategy.size() - offload_suffix.size(), offload_suffix.size(), offload_suffix) == 0;
+  StateLayout layout;
+  layout.strategy = strategies::StrategySpec::parse(offload ? strategy.substr(0, strategy.size() - offload_suffix.size())
+                                                            : strategy,
+                                                    config.sharding.fsdp_sharding);
+  check(!offload || layout.strategy.can_offload_optimizer(),
+        "ptrain estimate: no memory arithmetic for strategy '" + strategy + "'");
+  layout.devices = devices;
+  layout.offload_optimizer = offload;
+  layout.offload_params = layout.strategy.is_fsdp() && config.sharding.offload_params;
+  layout.shard_group = layout.strategy.hybrid() ? config.sharding.hybrid_group_size : 0;
   const auto policy = precision::resolve_precision(config.precision.precision, config.precision.master_weights,
                                                    cpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA,
                                                    config.precision.loss_scale);
-  const int64_t n = std::max<int64_t>(devices, 1);
-  const int64_t param_bytes = parameters * element_size(policy.param_dtype);
-  // With master weights the optimizer works on fp32 copies, gradients included; its state takes their dtype.
-  const int64_t optimized_bytes = policy.master_weights ? parameters * element_size(policy.master_dtype) : param_bytes;
-  const int64_t slots = config.optim.name == "adamw" ? 2 : (config.optim.momentum > 0 ? 1 : 0);
-
-  ModelStates full;
-  full.params = param_bytes;
-  full.grads = param_bytes;
-  full.optimizer = slots * optimized_bytes;
-  full.masters = policy.master_weights ? 2 * optimized_bytes : 0;  // the copy and its gradient
-
-  ModelStates s = full;
-  if (strategy == "single") return s;
-  if (strategy == "dp") {
-    // One process holds every replica's parameters and gradients when the replicas share its memory (CPU);
-    // on GPUs the first device holds what one GPU run does (plus the gathered outputs, negligible).
-    if (cpu) {
-      s.params *= n;
-      s.grads *= n;
-    }
-    return s;
-  }
-  if (strategy == "ddp") {
-    s.buffers = full.grads;  // the flat gradient buckets the all-reduce works on
-    return s;
-  }
-  if (strategy == "fsdp") {
-    // FSDP's sharding strategies in ZeRO's terms: no-shard holds what ddp does (its flat gradients are the
-    // buckets), the others what zero3 does over the ranks of one shard group; shard-grad-op keeps every
-    // unit's gathered parameters from forward to backward, so its peak holds them whole; parameter
-    // offload moves the shards and the optimizer step to the CPU.
-    const auto& h = config.sharding;
-    if (h.fsdp_sharding == "no-shard") {
-      s.buffers = full.grads;
-      return s;
-    }
-    const int64_t shards = h.fsdp_sharding.rfind("hybrid", 0) == 0 && h.hybrid_group_size > 0 ? h.hybrid_group_size : n;
-    s = model_states(h.offload_params ? "zero3+offload" : "zero3", shards, parameters, config, cpu);
-    if (h.offload_params) s.params = s.grads = 0;
-    if (h.fsdp_sharding == "shard-grad-op" || h.fsdp_sharding == "hybrid-shard-zero2") s.buffers = full.params;
-    return s;
-  }
-  // ZeRO (DeepSpeed's arithmetic, Rajbhandari et al. 2020): stage 1 shards the optimizer state (and the
-  // fp32 masters it steps), stage 2 the gradients too, stage 3 the parameters too.
-  const bool offload = strategy.size() > 5 && strategy.substr(5) == "+offload";
-  const std::string stage = strategy.substr(0, 5);
-  check(stage == "zero1" || stage == "zero2" || stage == "zero3",
-        "ptrain estimate: no memory arithmetic for strategy '" + strategy + "'");
-  s.optimizer = offload ? 0 : ceil_div(full.optimizer, n);
-  s.masters = offload ? 0 : ceil_div(full.masters, n);
-  if (stage != "zero1") s.grads = ceil_div(full.grads, n);
-  if (stage == "zero3") s.params = ceil_div(full.params, n);
-  return s;
+  return model_states(layout, parameters, policy, config.optim, cpu);
 }
 
 MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t devices) {
   check(devices >= 1, "ptrain estimate: --devices must be at least 1");
-  // Refuses a config that cannot train, by its key. The probes run on one device whatever the strategy.
-  config::TrainConfig one_device = config;
-  one_device.run.strategy = "single";
-  one_device.dist.replicas = 0;
-  const train::Plan plan = train::make_plan(one_device);
+  config::TrainConfig planned = config;
+  // dp's replicas are the estimate's --devices: one is enough for the plan to check the rest.
+  const auto spec = strategies::StrategySpec::parse(config.run.strategy, config.sharding.fsdp_sharding);
+  if (spec.drives_several_devices() && planned.dist.replicas == 0) planned.dist.replicas = 1;
+  return estimate_memory(train::make_plan(planned), devices);
+}
+
+MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
+  using strategies::StrategyKind;
+  using strategies::StrategySpec;
+  check(devices >= 1, "ptrain estimate: --devices must be at least 1");
+  const auto& config = plan.config;
   const bool cpu = !plan.device.is_cuda();
+  const StateLayout configured = configured_layout(plan, devices);
 
   MemoryEstimate e;
   e.model = config.model.name;
-  e.precision = plan.precision.name + (plan.precision.master_weights ? "+master" : "");
+  e.precision = precision::record_name(plan.precision);
   e.device = plan.device.str();
   e.batch_size = config.run.batch_size;
-  e.configured_strategy = config.run.strategy;
+  e.configured_strategy = configured.label();
   e.capacity_bytes = device_capacity(plan.device);
 
   // Two probes at small batches; their difference is what one more sample costs. Large enough that
@@ -159,26 +149,42 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
   // also count the trainable parameters, in their training dtype.
   const int64_t small = std::max<int64_t>(2, std::min<int64_t>(config.run.batch_size / 8, 16));
   for (const int64_t batch : {small, 2 * small}) {
-    const metrics::RunRecord record = probe(config, batch);
+    const metrics::RunRecord record = probe(plan, batch);
     if (e.probes.empty()) e.parameters = *record.model_state_param_bytes / element_size(plan.precision.param_dtype);
     e.probes.emplace_back(batch, *record.peak_allocated_bytes);
   }
   const auto [b1, p1] = e.probes[0];
   const auto [b2, p2] = e.probes[1];
   e.bytes_per_sample = std::max<int64_t>(0, (p2 - p1) / (b2 - b1));
-  const ModelStates single = model_states("single", 1, e.parameters, config, cpu);
+  const ModelStates single = model_states(StateLayout{}, e.parameters, plan.precision, config.optim, cpu);
   e.fixed_bytes = std::max<int64_t>(0, p1 - e.bytes_per_sample * b1 - single.total());
 
+  // Every strategy over n devices (fsdp with the plan's sharding), and the plan's own layout where it is
+  // none of them (zero2 with --offload-optimizer, say).
   const int64_t n = std::max<int64_t>(devices, 1);
-  std::vector<std::pair<std::string, int64_t>> layouts{{"single", 1}, {"dp", n}, {"ddp", n}, {"zero1", n},
-                                                       {"zero2", n}, {"zero3", n}, {"zero3+offload", n},
-                                                       {"fsdp", n}};
-  for (const auto& [strategy, count] : layouts) {
+  const auto layout = [&](StrategyKind kind, bool offload = false) {
+    StateLayout l;
+    l.strategy = kind == StrategyKind::fsdp ? StrategySpec(kind, plan.strategy.fsdp_sharding()) : StrategySpec(kind);
+    l.devices = kind == StrategyKind::single ? 1 : n;
+    l.offload_optimizer = offload;
+    if (kind == StrategyKind::fsdp) {
+      l.offload_params = config.sharding.offload_params;
+      l.shard_group = l.strategy.hybrid() ? config.sharding.hybrid_group_size : 0;
+    }
+    return l;
+  };
+  std::vector<StateLayout> layouts{layout(StrategyKind::single), layout(StrategyKind::dp),
+                                   layout(StrategyKind::ddp),    layout(StrategyKind::zero1),
+                                   layout(StrategyKind::zero2),  layout(StrategyKind::zero3),
+                                   layout(StrategyKind::zero3, true), layout(StrategyKind::fsdp)};
+  if (std::none_of(layouts.begin(), layouts.end(), [&](const StateLayout& l) { return l.label() == configured.label(); }))
+    layouts.push_back(configured);
+  for (const auto& l : layouts) {
     StrategyEstimate s;
-    s.strategy = strategy;
-    s.devices = count;
-    s.states = model_states(strategy, count, e.parameters, config, cpu);
-    const int64_t replicas_here = (cpu && strategy == "dp") ? count : 1;
+    s.strategy = l.label();
+    s.devices = l.devices;
+    s.states = model_states(l, e.parameters, plan.precision, config.optim, cpu);
+    const int64_t replicas_here = (cpu && l.strategy.drives_several_devices()) ? l.devices : 1;
     s.activations = e.bytes_per_sample * config.run.batch_size * replicas_here;
     s.fixed = e.fixed_bytes;
     s.total = s.states.total() + s.activations + s.fixed;
@@ -188,26 +194,29 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
 
   // The usual decision flow: one device if it fits (ddp to go faster on several); when the model states
   // do not fit, shard them (ZeRO-2, then ZeRO-3 or FSDP full-shard); then offload.
-  const auto find = [&](const std::string& name) -> const StrategyEstimate& {
-    return *std::find_if(e.strategies.begin(), e.strategies.end(), [&](const auto& s) { return s.strategy == name; });
+  const auto find = [&](StrategyKind kind, bool offload = false) -> const StrategyEstimate& {
+    return e.strategies.at(static_cast<size_t>(
+        std::find_if(layouts.begin(), layouts.end(),
+                     [&](const StateLayout& l) { return l.strategy.is(kind) && l.offload_optimizer == offload; }) -
+        layouts.begin()));
   };
   const std::string where = cpu ? "the host" : "one GPU";
   std::ostringstream advice;
-  if (find("single").fits) {
-    advice << "Fits on " << where << " (" << gib(find("single").total) << ")";
-    if (n > 1) advice << "; with " << n << " devices, ddp is the fastest way to use them (" << gib(find("ddp").total) << " each)";
+  if (find(StrategyKind::single).fits) {
+    advice << "Fits on " << where << " (" << gib(find(StrategyKind::single).total) << ")";
+    if (n > 1) advice << "; with " << n << " devices, ddp is the fastest way to use them (" << gib(find(StrategyKind::ddp).total) << " each)";
     advice << ".";
-  } else if (find("ddp").fits) {
-    advice << "ddp fits (" << gib(find("ddp").total) << " per device).";
-  } else if (find("zero2").fits) {
+  } else if (find(StrategyKind::ddp).fits) {
+    advice << "ddp fits (" << gib(find(StrategyKind::ddp).total) << " per device).";
+  } else if (find(StrategyKind::zero2).fits) {
     advice << "Model states do not fit replicated: shard them with zero2 over " << n << " devices ("
-           << gib(find("zero2").total) << " each).";
-  } else if (find("zero3").fits) {
+           << gib(find(StrategyKind::zero2).total) << " each).";
+  } else if (find(StrategyKind::zero3).fits) {
     advice << "Shard the parameters too: zero3 (or fsdp full-shard) over " << n << " devices ("
-           << gib(find("zero3").total) << " each).";
-  } else if (find("zero3+offload").fits) {
+           << gib(find(StrategyKind::zero3).total) << " each).";
+  } else if (find(StrategyKind::zero3, true).fits) {
     advice << "Even zero3 does not fit: offload the optimizer state to the CPU (zero3 --offload-optimizer, "
-           << gib(find("zero3+offload").total) << " per device).";
+           << gib(find(StrategyKind::zero3, true).total) << " per device).";
   } else {
     advice << "Nothing fits: activations take " << mib(e.bytes_per_sample) << " a sample; lower --batch-size, "
            << "turn on --activation-checkpointing, or use more devices.";

@@ -16,17 +16,22 @@
 #include <nlohmann/json.hpp>
 
 #include "ptrain/config/train_config.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/model_state_arithmetic.h"
+#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/train/plan.h"
 
 namespace ptrain::bench {
 
-// Per device, in bytes.
-struct ModelStates {
-  int64_t params = 0, grads = 0, optimizer = 0, masters = 0, buffers = 0;  // buffers: communication
-  int64_t total() const { return params + grads + optimizer + masters + buffers; }
-};
+// The arithmetic is the strategies' own (strategies/model_state_arithmetic.h).
+using strategies::ModelStates;
+using strategies::StateLayout;
+
+// The layout a plan trains with, over `devices` devices.
+StateLayout configured_layout(const train::Plan& plan, int64_t devices);
 
 struct StrategyEstimate {
-  std::string strategy;   // single, dp, ddp, zero1, zero2, zero3, zero3+offload
+  std::string strategy;   // StateLayout::label(): single, dp, ddp, zero1, zero2, zero3, zero3+offload, fsdp
   int64_t devices = 1;
   ModelStates states;
   int64_t activations = 0;  // bytes per sample x the per-device batch
@@ -47,14 +52,21 @@ struct MemoryEstimate {
   std::string advice;
 };
 
-// The model states one device holds under `strategy` over `devices` devices (the arithmetic alone).
-// parameters: the model's parameter count; dtype sizes from the precision mode; the optimizer's slots
-// from its name (sgd with momentum: 1, adamw: 2).
+// The model states one device holds under `layout` (the arithmetic alone). parameters: the model's
+// parameter count; dtype sizes from the precision policy; the optimizer's slots from its name (sgd with
+// momentum: 1, adamw: 2). cpu: dp's replicas share the host's memory.
+ModelStates model_states(const StateLayout& layout, int64_t parameters, const precision::PrecisionPolicy& precision,
+                         const config::OptimizerConfig& optimizer, bool cpu);
+// The same for a row name of the estimate ("zero3+offload"), the precision and fsdp's sharding from the
+// config as --precision and --fsdp-sharding give them.
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
                          const config::TrainConfig& config, bool cpu);
 
-// Runs the probes and predicts every strategy over `devices` devices. Throws ptrain::Error for a config
-// that cannot train (naming the key) or a probe that fails.
+// Runs the probes and predicts every strategy over `devices` devices, the plan's own among them. The
+// probes train the plan's model in the plan's precision on one device.
+MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices);
+// The same for the plan train::make_plan makes of the config. Throws ptrain::Error for a config that
+// cannot train (naming the key) or a probe that fails.
 MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t devices);
 
 std::string render_estimate(const MemoryEstimate& estimate);

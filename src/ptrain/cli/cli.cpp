@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -71,6 +72,21 @@ void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist
   if (unset("--master-port")) options.master_port = launch.main_process_port;
   for (const auto& warning : launch.warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
   for (const auto& [name, value] : launch.environment) ::setenv(name.c_str(), value.c_str(), 1);
+}
+
+// Every config source into one TrainConfig, as train and estimate both read them: the flags (already
+// parsed into config), then --config YAML, then --deepspeed-config, each filling what the ones before
+// left unset. job: the processes the job runs (a ds_config's batch keys count them), asked only when a
+// ds_config is given; rank 0 prints the warnings.
+void apply_config_sources(CLI::App& cmd, CLI::Option* config_file, config::TrainConfig& config,
+                          const std::function<dist::LaunchEnvironment()>& job) {
+  if (config_file->count() > 0) config::apply_yaml_config(cmd, config_file->as<std::string>());
+  if (config.run.deepspeed_config.empty()) return;
+  const dist::LaunchEnvironment env = job();
+  const auto warnings = config::apply_deepspeed_config(cmd, config, config.run.deepspeed_config, env.world_size);
+  if (env.rank == 0) {
+    for (const auto& warning : warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
+  }
 }
 
 void print_result(const metrics::RunRecord& r) {
@@ -232,11 +248,15 @@ int run_cli(int argc, char** argv) {
       return outcome.failed > 0 ? 1 : 0;
     }
     if (estimate_cmd->parsed()) {
-      if (estimate_config_file->count() > 0)
-        config::apply_yaml_config(*estimate_cmd, estimate_config_file->as<std::string>());
       if (!estimate_json.empty()) io::check_writable_file(estimate_json, "--json");
       int64_t devices = estimate_devices;
       if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
+      // The estimate is of the job over `devices` devices: a ds_config's batch keys count them.
+      apply_config_sources(*estimate_cmd, estimate_config_file, estimate_config, [devices] {
+        dist::LaunchEnvironment job;
+        job.world_size = devices;
+        return job;
+      });
       const bench::MemoryEstimate estimate = bench::estimate_memory(estimate_config, devices);
       std::cout << bench::render_estimate(estimate);
       if (!estimate_json.empty()) {
@@ -260,15 +280,7 @@ int run_cli(int argc, char** argv) {
       return dist::launch(launch_options);
     }
     if (train_cmd->parsed()) {
-      if (config_file->count() > 0) config::apply_yaml_config(*train_cmd, config_file->as<std::string>());
-      if (!train_config.run.deepspeed_config.empty()) {
-        const dist::LaunchEnvironment env = dist::detect_environment();
-        const auto warnings =
-            config::apply_deepspeed_config(*train_cmd, train_config, train_config.run.deepspeed_config, env.world_size);
-        if (env.rank == 0) {
-          for (const auto& warning : warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
-        }
-      }
+      apply_config_sources(*train_cmd, config_file, train_config, [] { return dist::detect_environment(); });
       const train::Plan plan = train::make_plan(train_config);
       if (train_config.run.dry_run) {
         std::cout << train::describe(plan) << describe_layout(plan) << std::endl;

@@ -29,7 +29,7 @@ std::string describe_buckets(models::Model& model, const train::Plan& plan, int6
   std::vector<torch::Tensor> params;
   for (const auto& p : model.parameters())
     if (p.requires_grad()) params.push_back(p);
-  const bool sharded = c.run.strategy != "ddp";
+  const bool sharded = plan.strategy.shards_optimizer_state();
   std::ostringstream out;
   std::vector<std::vector<size_t>> groups;
   if (sharded) {
@@ -59,10 +59,9 @@ std::string describe_buckets(models::Model& model, const train::Plan& plan, int6
 
 constexpr int64_t kLargestListedModel = 1000000000;
 
-std::string model_states_line(const train::Plan& plan, const std::string& strategy, int64_t ranks, int64_t parameters) {
-  const auto& c = plan.config;
-  const auto states = bench::model_states(strategy + (strategy == "zero3" && c.sharding.offload_optimizer ? "+offload" : ""),
-                                          ranks, parameters, c, !plan.device.is_cuda());
+std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t parameters) {
+  const auto states = bench::model_states(bench::configured_layout(plan, ranks), parameters, plan.precision,
+                                          plan.config.optim, !plan.device.is_cuda());
   std::ostringstream out;
   out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
       << mib(states.grads) << ", optimizer " << mib(states.optimizer) << ", fp32 masters " << mib(states.masters)
@@ -74,9 +73,9 @@ std::string model_states_line(const train::Plan& plan, const std::string& strate
 
 std::string describe_layout(const train::Plan& plan) {
   const auto& c = plan.config;
-  const std::string& strategy = c.run.strategy;
+  const std::string strategy = plan.strategy.name();
   const int64_t ranks = std::max<int64_t>(plan.launch.world_size, 1);
-  if (strategy == "single" || strategy == "dp") return "";
+  if (!plan.strategy.multi_process()) return "";
   // The model as the trainer builds it: its shape comes from the data (the test split stands for both).
   const auto test_split = data::open_dataset(plan.data, /*train=*/false, static_cast<int>(c.data.loader_threads));
   const models::ModelSpec spec = train::model_spec(c, test_split, test_split);
@@ -86,7 +85,7 @@ std::string describe_layout(const train::Plan& plan) {
   if (counted && *counted > kLargestListedModel) {
     out << "\n" << c.model.name << " has " << *counted << " parameters: too many to build on the host for a listing "
         << "of its units (" << mib(*counted * 4) << " in fp32)\n";
-    return out.str() + model_states_line(plan, strategy, ranks, *counted);
+    return out.str() + model_states_line(plan, ranks, *counted);
   }
   auto model = models::make_model(spec);
   // Buckets group by bytes, in the parameters' training dtype.
@@ -101,21 +100,21 @@ std::string describe_layout(const train::Plan& plan) {
     if (c.model.activation_checkpointing && !scripted->checkpointing_note().empty())
       out << "activation checkpointing, " << scripted->checkpointing_note() << "\n";
   }
-  if (strategy == "fsdp") {
+  if (plan.strategy.is_fsdp()) {
     const auto options = strategies::fsdp_options(c.sharding);
-    const bool hybrid = options.sharding.rfind("hybrid", 0) == 0;
+    const bool hybrid = plan.strategy.hybrid();
     const int64_t local = std::max<int64_t>(plan.launch.local_world_size, 1);
     const int64_t shard_ranks = hybrid ? (options.hybrid_group_size > 0 ? options.hybrid_group_size : local) : ranks;
     out << strategies::describe_fsdp_units(*model, options, shard_ranks);
-  } else if (strategy == "zero3") {
+  } else if (plan.strategy.needs_units()) {
     std::vector<int> each(model->units().size());
     std::iota(each.begin(), each.end(), 0);
-    out << "zero3: every block a unit, sharded over " << ranks << " ranks\n"
+    out << strategy << ": every block a unit, sharded over " << ranks << " ranks\n"
         << strategies::describe_units(*model, each, ranks, true);
   } else {
     out << strategy << ": " << describe_buckets(*model, plan, ranks);
   }
-  return out.str() + model_states_line(plan, strategy, ranks, parameters);
+  return out.str() + model_states_line(plan, ranks, parameters);
 }
 
 }  // namespace ptrain::cli

@@ -3,10 +3,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::config {
 
@@ -181,8 +185,7 @@ void read_deepspeed_section(const YAML::Node& ds, const std::string& path, Accel
                  "gradient_accumulation_steps, gradient_clipping) are given together; keep them in the file");
     return;
   }
-  static const char* const kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
-  set_option(launch, "strategy", kStrategies[stage]);
+  set_option(launch, "strategy", strategies::StrategySpec::from_zero_stage(stage, path + ": key 'deepspeed_config.zero_stage'").name());
   if (offload_optimizer == "cpu") {
     check(stage >= 1, path + ": deepspeed_config.offload_optimizer_device cpu needs zero_stage 1 or more");
     set_option(launch, "offload-optimizer", "true");
@@ -211,6 +214,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   int num_processes = 1;
   bool use_cpu = false;
   std::string mixed_precision = "no";
+  std::optional<c10::ScalarType> half;  // mixed_precision's dtype; none: "no"
   YAML::Node fsdp_config, deepspeed_config;
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
@@ -227,9 +231,13 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
       check(value.IsMap() || value.IsNull(), where + " must be a mapping");
       (key == "fsdp_config" ? fsdp_config : deepspeed_config) = value;
     } else if (key == "mixed_precision") {
+      // accelerate's vocabulary: the 16-bit float each value trains in.
+      static const std::map<std::string, std::optional<c10::ScalarType>> kMixedPrecision{
+          {"no", std::nullopt}, {"fp16", c10::ScalarType::Half}, {"bf16", c10::ScalarType::BFloat16}};
       mixed_precision = text_of(value);
-      check(mixed_precision == "no" || mixed_precision == "fp16" || mixed_precision == "bf16",
-            where + ": '" + mixed_precision + "' is not supported (no, fp16, bf16)");
+      const auto it = kMixedPrecision.find(mixed_precision);
+      check(it != kMixedPrecision.end(), where + ": '" + mixed_precision + "' is not supported (no, fp16, bf16)");
+      half = it->second;
     } else if (key == "num_processes") {
       num_processes = integer_of(value, where);
       check(num_processes > 0, where + " must be positive");
@@ -290,30 +298,30 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
         path + ": key 'deepspeed_config' is given, but distributed_type is " + distributed_type + ", not DEEPSPEED");
   bool has_deepspeed_file = false;
   if (distributed_type == "FSDP") {
-    set_option(launch, "strategy", "fsdp");
+    set_option(launch, "strategy", strategies::StrategySpec(strategies::StrategyKind::fsdp).name());
     if (filled(fsdp_config)) read_fsdp_config(fsdp_config, path, launch);
   } else if (distributed_type == "DEEPSPEED") {
     read_deepspeed_section(filled(deepspeed_config) ? deepspeed_config : YAML::Node(YAML::NodeType::Map), path, launch,
                            has_deepspeed_file);
   } else if (distributed) {
-    set_option(launch, "strategy", "ddp");
+    set_option(launch, "strategy", strategies::StrategySpec(strategies::StrategyKind::ddp).name());
   }
   if (use_cpu || distributed_type == "MULTI_CPU") set_option(launch, "device", "cpu");
-  if (mixed_precision != "no") {
+  if (half) {
     if (distributed_type == "DEEPSPEED") {
       // DeepSpeed keeps the model in half precision and fp32 master weights in the optimizer; with a
       // ds_config file, its fp16/bf16 blocks decide.
       if (has_deepspeed_file) {
         launch.warnings.push_back(path + ": key 'mixed_precision' is decided by deepspeed_config_file's fp16/bf16 blocks");
       } else {
-        set_option(launch, "precision", mixed_precision);
+        set_option(launch, "precision", precision::to_string(precision::half_mode(*half, /*autocast=*/false)));
         set_option(launch, "master-weights", "true");
       }
     } else {
-      set_option(launch, "precision", "amp-" + mixed_precision);
+      set_option(launch, "precision", precision::to_string(precision::half_mode(*half, /*autocast=*/true)));
       if (distributed_type == "FSDP") {
         // accelerate's FSDP mixed precision: parameters, gradient reduction and buffers in that dtype.
-        for (const char* flag : {"param-dtype", "reduce-dtype", "buffer-dtype"}) set_option(launch, flag, mixed_precision);
+        for (const char* flag : {"param-dtype", "reduce-dtype", "buffer-dtype"}) set_option(launch, flag, precision::dtype_name(*half));
       }
     }
   }

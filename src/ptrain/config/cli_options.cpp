@@ -9,6 +9,8 @@
 
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::config {
 
@@ -91,7 +93,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
       ->group("Precision")
-      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}))
+      ->check(CLI::IsMember(precision::precision_names()))
       ->capture_default_str();
   app.add_flag("--master-weights,!--no-master-weights", c.precision.master_weights,
                "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
@@ -125,7 +127,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
       ->group("Run")->check(seed_number())->capture_default_str();
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember({"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"}))->capture_default_str();
+      ->group("Run")->check(CLI::IsMember(strategies::StrategySpec::names()))->capture_default_str();
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
@@ -163,7 +165,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding,
                  "full-shard | shard-grad-op | no-shard | hybrid-shard | hybrid-shard-zero2")
       ->group("Sharding")
-      ->check(CLI::IsMember({"full-shard", "shard-grad-op", "no-shard", "hybrid-shard", "hybrid-shard-zero2"}))
+      ->check(CLI::IsMember(strategies::StrategySpec::fsdp_sharding_names()))
       ->capture_default_str();
   app.add_option("--auto-wrap", c.sharding.auto_wrap, "fsdp units: size | type | none")
       ->group("Sharding")->check(CLI::IsMember({"size", "type", "none"}))->capture_default_str();
@@ -179,7 +181,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--sync-module-states,!--no-sync-module-states", c.sharding.sync_module_states,
                "Broadcast rank 0's parameters and buffers at start")
       ->group("Sharding");
-  const auto dtype_names = CLI::IsMember({"fp32", "fp16", "bf16"});
+  const auto dtype_names = CLI::IsMember(precision::dtype_names());
   app.add_option("--param-dtype", c.sharding.param_dtype, "fsdp mixed precision: parameter dtype (fp32 | fp16 | bf16)")
       ->group("Sharding")->check(dtype_names);
   app.add_option("--reduce-dtype", c.sharding.reduce_dtype, "ddp: gradient compression (fp16 | bf16, as PyTorch's compress hooks); fsdp: the dtype "

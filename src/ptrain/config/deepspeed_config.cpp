@@ -8,10 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
 #include "ptrain/core/error.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::config {
 
@@ -239,21 +242,25 @@ class DeepSpeedReader {
     const auto it = settings_.find("precision");
     return it != settings_.end() ? it->second.value : config_.precision.precision;
   }
+  precision::PrecisionMode final_mode() const { return precision::mode_named(final_precision()); }
 
-  bool enabled(const json& block, const std::string& key, const std::vector<std::string>& ptrain_modes) const {
+  // A block's "enabled"; "auto" is whatever ptrain is asked to run: does that mode train in this block's
+  // half dtype (fp16, bf16), or autocast (torch_autocast)?
+  bool enabled(const json& block, const std::string& key,
+               const std::function<bool(precision::PrecisionMode)>& auto_means) const {
     if (block.is_null() || !block.contains("enabled")) return false;
     const json& value = block.at("enabled");
-    if (is_auto(value)) {
-      // "auto": whatever ptrain is asked to run.
-      return std::find(ptrain_modes.begin(), ptrain_modes.end(), config_.precision.precision) != ptrain_modes.end();
-    }
+    if (is_auto(value)) return auto_means(precision::mode_named(config_.precision.precision));
     return boolean(value, key + ".enabled");
   }
 
   void precision(const json& fp16, const json& bf16, const json& autocast) {
-    const bool fp16_on = enabled(fp16, "fp16", {"fp16", "amp-fp16"});
-    const bool bf16_on = enabled(bf16, bf16_key_, {"bf16", "amp-bf16"});
-    const bool autocast_on = enabled(autocast, "torch_autocast", {"amp-fp16", "amp-bf16"});
+    const auto trains_in = [](c10::ScalarType half) {
+      return [half](precision::PrecisionMode mode) { return precision::half_dtype(mode) == half; };
+    };
+    const bool fp16_on = enabled(fp16, "fp16", trains_in(c10::ScalarType::Half));
+    const bool bf16_on = enabled(bf16, bf16_key_, trains_in(c10::ScalarType::BFloat16));
+    const bool autocast_on = enabled(autocast, "torch_autocast", precision::autocasts);
     check(!(fp16_on && bf16_on), path_ + ": fp16 and " + bf16_key_ + " are both enabled; enable one");
     check(!(autocast_on && (fp16_on || bf16_on)),
           path_ + ": torch_autocast together with fp16 or bf16 is not supported; enable one");
@@ -270,7 +277,7 @@ class DeepSpeedReader {
           throw Error(where(full) + " is not a bf16 setting ptrain knows");
         }
       }
-      if (bf16_on && is_explicit_true(bf16)) set_half_precision("bf16", bf16_key_ + ".enabled");
+      if (bf16_on && is_explicit_true(bf16)) set_half_precision(c10::ScalarType::BFloat16, bf16_key_ + ".enabled");
     }
     if (!autocast.is_null()) {
       std::string dtype = "bfloat16";
@@ -289,7 +296,10 @@ class DeepSpeedReader {
         }
       }
       if (autocast_on && is_explicit_true(autocast))
-        set("precision", dtype == "bfloat16" ? "amp-bf16" : "amp-fp16", "torch_autocast.enabled");
+        set("precision",
+            precision::to_string(precision::half_mode(
+                dtype == "bfloat16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half, /*autocast=*/true)),
+            "torch_autocast.enabled");
     }
     if (!fp16.is_null()) fp16_block(fp16, fp16_on);
   }
@@ -298,14 +308,13 @@ class DeepSpeedReader {
 
   // DeepSpeed's fp16/bf16: the model in half precision, fp32 master weights in the optimizer. A
   // --precision given elsewhere wins, and master weights only go with the pure half modes.
-  void set_half_precision(const std::string& mode, const std::string& key) {
-    set("precision", mode, key);
-    const std::string final_mode = final_precision();
-    if (final_mode == "fp16" || final_mode == "bf16") set("master-weights", "true", key);
+  void set_half_precision(c10::ScalarType half, const std::string& key) {
+    set("precision", precision::to_string(precision::half_mode(half, /*autocast=*/false)), key);
+    if (precision::half_parameters(final_mode())) set("master-weights", "true", key);
   }
 
   void fp16_block(const json& fp16, bool on) {
-    if (on && is_explicit_true(fp16)) set_half_precision("fp16", "fp16.enabled");
+    if (on && is_explicit_true(fp16)) set_half_precision(c10::ScalarType::Half, "fp16.enabled");
     // DeepSpeed's defaults for the keys the file leaves out.
     double loss_scale = 0;
     int64_t initial_scale_power = 16, window = 1000, hysteresis = 2;
@@ -344,7 +353,7 @@ class DeepSpeedReader {
       }
     }
     const std::string mode = final_precision();
-    const bool uses_fp16 = on && (mode == "fp16" || mode == "amp-fp16");
+    const bool uses_fp16 = on && precision::half_dtype(final_mode()) == c10::ScalarType::Half;
     if (!uses_fp16) {
       if (!dynamic_keys.empty() || loss_scale > 0)
         warnings_.push_back(path_ + ": the fp16 loss-scaling keys have no effect: precision is " + mode);
@@ -383,8 +392,7 @@ class DeepSpeedReader {
   double bucket_mib(const json& value, const std::string& key) const {
     const double elements = non_negative(value, key);
     check(elements > 0, where(key) + " must be positive");
-    const std::string mode = final_precision();
-    const double bytes_per_element = (mode == "fp16" || mode == "bf16") ? 2.0 : 4.0;
+    const double bytes_per_element = precision::half_parameters(final_mode()) ? 2.0 : 4.0;
     return elements * bytes_per_element / (1024.0 * 1024.0);
   }
 
@@ -424,9 +432,9 @@ class DeepSpeedReader {
       check(stage >= 0 && stage <= 3, where("zero_optimization.stage") + " must be 0, 1, 2 or 3, not " +
                                           std::to_string(stage));
     }
-    static const char* const kStrategies[] = {"ddp", "zero1", "zero2", "zero3"};
     if (!zero.contains("stage") || !is_auto(zero.at("stage")))
-      set("strategy", kStrategies[stage], "zero_optimization.stage", zero.contains("stage"));
+      set("strategy", strategies::StrategySpec::from_zero_stage(stage, where("zero_optimization.stage")).name(),
+          "zero_optimization.stage", zero.contains("stage"));
     for (const auto& [key, value] : zero.items()) {
       const std::string full = "zero_optimization." + key;
       if (key == "stage") continue;

@@ -1,32 +1,32 @@
 #include "ptrain/config/settings_in_effect.h"
 
 #include "ptrain/core/error.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::config {
 
 void refuse_settings_without_effect(const TrainConfig& c) {
   const TrainConfig defaults;
-  const std::string& strategy = c.run.strategy;
-  const bool zero12 = strategy == "zero1" || strategy == "zero2";
-  const bool fsdp_no_shard = strategy == "fsdp" && c.sharding.fsdp_sharding == "no-shard";
-  const bool one_process = strategy == "single" || strategy == "dp";
+  const auto spec = strategies::StrategySpec::parse(c.run.strategy, c.sharding.fsdp_sharding);
+  const std::string strategy = spec.name();
+  const bool one_process = !spec.multi_process();
   const std::string under = " (this run's strategy is " + strategy + ")";
 
   if (!c.sharding.reduce_dtype.empty()) {
     check(!one_process, "--reduce-dtype: --strategy " + strategy +
-                            (strategy == "dp" ? " sums the replicas' gradients in their own dtype on the first device"
+                            (spec.drives_several_devices() ? " sums the replicas' gradients in their own dtype on the first device"
                                               : " reduces no gradients") +
                             "; it applies to ddp (gradient compression) and fsdp");
   }
   if (c.dist.bucket_cap_mb != defaults.dist.bucket_cap_mb) {
-    check(strategy == "ddp", "--bucket-cap-mb sizes ddp's gradient buckets" + under +
-                                 (zero12 || fsdp_no_shard ? "; use --reduce-bucket-mb" : ""));
+    check(spec.is(strategies::StrategyKind::ddp), "--bucket-cap-mb sizes ddp's gradient buckets" + under +
+                                                      (spec.reduces_in_size_groups() ? "; use --reduce-bucket-mb" : ""));
   }
   if (c.sharding.reduce_bucket_mb != defaults.sharding.reduce_bucket_mb) {
     std::string why;
-    if (strategy == "ddp") why = "; ddp's buckets take --bucket-cap-mb";
-    if (strategy == "zero3" || strategy == "fsdp") why = "; it reduces the gradients of one unit at a time";
-    check(zero12 || fsdp_no_shard,
+    if (spec.is(strategies::StrategyKind::ddp)) why = "; ddp's buckets take --bucket-cap-mb";
+    if (spec.needs_units()) why = "; it reduces the gradients of one unit at a time";
+    check(spec.reduces_in_size_groups(),
           "--reduce-bucket-mb sizes the gradient groups of zero1, zero2 and fsdp no-shard" + under + why);
   }
   check(c.sharding.allgather_bucket_mb == defaults.sharding.allgather_bucket_mb,

@@ -80,6 +80,42 @@ const std::vector<std::string>& precision_names() {
   return names;
 }
 
+PrecisionMode mode_named(const std::string& name) { return parse_mode(name); }
+
+std::optional<PrecisionMode> precision_mode_or_none(const std::string& name) {
+  try {
+    return parse_mode(name);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<c10::ScalarType> half_dtype(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::FP16:
+    case PrecisionMode::AMP_FP16: return c10::ScalarType::Half;
+    case PrecisionMode::BF16:
+    case PrecisionMode::AMP_BF16: return c10::ScalarType::BFloat16;
+    case PrecisionMode::FP32:
+    case PrecisionMode::TF32: break;
+  }
+  return std::nullopt;
+}
+
+bool half_parameters(PrecisionMode mode) { return mode == PrecisionMode::FP16 || mode == PrecisionMode::BF16; }
+
+bool autocasts(PrecisionMode mode) { return mode == PrecisionMode::AMP_FP16 || mode == PrecisionMode::AMP_BF16; }
+
+PrecisionMode half_mode(c10::ScalarType half, bool autocast) {
+  check(half == c10::ScalarType::Half || half == c10::ScalarType::BFloat16, "half_mode: not a 16-bit float");
+  if (half == c10::ScalarType::Half) return autocast ? PrecisionMode::AMP_FP16 : PrecisionMode::FP16;
+  return autocast ? PrecisionMode::AMP_BF16 : PrecisionMode::BF16;
+}
+
+std::string record_name(const PrecisionPolicy& policy) {
+  return to_string(policy.mode) + (policy.master_weights ? "+master" : "");
+}
+
 std::string to_string(PrecisionMode mode) { return precision_names().at(static_cast<size_t>(mode)); }
 
 PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, c10::DeviceType device,
@@ -125,6 +161,11 @@ PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, 
 void apply_global_math_mode(const PrecisionPolicy& policy) {
   // The switches are plain flags of the global context, present in CPU builds too, where they have no effect.
   compat::set_allow_tf32(policy.allow_tf32);
+}
+
+const std::vector<std::string>& dtype_names() {
+  static const std::vector<std::string> names{"fp32", "fp16", "bf16"};
+  return names;
 }
 
 c10::ScalarType dtype_named(const std::string& name) {

@@ -47,6 +47,22 @@ struct PrecisionPolicy {
 PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, c10::DeviceType device,
                                   const std::string& loss_scale = "auto");
 
+// The name run records and reports give the policy: its mode's, "+master" with fp32 master weights
+// ("bf16+master").
+std::string record_name(const PrecisionPolicy& policy);
+
+// The mode --precision NAME names ("no": fp32); an unknown name throws ptrain::Error naming --precision.
+PrecisionMode mode_named(const std::string& name);
+std::optional<PrecisionMode> precision_mode_or_none(const std::string& name);  // the same, none when unknown
+// What a mode is, for readers of other frameworks' configs (DeepSpeed's fp16/bf16 blocks): the 16-bit
+// float it trains in, if any; whether the parameters themselves are in it (pure fp16/bf16, where master
+// weights apply); whether it autocasts.
+std::optional<c10::ScalarType> half_dtype(PrecisionMode mode);
+bool half_parameters(PrecisionMode mode);
+bool autocasts(PrecisionMode mode);
+// The mode training in `half` (Half or BFloat16), with autocast or with half parameters.
+PrecisionMode half_mode(c10::ScalarType half, bool autocast);
+
 // The canonical names, in the order of PrecisionMode (for --help and error messages).
 const std::vector<std::string>& precision_names();
 std::string to_string(PrecisionMode mode);
@@ -54,6 +70,7 @@ std::string to_string(PrecisionMode mode);
 // The dtypes flags such as --param-dtype, --reduce-dtype and --buffer-dtype name ("fp32", "fp16",
 // "bf16"), and back. An unknown name throws ptrain::Error.
 c10::ScalarType dtype_named(const std::string& name);
+const std::vector<std::string>& dtype_names();  // fp32, fp16, bf16
 std::string dtype_name(c10::ScalarType dtype);
 
 // Sets the process-wide TF32 switches of cuBLAS and cuDNN to policy.allow_tf32. Called once before

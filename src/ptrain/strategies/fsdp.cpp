@@ -8,6 +8,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::strategies {
 namespace {
@@ -132,7 +133,7 @@ std::string describe_units(models::Model& model, const std::vector<int>& wrap, i
 std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks) {
   const auto wrap = fsdp_auto_wrap(model, options);
   std::set<int> units(wrap.begin(), wrap.end());
-  const bool sharded = options.sharding != "no-shard";
+  const bool sharded = StrategySpec(StrategyKind::fsdp, StrategySpec::parse_fsdp_sharding(options.sharding)).shards_parameters();
   std::ostringstream out;
   out << "fsdp " << options.sharding << ", auto-wrap " << options.auto_wrap;
   if (options.auto_wrap == "size") out << " (min_num_params " << with_commas(options.min_num_params) << ")";
@@ -166,15 +167,12 @@ FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
 }
 
 ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size) {
+  const StrategySpec spec(StrategyKind::fsdp, StrategySpec::parse_fsdp_sharding(options.sharding));
   ZeroOptions z;
-  z.name = "fsdp";
-  const std::string& s = options.sharding;
-  check(s == "full-shard" || s == "shard-grad-op" || s == "no-shard" || s == "hybrid-shard" || s == "hybrid-shard-zero2",
-        "--fsdp-sharding: unknown strategy '" + s +
-            "' (known: full-shard, shard-grad-op, no-shard, hybrid-shard, hybrid-shard-zero2)");
-  z.stage = s == "no-shard" ? 0 : 3;
-  z.reshard_after_forward = s == "full-shard" || s == "hybrid-shard";
-  if (s.rfind("hybrid", 0) == 0) {
+  z.name = spec.name();
+  z.stage = spec.zero_stage();
+  z.reshard_after_forward = spec.reshards_after_forward();
+  if (spec.hybrid()) {
     z.shard_group_size = options.hybrid_group_size > 0 ? options.hybrid_group_size : local_world_size;
   } else {
     check(options.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");

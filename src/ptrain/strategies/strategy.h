@@ -1,5 +1,5 @@
 // How devices share the work of one training step. The trainer calls these hooks and nothing else:
-// outside strategies/factory.cpp no code asks which strategy runs.
+// outside strategies/factory.cpp no code asks which strategy runs (what one can do, StrategySpec says).
 //
 // Order within one optimizer step:
 //   set_gradient_sync(false) ... backward of micro-batches 1..k-1 ... set_gradient_sync(true),
@@ -19,6 +19,8 @@
 #include "ptrain/dist/environment.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::strategies {
 
@@ -117,7 +119,12 @@ class Strategy {
 // The model's trainable parameters (or fp32 masters of them), identical on every rank.
 std::unique_ptr<UpdateTarget> replicated_update_target(models::Model& model, bool master_weights);
 
-// The strategy config.run.strategy names, with its process group formed from the launch environment.
+// The strategy `spec` names, with its process group formed from the launch environment; gradients
+// travel in precision.reduce_dtype.
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const config::TrainConfig& config,
+                                        const precision::PrecisionPolicy& precision, torch::Device device,
+                                        const dist::LaunchEnvironment& launch);
+// The same from the names in the config (a plan's spec and policy are what a run uses).
 std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device,
                                         const dist::LaunchEnvironment& launch);
 

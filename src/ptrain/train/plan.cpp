@@ -81,7 +81,7 @@ namespace {
 // the precision mode has it; gradients travel in reduce_dtype; buffers follow the parameters.
 void apply_fsdp_mixed_precision(const config::TrainConfig& c, Plan& plan) {
   const auto& h = c.sharding;
-  if (!h.param_dtype.empty() && h.param_dtype != "fp32") {
+  if (!h.param_dtype.empty() && precision::dtype_named(h.param_dtype) != torch::kFloat) {
     const auto wanted = precision::dtype_named(h.param_dtype);
     auto& p = plan.precision;
     if (p.param_dtype == torch::kFloat && !p.autocast && p.mode != precision::PrecisionMode::TF32) {
@@ -100,7 +100,6 @@ void apply_fsdp_mixed_precision(const config::TrainConfig& c, Plan& plan) {
       p.master_weights = true;
       p.master_dtype = torch::kFloat;
     }
-    p.name += " (fsdp param_dtype " + h.param_dtype + ")";
   }
   const auto params = plan.precision.param_dtype;
   check(h.buffer_dtype.empty() || precision::dtype_named(h.buffer_dtype) == params,
@@ -143,23 +142,25 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
-  const bool zero = c.run.strategy == "zero1" || c.run.strategy == "zero2" || c.run.strategy == "zero3";
-  const bool fsdp = c.run.strategy == "fsdp";
-  check(c.run.strategy == "single" || c.run.strategy == "dp" || c.run.strategy == "ddp" || zero || fsdp,
-        "--strategy: unknown strategy '" + c.run.strategy + "' (known: single, dp, ddp, zero1, zero2, zero3, fsdp)");
-  check(!c.sharding.offload_optimizer || zero,
+  plan.strategy = strategies::StrategySpec::parse(c.run.strategy, c.sharding.fsdp_sharding);
+  const strategies::StrategySpec& s = plan.strategy;
+  const std::string strategy = s.name();
+  check(!c.sharding.offload_optimizer || s.can_offload_optimizer(),
         "--offload-optimizer applies to --strategy zero1, zero2 or zero3 only" +
-            std::string(fsdp ? " (fsdp's --offload-params moves the optimizer step to the CPU too, as FSDP's CPU offload does)" : ""));
-  check(!c.sharding.offload_params || c.run.strategy == "zero3" || fsdp,
+            std::string(s.is_fsdp() ? " (fsdp's --offload-params moves the optimizer step to the CPU too, as FSDP's CPU offload does)" : ""));
+  check(!c.sharding.offload_params || s.is(strategies::StrategyKind::zero3) || s.is_fsdp(),
         "--offload-params applies to --strategy zero3 and fsdp only (the others keep every parameter on each rank)");
-  check(!(zero || fsdp) || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
-  check(zero || fsdp || c.sharding.state_dict == "full",
-        "--state-dict " + c.sharding.state_dict + ": --strategy " + c.run.strategy +
+  check(!c.sharding.offload_params || s.can_offload_params(),
+        "--offload-params: --fsdp-sharding " + s.fsdp_sharding_name() +
+            " keeps every parameter on each rank's device; offload needs a strategy that shards them");
+  check(!s.uses_flat_groups() || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
+  check(s.saves_sharded() || c.sharding.state_dict == "full",
+        "--state-dict " + c.sharding.state_dict + ": --strategy " + strategy +
             " holds every parameter whole and writes full checkpoints; sharded ones are for zero1-3 and fsdp");
   config::refuse_settings_without_effect(c);
-  check(!zero || c.sharding.reduce_dtype.empty(),
-        "--reduce-dtype: --strategy " + c.run.strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
-  if (!fsdp) {
+  check(!s.is_zero() || c.sharding.reduce_dtype.empty(),
+        "--reduce-dtype: --strategy " + strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
+  if (!s.is_fsdp()) {
     // FSDP's settings mean nothing to the other strategies: name the first one given.
     const config::ShardingConfig defaults;
     const auto& h = c.sharding;
@@ -175,9 +176,9 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
         {h.buffer_dtype != defaults.buffer_dtype, "--buffer-dtype"},
         {h.hybrid_group_size != defaults.hybrid_group_size, "--hybrid-group-size"}};
     for (const auto& [given, flag] : fsdp_only)
-      check(!given, std::string(flag) + " applies to --strategy fsdp only (this run's strategy is " + c.run.strategy + ")");
+      check(!given, std::string(flag) + " applies to --strategy fsdp only (this run's strategy is " + strategy + ")");
   }
-  if (c.run.strategy == "ddp" || zero || fsdp) {
+  if (s.multi_process()) {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
     // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
@@ -187,11 +188,11 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   } else {
     check(c.dist.backend.empty() && !c.dist.sync_batchnorm,
           "--backend and --sync-batchnorm apply to --strategy ddp only (--backend to zero1-3 too)" +
-              std::string(c.run.strategy == "dp" ? " (PyTorch's SyncBatchNorm refuses DataParallel too)" : ""));
+              std::string(s.drives_several_devices() ? " (PyTorch's SyncBatchNorm refuses DataParallel too)" : ""));
   }
-  check(c.run.strategy == "dp" || c.dist.replicas == 0, "--replicas applies to --strategy dp only");
+  check(s.drives_several_devices() || c.dist.replicas == 0, "--replicas applies to --strategy dp only");
   plan.device = resolve_device(c.run.device);
-  if (c.run.strategy == "dp") {
+  if (s.drives_several_devices()) {
     const int64_t processes = dist::detect_environment().world_size;
     check(processes == 1, "--strategy dp drives every device from one process, but this is one of " +
                               std::to_string(processes) + " launched processes: use --strategy ddp");
@@ -204,7 +205,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
       check(c.dist.replicas > 0, "--strategy dp on the CPU needs --replicas N (how many CPU replicas to run)");
     }
   }
-  const int64_t replicas = c.run.strategy == "dp" ? c.dist.replicas : 1;
+  const int64_t replicas = s.drives_several_devices() ? c.dist.replicas : 1;
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;
     const int64_t per_step = devices * c.optim.grad_accum;
@@ -216,7 +217,10 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
   apply_loss_scaling_rules(c.precision, plan.precision);
-  if (fsdp) apply_fsdp_mixed_precision(c, plan);
+  if (s.is_fsdp()) apply_fsdp_mixed_precision(c, plan);
+  // Gradients travel in --reduce-dtype where the strategy takes it, else in the parameters' dtype.
+  plan.precision.reduce_dtype = c.sharding.reduce_dtype.empty() ? plan.precision.param_dtype
+                                                                : precision::dtype_named(c.sharding.reduce_dtype);
 
   const auto names = models::model_names();
   const bool scripted = models::is_torchscript_path(c.model.name);
@@ -284,7 +288,8 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
 
 std::string describe(const Plan& plan) {
   const auto& c = plan.config;
-  const int64_t devices = plan.launch.world_size * (c.run.strategy == "dp" ? c.dist.replicas : 1);
+  const bool replicas = plan.strategy.drives_several_devices();
+  const int64_t devices = plan.launch.world_size * (replicas ? c.dist.replicas : 1);
   std::ostringstream out;
   const bool tokens = models::is_language_model(c.model.name);
   std::string shape;
@@ -300,17 +305,22 @@ std::string describe(const Plan& plan) {
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
       << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
       << (c.data.augment && !tokens ? ", augmented" : "") << "\n"
-      << "precision " << plan.precision.name << (plan.precision.master_weights ? " with fp32 master weights" : "")
+      << "precision " << plan.precision.name
+      << (plan.strategy.is_fsdp() && !c.sharding.param_dtype.empty() &&
+                  precision::dtype_named(c.sharding.param_dtype) != torch::kFloat
+              ? " (fsdp param_dtype " + c.sharding.param_dtype + ")"
+              : "")
+      << (plan.precision.master_weights ? " with fp32 master weights" : "")
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
       << "\n"
       << "device " << plan.device.str()
-      << (c.run.strategy == "dp" && plan.device.is_cuda() && c.dist.replicas > 1
+      << (replicas && plan.device.is_cuda() && c.dist.replicas > 1
               ? " to cuda:" + std::to_string(plan.device.index() + c.dist.replicas - 1)
               : "")
-      << ", strategy " << c.run.strategy << ", LibTorch "
+      << ", strategy " << plan.strategy.name() << ", LibTorch "
       << compat::torch_version() << "\n"
       << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation x "
-      << devices << (plan.launch.world_size > 1 ? " processes" : c.run.strategy == "dp" ? " replicas" : " device")
+      << devices << (plan.launch.world_size > 1 ? " processes" : replicas ? " replicas" : " device")
       << " = global batch " << c.run.batch_size * c.optim.grad_accum * devices << " per optimizer step\n"
       << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
       << ", weight decay " << c.optim.weight_decay

@@ -15,13 +15,17 @@
 #include "ptrain/data/registry.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::train {
 
 struct Plan {
   config::TrainConfig config;
   torch::Device device = torch::kCPU;
+  // The one source of the run's dtypes (reduce_dtype: the dtype gradients travel in, --reduce-dtype
+  // resolved) and of what the strategy does: nothing after make_plan reads the names again.
   precision::PrecisionPolicy precision;
+  strategies::StrategySpec strategy;
   data::DataSpec data;
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
   // The processes training together: detected from the launch environment under ddp, one otherwise.

@@ -28,6 +28,7 @@
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
 #include "ptrain/precision/loss_scaler.h"
+#include "ptrain/strategies/model_state_arithmetic.h"
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/train/captured_step.h"
 #include "ptrain/train/checkpoint.h"
@@ -47,7 +48,7 @@ std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) 
 #if PTRAIN_WITH_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 #endif
-  return strategies::make_strategy(plan.config, device, plan.launch);
+  return strategies::make_strategy(plan.strategy, plan.config, plan.precision, device, plan.launch);
 }
 
 // Image models give logits [B, classes] for labels [B]; language models [B, T, vocab] for labels [B, T], every
@@ -836,7 +837,7 @@ metrics::RunRecord TrainingRun::run() {
 
   record_.model = c_.model.name;
   record_.dataset = c_.data.dataset;
-  record_.precision = policy_.name + (policy_.master_weights ? "+master" : "");
+  record_.precision = precision::record_name(policy_);
   record_.strategy = strategy_->name();
   record_.device = device_.str();
   record_.world_size = strategy_->world_size();
@@ -914,18 +915,17 @@ namespace {
 std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
   const auto& c = plan.config;
   const auto& p = plan.precision;
-  const auto size = [](c10::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); };
-  const int64_t slots = c.optim.name == "adamw" ? 2 : (c.optim.momentum > 0 ? 1 : 0);
-  const int64_t optimized = p.master_weights ? size(p.master_dtype) : size(p.param_dtype);
-  const int64_t per_param = 2 * size(p.param_dtype) + slots * optimized + (p.master_weights ? 2 * optimized : 0);
-  const bool sharded = c.run.strategy.rfind("zero", 0) == 0 || c.run.strategy == "fsdp";
+  // One parameter's model states on one device, by the arithmetic `ptrain estimate` uses.
+  const int64_t per_param =
+      strategies::predicted_model_states(strategies::StateLayout{}, 1, p, c.optim, !plan.device.is_cuda()).total();
+  const bool sharded = plan.strategy.shards_optimizer_state();
   std::ostringstream out;
   const auto newline = what.find('\n');
-  out << "out of memory on " << plan.device.str() << " under --strategy " << c.run.strategy << " ("
+  out << "out of memory on " << plan.device.str() << " under --strategy " << plan.strategy.name() << " ("
       << what.substr(0, newline) << ").\n"
       << "Model states take " << per_param << " bytes a parameter (" << p.name << ", " << c.optim.name << ")"
       << (sharded ? ", divided among the ranks as the strategy shards them" : " on every rank, whole") << ". ";
-  if (c.run.strategy == "zero3" || c.run.strategy == "fsdp") {
+  if (plan.strategy.shards_parameters()) {
     out << "To fit: more ranks, --offload-optimizer (zero3) or --offload-params, --activation-checkpointing, or a "
            "smaller --batch-size.";
   } else {
