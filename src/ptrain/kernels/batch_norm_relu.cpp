@@ -8,8 +8,6 @@ namespace ptrain::kernels {
 
 namespace {
 
-bool is_floating(torch::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
-
 // Saves x and y (y is the next layer's input, kept anyway; its sign is the ReLU's mask) and the batch's
 // statistics: nothing beyond what the unfused layers keep. Two functions, with and without the residual,
 // since LibTorch 2.x's custom functions take no undefined tensor as an input.
@@ -64,7 +62,7 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
 
 bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
                                    const torch::Tensor& running_mean) {
-  if (!fused::available(x.device()) || x.dim() != 4 || !is_floating(x.scalar_type())) return false;
+  if (!fused::available(x.device()) || x.dim() != 4 || !fused::kernel_dtype(x.scalar_type())) return false;
   if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
   const int64_t vector = x.scalar_type() == torch::kFloat ? 4 : 8;
   if (x.size(1) % vector != 0) return false;

@@ -10,6 +10,9 @@ namespace ptrain::kernels::fused {
 // Whether this build has fused kernels for tensors on device.
 bool available(const torch::Device& device);
 
+// The element types the kernels are written for.
+inline bool kernel_dtype(torch::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
+
 struct CrossEntropyRows {
   torch::Tensor loss;     // [rows] fp32
   torch::Tensor lse;      // [rows] fp32, log-sum-exp of each row: what the backward needs

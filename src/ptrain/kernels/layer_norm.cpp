@@ -8,8 +8,6 @@ namespace ptrain::kernels {
 
 namespace {
 
-bool is_floating(c10::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
-
 // Two functions, with and without the branch: LibTorch 2.x's custom functions take no undefined input.
 class FusedLayerNorm : public torch::autograd::Function<FusedLayerNorm> {
  public:
@@ -56,10 +54,10 @@ class FusedAddLayerNorm : public torch::autograd::Function<FusedAddLayerNorm> {
 bool fused_add_layer_norm_applies(const torch::Tensor& x, const torch::Tensor& branch, const torch::Tensor& weight,
                                   c10::ScalarType out_dtype) {
   if (!fused::available(x.device()) || x.scalar_type() != torch::kFloat || !x.is_contiguous() || x.dim() < 1) return false;
-  if (x.numel() == 0 || x.size(-1) % 8 != 0 || !is_floating(out_dtype)) return false;
+  if (x.numel() == 0 || x.size(-1) % 8 != 0 || !fused::kernel_dtype(out_dtype)) return false;
   if (!weight.defined() || weight.scalar_type() != torch::kFloat || weight.numel() != x.size(-1)) return false;
   return !branch.defined() ||
-         (branch.sizes() == x.sizes() && branch.is_contiguous() && is_floating(branch.scalar_type()) &&
+         (branch.sizes() == x.sizes() && branch.is_contiguous() && fused::kernel_dtype(branch.scalar_type()) &&
           branch.device() == x.device());
 }
 
