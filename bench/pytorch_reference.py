@@ -1051,6 +1051,7 @@ def main(argv=None):
     steady_from = min(10, total // 4) if total >= 8 else None
     steady_start, steady_seconds, steady_steps = None, 0.0, 0
     first_step_seconds = None
+    first_nonfinite = torch.full((), -1, dtype=torch.int64, device=ctx.device)
     final_acc = final_loss = None
     for epoch in range(a.epochs):
         if step >= total:
@@ -1081,6 +1082,10 @@ def main(argv=None):
             scaler.update()
             sched.step()
             loss_sum += loss.detach().float()
+            # The first step whose loss is not finite, kept on the device (no sync per step), as ptrain's
+            # divergence watch records it: a diverged reference run says so instead of passing for a result.
+            first_nonfinite = torch.where((first_nonfinite < 0) & ~torch.isfinite(loss.detach()),
+                                          torch.full_like(first_nonfinite, step + 1), first_nonfinite)
             if data.tokens:  # per token, as ptrain; image runs keep the classic step, without it
                 correct += (logits.detach().argmax(1) == labels).sum()
                 n_predictions += labels.numel()
@@ -1126,6 +1131,12 @@ def main(argv=None):
                   f"{rec['images_per_second'] or 0:.0f} {unit}/s train loss {rec['train_loss']:.4f} "
                   f"test acc {final_acc}", flush=True)
     nvml.stop()
+    first_bad = int(first_nonfinite.item())
+    latest, = ctx.reduce([-float(first_bad if first_bad > 0 else total + 1)], "max")  # the earliest rank's
+    diverged_at_step = int(-latest) if -latest <= total else None
+    if lead and diverged_at_step is not None:
+        print(f"[pytorch] warning: the loss was not finite from step {diverged_at_step} on: its accuracy and "
+              f"losses mean nothing", flush=True)
     util_mean, util_peak, nvml_peak = nvml.stats()
     alloc = max((torch.cuda.max_memory_allocated(i) for i in ctx.cuda_indices), default=None)
     reserved = max((torch.cuda.max_memory_reserved(i) for i in ctx.cuda_indices), default=None)
@@ -1178,6 +1189,7 @@ def main(argv=None):
         "channels_last": a.channels_last, "compiled": compiled, "fused_optimizer": a.fused_optimizer,
         # ptrain's own accounts of its step (graph capture, its kernels, step phases) have no counterpart here.
         "cuda_graphs": None, "cuda_graphs_note": "", "kernels": {}, "step_phase_seconds": None,
+        "diverged_at_step": diverged_at_step,
         "total_wall_seconds": time.time() - t0,
         "train_wall_seconds": train_seconds, "images_per_second": images_per_second,
         "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,
