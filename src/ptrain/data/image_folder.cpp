@@ -1,20 +1,17 @@
 #include "ptrain/data/image_folder.h"
 
-// jpeglib.h needs size_t and FILE declared before it.
 #include <algorithm>
 #include <cctype>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include <jerror.h>
-#include <jpeglib.h>
 #include <png.h>
 
-#include <csetjmp>
-
 #include "ptrain/core/error.h"
+#include "ptrain/data/jpeg_decode.h"
 
 namespace ptrain::data {
 
@@ -28,59 +25,6 @@ std::vector<uint8_t> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   check(static_cast<bool>(in), path.string() + ": cannot open image");
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// libjpeg reports errors by calling error_exit, which must not return: it longjmps back to decode_jpeg with the
-// message, which is then thrown as a C++ exception outside the C frames.
-struct JpegErrorManager {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-void jpeg_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// libjpeg only warns on a truncated or damaged entropy stream and fills the rest with grey; such an image would
-// silently train on garbage, so warnings are errors too. Extraneous bytes between markers are the one benign
-// warning (common in real photo collections, and PIL accepts them), so it is let through.
-void jpeg_emit_message(j_common_ptr cinfo, int level) {
-  if (level < 0 && cinfo->err->msg_code != JWRN_EXTRANEOUS_DATA) jpeg_error_exit(cinfo);
-}
-
-DecodedImage decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path) {
-  jpeg_decompress_struct cinfo;
-  JpegErrorManager err;
-  cinfo.err = jpeg_std_error(&err.pub);
-  err.pub.error_exit = jpeg_error_exit;
-  err.pub.emit_message = jpeg_emit_message;
-  DecodedImage image;  // declared before setjmp: nothing with a destructor may be created between it and longjmp
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    throw Error(path.string() + ": corrupt JPEG (" + err.message + ")");
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
-  jpeg_read_header(&cinfo, TRUE);
-  const bool convertible = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK;
-  if (convertible) {
-    cinfo.out_color_space = JCS_RGB;  // libjpeg-turbo also expands greyscale to RGB
-    jpeg_start_decompress(&cinfo);
-    image.height = cinfo.output_height;
-    image.width = cinfo.output_width;
-    image.rgb.resize(static_cast<size_t>(image.height * image.width * 3));
-    while (cinfo.output_scanline < cinfo.output_height) {
-      JSAMPROW row = image.rgb.data() + static_cast<size_t>(cinfo.output_scanline) * image.width * 3;
-      jpeg_read_scanlines(&cinfo, &row, 1);
-    }
-    jpeg_finish_decompress(&cinfo);
-  }
-  jpeg_destroy_decompress(&cinfo);
-  check(convertible, path.string() + ": CMYK JPEG is not supported, convert it to RGB");
-  return image;
 }
 
 struct PngReadState {
@@ -148,8 +92,11 @@ std::string lower_extension(const fs::path& path) {
 }
 
 DecodedImage decode_image(const fs::path& path) {
-  const auto bytes = read_file(path);
-  return lower_extension(path) == ".png" ? decode_png(bytes, path) : decode_jpeg(bytes, path);
+  if (lower_extension(path) == ".png") return decode_png(read_file(path), path);
+  // A JPEG whole: the region decoder (jpeg_decode.h) at full scale, the one libjpeg path of the folder loaders.
+  return decode_for_region(path, [](int64_t width, int64_t height) {
+           return DecodeRequest{0, 0, static_cast<double>(width), static_cast<double>(height), width, height};
+         }).image;
 }
 
 std::string size_text(int64_t h, int64_t w) { return std::to_string(w) + "x" + std::to_string(h); }

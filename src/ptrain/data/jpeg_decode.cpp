@@ -31,7 +31,7 @@ bool is_png(const fs::path& path) {
   return ext == ".png";
 }
 
-// As image_folder.cpp: libjpeg's errors longjmp back to the caller, which throws outside the C frames;
+// libjpeg's errors longjmp back to the caller, which throws outside the C frames;
 // warnings (a truncated or damaged entropy stream, which libjpeg would fill with grey) are errors too,
 // except extraneous bytes between markers, which real photo collections hold and PIL accepts.
 struct JpegErrorManager {
@@ -154,8 +154,7 @@ uint8_t to_byte(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v)
 }  // namespace
 
 ScaledImage decode_for_region(const fs::path& path, const RegionFor& region_for) {
-  const auto bytes = read_bytes(path);
-  if (!is_png(path)) return decode_jpeg(bytes, path, region_for);
+  if (!is_png(path)) return decode_jpeg(read_bytes(path), path, region_for);
   ScaledImage result;
   result.image = decode_image_file(path);
   result.request = region_for(result.image.width, result.image.height);
