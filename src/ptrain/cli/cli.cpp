@@ -114,20 +114,57 @@ void print_result(const metrics::RunRecord& r) {
             << percent(r.gpu_util_peak) << std::endl;
 }
 
-}  // namespace
+// The subcommands, each its options (which CLI11 writes into, so they live as long as the parse) and
+// what it runs once the command line is parsed.
 
-int run_cli(int argc, char** argv) {
-  CLI::App app{"ptrain: train neural networks in every precision and strategy, and measure what each costs"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("ptrain 0.1.0, LibTorch ") + compat::torch_version());
+struct TrainCommand {
+  config::TrainConfig config;
+  CLI::App* cmd = nullptr;
+  CLI::Option* config_file = nullptr;
+};
 
-  config::TrainConfig train_config;
-  CLI::App* train_cmd = app.add_subcommand("train", "Train a model");
-  CLI::Option* config_file = config::add_train_options(*train_cmd, train_config);
+void add_train_command(CLI::App& app, TrainCommand& command) {
+  command.cmd = app.add_subcommand("train", "Train a model");
+  command.config_file = config::add_train_options(*command.cmd, command.config);
+}
 
-  dist::LaunchOptions launch_options;
+int run_train(TrainCommand& command, const std::string& command_line) {
+  config::TrainConfig& train_config = command.config;
+  apply_config_sources(*command.cmd, command.config_file, train_config, [] { return dist::detect_environment(); });
+  const train::Plan plan = train::make_plan(train_config);
+  if (train_config.run.dry_run) {
+    std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
+    return 0;
+  }
+  const metrics::RunRecord record = train::train(plan, command_line);
+  if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
+  print_result(record);
+  if (!train_config.run.metrics_out.empty()) {
+    const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    metrics::write_run_record(train_config.run.metrics_out, record);
+    std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
+  }
+  if (record.diverged_at_step) {
+    std::cerr << "ptrain: error: training diverged at step " << *record.diverged_at_step
+              << " (--on-divergence warn trained on): its results mean nothing" << std::endl;
+    return 2;
+  }
+  return 0;
+}
+
+struct LaunchCommand {
+  dist::LaunchOptions options;
+  std::string accelerate_config;
+  CLI::App* cmd = nullptr;
+  CLI::Option* accelerate_option = nullptr;
+};
+
+void add_launch_command(CLI::App& app, LaunchCommand& command) {
+  dist::LaunchOptions& launch_options = command.options;
   CLI::App* launch_cmd = app.add_subcommand(
       "launch", "Start one process per device on this node with torchrun's variables (RANK, WORLD_SIZE, ...)");
+  command.cmd = launch_cmd;
   launch_cmd->add_option("--nproc-per-node", launch_options.nproc_per_node, "Processes on this node")
       ->check(config::positive_number())->capture_default_str();
   launch_cmd->add_option("--nnodes", launch_options.nnodes, "Nodes in the job")->check(config::positive_number())->capture_default_str();
@@ -138,31 +175,58 @@ int run_cli(int argc, char** argv) {
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
       ->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();
-  std::string accelerate_config;
-  CLI::Option* accelerate_option = launch_cmd->add_option(
-      "--config", accelerate_config,
+  command.accelerate_option = launch_cmd->add_option(
+      "--config", command.accelerate_config,
       "An accelerate config YAML (distributed_type NO, MULTI_GPU, MULTI_CPU, FSDP, DEEPSPEED): processes, "
       "machines, rendezvous, and for ptrain train the strategy, precision, device, fsdp_config and "
       "deepspeed_config keys (through the PTRAIN_* variable of each train flag; flags win)");
+}
 
-  std::vector<std::string> report_run_dirs;
-  std::string report_out_dir;
-  std::string report_title = "ptrain benchmark report";
+int run_launch(LaunchCommand& command) {
+  if (command.accelerate_option->count() > 0) apply_accelerate_config(*command.cmd, command.accelerate_config, command.options);
+  return dist::launch(command.options);
+}
+
+struct ReportCommand {
+  std::vector<std::string> run_dirs;
+  std::string out_dir;
+  std::string title = "ptrain benchmark report";
+  CLI::App* cmd = nullptr;
+};
+
+void add_report_command(CLI::App& app, ReportCommand& command) {
   CLI::App* report_cmd = app.add_subcommand(
       "report",
       "Compare run records, ptrain's and PyTorch references' (bench/pytorch_reference.py): writes report.md "
       "(also printed), report.csv and report.html, a self-contained page with charts");
-  report_cmd->add_option("--runs", report_run_dirs, "Directory of run records (*.json, searched recursively); repeat for more")
+  command.cmd = report_cmd;
+  report_cmd->add_option("--runs", command.run_dirs, "Directory of run records (*.json, searched recursively); repeat for more")
       ->required()->check(CLI::ExistingDirectory);
-  report_cmd->add_option("--out", report_out_dir, "Directory for report.md, report.csv and report.html (created when missing)")
+  report_cmd->add_option("--out", command.out_dir, "Directory for report.md, report.csv and report.html (created when missing)")
       ->required();
-  report_cmd->add_option("--title", report_title, "Heading of the report")->capture_default_str();
+  report_cmd->add_option("--title", command.title, "Heading of the report")->capture_default_str();
+}
 
-  bench::BenchOptions bench_options;
+int run_report(const ReportCommand& command) {
+  const bench::WrittenReport written = bench::write_report(command.run_dirs, command.out_dir, command.title);
+  std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
+            << " and " << written.html_path << std::endl;
+  return 0;
+}
+
+struct BenchCommand {
+  bench::BenchOptions options;
+  std::vector<std::string> overrides;  // --set KEY=VALUE, parsed once the command line is
+  CLI::App* cmd = nullptr;
+};
+
+void add_bench_command(CLI::App& app, BenchCommand& command) {
+  bench::BenchOptions& bench_options = command.options;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench",
       "Run a whole comparison (a suite: one workload or several, many precisions and strategies), each run in "
       "its own process, then write the report; an interrupted bench continues where it stopped");
+  command.cmd = bench_cmd;
   bench_cmd->add_option("--suite", bench_options.suite,
                         "A suite name under configs/bench (standard, speed) or a YAML file")
       ->capture_default_str();
@@ -178,8 +242,7 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_flag("--estimate,!--no-estimate", bench_options.estimate,
                       "Predict each ptrain run's peak memory first (ptrain estimate), for the report to show beside "
                       "the measurement (default: on)");
-  std::vector<std::string> bench_overrides;
-  bench_cmd->add_option("--set", bench_overrides,
+  bench_cmd->add_option("--set", command.overrides,
                         "KEY=VALUE: a workload key over the suite file's, e.g. --set max-steps=60 (repeatable); in a "
                         "suite of several workloads every one's, or NAME/KEY=VALUE the one named");
   bench_cmd->add_option("--run-timeout", bench_options.run_timeout_seconds,
@@ -198,109 +261,92 @@ int run_cli(int argc, char** argv) {
   bench_cmd->add_option("--source-dir", bench_options.source_dir,
                         "The ptrain checkout holding configs/bench and bench/ (default: the current directory "
                         "when it has them, else the one ptrain was built from)");
+}
 
-  config::TrainConfig estimate_config;
-  int64_t estimate_devices = 0;
-  std::string estimate_json;
+int run_bench(BenchCommand& command) {
+  bench::BenchOptions& bench_options = command.options;
+  if (bench_options.source_dir.empty()) {
+    bench_options.source_dir =
+        std::filesystem::is_directory("configs/bench") ? std::filesystem::current_path().string() : PTRAIN_SOURCE_DIR;
+  }
+  bench_options.ptrain_executable = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const auto& text : command.overrides) bench_options.overrides.push_back(bench::parse_override(text));
+  const bench::BenchOutcome outcome = bench::run_bench(bench_options, std::cout);
+  if (!outcome.report.markdown.empty()) {
+    std::cout << "\n" << outcome.report.markdown << "report written to " << outcome.report.markdown_path << ", "
+              << outcome.report.csv_path << " and " << outcome.report.html_path << std::endl;
+  }
+  std::cout << "ptrain bench: " << outcome.completed << " run(s) done now, " << outcome.done_earlier
+            << " earlier, " << outcome.not_available << " not available, " << outcome.failed << " failed"
+            << (outcome.left_for_later > 0 ? ", " + std::to_string(outcome.left_for_later) +
+                                                 " left for the next bench (--time-limit)"
+                                           : std::string())
+            << std::endl;
+  for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
+  return outcome.failed > 0 ? 1 : 0;
+}
+
+struct EstimateCommand {
+  config::TrainConfig config;
+  int64_t devices = 0;
+  std::string json_path;
+  CLI::App* cmd = nullptr;
+  CLI::Option* config_file = nullptr;
+};
+
+void add_estimate_command(CLI::App& app, EstimateCommand& command) {
   CLI::App* estimate_cmd = app.add_subcommand(
       "estimate",
       "Predict the memory each device needs for a training run (the train flags), under every strategy: model "
       "states by each strategy's arithmetic, activations measured by two short probe runs at small batches");
-  CLI::Option* estimate_config_file = config::add_train_options(*estimate_cmd, estimate_config);
-  estimate_cmd->add_option("--devices", estimate_devices,
+  command.cmd = estimate_cmd;
+  command.config_file = config::add_train_options(*estimate_cmd, command.config);
+  estimate_cmd->add_option("--devices", command.devices,
                            "Devices the multi-device strategies spread over (default: the visible GPUs; 2 on the CPU)")
       ->check(config::positive_number());
-  estimate_cmd->add_option("--json", estimate_json, "Also write the estimate as JSON to this file");
+  estimate_cmd->add_option("--json", command.json_path, "Also write the estimate as JSON to this file");
+}
 
-  std::vector<std::string> verify_files;
-  CLI::App* verify_cmd = app.add_subcommand(
+int run_estimate(EstimateCommand& command) {
+  const std::string& estimate_json = command.json_path;
+  if (!estimate_json.empty()) io::check_writable_file(estimate_json, "--json");
+  int64_t devices = command.devices;
+  if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
+  // The estimate is of the job over `devices` devices: a ds_config's batch keys count them.
+  apply_config_sources(*command.cmd, command.config_file, command.config, [devices] {
+    dist::LaunchEnvironment job;
+    job.world_size = devices;
+    return job;
+  });
+  const bench::MemoryEstimate estimate = bench::estimate_memory(command.config, devices);
+  std::cout << bench::render_estimate(estimate);
+  if (!estimate_json.empty()) {
+    const auto parent = std::filesystem::path(estimate_json).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    std::ofstream out(estimate_json);
+    check(out.good(), estimate_json + ": cannot write the estimate");
+    out << bench::to_json(estimate).dump(2) << "\n";
+  }
+  return 0;
+}
+
+struct VerifyCommand {
+  std::vector<std::string> files;
+  CLI::App* cmd = nullptr;
+};
+
+void add_verify_command(CLI::App& app, VerifyCommand& command) {
+  command.cmd = app.add_subcommand(
       "verify",
       "Check checkpoint files as a resume reads them (checksums, metadata, rank files, finite values) and print "
       "each one's step and a digest of its weights");
-  verify_cmd->add_option("files", verify_files, "Checkpoint files")->required();
+  command.cmd->add_option("files", command.files, "Checkpoint files")->required();
+}
 
+// Runs command; an error it throws becomes one line on stderr and exit code 2 (3 for LibTorch's own).
+int with_errors_reported(const std::function<int()>& command) {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-
-  try {
-    if (bench_cmd->parsed()) {
-      if (bench_options.source_dir.empty()) {
-        bench_options.source_dir =
-            std::filesystem::is_directory("configs/bench") ? std::filesystem::current_path().string() : PTRAIN_SOURCE_DIR;
-      }
-      bench_options.ptrain_executable = std::filesystem::read_symlink("/proc/self/exe").string();
-      for (const auto& text : bench_overrides) bench_options.overrides.push_back(bench::parse_override(text));
-      const bench::BenchOutcome outcome = bench::run_bench(bench_options, std::cout);
-      if (!outcome.report.markdown.empty()) {
-        std::cout << "\n" << outcome.report.markdown << "report written to " << outcome.report.markdown_path << ", "
-                  << outcome.report.csv_path << " and " << outcome.report.html_path << std::endl;
-      }
-      std::cout << "ptrain bench: " << outcome.completed << " run(s) done now, " << outcome.done_earlier
-                << " earlier, " << outcome.not_available << " not available, " << outcome.failed << " failed"
-                << (outcome.left_for_later > 0 ? ", " + std::to_string(outcome.left_for_later) +
-                                                     " left for the next bench (--time-limit)"
-                                               : std::string())
-                << std::endl;
-      for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
-      return outcome.failed > 0 ? 1 : 0;
-    }
-    if (estimate_cmd->parsed()) {
-      if (!estimate_json.empty()) io::check_writable_file(estimate_json, "--json");
-      int64_t devices = estimate_devices;
-      if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
-      // The estimate is of the job over `devices` devices: a ds_config's batch keys count them.
-      apply_config_sources(*estimate_cmd, estimate_config_file, estimate_config, [devices] {
-        dist::LaunchEnvironment job;
-        job.world_size = devices;
-        return job;
-      });
-      const bench::MemoryEstimate estimate = bench::estimate_memory(estimate_config, devices);
-      std::cout << bench::render_estimate(estimate);
-      if (!estimate_json.empty()) {
-        const auto parent = std::filesystem::path(estimate_json).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent);
-        std::ofstream out(estimate_json);
-        check(out.good(), estimate_json + ": cannot write the estimate");
-        out << bench::to_json(estimate).dump(2) << "\n";
-      }
-      return 0;
-    }
-    if (verify_cmd->parsed()) return verify_checkpoints(verify_files, std::cout) > 0 ? 2 : 0;
-    if (report_cmd->parsed()) {
-      const bench::WrittenReport written = bench::write_report(report_run_dirs, report_out_dir, report_title);
-      std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
-                << " and " << written.html_path << std::endl;
-      return 0;
-    }
-    if (launch_cmd->parsed()) {
-      if (accelerate_option->count() > 0) apply_accelerate_config(*launch_cmd, accelerate_config, launch_options);
-      return dist::launch(launch_options);
-    }
-    if (train_cmd->parsed()) {
-      apply_config_sources(*train_cmd, config_file, train_config, [] { return dist::detect_environment(); });
-      const train::Plan plan = train::make_plan(train_config);
-      if (train_config.run.dry_run) {
-        std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
-        return 0;
-      }
-      const metrics::RunRecord record = train::train(plan, joined(argc, argv));
-      if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
-      print_result(record);
-      if (!train_config.run.metrics_out.empty()) {
-        const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent);
-        metrics::write_run_record(train_config.run.metrics_out, record);
-        std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
-      }
-      if (record.diverged_at_step) {
-        std::cerr << "ptrain: error: training diverged at step " << *record.diverged_at_step
-                  << " (--on-divergence warn trained on): its results mean nothing" << std::endl;
-        return 2;
-      }
-    }
+    return command();
   } catch (const Error& e) {
     std::cerr << "ptrain: error: " << e.what() << std::endl;
     return 2;
@@ -321,7 +367,41 @@ int run_cli(int argc, char** argv) {
     std::cerr << "ptrain: error: unknown exception" << std::endl;
     return 2;
   }
-  return 0;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"ptrain: train neural networks in every precision and strategy, and measure what each costs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ptrain 0.1.0, LibTorch ") + compat::torch_version());
+  TrainCommand train_command;
+  add_train_command(app, train_command);
+  LaunchCommand launch_command;
+  add_launch_command(app, launch_command);
+  ReportCommand report_command;
+  add_report_command(app, report_command);
+  BenchCommand bench_command;
+  add_bench_command(app, bench_command);
+  EstimateCommand estimate_command;
+  add_estimate_command(app, estimate_command);
+  VerifyCommand verify_command;
+  add_verify_command(app, verify_command);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return with_errors_reported([&] {
+    if (bench_command.cmd->parsed()) return run_bench(bench_command);
+    if (estimate_command.cmd->parsed()) return run_estimate(estimate_command);
+    if (verify_command.cmd->parsed()) return verify_checkpoints(verify_command.files, std::cout) > 0 ? 2 : 0;
+    if (report_command.cmd->parsed()) return run_report(report_command);
+    if (launch_command.cmd->parsed()) return run_launch(launch_command);
+    if (train_command.cmd->parsed()) return run_train(train_command, joined(argc, argv));
+    return 0;
+  });
 }
 
 }  // namespace ptrain::cli

@@ -250,6 +250,14 @@ std::string env_name_of(const std::string& flag) {
   return name;
 }
 
+std::set<std::string> flags_given(const CLI::App& app) {
+  std::set<std::string> given;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() > 0 && !opt->get_lnames().empty()) given.insert(opt->get_lnames().front());
+  }
+  return given;
+}
+
 namespace {
 
 std::string scalar_text(const YAML::Node& node) {

@@ -2,6 +2,7 @@
 // One table of options serves both, so a key in a file and a flag cannot drift apart.
 #pragma once
 
+#include <set>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& config);
 
 // The environment variable of a flag name without dashes: "batch-size" -> "PTRAIN_BATCH_SIZE".
 std::string env_name_of(const std::string& flag);
+
+// The long names (without dashes) of the options app has been given: on the command line, by PTRAIN_*
+// variables or by apply_yaml_config. Their values win over those of a file read later.
+std::set<std::string> flags_given(const CLI::App& app);
 
 // After app has parsed the command line: applies the YAML file's keys to every option the command
 // line did not set (flags win). Keys are flag names without dashes; '_' and '-' are interchangeable.

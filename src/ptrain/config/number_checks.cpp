@@ -39,6 +39,17 @@ std::string check_number(const std::string& text, double low, bool low_inclusive
   const double value = std::strtod(begin, &end);
   while (end != nullptr && *end == ' ') ++end;
   if (end == begin || *end != '\0') return "'" + text + "' is not a number";
+  return range_problem(value, text, low, low_inclusive, high);
+}
+
+CLI::Validator validator(double low, bool low_inclusive, double high, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& input) { return check_number(input, low, low_inclusive, high); }, name);
+}
+
+}  // namespace
+
+std::string range_problem(double value, const std::string& text, double low, bool low_inclusive, double high) {
   if (!std::isfinite(value))
     return "'" + text + "' is not a finite number";
   const bool unbounded_above = std::isinf(high);
@@ -49,12 +60,14 @@ std::string check_number(const std::string& text, double low, bool low_inclusive
   return {};
 }
 
-CLI::Validator validator(double low, bool low_inclusive, double high, const std::string& name) {
-  return CLI::Validator(
-      [=](std::string& input) { return check_number(input, low, low_inclusive, high); }, name);
+std::string exact_number_text(double value) {
+  char text[40];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
+  return text;
 }
-
-}  // namespace
 
 std::string readable_number(double value) {
   char text[32];

@@ -21,4 +21,11 @@ CLI::Validator seed_number();
 // The text of a number as people write it: 0.1, 65536, 1e+06, not 0.100000 or 310 digits.
 std::string readable_number(double value);
 
+// The shortest text that reads back as the same double (3e-4 stays "0.0003").
+std::string exact_number_text(double value);
+
+// Empty when value (written as text) is finite and in [low, high] (low excluded unless low_inclusive),
+// else what is wrong with it: what the validators above say of a flag's text, for a typed value.
+std::string range_problem(double value, const std::string& text, double low, bool low_inclusive, double high);
+
 }  // namespace ptrain::config

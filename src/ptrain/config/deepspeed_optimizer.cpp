@@ -1,0 +1,204 @@
+// optimizer and scheduler: mapped only where ptrain's optimizer and schedule are the same (SGD, Adam in
+// AdamW mode, AdamW; linear warm-up, constant or cosine after it), with DeepSpeed's defaults for what the
+// file leaves out.
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "ptrain/config/deepspeed_sections.h"
+#include "ptrain/core/error.h"
+
+namespace ptrain::config::deepspeed {
+
+namespace {
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return text;
+}
+
+struct TypeAndParams {
+  std::string type;
+  json params = json::object();
+};
+
+// {"type": ..., "params": {...}}, the shape of both blocks; section: "optimizer" or "scheduler".
+TypeAndParams type_and_params(const KeyReader& k, const json& block, const std::string& section) {
+  TypeAndParams out;
+  for (const auto& [key, value] : block.items()) {
+    if (key == "type") {
+      check(value.is_string(), k.where(section + ".type") + " must be a name");
+      out.type = value.get<std::string>();
+    } else if (key == "params") {
+      out.params = k.object(value, section + ".params");
+    } else {
+      throw Error(k.where(section + "." + key) + " is not " + (section == "optimizer" ? "an" : "a") + " " + section +
+                  " setting (type, params)");
+    }
+  }
+  return out;
+}
+
+// The defaults of the optimizer DeepSpeed builds, for the parameters the file leaves out.
+void optimizer_defaults(Reading& r, const json& params, bool sgd, bool torch_adam) {
+  const KeyReader& k = r.keys;
+  ConfigOverlay& o = r.overlay;
+  const auto missing = [&](const char* key) { return !params.contains(key); };
+  if (sgd) {
+    check(!missing("lr"), k.where("optimizer.params.lr") + " is required for SGD");
+    if (missing("momentum")) o.momentum = {0.0, "optimizer.params.momentum", false};
+    if (missing("weight_decay")) o.weight_decay = {0.0, "optimizer.params.weight_decay", false};
+    if (missing("nesterov")) o.nesterov = {false, "optimizer.params.nesterov", false};
+  } else {
+    if (missing("lr")) o.lr = {0.001, "optimizer.params.lr", false};
+    if (missing("betas")) {
+      o.beta1 = {0.9, "optimizer.params.betas", false};
+      o.beta2 = {0.999, "optimizer.params.betas", false};
+    }
+    if (missing("eps")) o.eps = {1e-08, "optimizer.params.eps", false};
+    // FusedAdam and DeepSpeedCPUAdam default to no weight decay; torch.optim.AdamW to 0.01.
+    if (missing("weight_decay")) o.weight_decay = {torch_adam ? 0.01 : 0.0, "optimizer.params.weight_decay", false};
+  }
+}
+
+// DeepSpeed's warm-up (warmup_num_steps, warmup_type, its floor) onto ptrain's linear --warmup-steps.
+void read_warmup(Reading& r, const json& params, const std::string& type, bool cosine) {
+  const KeyReader& k = r.keys;
+  ConfigOverlay& o = r.overlay;
+  const auto value_of = [&](const char* key) -> const json* {
+    return params.contains(key) && !is_auto(params.at(key)) ? &params.at(key) : nullptr;
+  };
+  std::string warmup_type = "log";  // DeepSpeed's default
+  if (const json* v = value_of("warmup_type")) {
+    check(v->is_string(), k.where("scheduler.params.warmup_type") + " must be log or linear");
+    warmup_type = v->get<std::string>();
+  }
+  int64_t warmup_steps = 1000;
+  const json* steps = value_of("warmup_num_steps");
+  if (steps) warmup_steps = k.integer(*steps, "scheduler.params.warmup_num_steps");
+  check(warmup_steps >= 0, k.where("scheduler.params.warmup_num_steps") + " must not be negative");
+  if (warmup_steps > 0 && (steps || !params.contains("warmup_num_steps"))) {
+    check(warmup_type == "linear",
+          k.where("scheduler.params.warmup_type") + ": '" + warmup_type + "'" +
+              (params.contains("warmup_type") ? "" : " (DeepSpeed's default)") +
+              " is not supported: ptrain warms up linearly; set \"warmup_type\": \"linear\"");
+    const char* floor_key = cosine ? "warmup_min_ratio" : "warmup_min_lr";
+    if (const json* v = value_of(floor_key))
+      check(k.number(*v, std::string("scheduler.params.") + floor_key) == 0.0,
+            k.where(std::string("scheduler.params.") + floor_key) + ": ptrain's warm-up starts from 0");
+    o.warmup_steps = {warmup_steps, "scheduler.params.warmup_num_steps", steps != nullptr};
+    o.warmup_epochs = {0.0, "scheduler.params.warmup_num_steps", false};
+    k.note(k.where("scheduler.params.warmup_num_steps") +
+           ": ptrain's linear warm-up gives optimizer step s (from 0) the rate lr x (s+1)/" +
+           std::to_string(warmup_steps) + "; DeepSpeed's " + type +
+           " counts from its own first step and can trail it by one step");
+  } else if (warmup_steps == 0) {
+    o.warmup_steps = {0, "scheduler.params.warmup_num_steps"};
+    o.warmup_epochs = {0.0, "scheduler.params.warmup_num_steps", false};
+  }
+}
+
+}  // namespace
+
+void read_optimizer(Reading& r, const json& block) {
+  const KeyReader& k = r.keys;
+  ConfigOverlay& o = r.overlay;
+  const TypeAndParams read = type_and_params(k, block, "optimizer");
+  const std::string& type = read.type;
+  const json& params = read.params;
+  const std::string name = lower(type);
+  check(name == "sgd" || name == "adam" || name == "adamw",
+        k.where("optimizer.type") + ": '" + type + "' has no ptrain equivalent (supported: SGD, Adam, AdamW)");
+  const bool sgd = name == "sgd";
+  o.optimizer = {sgd ? "sgd" : "adamw", "optimizer.type"};
+  bool torch_adam = false, adam_w_mode = true;
+  for (const auto& [key, value] : params.items()) {
+    const std::string full = "optimizer.params." + key;
+    if (is_auto(value)) continue;  // ptrain's value
+    if (key == "lr") {
+      o.lr = {k.non_negative(value, full), full};
+    } else if (key == "weight_decay") {
+      o.weight_decay = {k.non_negative(value, full), full};
+    } else if (!sgd && key == "betas") {
+      check(value.is_array() && value.size() == 2, k.where(full) + " must be a list of two numbers");
+      o.beta1 = {k.number(value[0], full), full};
+      o.beta2 = {k.number(value[1], full), full};
+    } else if (!sgd && key == "eps") {
+      o.eps = {k.non_negative(value, full), full};
+    } else if (!sgd && key == "adam_w_mode") {
+      adam_w_mode = k.boolean(value, full);
+    } else if (!sgd && key == "torch_adam") {
+      torch_adam = k.boolean(value, full);
+    } else if (!sgd && (key == "bias_correction")) {
+      check(k.boolean(value, full), k.where(full) + ": Adam without bias correction is not supported");
+    } else if (!sgd && key == "amsgrad") {
+      check(!k.boolean(value, full), k.where(full) + ": AMSGrad is not supported");
+    } else if (sgd && key == "momentum") {
+      o.momentum = {k.non_negative(value, full), full};
+    } else if (sgd && key == "nesterov") {
+      o.nesterov = {k.boolean(value, full), full};
+    } else if (sgd && key == "dampening") {
+      check(k.number(value, full) == 0.0, k.where(full) + ": SGD dampening is not supported");
+    } else {
+      throw Error(k.where(full) + " is not a " + type + " parameter ptrain knows");
+    }
+  }
+  // DeepSpeed's Adam is AdamW unless adam_w_mode is false (the type AdamW always is).
+  check(name == "adamw" || sgd || adam_w_mode,
+        k.where("optimizer.params.adam_w_mode") + ": Adam with L2 regularisation (adam_w_mode false) is not "
+                                                  "supported; ptrain's adamw decouples weight decay");
+  optimizer_defaults(r, params, sgd, torch_adam);
+}
+
+void read_scheduler(Reading& r, const json& block) {
+  const KeyReader& k = r.keys;
+  ConfigOverlay& o = r.overlay;
+  const TypeAndParams read = type_and_params(k, block, "scheduler");
+  const std::string& type = read.type;
+  const json& params = read.params;
+  check(type == "WarmupLR" || type == "WarmupCosineLR",
+        k.where("scheduler.type") + ": '" + type + "' has no ptrain equivalent (supported: WarmupLR, WarmupCosineLR" +
+            (type == "WarmupDecayLR" ? "; ptrain has no linear decay: use WarmupCosineLR or --schedule cosine" : "") +
+            ")");
+  const bool cosine = type == "WarmupCosineLR";
+  const auto value_of = [&](const char* key) -> const json* {
+    return params.contains(key) && !is_auto(params.at(key)) ? &params.at(key) : nullptr;
+  };
+  static const std::set<std::string> warmup_lr = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps",
+                                                  "warmup_type", "last_batch_iteration"};
+  static const std::set<std::string> warmup_cosine = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps",
+                                                      "cos_min_ratio", "warmup_type", "last_batch_iteration"};
+  for (const auto& [key, value] : params.items()) {
+    check((cosine ? warmup_cosine : warmup_lr).count(key) > 0,
+          k.where("scheduler.params." + key) + " is not a " + type + " parameter ptrain knows");
+  }
+  if (const json* v = value_of("last_batch_iteration"))
+    check(k.integer(*v, "scheduler.params.last_batch_iteration") == -1,
+          k.where("scheduler.params.last_batch_iteration") + ": resuming a schedule this way is not supported "
+                                                             "(ptrain resumes from its checkpoints)");
+  read_warmup(r, params, type, cosine);
+  if (!cosine) {
+    o.schedule = {"constant", "scheduler.type"};
+    // The scheduler's peak rate replaces the optimizer's lr, as in DeepSpeed.
+    if (const json* v = value_of("warmup_max_lr"))
+      o.lr = {k.non_negative(*v, "scheduler.params.warmup_max_lr"), "scheduler.params.warmup_max_lr"};
+    else if (!params.contains("warmup_max_lr"))
+      o.lr = {0.001, "scheduler.params.warmup_max_lr", false};
+    return;
+  }
+  o.schedule = {"cosine", "scheduler.type"};
+  double cos_min_ratio = 0.0001;  // DeepSpeed's default
+  if (const json* v = value_of("cos_min_ratio")) cos_min_ratio = k.non_negative(*v, "scheduler.params.cos_min_ratio");
+  check(cos_min_ratio <= 1.0, k.where("scheduler.params.cos_min_ratio") + " must not exceed 1");
+  o.min_lr_ratio = cos_min_ratio;
+  if (const json* v = value_of("total_num_steps")) {
+    const int64_t total = k.positive_integer(*v, "scheduler.params.total_num_steps");
+    o.max_steps = {total, "scheduler.params.total_num_steps"};
+    k.note(k.where("scheduler.params.total_num_steps") + " becomes --max-steps " + std::to_string(total) +
+           ": ptrain's cosine spans the run, which ends there or at the last of --epochs, whichever comes first");
+  } else {
+    check(params.contains("total_num_steps"), k.where("scheduler.params.total_num_steps") + " is required for " + type);
+  }
+}
+
+}  // namespace ptrain::config::deepspeed

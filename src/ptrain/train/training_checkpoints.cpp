@@ -1,0 +1,151 @@
+// What a run keeps across processes: resuming from a checkpoint, saving one (whole or in shards), and
+// --save-weights; a state that is not finite is never written.
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "ptrain/core/error.h"
+#include "ptrain/models/state_dict.h"
+#include "ptrain/train/training_run.h"
+
+namespace ptrain::train {
+
+void TrainingRun::resume() {
+  if (plan_.resume_path.empty()) return;
+  Checkpoint ckpt = load_checkpoint(plan_.resume_path);
+  load_model_state(ckpt.model);
+  optimizer_->load_state(target_->local_optimizer_state(ckpt.optimizer), plan_.resume_path);
+  if (scaler_) scaler_->load_state(ckpt.scaler);
+  // The saved totals are summed over the ranks of the run that saved them: one rank carries them on.
+  if (strategy_->rank() == 0) totals_->load(ckpt.progress);
+  start_ = ckpt.position;
+  global_step_ = ckpt.position.global_step;
+  const int64_t world = devices();
+  if (ckpt.position.world_size != world || ckpt.position.batch_size != c_.run.batch_size) {
+    // Another world size or per-device batch: continue from the same number of samples into the epoch, at
+    // a step boundary of the new layout, with the schedule's step counted in the new layout too. The order of
+    // the epoch's remaining samples differs, as it must once the ranks split the data differently.
+    const int64_t samples = ckpt.position.micro_batch * ckpt.position.batch_size * ckpt.position.world_size;
+    const int64_t step_in_epoch = samples / (c_.run.batch_size * c_.optim.grad_accum * world);
+    start_.micro_batch = step_in_epoch * c_.optim.grad_accum;
+    global_step_ = ckpt.position.epoch * steps_per_epoch_ + step_in_epoch;
+    if (strategy_->is_main())
+      std::cout << "resuming a checkpoint of " << ckpt.position.world_size << " device(s) x batch "
+                << ckpt.position.batch_size << " with " << world << " x " << c_.run.batch_size << ": epoch "
+                << ckpt.position.epoch + 1 << " continues after about " << samples << " samples, at step "
+                << global_step_ << std::endl;
+  }
+}
+
+// The checkpoint holds every parameter whole (the fp32 masters where there are any) and the buffers:
+// parameters go through the update target, which owns their shards and masters; buffers are copied here.
+void TrainingRun::load_model_state(const io::NamedTensors& saved) {
+  target_->load_full_parameters(saved, plan_.resume_path);
+  std::map<std::string, torch::Tensor> by_name(saved.begin(), saved.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model_->named_buffers()) {
+    auto it = by_name.find(item.key());
+    check(it != by_name.end(), plan_.resume_path + ": buffer '" + item.key() + "' is missing");
+    check(it->second.sizes() == item.value().sizes(), plan_.resume_path + ": buffer '" + item.key() + "' has shape " +
+                                                          c10::str(it->second.sizes()) + ", expected " +
+                                                          c10::str(item.value().sizes()));
+    item.value().copy_(it->second);
+  }
+}
+
+// Before anything writes to --checkpoint-dir.
+void TrainingRun::remove_interrupted_writes() {
+  if (!c_.run.checkpoint_dir.empty() && strategy_->is_main()) {
+    // Nothing writes there yet: every other rank waits for this one at its first collective.
+    const int64_t stale = remove_stale_temporaries(c_.run.checkpoint_dir);
+    if (stale > 0)
+      std::cout << "removed " << stale << " temporary file(s) of interrupted checkpoint writes in "
+                << c_.run.checkpoint_dir << std::endl;
+  }
+}
+
+void TrainingRun::save(TrainingPosition position) {
+  if (c_.run.checkpoint_dir.empty()) return;
+  check_divergence();
+  if (!state_is_finite()) {
+    const std::string what = "training diverged at step " + std::to_string(position.global_step) +
+                             ": the weights are not finite; no checkpoint saved";
+    check(c_.run.on_divergence == "warn", what + kDivergenceAdvice);
+    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
+    if (!diverged_at_step_) diverged_at_step_ = position.global_step;
+    return;
+  }
+  const RunningTotals progress_totals = reduced_totals();
+  const std::string path = checkpoint_path(c_.run.checkpoint_dir, position.global_step);
+  Checkpoint ckpt;
+  ckpt.model = models::state_dict(*model_);
+  if (c_.sharding.state_dict == "sharded") {
+    // Every rank writes its shards; once all have, rank 0 writes the checkpoint that names them. The
+    // sum's value read on the host is the barrier: it exists only once every rank has contributed (an
+    // NCCL wait alone only orders the stream).
+    nlohmann::json layout;
+    const auto shards = target_->local_shards(optimizer_->state(), &layout);
+    save_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
+    strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
+    if (!strategy_->is_main()) return;
+    std::set<std::string> sharded;
+    for (const auto& group : layout)
+      for (const auto& p : group.at("params")) sharded.insert(p.at("name").get<std::string>());
+    io::NamedTensors rest;
+    for (auto& [name, tensor] : ckpt.model)
+      if (!sharded.count(name)) rest.emplace_back(name, tensor);
+    ckpt.model = std::move(rest);
+    ckpt.shards = strategy_->world_size();
+  } else {
+    // Gathering shards is collective: every rank takes part, rank 0 writes.
+    const auto params = target_->full_parameters();
+    ckpt.optimizer = target_->full_optimizer_state(optimizer_->state());
+    if (!strategy_->is_main()) return;
+    std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+    for (auto& [name, tensor] : ckpt.model) {
+      auto it = full.find(name);
+      if (it != full.end()) tensor = it->second;
+    }
+  }
+  position.world_size = devices();
+  position.batch_size = c_.run.batch_size;
+  ckpt.position = position;
+  if (scaler_) ckpt.scaler = scaler_->state();
+  ckpt.progress = progress_totals.named();
+  ckpt.run = config::to_json(c_);
+  save_checkpoint(path, ckpt);
+  prune_checkpoints(c_.run.checkpoint_dir, c_.run.keep_checkpoints, plan_.resume_path);
+}
+
+bool TrainingRun::state_is_finite() {
+  torch::NoGradGuard no_grad;
+  auto bad = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  const auto count = [&](const torch::Tensor& t) {
+    if (t.defined() && t.is_floating_point() && t.numel() > 0)
+      bad.add_(torch::logical_not(torch::isfinite(t)).sum().to(bad.device()));
+  };
+  for (const auto& p : optimizer_->params()) count(p);
+  for (const auto& b : model_->buffers()) count(b);
+  strategy_->all_reduce_sum(bad);
+  return bad.item<double>() == 0;
+}
+
+// --save-weights: the model's state_dict with every parameter whole (gathering shards is collective;
+// rank 0 writes), fp32 masters where there are any.
+void TrainingRun::export_weights() {
+  if (c_.model.save_weights.empty()) return;
+  const auto params = target_->full_parameters();
+  if (!strategy_->is_main()) return;
+  std::map<std::string, torch::Tensor> full(params.begin(), params.end());
+  auto tensors = models::state_dict(*model_);
+  for (auto& [name, tensor] : tensors) {
+    auto it = full.find(name);
+    tensor = (it != full.end() ? it->second : tensor).to(torch::kCPU);
+  }
+  const auto parent = std::filesystem::path(c_.model.save_weights).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  models::write_weights(c_.model.save_weights, tensors);
+}
+
+}  // namespace ptrain::train

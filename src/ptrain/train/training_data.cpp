@@ -1,0 +1,102 @@
+// The run's datasets and loaders, split over the ranks, the step counts they give, and what running out of
+// host memory while loading them means.
+#include <algorithm>
+#include <limits>
+
+#include "ptrain/core/error.h"
+#include "ptrain/data/image_folder.h"
+#include "ptrain/data/registry.h"
+#include "ptrain/train/training_run.h"
+
+namespace ptrain::train {
+
+namespace {
+
+// "image folder /data/train" of "image folder /data/train (50000 images 3x32x32)": where a split comes from.
+std::string source_of(const data::Dataset& set) { return set.description.substr(0, set.description.find(" (")); }
+
+}  // namespace
+
+void TrainingRun::load_data() {
+  const int threads = static_cast<int>(c_.data.loader_threads);
+  const data::DataSpec spec = plan_.open_data ? plan_.data : data::resolve_image_loading(plan_.data);
+  const auto open = [&](bool train) {
+    return plan_.open_data ? plan_.open_data(train) : data::open_dataset(spec, train, threads);
+  };
+  train_set_ = data::spread_subset(open(/*train=*/true), c_.data.train_limit);
+  test_set_ = data::spread_subset(open(/*train=*/false), c_.data.test_limit);
+  if (!train_set_.is_tokens())
+    data::check_same_classes(source_of(train_set_), train_set_.classes, source_of(test_set_), test_set_.classes);
+  const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
+  check(train_set_.size() >= loader_batch,
+        "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
+            " replicas is larger than the " + std::to_string(train_set_.size()) + " training samples");
+
+  const auto norm = data::default_normalization(c_.data.dataset);
+  data::AugmentOptions eval_augment;
+  eval_augment.resize = c_.data.image_size;
+  eval_augment.mean = norm.mean;
+  eval_augment.std = norm.std;
+  eval_augment.out_dtype = policy_.compute_dtype;
+  eval_augment.channels_last = plan_.channels_last;
+  data::AugmentOptions train_augment = eval_augment;
+  train_augment.random_crop = c_.data.augment;
+  train_augment.horizontal_flip = c_.data.augment;
+
+  data::LoaderOptions train_options;
+  train_options.batch_size = loader_batch;
+  train_options.shuffle = true;
+  train_options.drop_last = true;
+  train_options.seed = c_.run.seed;
+  train_options.rank = strategy_->rank();
+  train_options.world_size = strategy_->world_size();
+  train_options.device = device_;
+  train_options.prefetch = c_.data.prefetch;
+  train_options.augment = train_augment;
+  train_options.train = true;
+  train_loader_ = std::make_unique<data::Loader>(train_set_, train_options);
+
+  data::LoaderOptions test_options = train_options;
+  test_options.batch_size =
+      (c_.run.eval_batch_size > 0 ? c_.run.eval_batch_size : c_.run.batch_size) * strategy_->replicas();
+  test_options.shuffle = false;
+  test_options.drop_last = false;
+  test_options.augment = eval_augment;
+  test_options.train = false;
+  test_loader_ = std::make_unique<data::Loader>(test_set_, test_options);
+
+  steps_per_epoch_ = train_loader_->batches_per_epoch() / c_.optim.grad_accum;
+  check(steps_per_epoch_ > 0, "--grad-accum " + std::to_string(c_.optim.grad_accum) + " x --batch-size " +
+                                  std::to_string(c_.run.batch_size) + " is more than one epoch of data");
+  check(c_.run.epochs <= std::numeric_limits<int64_t>::max() / steps_per_epoch_,
+        "--epochs " + std::to_string(c_.run.epochs) + " x " + std::to_string(steps_per_epoch_) +
+            " steps an epoch overflows the step count");
+  total_steps_ = steps_per_epoch_ * c_.run.epochs;
+  if (c_.run.max_steps > 0) total_steps_ = std::min(total_steps_, c_.run.max_steps);
+}
+
+bool is_out_of_memory(const std::string& what) {
+  // CUDA's caching allocator says "out of memory", the CPU allocator "can't allocate memory".
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
+}
+
+void TrainingRun::load_data_or_explain() {
+  const auto advice = [&](const std::string& what) {
+    const auto newline = what.find('\n');
+    return Error("out of host memory while loading the data (" + what.substr(0, newline) + "): --dataset " +
+                 c_.data.dataset + " is held in memory whole, every sample at its decoded size" +
+                 (c_.data.image_size > 0 ? " (resized to --image-size " + std::to_string(c_.data.image_size) + ")" : "") +
+                 ". To fit: fewer samples (--train-limit, --test-limit), a smaller --image-size or --seq-len, or "
+                 "more host memory; the model and its batch size are not the cause");
+  };
+  try {
+    load_data();
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e.what_without_backtrace())) throw;
+    throw advice(e.what_without_backtrace());
+  } catch (const std::bad_alloc& e) {
+    throw advice(e.what());
+  }
+}
+
+}  // namespace ptrain::train

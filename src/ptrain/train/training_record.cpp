@@ -1,0 +1,101 @@
+// The run's metrics record (metrics/run_record.h, documented in docs/metrics.md), assembled once training
+// has ended: throughput, memory peaks, utilisation, accuracy, what ran and where.
+#include <algorithm>
+
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/kernels/cross_entropy.h"
+#include "ptrain/metrics/cpu_allocator.h"
+#include "ptrain/metrics/environment.h"
+#include "ptrain/metrics/memory.h"
+#include "ptrain/models/zoo.h"
+#include "ptrain/train/training_run.h"
+
+namespace ptrain::train {
+
+void TrainingRun::fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval) {
+  record_what_ran_and_how_fast(run_clock);
+  record_memory_and_utilisation();
+  if (last_eval) {
+    record_.final_test_accuracy = last_eval->accuracy;
+    record_.final_test_loss = last_eval->loss;
+  }
+  record_implementation();
+}
+
+// The workload, its layout over the devices, and the throughput of its training (steady and overall).
+void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clock) {
+  record_.model = c_.model.name;
+  record_.dataset = c_.data.dataset;
+  record_.precision = precision::record_name(policy_);
+  record_.strategy = strategy_->name();
+  record_.device = device_.str();
+  record_.world_size = strategy_->world_size();
+  record_.devices = devices();
+  record_.batch_size_per_device = c_.run.batch_size;
+  record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
+  record_.epochs = c_.run.epochs;
+  record_.steps = global_step_;
+  record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
+  record_.train_wall_seconds = train_seconds_;
+  record_.total_wall_seconds = run_clock.elapsed_seconds();
+  record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
+  if (steady_steps_ > 0 && steady_seconds_ > 0) {
+    record_.steady_from_step = steady_from_step_;
+    record_.steady_images_per_second =
+        static_cast<double>(steady_steps_ * c_.optim.grad_accum * c_.run.batch_size * devices()) / steady_seconds_;
+  }
+  if (train_set_.is_tokens()) {  // a sequence counts as an image above; these count its tokens
+    record_.seq_len = train_set_.images.size(1);
+    record_.tokens_per_second = record_.images_per_second * static_cast<double>(*record_.seq_len);
+    if (record_.steady_images_per_second)
+      record_.steady_tokens_per_second = *record_.steady_images_per_second * static_cast<double>(*record_.seq_len);
+  }
+}
+
+// Peaks of host, allocator and device memory, and the GPUs' utilisation while training.
+void TrainingRun::record_memory_and_utilisation() {
+  record_.host_peak_rss_bytes = metrics::host_peak_rss_bytes();
+  if (device_.is_cpu())
+    record_.peak_allocated_bytes = metrics::cpu_peak_allocated_bytes() - cpu_bytes_before_model_;
+  for (const auto& device : local_devices()) {
+    if (!device.is_cuda()) break;
+    // Per GPU: the highest of this process's devices (under dp the first one, which gathers the outputs).
+    const auto peak = metrics::cuda_allocator_peak(device.index());
+    if (peak.allocated_bytes && (!record_.peak_allocated_bytes || *peak.allocated_bytes > *record_.peak_allocated_bytes))
+      record_.peak_allocated_bytes = peak.allocated_bytes;
+    if (peak.reserved_bytes && (!record_.peak_reserved_bytes || *peak.reserved_bytes > *record_.peak_reserved_bytes))
+      record_.peak_reserved_bytes = peak.reserved_bytes;
+  }
+  if (sampler_) {
+    const auto stats = sampler_->stats();
+    record_.gpu_util_mean = stats.util_mean;
+    record_.gpu_util_peak = stats.util_peak;
+    record_.peak_nvml_used_bytes = stats.memory_used_peak;
+  }
+}
+
+// What computed the run: kernels, CUDA graphs, versions, the environment, the config and the loader.
+void TrainingRun::record_implementation() {
+  record_.channels_last = plan_.channels_last;
+  record_.cuda_graphs = captured_;
+  const bool fused_here = c_.run.fused_kernels && kernels::fused_kernels_available(device_);
+  record_.kernels = {{"optimizer", optimizer_->implementation()},
+                     {"cross_entropy", fused_here ? "fused" : "reference"}};
+  record_.fused_optimizer = optimizer_->implementation() == "fused";
+  if (!models::is_language_model(c_.model.name))
+    record_.kernels["batch_norm_relu"] = fused_here && plan_.channels_last ? "fused" : "reference";
+  record_.step_phase_seconds = phases_.means().to_json();
+  record_.ptrain_version = PTRAIN_VERSION;
+  record_.torch_version = compat::torch_version();
+  record_.environment = metrics::describe_environment(device_);
+  record_.extra["config"] = config::to_json(c_);
+  record_.diverged_at_step = diverged_at_step_;
+  // How long the training step waited for its batches (host time in the loader's next()): a loader that
+  // cannot keep up shows here. Documented in docs/metrics.md.
+  record_.extra["data_loader"] = {{"image_loading", train_set_.is_streamed() ? "stream" : "memory"},
+                                  {"threads", c_.data.loader_threads},
+                                  {"wait_seconds", train_loader_->wait_seconds()},
+                                  {"wait_fraction", train_seconds_ > 0 ? train_loader_->wait_seconds() / train_seconds_ : 0.0}};
+}
+
+}  // namespace ptrain::train

@@ -1,0 +1,200 @@
+// One training run, as train() (trainer.h) drives it. Its parts live by what they do:
+//   trainer.cpp                  the run's phases in order, the epoch loop, evaluation, and train() with
+//                                its advice when a device runs out of memory
+//   training_step.cpp            one optimizer step: micro-batches, the update, CUDA-graph capture and replay
+//   training_data.cpp            the datasets and loaders, and what running out of host memory there means
+//   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need
+//   training_record.cpp          the run's metrics record, assembled once training ends
+// Internal to train/: the library's callers use trainer.h.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ptrain/config/train_config.h"
+#include "ptrain/data/dataset.h"
+#include "ptrain/data/loader.h"
+#include "ptrain/io/named_tensors.h"
+#include "ptrain/metrics/gpu_sampler.h"
+#include "ptrain/metrics/run_record.h"
+#include "ptrain/metrics/step_phases.h"
+#include "ptrain/metrics/timer.h"
+#include "ptrain/models/zoo.h"
+#include "ptrain/precision/loss_scaler.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/strategies/strategy.h"
+#include "ptrain/train/captured_step.h"
+#include "ptrain/train/checkpoint.h"
+#include "ptrain/train/divergence.h"
+#include "ptrain/train/optimizer.h"
+#include "ptrain/train/plan.h"
+#include "ptrain/train/progress.h"
+#include "ptrain/train/schedule.h"
+#include "ptrain/train/trainer.h"
+
+namespace ptrain::train {
+
+inline constexpr const char* kDivergenceAdvice =
+    ". Try a lower --lr or --clip-grad-norm, or --on-divergence warn to train on";
+
+// Sums kept on the device during an epoch; read back only when progress is shown. A captured step adds
+// into these very tensors at every replay, so they are reset in place, never replaced.
+struct RunningTotals {
+  torch::Tensor loss_sum, correct, samples;
+  torch::Tensor window_loss;  // the loss sum since the last progress line
+
+  explicit RunningTotals(const torch::Device& device) {
+    auto options = torch::TensorOptions().dtype(torch::kDouble).device(device);
+    loss_sum = torch::zeros({}, options);
+    correct = torch::zeros({}, options);
+    samples = torch::zeros({}, options);
+    window_loss = torch::zeros({}, options);
+  }
+  void reset() {
+    loss_sum.zero_();
+    correct.zero_();
+    samples.zero_();
+    window_loss.zero_();
+  }
+  io::NamedTensors named() const { return {{"loss_sum", loss_sum}, {"correct", correct}, {"samples", samples}}; }
+  void load(const io::NamedTensors& saved) {
+    for (const auto& [name, value] : saved) {
+      if (name == "loss_sum") loss_sum.copy_(value);
+      if (name == "correct") correct.copy_(value);
+      if (name == "samples") samples.copy_(value);
+    }
+  }
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+// CUDA's caching allocator says "out of memory", the CPU allocator "can't allocate memory".
+bool is_out_of_memory(const std::string& what);
+
+// Image models give logits [B, classes] for labels [B]; language models [B, T, vocab] for labels [B, T], every
+// position a prediction of its next token. Both flatten to [predictions, classes] and [predictions].
+inline torch::Tensor prediction_logits(const torch::Tensor& logits) {
+  return logits.dim() > 2 ? logits.flatten(0, -2) : logits;
+}
+inline torch::Tensor prediction_labels(const torch::Tensor& labels) {
+  return labels.dim() > 1 ? labels.flatten() : labels;
+}
+
+class TrainingRun {
+ public:
+  TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks);
+
+  metrics::RunRecord run();
+
+ private:
+  // The phases of run(), in order.
+  // Threads, math mode and allocator counters of the device, before anything is allocated.
+  void set_up_device();
+  // load_data, with out of memory there explained as the dataset's (not the model states').
+  void load_data_or_explain();
+  void build_model();
+  void build_optimizer();
+  void resume();
+  // Temporary files of checkpoint writes a killed run left in --checkpoint-dir, removed by rank 0.
+  void remove_interrupted_writes();
+  // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
+  void announce(Progress& progress);
+  void start_gpu_sampler();
+  // Every epoch from the one resumed at; returns the last evaluation, if any ran.
+  std::optional<Evaluation> train_epochs(Progress& progress);
+  // A trace still open when the run ends (before its last step asked for) is written as it is.
+  void finish_trace();
+  void export_weights();
+  void fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval);
+  void record_what_ran_and_how_fast(const metrics::Stopwatch& run_clock);
+  void record_memory_and_utilisation();
+  void record_implementation();
+
+  // Parts of the phases.
+  void load_data();
+  // The steps of one epoch, timed, with its training loss and accuracy over the ranks. steps_done: the
+  // steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
+  metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
+  // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
+  int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // One optimizer step on micro-batches already on the device: eagerly, or by capturing or replaying it.
+  void run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  // What a step does on the device, host-free where the strategy is: what a CUDA graph captures.
+  void device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  void capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
+  torch::Tensor optimizer_step();
+  // Why this run's steps cannot be captured as a CUDA graph, or "" when they can.
+  std::string capture_obstacle() const;
+  // Takes the step phases measured since the last call into the totals; where the host has waited anyway.
+  void collect_step_phases();
+  void start_or_stop_trace(bool before_step);
+  Evaluation evaluate();
+  void save(TrainingPosition position);
+  // The epoch's running totals summed over the ranks (a collective: every rank calls it).
+  RunningTotals reduced_totals() const;
+  // Stops a diverged run (--on-divergence stop) or reports it once (warn). Every rank calls it together.
+  void check_divergence();
+  // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
+  bool state_is_finite();
+  void load_model_state(const io::NamedTensors& saved);
+  // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
+  int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
+  // The devices of this process: the plan's device and, under dp, the ones after it.
+  std::vector<torch::Device> local_devices() const;
+
+  const Plan& plan_;
+  const config::TrainConfig& c_;
+  torch::Device device_;
+  precision::PrecisionPolicy policy_;
+  TrainHooks hooks_;
+  std::unique_ptr<strategies::Strategy> strategy_;
+  Progress::Style progress_style_;
+
+  data::Dataset train_set_, test_set_;
+  std::unique_ptr<data::Loader> train_loader_, test_loader_;
+  std::shared_ptr<models::Model> model_;
+  std::unique_ptr<strategies::UpdateTarget> target_;  // what the optimizer updates on this rank
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<precision::LossScaler> scaler_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<RunningTotals> totals_;
+  std::unique_ptr<DivergenceWatch> divergence_;
+  std::optional<int64_t> diverged_at_step_;
+  std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
+
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
+  TrainingPosition start_;
+  double train_seconds_ = 0;
+  // Steady throughput (RunRecord::steady_images_per_second): the clock starts once step steady_from_step_
+  // is over and stops, like train_seconds_, outside training (evaluation, checkpoints).
+  int64_t steady_from_step_ = -1;
+  std::optional<std::chrono::steady_clock::time_point> steady_start_;
+  double steady_seconds_ = 0;
+  int64_t steady_steps_ = 0;
+  int64_t images_trained_ = 0;
+  int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
+  int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
+  metrics::RunRecord record_;
+
+  metrics::StepPhaseTimer phases_;
+  // CUDA graphs: eager steps on the capture stream first (cuDNN's autotuning and the allocator's pools
+  // settle there), then one capture, then replays fed through static input tensors.
+  static constexpr int64_t kEagerStepsBeforeCapture = 3;
+  std::unique_ptr<CapturedStep> graph_;
+  bool captured_ = false;
+  int64_t eager_steps_ = 0;
+  int64_t replays_since_collect_ = 0;
+  std::vector<torch::Tensor> static_images_, static_labels_;
+  torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
+  bool tracing_ = false;
+};
+
+}  // namespace ptrain::train

@@ -1,0 +1,173 @@
+// One optimizer step: the micro-batches' forward and backward, then unscale, clip and update; run
+// eagerly, or captured once as a CUDA graph and replayed. Also the step phases' timing and the trace.
+#include <iostream>
+
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/kernels/cross_entropy.h"
+#include "ptrain/metrics/memory.h"
+#include "ptrain/precision/autocast_guard.h"
+#include "ptrain/train/grad_clip.h"
+#include "ptrain/train/training_run.h"
+
+namespace ptrain::train {
+
+// Unscale, clip, update: everything after the last micro-batch's backward, at the rate set on the optimizer
+// before the step. Returns nothing to the host.
+torch::Tensor TrainingRun::optimizer_step() {
+  using metrics::StepPhase;
+  phases_.begin(StepPhase::kCommunication);
+  strategy_->finish_backward();
+  target_->gradients_ready();
+  phases_.end(StepPhase::kCommunication);
+  phases_.begin(StepPhase::kOptimizer);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : optimizer_->params()) grads.push_back(p.grad());
+  if (scaler_) {
+    scaler_->unscale_(grads);
+    target_->agree_found_inf(scaler_->found_inf());
+  }
+  torch::Tensor grad_norm;
+  if (c_.optim.clip_grad_norm > 0) {
+    // A rank may hold a shard of the gradients: the norm that clips is the one over all of them.
+    grad_norm = target_->global_norm(global_grad_norm(grads));
+    clip_grads_to_norm_(grads, grad_norm, c_.optim.clip_grad_norm);
+  }
+  optimizer_->step_at_set_rate(scaler_ ? &scaler_->found_inf() : nullptr);
+  phases_.end(StepPhase::kOptimizer);
+  phases_.begin(StepPhase::kCommunication);
+  target_->parameters_updated();
+  phases_.end(StepPhase::kCommunication);
+  phases_.begin(StepPhase::kOptimizer);
+  divergence_->end_step();
+  if (scaler_) scaler_->update();
+  optimizer_->zero_grad();
+  phases_.end(StepPhase::kOptimizer);
+  return grad_norm;
+}
+
+void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  using metrics::StepPhase;
+  const auto accum = static_cast<int64_t>(images.size());
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    strategy_->set_gradient_sync(micro == accum - 1);
+    phases_.begin(StepPhase::kForward);
+    torch::Tensor logits;
+    {
+      precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
+      logits = strategy_->forward(*model_, images[micro]);
+    }
+    const auto predictions = prediction_logits(logits);
+    const auto targets = prediction_labels(labels[micro]);
+    auto [loss, correct] =
+        kernels::cross_entropy(predictions, targets, kernels::Reduction::kMean, c_.run.fused_kernels, classes_);
+    divergence_->observe_loss(loss);
+    if (hooks_.on_step) {
+      torch::NoGradGuard no_grad;
+      if (micro == 0) step_loss_.zero_();
+      step_loss_.add_(loss.detach());
+    }
+    auto scaled = accum > 1 ? loss / static_cast<double>(accum) : loss;
+    {
+      // Loss and accuracy are per prediction: n of them, or n x T for tokens.
+      torch::NoGradGuard no_grad;
+      const auto predicted = static_cast<double>(targets.size(0));
+      auto batch_loss = loss.detach().to(torch::kDouble) * predicted;
+      totals_->loss_sum.add_(batch_loss);
+      totals_->window_loss.add_(batch_loss);
+      totals_->correct.add_(correct);
+      totals_->samples.add_(predicted);
+    }
+    phases_.end(StepPhase::kForward);
+    phases_.begin(StepPhase::kBackward);
+    (scaler_ ? scaler_->scale(scaled) : scaled).backward();
+    phases_.end(StepPhase::kBackward);
+  }
+  optimizer_step();
+}
+
+std::string TrainingRun::capture_obstacle() const {
+  if (!c_.run.cuda_graphs) return "off (--no-cuda-graphs)";
+  if (!device_.is_cuda()) return "off (CUDA graphs need a CUDA device)";
+  const std::string strategy = strategy_->capture_obstacle();
+  if (!strategy.empty()) return "off: " + strategy;
+  if (!optimizer_->capturable()) {
+    return "off: the " + c_.optim.name + " step runs LibTorch's foreach ops, which take the learning rate from the host (" +
+           (c_.run.fused_kernels ? "this LibTorch has no fused optimizer kernels" : "--no-fused-kernels") + ")";
+  }
+  return "";
+}
+
+void TrainingRun::capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  // The graph reads its micro-batches from these tensors, filled before every replay.
+  static_images_.clear();
+  static_labels_.clear();
+  for (size_t m = 0; m < images.size(); ++m) {
+    static_images_.push_back(torch::empty_like(images[m]).copy_(images[m]));
+    static_labels_.push_back(torch::empty_like(labels[m]).copy_(labels[m]));
+  }
+  // Autocast's cast cache would hold casts made inside the capture past its end.
+  const bool cache = compat::autocast_cache_enabled();
+  compat::set_autocast_cache_enabled(false);
+  phases_.set_capturing(true);
+  try {
+    graph_->capture([&] { device_step(static_images_, static_labels_); });
+  } catch (...) {
+    phases_.set_capturing(false);
+    compat::set_autocast_cache_enabled(cache);
+    throw;
+  }
+  phases_.set_capturing(false);
+  compat::set_autocast_cache_enabled(cache);
+  captured_ = true;
+  graph_->replay();  // the capture recorded the step; this runs it
+  ++replays_since_collect_;
+}
+
+void TrainingRun::run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
+  if (captured_) {
+    for (size_t m = 0; m < images.size(); ++m) {
+      static_images_[m].copy_(images[m]);
+      static_labels_[m].copy_(labels[m]);
+    }
+    graph_->replay();
+    ++replays_since_collect_;
+    return;
+  }
+  if (graph_ && eager_steps_ >= kEagerStepsBeforeCapture) {
+    capture_step(images, labels);
+    return;
+  }
+  if (graph_) {
+    graph_->run_on_capture_stream([&] { device_step(images, labels); });
+    ++eager_steps_;
+  } else {
+    device_step(images, labels);
+  }
+  phases_.end_step();
+}
+
+void TrainingRun::collect_step_phases() {
+  phases_.collect();
+  phases_.add_replayed_steps(replays_since_collect_);
+  replays_since_collect_ = 0;
+}
+
+// --profile-out: the trace starts before step A and ends after step B (global steps counted from 1).
+void TrainingRun::start_or_stop_trace(bool before_step) {
+  if (c_.run.profile_out.empty()) return;
+  const int64_t step = before_step ? global_step_ + 1 : global_step_;
+  if (before_step && !tracing_ && step == plan_.profile_first_step) {
+    metrics::synchronize(device_);
+    compat::start_profiler_trace(device_.is_cuda(), c_.run.profile_out);
+    tracing_ = true;
+  } else if (!before_step && tracing_ && step == plan_.profile_last_step) {
+    metrics::synchronize(device_);
+    compat::stop_profiler_trace();
+    tracing_ = false;
+    if (strategy_->is_main())
+      std::cout << "trace of steps " << plan_.profile_first_step << "-" << plan_.profile_last_step << " written to "
+                << c_.run.profile_out << std::endl;
+  }
+}
+
+}  // namespace ptrain::train
