@@ -61,6 +61,7 @@ TEST(Cli, TrainsAndWritesTheMetricsRecord) {
   EXPECT_FALSE(json["ptrain_version"].get<std::string>().empty());
   EXPECT_EQ(json["steps"], 2 * (256 / 16));
   EXPECT_EQ(json["epochs_detail"].size(), 2u);
+  EXPECT_EQ(json["kernels"]["batch_norm_relu"], "reference") << "a CPU run of the zoo's ResNet";
   // ResNet-20's 0.27 M parameters: weights, gradients and momentum alone hold 3.2 MB of CPU tensors.
   ASSERT_TRUE(json["peak_allocated_bytes"].is_number()) << json.dump(2);
   EXPECT_GT(json["peak_allocated_bytes"].get<int64_t>(), 3200000);

@@ -7,7 +7,7 @@
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/memory.h"
-#include "ptrain/models/zoo.h"
+#include "ptrain/models/batch_norm.h"
 #include "ptrain/train/training_run.h"
 
 namespace ptrain::train {
@@ -74,6 +74,16 @@ void TrainingRun::record_memory_and_utilisation() {
   }
 }
 
+namespace {
+
+bool uses_ptrain_batch_norm(torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/false))
+    if (dynamic_cast<const models::BatchNorm2dImpl*>(module.get())) return true;
+  return false;
+}
+
+}  // namespace
+
 // What computed the run: kernels, CUDA graphs, versions, the environment, the config and the loader.
 void TrainingRun::record_implementation() {
   record_.channels_last = plan_.channels_last;
@@ -82,7 +92,9 @@ void TrainingRun::record_implementation() {
   record_.kernels = {{"optimizer", optimizer_->implementation()},
                      {"cross_entropy", fused_here ? "fused" : "reference"}};
   record_.fused_optimizer = optimizer_->implementation() == "fused";
-  if (!models::is_language_model(c_.model.name))
+  // Only models built on ptrain's own batch norm reach its fused kernels: a TorchScript network or a
+  // user's module with torch::nn norms runs LibTorch's, and a record must not say otherwise.
+  if (uses_ptrain_batch_norm(*model_))
     record_.kernels["batch_norm_relu"] = fused_here && plan_.channels_last ? "fused" : "reference";
   record_.step_phase_seconds = phases_.means().to_json();
   record_.ptrain_version = PTRAIN_VERSION;
