@@ -8,10 +8,7 @@
 #include <set>
 #include <sstream>
 
-#if PTRAIN_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
+#include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/data/image_folder.h"
@@ -45,9 +42,7 @@ namespace {
 // NCCL and the caching allocator work on the current device: make it this process's one first.
 std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) {
   const torch::Device& device = plan.device;
-#if PTRAIN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::set_device(device.index());
-#endif
+  if (device.is_cuda()) cuda_runtime::set_current_device(device.index());
   return strategies::make_strategy(plan.strategy, plan.config, plan.precision, device, plan.launch);
 }
 
@@ -703,12 +698,10 @@ metrics::RunRecord TrainingRun::run() {
   torch::set_num_threads(c_.run.threads > 0 ? static_cast<int>(c_.run.threads)
                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   precision::apply_global_math_mode(policy_);
-#if PTRAIN_WITH_CUDA
   if (device_.is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.
     at::globalContext().setBenchmarkCuDNN(true);
   }
-#endif
   if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
   load_data_or_explain();
   if (device_.is_cpu()) {
