@@ -1,4 +1,5 @@
 #include "ptrain/metrics/timer.h"
+#include "ptrain/metrics/step_phases.h"
 
 #include <gtest/gtest.h>
 
@@ -17,16 +18,18 @@ TEST(Stopwatch, MeasuresASleepAndRestarts) {
   EXPECT_LT(watch.elapsed_seconds(), first);
 }
 
-#if PTRAIN_WITH_CUDA
-TEST(CudaEventTimer, TimesDeviceWork) {
+// The device clock: CUDA events on CUDA devices (CUDA builds), nothing elsewhere (the host times).
+TEST(DeviceInterval, NoneForTheCpu) { EXPECT_EQ(ptrain::metrics::make_device_interval(torch::kCPU), nullptr); }
+
+TEST(DeviceInterval, TimesDeviceWork) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto a = torch::randn({2048, 2048}, torch::kCUDA);
-  ptrain::metrics::CudaEventTimer timer;
-  timer.start();
+  auto interval = ptrain::metrics::make_device_interval(a.device());
+  ASSERT_NE(interval, nullptr);
+  interval->begin();
   for (int i = 0; i < 10; ++i) (void)torch::mm(a, a);
-  timer.stop();
-  const double seconds = timer.elapsed_seconds();
+  interval->end();
+  const double seconds = interval->seconds();
   EXPECT_GT(seconds, 0.0);
   EXPECT_LT(seconds, 10.0);
 }
-#endif

@@ -6,14 +6,12 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
-
-#if PTRAIN_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 #define PTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -94,29 +92,39 @@ struct CpuAllocatorBase : c10::Allocator {
 using CpuAllocatorBase = c10::Allocator;
 #endif
 
-#if PTRAIN_WITH_CUDA
-// Peaks of the CUDA caching allocator over all pools. 2.6 moved DeviceStats and StatType out of
-// c10::cuda::CUDACachingAllocator into c10/core/CachingDeviceAllocator.h (namespace
-// c10::CachingAllocator), and getDeviceStats now takes a c10::DeviceIndex.
+// Peaks of the CUDA caching allocator over all pools, and their reset. 2.6 moved DeviceStats and StatType
+// out of c10::cuda::CUDACachingAllocator into c10/core/CachingDeviceAllocator.h (namespace
+// c10::CachingAllocator), and getDeviceStats now takes a c10::DeviceIndex. Defined in torch_compat_cuda.cpp;
+// CPU builds (torch_compat_none.cpp) throw ptrain::Error.
 struct CudaAllocatorPeaks {
   int64_t allocated_bytes;
   int64_t reserved_bytes;
 };
+CudaAllocatorPeaks cuda_allocator_peaks(int device);
+void reset_cuda_allocator_peaks(int device);
 
-inline CudaAllocatorPeaks cuda_allocator_peaks(int device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-#if PTRAIN_TORCH_AT_LEAST(2, 6)
-  constexpr auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-#else
-  constexpr auto aggregate = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-#endif
-  return {stats.allocated_bytes[aggregate].peak, stats.reserved_bytes[aggregate].peak};
+// NCCL's broadcast (buffers[0]'s values into the others) and reduce (their sum into buffers[0]) across the CUDA
+// devices of one process, from torch/csrc/cuda/nccl.h, which a LibTorch built without NCCL lacks. Both return
+// false, having done nothing, where this build has no such NCCL (CPU builds: torch_compat_none.cpp): the
+// caller copies instead.
+bool nccl_broadcast_from_first(std::vector<torch::Tensor>& buffers);
+bool nccl_reduce_into_first(std::vector<torch::Tensor>& buffers);
+
+// The autocast nesting depth (same API in 1.13 and 2.x). Casted copies of weights are cached for the
+// outermost region only (as torch.autocast.__exit__): leaving it clears the cache.
+inline void enter_autocast_region() { at::autocast::increment_nesting(); }
+inline void leave_autocast_region() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
 }
 
-inline void reset_cuda_allocator_peaks(int device) {
-  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+// Whether the fused GradScaler kernels (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_)
+// serve tensors of dtype on device. Their CUDA kernels dispatch on float, half and double, not bfloat16, in
+// 1.13 and 2.11. 1.13 has no CPU kernels for them (2.11 has); ptrain takes its tensor-op path on the CPU
+// in every release, so that CPU runs give the same numbers whichever LibTorch they were built against.
+inline bool fused_unscale_supports(const torch::Device& device, c10::ScalarType dtype) {
+  return device.is_cuda() && (dtype == torch::kFloat || dtype == torch::kHalf || dtype == torch::kDouble);
 }
-#endif
+inline bool fused_scale_update_supports(const torch::Device& device) { return device.is_cuda(); }
 
 }  // namespace ptrain::compat
 
@@ -188,6 +196,7 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
 namespace c10d {
 class Backend;
 class ProcessGroup;
+class Store;
 }  // namespace c10d
 
 namespace ptrain::compat {
@@ -196,4 +205,16 @@ using C10dBackend = c10d::Backend;
 #else
 using C10dBackend = c10d::ProcessGroup;
 #endif
+
+// gloo process groups (core/torch_compat.cpp). PyTorch's wheels ship LibTorch without gloo's headers, so a
+// build against one has NCCL only: has_gloo() is false there, and the two makers throw ptrain::Error.
+bool has_gloo();
+// A gloo group of world_size ranks rendezvousing through store. It talks on GLOO_SOCKET_IFNAME's interface
+// when that is set, over loopback when master_addr is a loopback address, else on the host name's address.
+c10::intrusive_ptr<C10dBackend> make_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                int world_size, std::chrono::milliseconds timeout,
+                                                const std::string& master_addr);
+// A gloo group of some of parent's ranks (parent a gloo group), on parent's network devices.
+c10::intrusive_ptr<C10dBackend> make_gloo_subgroup(C10dBackend& parent, const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int world_size, std::chrono::milliseconds timeout);
 }  // namespace ptrain::compat

@@ -1,16 +1,10 @@
 #include "ptrain/data/loader.h"
 
-#if PTRAIN_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 #include <chrono>
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/rng.h"
+#include "ptrain/data/copy_stream.h"
 
 namespace ptrain::data {
 
@@ -100,19 +94,8 @@ struct Loader::Pending {
   int64_t index = 0;
   bool end = false;
   std::exception_ptr error;
-#if PTRAIN_WITH_CUDA
-  std::optional<at::cuda::CUDAEvent> copied;  // recorded on the copy stream after the host-to-device copy
-#endif
+  std::unique_ptr<CopyFence> copied;  // on the copy stream, after the host-to-device copy
 };
-
-#if PTRAIN_WITH_CUDA
-// A dedicated stream for the host-to-device copies, so they overlap the consumer's compute.
-struct Loader::CudaState {
-  c10::cuda::CUDAStream copy_stream;
-};
-#else
-struct Loader::CudaState {};
-#endif
 
 Loader::Loader(const Dataset& dataset, LoaderOptions options)
     : dataset_(dataset),
@@ -144,13 +127,8 @@ Loader::Loader(const Dataset& dataset, LoaderOptions options)
   if (dataset_.images.defined()) dataset_.images = dataset_.images.contiguous();
   dataset_.labels = dataset_.labels.contiguous();
   if (options_.device.is_cuda()) {
-#if PTRAIN_WITH_CUDA
-    if (!options_.device.has_index()) options_.device = torch::Device(torch::kCUDA, c10::cuda::current_device());
-    cuda_ = std::make_unique<CudaState>(
-        CudaState{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, options_.device.index())});
-#else
-    throw Error("loader: device " + options_.device.str() + " requested but ptrain was built without CUDA");
-#endif
+    copy_stream_ = make_copy_stream(options_.device);
+    options_.device = copy_stream_->device();
   }
 }
 
@@ -201,12 +179,8 @@ void Loader::produce(int64_t first_batch, std::vector<int64_t> order) {
   try {
     const bool to_cuda = options_.device.is_cuda();
     const bool pin = to_cuda && options_.pin_memory;
-#if PTRAIN_WITH_CUDA
-    // Makes the copy stream current on this thread (and its device current), so copies and allocations below
-    // happen there.
-    std::optional<c10::cuda::CUDAStreamGuard> on_copy_stream;
-    if (to_cuda) on_copy_stream.emplace(cuda_->copy_stream);
-#endif
+    // Copies and allocations below happen on the copy stream.
+    const std::shared_ptr<void> on_copy_stream = to_cuda ? copy_stream_->make_current() : nullptr;
     const auto& images = dataset_.images;
     const int64_t samples = samples_per_epoch();
     // A batch on its way: its host tensors and, streamed, the decoding that fills its images.
@@ -295,12 +269,7 @@ void Loader::produce(int64_t first_batch, std::vector<int64_t> order) {
       } else {
         item->images = host_images.to(options_.device, /*non_blocking=*/true);
         item->labels = host_labels.to(options_.device, /*non_blocking=*/true);
-#if PTRAIN_WITH_CUDA
-        if (to_cuda) {
-          item->copied.emplace();
-          item->copied->record(cuda_->copy_stream);
-        }
-#endif
+        if (to_cuda) item->copied = copy_stream_->fence();
       }
       push(std::move(item), /*wait_for_room=*/true);
     }
@@ -338,16 +307,7 @@ std::optional<Batch> Loader::next() {
     return std::nullopt;
   }
 
-#if PTRAIN_WITH_CUDA
-  if (item->copied) {
-    const auto consumer = c10::cuda::getCurrentCUDAStream(options_.device.index());
-    item->copied->block(consumer);
-    // The copies were allocated on the copy stream; without this the caching allocator could hand their memory to
-    // the next copy while the consumer's kernels still read it.
-    item->images.record_stream(consumer);
-    item->labels.record_stream(consumer);
-  }
-#endif
+  if (item->copied) item->copied->hand_over({item->images, item->labels});
 
   Batch batch;
   batch.index = item->index;

@@ -21,6 +21,8 @@
 
 namespace ptrain::data {
 
+class CopyStream;  // copy_stream.h
+
 struct LoaderOptions {
   int64_t batch_size = 128;
   bool shuffle = true;
@@ -68,7 +70,6 @@ class Loader {
 
  private:
   struct Pending;
-  struct CudaState;
   class DecodePool;
 
   void stop_worker();
@@ -78,7 +79,7 @@ class Loader {
   Dataset dataset_;
   LoaderOptions options_;
   DistributedSampler sampler_;
-  std::unique_ptr<CudaState> cuda_;
+  std::unique_ptr<CopyStream> copy_stream_;  // CUDA devices only
   std::unique_ptr<DecodePool> pool_;  // streamed datasets only
   bool decode_augmented_ = false;     // streamed: random resized crops and flips at decode
   int64_t epoch_ = -1;

@@ -4,20 +4,11 @@
 #include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-// The PyTorch wheel ships no gloo headers, so a build against it has NCCL only.
-#if __has_include(<gloo/algorithm.h>)
-#define PTRAIN_HAVE_GLOO 1
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#else
-#define PTRAIN_HAVE_GLOO 0
-#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#if PTRAIN_WITH_CUDA
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/dist/nccl_group.h"
 
 namespace ptrain::dist {
 
@@ -56,20 +47,6 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
   throw Error("dist: " + operation + " on " + where +
               " did not complete: it timed out or a peer failed (" + describe(e) + ")");
 }
-
-#if PTRAIN_HAVE_GLOO
-std::shared_ptr<::gloo::transport::Device> gloo_device(const LaunchEnvironment& env) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  }
-  // A single-node job talks over loopback; resolving the host name there can pick an address other
-  // processes in a container cannot reach.
-  if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") {
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
-#endif
 
 // Tensors of one dtype and device travel together in one flat buffer.
 struct PackedGroup {
@@ -129,25 +106,33 @@ void Work::wait() {
   impl_.reset();
 }
 
+std::optional<ProcessGroup::Kind> ProcessGroup::backend_kind(const std::string& name) {
+  if (name == "gloo") return Kind::gloo;
+  if (name == "nccl") return Kind::nccl;
+  return std::nullopt;
+}
+
+std::string ProcessGroup::backend_name(Kind kind) { return kind == Kind::gloo ? "gloo" : "nccl"; }
+
 bool ProcessGroup::backend_available(const std::string& backend) {
-  if (backend == "gloo") return PTRAIN_HAVE_GLOO;
-#if PTRAIN_WITH_CUDA
-  if (backend == "nccl") return true;
-#endif
-  return false;
+  const auto kind = backend_kind(backend);
+  if (!kind) return false;
+  return *kind == Kind::gloo ? compat::has_gloo() : nccl_group_available();
 }
 
 ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& backend,
                            std::chrono::milliseconds timeout)
     : rank_(env.rank),
       world_size_(env.world_size),
+      kind_(backend_kind(backend).value_or(Kind::gloo)),
       backend_(backend),
       timeout_(timeout),
       impl_(std::make_unique<Backend>()) {
-  check(backend == "gloo" || backend == "nccl", "--backend: unknown '" + backend + "' (known: gloo, nccl)");
-#if !PTRAIN_WITH_CUDA
-  check(backend != "nccl", "--backend nccl needs a CUDA build of LibTorch; this one is CPU-only (use gloo)");
-#endif
+  check(backend_kind(backend).has_value(), "--backend: unknown '" + backend + "' (known: gloo, nccl)");
+  check(kind_ != Kind::nccl || nccl_group_available(),
+        "--backend nccl needs a CUDA build of LibTorch; this one is CPU-only (use gloo)");
+  check(kind_ != Kind::gloo || compat::has_gloo(),
+        "--backend gloo: this LibTorch was installed without gloo's headers (use nccl)");
   check(timeout.count() > 0, "--dist-timeout must be positive");
   check(env.master_port > 0 && env.master_port < 65536, "dist: MASTER_PORT " + std::to_string(env.master_port) +
                                                              " is not a TCP port");
@@ -169,33 +154,23 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
   }
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("ptrain/" + backend, tcp_store);
   try {
-    if (backend == "gloo") {
-#if PTRAIN_HAVE_GLOO
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(gloo_device(env));
-      impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, static_cast<int>(rank_),
-                                                                 static_cast<int>(world_size_), options);
-#else
-      throw Error("--backend gloo: this LibTorch was installed without gloo's headers (use nccl)");
-#endif
-    } else {
-#if PTRAIN_WITH_CUDA
-      // NCCL enforces its timeout in a watchdog thread, which aborts the communicator (and, in 2.x by
-      // default, the process) instead of letting a collective hang.
-      auto options = c10d::ProcessGroupNCCL::Options::create();
-      options->timeout = timeout;
-      impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, static_cast<int>(rank_),
-                                                                 static_cast<int>(world_size_), options);
-#endif
-    }
+    impl_->group = kind_ == Kind::gloo
+                       ? compat::make_gloo_group(impl_->store, static_cast<int>(rank_), static_cast<int>(world_size_),
+                                                 timeout, env.master_addr)
+                       : make_nccl_group(impl_->store, static_cast<int>(rank_), static_cast<int>(world_size_), timeout);
   } catch (const std::exception& e) {
     throw Error("dist: rendezvous of the " + backend + " process group failed for " + where_text + " within " +
                 seconds_text(timeout) + ": " + describe(e));
   }
 }
 
-ProcessGroup::ProcessGroup(int64_t rank, int64_t world_size, std::string backend, std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size), backend_(std::move(backend)), timeout_(timeout), impl_(std::make_unique<Backend>()) {}
+ProcessGroup::ProcessGroup(int64_t rank, int64_t world_size, Kind kind, std::chrono::milliseconds timeout)
+    : rank_(rank),
+      world_size_(world_size),
+      kind_(kind),
+      backend_(backend_name(kind)),
+      timeout_(timeout),
+      impl_(std::make_unique<Backend>()) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
@@ -207,25 +182,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>&
                                          std::to_string(world_size_));
   const auto sub_rank = static_cast<int64_t>(me - ranks.begin());
   const auto sub_size = static_cast<int64_t>(ranks.size());
-  std::shared_ptr<ProcessGroup> sub(new ProcessGroup(sub_rank, sub_size, backend_, timeout_));
+  std::shared_ptr<ProcessGroup> sub(new ProcessGroup(sub_rank, sub_size, kind_, timeout_));
   sub->impl_->store = c10::make_intrusive<c10d::PrefixStore>(name, impl_->store);
   try {
-    if (backend_ == "gloo") {
-#if PTRAIN_HAVE_GLOO
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout_);
-      auto* parent = static_cast<c10d::ProcessGroupGloo*>(impl_->group.get());
-      options->devices = parent->getOptions()->devices;
-      sub->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(sub->impl_->store, static_cast<int>(sub_rank),
-                                                                      static_cast<int>(sub_size), options);
-#endif
-    } else {
-#if PTRAIN_WITH_CUDA
-      auto options = c10d::ProcessGroupNCCL::Options::create();
-      options->timeout = timeout_;
-      sub->impl_->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(sub->impl_->store, static_cast<int>(sub_rank),
-                                                                      static_cast<int>(sub_size), options);
-#endif
-    }
+    sub->impl_->group = kind_ == Kind::gloo ? compat::make_gloo_subgroup(*impl_->group, sub->impl_->store,
+                                                                         static_cast<int>(sub_rank),
+                                                                         static_cast<int>(sub_size), timeout_)
+                                            : make_nccl_group(sub->impl_->store, static_cast<int>(sub_rank),
+                                                              static_cast<int>(sub_size), timeout_);
   } catch (const std::exception& e) {
     throw Error("dist: subgroup '" + name + "' of " + where() + " did not form: " + describe(e));
   }
@@ -261,7 +225,7 @@ std::shared_ptr<Work::Impl> ProcessGroup::new_work(const std::string& operation)
   impl->operation = operation;
   impl->where = where();
   impl->timeout = timeout_;
-  impl->stream_ordered = backend_ == "nccl";
+  impl->stream_ordered = stream_ordered();
   return impl;
 }
 
@@ -337,7 +301,7 @@ Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const
   auto output = output_flat.view({-1});
   auto& group = impl_->group;
   return start(new_work("all_gather"), [&](auto& works) {
-    if (backend_ == "nccl") {
+    if (kind_ == Kind::nccl) {
       works.push_back(group->_allgather_base(output, input, c10d::AllgatherOptions()));
       return;
     }
@@ -356,7 +320,7 @@ void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const t
             " elements, got " + std::to_string(input_flat.numel()));
   check(output_shard.scalar_type() == input_flat.scalar_type(), "dist: reduce_scatter_sum output and input dtypes differ");
   auto& group = impl_->group;
-  if (backend_ == "nccl") {
+  if (kind_ == Kind::nccl) {
     auto output = output_shard.is_contiguous() ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
     auto input = input_flat.contiguous().view({-1});
     start(new_work("reduce_scatter_sum"), [&](auto& works) {

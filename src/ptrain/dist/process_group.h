@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,16 @@ class ProcessGroup {
 
   int64_t rank() const { return rank_; }
   int64_t world_size() const { return world_size_; }
-  const std::string& backend() const { return backend_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // What the backend asks of its callers, so that none compares backend names:
+  // whether collectives take host tensors (gloo) rather than the CUDA device's (NCCL);
+  bool needs_host_tensors() const { return kind_ == Kind::gloo; }
+  // whether bfloat16 tensors travel and reduce as they are (gloo has no bfloat16: callers move the bits as
+  // float16 and reduce in float32);
+  bool supports_bf16() const { return kind_ != Kind::gloo; }
+  // whether waiting on work orders the current CUDA stream after it (NCCL) instead of blocking the host (gloo).
+  bool stream_ordered() const { return kind_ == Kind::nccl; }
 
   // Each tensor becomes its sum over all ranks, in place. Tensors of different sizes and dtypes are
   // fine (they are packed into one flat buffer per dtype); one contiguous tensor goes as it is.
@@ -74,7 +83,10 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> subgroup(const std::vector<int64_t>& ranks, const std::string& name);
 
  private:
-  ProcessGroup(int64_t rank, int64_t world_size, std::string backend, std::chrono::milliseconds timeout);
+  enum class Kind { gloo, nccl };
+  static std::optional<Kind> backend_kind(const std::string& name);  // nullopt: a name ptrain does not know
+  static std::string backend_name(Kind kind);
+  ProcessGroup(int64_t rank, int64_t world_size, Kind kind, std::chrono::milliseconds timeout);
   struct Backend;
   std::string where() const;  // "rank 1 of 3 (gloo, timeout 5 s)", for error messages
   // A work item for `operation` on this group: where it runs, its timeout, and how waiting on it orders
@@ -83,7 +95,8 @@ class ProcessGroup {
 
   int64_t rank_;
   int64_t world_size_;
-  std::string backend_;
+  Kind kind_;
+  std::string backend_;  // kind_'s name, for messages and the store's prefix
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Backend> impl_;
 };

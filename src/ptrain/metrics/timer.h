@@ -1,13 +1,9 @@
-// Wall-clock timing on the host, and on CUDA builds a timer from device events.
+// Wall-clock timing on the host. Device time (CUDA events) is step_phases.h's DeviceInterval.
 #pragma once
 
 #include <chrono>
 
 #include <torch/torch.h>
-
-#if PTRAIN_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#endif
 
 namespace ptrain::metrics {
 
@@ -31,21 +27,5 @@ class Stopwatch {
  private:
   std::chrono::steady_clock::time_point start_;
 };
-
-#if PTRAIN_WITH_CUDA
-// Device time between two events on the current stream: the GPU's own clock, without host
-// launch overhead. elapsed_seconds() waits for the stop event.
-class CudaEventTimer {
- public:
-  CudaEventTimer();
-  void start();
-  void stop();
-  double elapsed_seconds();
-
- private:
-  at::cuda::CUDAEvent start_;
-  at::cuda::CUDAEvent stop_;
-};
-#endif
 
 }  // namespace ptrain::metrics

@@ -22,13 +22,13 @@ AutocastGuard::AutocastGuard(c10::DeviceType device, bool enabled, c10::ScalarTy
     }
   }
   compat::set_autocast_enabled(device, enabled);
-  at::autocast::increment_nesting();
+  compat::enter_autocast_region();
 }
 
 AutocastGuard::~AutocastGuard() {
-  // Casted copies of weights are cached for the outermost region only (as torch.autocast.__exit__):
-  // dropping them earlier would recast every weight in each inner region.
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  // Casted copies of weights are cached for the outermost region only: dropping them earlier would recast
+  // every weight in each inner region.
+  compat::leave_autocast_region();
   compat::set_autocast_enabled(device_, previous_enabled_);
   compat::set_autocast_dtype(device_, previous_dtype_);
 }

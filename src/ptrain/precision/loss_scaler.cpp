@@ -27,12 +27,6 @@ torch::Tensor scalar_on(torch::Device device, double value, torch::ScalarType dt
   return torch::full({}, value, torch::TensorOptions().dtype(dtype).device(device));
 }
 
-// The dtypes _amp_foreach_non_finite_check_and_unscale_'s CUDA kernel dispatches on (1.13 and 2.11):
-// no bfloat16.
-bool fused_unscale_supports(c10::ScalarType dtype) {
-  return dtype == torch::kFloat || dtype == torch::kHalf || dtype == torch::kDouble;
-}
-
 }  // namespace
 
 LossScalerOptions loss_scaler_options(const PrecisionPolicy& policy) {
@@ -84,12 +78,12 @@ void LossScaler::unscale_(const std::vector<torch::Tensor>& grads) {
   }
   std::vector<torch::Tensor> nonfinite_flags;
   for (auto& [dtype, group] : by_dtype) {
-    if (device_.is_cuda() && fused_unscale_supports(dtype)) {
+    if (compat::fused_unscale_supports(device_, dtype)) {
       // One fused launch per dtype: the kernel's fast path needs all tensors of one dtype.
       at::_amp_foreach_non_finite_check_and_unscale_(group, found_inf_, inv_scale);
       continue;
     }
-    // CPU (1.13 has no CPU kernel for the fused op) and bfloat16 on CUDA (the kernel has none): the
+    // CPU and bfloat16 on CUDA (see compat::fused_unscale_supports): the
     // same result with plain tensor ops, still without reading anything back to the host. The check
     // precedes the multiplication, as in the kernel.
     for (auto& g : group) {
@@ -109,7 +103,7 @@ void LossScaler::update() {
   unscaled_this_step_ = false;
   if (!options_.dynamic) return;
   const bool plain_gradscaler = options_.hysteresis == 1 && options_.min_scale == 0.0;
-  if (device_.is_cuda() && plain_gradscaler) {
+  if (compat::fused_scale_update_supports(device_) && plain_gradscaler) {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
                            options_.growth_interval);
     return;

@@ -10,13 +10,6 @@
 
 #include <c10/core/DeviceGuard.h>
 
-#if PTRAIN_WITH_CUDA && __has_include(<torch/csrc/cuda/nccl.h>)
-#include <torch/csrc/cuda/nccl.h>
-#define PTRAIN_DP_WITH_NCCL 1
-#else
-#define PTRAIN_DP_WITH_NCCL 0
-#endif
-
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/precision/autocast_guard.h"
@@ -45,24 +38,14 @@ struct FlatGroup {
   std::vector<int64_t> offsets;                      // [k]
 
   void broadcast_from_first() {
-#if PTRAIN_DP_WITH_NCCL
-    if (buffers.front().is_cuda()) {
-      torch::cuda::nccl::broadcast(buffers);
-      return;
-    }
-#endif
+    if (buffers.front().is_cuda() && compat::nccl_broadcast_from_first(buffers)) return;
     torch::NoGradGuard no_grad;
     for (size_t d = 1; d < buffers.size(); ++d) buffers[d].copy_(buffers.front());
   }
 
   // Sums the buffers into the first one.
   void reduce_into_first() {
-#if PTRAIN_DP_WITH_NCCL
-    if (buffers.front().is_cuda()) {
-      torch::cuda::nccl::reduce(buffers, buffers.front(), /*root=*/0);
-      return;
-    }
-#endif
+    if (buffers.front().is_cuda() && compat::nccl_reduce_into_first(buffers)) return;
     torch::NoGradGuard no_grad;
     for (size_t d = 1; d < buffers.size(); ++d) buffers.front().add_(buffers[d].to(buffers.front().device()));
   }

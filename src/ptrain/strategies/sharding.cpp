@@ -159,11 +159,11 @@ std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& p
 }
 
 torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 && group.backend() == "gloo" ? t.view(torch::kHalf) : t;
+  return t.scalar_type() == torch::kBFloat16 && !group.supports_bf16() ? t.view(torch::kHalf) : t;
 }
 
 torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype) {
-  return dtype == torch::kBFloat16 && group.backend() == "gloo" ? torch::kFloat : dtype;
+  return dtype == torch::kBFloat16 && !group.supports_bf16() ? torch::kFloat : dtype;
 }
 
 void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
@@ -177,7 +177,7 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
     shape_hash %= (int64_t{1} << 40);
   }
   const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
-  const auto everyone = group.all_gather(mine.to(group.backend() == "nccl" ? device : torch::Device(torch::kCPU)));
+  const auto everyone = group.all_gather(mine.to(group.needs_host_tensors() ? torch::Device(torch::kCPU) : device));
   for (size_t r = 0; r < everyone.size(); ++r) {
     check(torch::equal(everyone[r].cpu(), mine), who + ": rank " + std::to_string(r) +
                                                      " has a different model than rank " +

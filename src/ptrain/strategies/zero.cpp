@@ -52,7 +52,7 @@ struct Zero::State {
   int stage() const { return options.stage; }
   int64_t world() const { return group->world_size(); }
   // Where collectives run: the device for NCCL, the CPU for gloo.
-  torch::Device comm_device() const { return group->backend() == "nccl" ? device : torch::Device(torch::kCPU); }
+  torch::Device comm_device() const { return group->needs_host_tensors() ? torch::Device(torch::kCPU) : device; }
 
   // Stage 3: starts gathering the group's parameters whole from every rank's shard, unless they are
   // gathered or on their way.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ptrain/config/settings_in_effect.h"
+#include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/io/output_path.h"
@@ -24,9 +25,7 @@ torch::Device resolve_device(const std::string& name) {
   }
   check(device.is_cpu() || device.is_cuda(), "--device: only cpu and cuda are supported, not '" + name + "'");
   if (device.is_cuda()) {
-#if !PTRAIN_WITH_CUDA
-    throw Error("--device " + name + ": this ptrain was built against a LibTorch without CUDA");
-#endif
+    cuda_runtime::require_cuda_build("--device " + name);
     check(torch::cuda::is_available(), "--device " + name + ": no CUDA device is visible");
     const int64_t index = device.has_index() ? device.index() : 0;
     check(index < static_cast<int64_t>(torch::cuda::device_count()),

@@ -6,10 +6,7 @@
 #include <sstream>
 #include <thread>
 
-#if PTRAIN_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
+#include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cross_entropy.h"
@@ -29,9 +26,7 @@ namespace {
 // NCCL and the caching allocator work on the current device: make it this process's one first.
 std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) {
   const torch::Device& device = plan.device;
-#if PTRAIN_WITH_CUDA
-  if (device.is_cuda()) c10::cuda::set_device(device.index());
-#endif
+  if (device.is_cuda()) cuda_runtime::set_current_device(device.index());
   return strategies::make_strategy(plan.strategy, plan.config, plan.precision, device, plan.launch);
 }
 
@@ -94,12 +89,10 @@ void TrainingRun::set_up_device() {
   torch::set_num_threads(c_.run.threads > 0 ? static_cast<int>(c_.run.threads)
                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   precision::apply_global_math_mode(policy_);
-#if PTRAIN_WITH_CUDA
   if (device_.is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.
     at::globalContext().setBenchmarkCuDNN(true);
   }
-#endif
   if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
 }
 

@@ -1,0 +1,14 @@
+// CUDA builds: the runtime calls of cuda_runtime.h on c10's CUDA functions.
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "ptrain/core/cuda_runtime.h"
+
+namespace ptrain::cuda_runtime {
+
+void require_cuda_build(const std::string&) {}
+
+void set_current_device(int device) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
+
+int current_device() { return static_cast<int>(c10::cuda::current_device()); }
+
+}  // namespace ptrain::cuda_runtime
