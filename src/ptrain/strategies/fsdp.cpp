@@ -169,15 +169,13 @@ FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
 ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size) {
   const StrategySpec spec(StrategyKind::fsdp, StrategySpec::parse_fsdp_sharding(options.sharding));
   ZeroOptions z;
-  z.name = spec.name();
-  z.stage = spec.zero_stage();
-  z.reshard_after_forward = spec.reshards_after_forward();
+  z.fsdp_sharding = spec.fsdp_sharding();
   if (spec.hybrid()) {
-    z.shard_group_size = options.hybrid_group_size > 0 ? options.hybrid_group_size : local_world_size;
+    z.hybrid_group_size = options.hybrid_group_size > 0 ? options.hybrid_group_size : local_world_size;
   } else {
     check(options.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");
   }
-  check(!options.offload_params || z.stage == 3, "--offload-params: --fsdp-sharding no-shard keeps every parameter on "
+  check(!options.offload_params || spec.can_offload_params(), "--offload-params: --fsdp-sharding no-shard keeps every parameter on "
                                                   "each rank's device; offload needs a strategy that shards them");
   z.offload_params = options.offload_params;
   z.offload_optimizer = options.offload_params;  // FSDP's CPU offload steps the optimizer on the CPU too

@@ -1,10 +1,12 @@
 #include "ptrain/strategies/sharding.h"
 
 #include <algorithm>
+#include <map>
 
 #include <c10/core/StorageImpl.h>
 
 #include "ptrain/core/error.h"
+#include "ptrain/models/model.h"
 
 namespace ptrain::strategies {
 
@@ -151,6 +153,70 @@ std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>&
   // Within a group, registration order: the flat layout then reads like the model.
   for (auto& members : groups) std::sort(members.begin(), members.end());
   return groups;
+}
+
+UnitLayout unit_layout(models::Model& model, const std::vector<torch::Tensor>& params,
+                       const std::optional<std::vector<int>>& wrap, const std::string& who) {
+  std::map<const void*, size_t> index_of;
+  for (size_t i = 0; i < params.size(); ++i) index_of[params[i].unsafeGetTensorImpl()] = i;
+  const auto units = model.units();
+  std::vector<int> wrap_of(units.size());
+  if (wrap) {
+    wrap_of = *wrap;
+    check(wrap_of.size() == units.size(), who + ": the wrap policy answered for " + std::to_string(wrap_of.size()) +
+                                              " units, the model has " + std::to_string(units.size()));
+  } else {
+    for (size_t u = 0; u < units.size(); ++u) wrap_of[u] = static_cast<int>(u);
+  }
+  // Parameters per wrapped unit (id -> members); units sharing an id must be neighbours.
+  std::map<int, std::vector<size_t>> per_wrap;
+  std::vector<bool> assigned(params.size(), false);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int id = wrap_of[u];
+    if (id < 0) continue;
+    check(!per_wrap.count(id) || (u > 0 && wrap_of[u - 1] == id),
+          who + ": wrapped unit " + std::to_string(id) + " spans units that are not neighbours");
+    auto& members = per_wrap[id];
+    for (const auto& p : units[u].second->parameters()) {
+      auto it = index_of.find(p.unsafeGetTensorImpl());
+      if (it == index_of.end() || assigned[it->second]) continue;
+      assigned[it->second] = true;
+      members.push_back(it->second);
+    }
+  }
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!assigned[i]) rest.push_back(i);
+  }
+  // Backward completes the last unit first; the root's parameters (outside every wrapped unit) last.
+  UnitLayout layout;
+  layout.unit_group.assign(units.size(), -1);
+  std::map<int, int> group_of_wrap;
+  for (size_t u = units.size(); u-- > 0;) {
+    const int id = wrap_of[u];
+    if (id < 0) continue;
+    auto& members = per_wrap[id];
+    if (members.empty()) continue;
+    if (!group_of_wrap.count(id)) {
+      group_of_wrap[id] = static_cast<int>(layout.groups.size());
+      std::sort(members.begin(), members.end());
+      layout.groups.push_back(members);
+    }
+    layout.unit_group[u] = group_of_wrap[id];
+  }
+  if (!rest.empty()) {
+    layout.rest_group = static_cast<int>(layout.groups.size());
+    layout.groups.push_back(rest);
+  }
+  // Backward runs the units in reverse: the group whose forward ran just before a group's comes next.
+  layout.before.assign(layout.groups.size(), -1);
+  int previous = -1;
+  for (const int g : layout.unit_group) {
+    if (g < 0 || g == previous) continue;
+    layout.before[static_cast<size_t>(g)] = previous;
+    previous = g;
+  }
+  return layout;
 }
 
 std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,

@@ -8,12 +8,17 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "ptrain/dist/process_group.h"
+
+namespace ptrain::models {
+class Model;
+}
 
 namespace ptrain::strategies {
 
@@ -65,6 +70,20 @@ class FlatParams {
 // the cap is a group alone), walking the parameters in reverse order: the order in which backward
 // usually produces their gradients.
 std::vector<std::vector<size_t>> group_by_size(const std::vector<torch::Tensor>& params, int64_t cap_bytes);
+
+// The groups of the strategies that gather parameters unit by unit (zero3, fsdp): one per wrapped unit of
+// models::Model::units(), then the root (parameters outside every wrapped unit, or all of them without
+// units). wrap: which group each unit joins (neighbouring units may share one), -1 for the root; unset:
+// every unit its own. `who` names the strategy in errors.
+struct UnitLayout {
+  std::vector<std::vector<size_t>> groups;  // indices into params, in the order backward completes them
+  std::vector<int> unit_group;              // per unit, its group or -1 (the root)
+  int rest_group = -1;                      // the root's group; -1 when every parameter is in a unit
+  // Per group, the group whose forward runs just before its own (-1: none): the one backward reaches next.
+  std::vector<int> before;
+};
+UnitLayout unit_layout(models::Model& model, const std::vector<torch::Tensor>& params,
+                       const std::optional<std::vector<int>>& wrap, const std::string& who);
 
 // DDP's gradient buckets, as PyTorch's reducer makes them: walking the parameters in reverse, one open
 // bucket per dtype and device closes once it reaches its cap (the first of each kind first_cap_bytes,

@@ -12,128 +12,63 @@
 namespace ptrain::strategies {
 
 struct Zero::State {
-  struct Group {
-    std::unique_ptr<FlatParams> flat;
-    std::vector<size_t> members;  // indices into params
-    size_t pending = 0;           // members whose gradient backward has not produced yet
-    torch::Tensor grad_full;      // stage 1: the flat gradients, all-reduced
-    torch::Tensor grad_shard;     // stages 2, 3: this rank's shard of the reduced gradients
-    torch::Tensor param_shard;    // stage 3: this rank's shard of the parameters, kept between uses
-    dist::Work work;
-    dist::Work gather_work;       // stage 3: an all-gather in flight (prefetch)
-    torch::Tensor gather_source;  // what it sends, alive until it is done
-    int before = -1;              // stage 3: the group whose forward runs just before this one's (-1: none)
-  };
+  State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o, ShardingPolicy p)
+      : group(std::move(g)), device(d), options(std::move(o)), policy(p) {}
 
-  State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o)
-      : group(std::move(g)), device(d), options(o) {}
-
-  std::shared_ptr<dist::ProcessGroup> group;        // every rank
-  std::shared_ptr<dist::ProcessGroup> shard_group;  // the ranks one shard layout spans: group, or a hybrid part
-  std::shared_ptr<dist::ProcessGroup> replica_group;  // hybrid: the ranks holding this rank's shard; else null
+  std::shared_ptr<dist::ProcessGroup> group;  // every rank
+  ShardMesh mesh;                             // group, or its hybrid shard and replica parts
   torch::Device device;
   ZeroOptions options;
+  ShardingPolicy policy;
   std::mutex mutex;
 
   std::vector<torch::Tensor> params;  // trainable parameters, in model order
   std::vector<std::string> names;
   std::vector<torch::Tensor> frozen;  // parameters that need no gradient: replicated, as they are
   std::vector<torch::Tensor> buffers;
-  std::vector<Group> groups;          // in reduction order (the order backward should complete them)
+  // In reduction order (the order backward should complete them).
+  std::vector<std::unique_ptr<FlatParamGroup>> groups;
+  std::vector<size_t> pending;        // per group, members whose gradient backward has not produced yet
+  std::vector<size_t> members;        // per group, how many parameters it holds
+  std::vector<int> before;            // per group, the one backward reaches next (-1: none; groups by units)
   std::vector<size_t> group_of;
   std::vector<bool> seen;             // this micro-step's backward produced the parameter's gradient
-  std::vector<int> unit_group;        // stage 3: per model unit, its group or -1 (the root)
-  int rest_group = -1;                // stage 3: parameters outside every unit (or all, without units)
+  std::vector<int> unit_group;        // groups by units: per model unit, its group or -1 (the root)
+  int rest_group = -1;                // groups by units: parameters outside every unit (or all, without units)
   size_t next_to_reduce = 0;
   bool sync = true;
   bool prepared = false;
   GradientHooks hooks;
 
-  int stage() const { return options.stage; }
   int64_t world() const { return group->world_size(); }
   // Where collectives run: the device for NCCL, the CPU for gloo.
   torch::Device comm_device() const { return group->needs_host_tensors() ? torch::Device(torch::kCPU) : device; }
 
-  // Stage 3: starts gathering the group's parameters whole from every rank's shard, unless they are
-  // gathered or on their way.
-  void start_gather(size_t g) {
-    auto& group_ = groups[g];
-    if (group_.flat->allocated()) return;
-    group_.flat->regrow();
-    torch::NoGradGuard no_grad;
-    group_.gather_source = as_movable(*shard_group, group_.param_shard.to(device));
-    group_.gather_work = shard_group->all_gather_into_async(as_movable(*shard_group, group_.flat->full()), group_.gather_source);
-  }
-  // ... and waits until they are there.
-  void gather(size_t g) {
-    start_gather(g);
-    groups[g].gather_work.wait();
-    groups[g].gather_source = torch::Tensor();
-  }
   void prefetch(int g) {
-    if (g >= 0) start_gather(static_cast<size_t>(g));
-  }
-  void release(size_t g) {
-    if (stage() != 3) return;
-    groups[g].gather_work.wait();
-    groups[g].gather_source = torch::Tensor();
-    groups[g].flat->free();
+    if (g >= 0) groups[static_cast<size_t>(g)]->start_gather();
   }
   void release_all() {
-    for (size_t g = 0; g < groups.size(); ++g) release(g);
+    for (auto& g : groups) g->release();
+  }
+  void reset_pending() {
+    std::fill(seen.begin(), seen.end(), false);
+    pending = members;
+    next_to_reduce = 0;
   }
 
   void begin_micro_step() {
     std::lock_guard<std::mutex> lock(mutex);
-    std::fill(seen.begin(), seen.end(), false);
-    for (auto& g : groups) g.pending = g.members.size();
-    next_to_reduce = 0;
+    reset_pending();
     // An accumulation micro-step whose backward skipped some parameter leaves its group gathered.
-    if (stage() == 3) release_all();
+    release_all();
   }
 
   // Caller holds mutex. Groups are reduced strictly in order, so every rank issues the same collectives
   // whatever order its hooks fired in.
   void reduce_complete_groups_locked() {
-    while (next_to_reduce < groups.size() && groups[next_to_reduce].pending == 0) {
-      auto& g = groups[next_to_reduce++];
-      torch::NoGradGuard no_grad;
-      auto flat = g.flat->flat_grads(1.0 / static_cast<double>(world()));
-      for (const size_t i : g.members) params[i].mutable_grad().reset();
-      // --reduce-dtype: the gradients are rounded to it, summed in it and the sum rounded to it. gloo sums
-      // no bfloat16: there the bfloat16 values are summed in float32 and the sum rounded to bfloat16 once
-      // (for two ranks exactly what a bfloat16 sum gives).
-      const auto wire = options.reduce_dtype.value_or(flat.scalar_type());
-      const auto travel = reduction_dtype(*group, wire);
-      if (wire != flat.scalar_type() || travel != flat.scalar_type()) {
-        auto converted = flat.to(wire).to(travel);
-        if (stage() <= 1) {
-          std::vector<torch::Tensor> one{converted};
-          group->all_reduce_sum(one).wait();
-          g.grad_full = converted.to(wire).to(flat.scalar_type());
-        } else {
-          auto shard = torch::empty({g.flat->shard_numel()}, converted.options());
-          shard_group->reduce_scatter_sum(shard, converted);
-          reduce_across_replicas(shard);
-          g.grad_shard.copy_(shard.to(wire));
-        }
-      } else if (stage() <= 1) {
-        g.grad_full = flat;
-        std::vector<torch::Tensor> one{g.grad_full};
-        g.work = group->all_reduce_sum(one);
-      } else {
-        shard_group->reduce_scatter_sum(g.grad_shard, flat);
-        reduce_across_replicas(g.grad_shard);
-      }
+    while (next_to_reduce < groups.size() && pending[next_to_reduce] == 0) {
+      groups[next_to_reduce++]->reduce(options.reduce_dtype);
     }
-  }
-
-  // Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
-  // shard sum theirs.
-  void reduce_across_replicas(const torch::Tensor& shard) {
-    if (!replica_group) return;
-    std::vector<torch::Tensor> one{shard};
-    replica_group->all_reduce_sum(one).wait();
   }
 
   void on_gradient(size_t index) {
@@ -146,9 +81,9 @@ struct Zero::State {
     if (seen[index]) return;
     seen[index] = true;
     const size_t g = group_of[index];
-    if (--groups[g].pending > 0) return;
-    release(g);  // its backward is over: stage 3 frees the gathered parameters
-    if (stage() == 3 && options.backward_prefetch == Prefetch::backward_post) prefetch(groups[g].before);
+    if (--pending[g] > 0) return;
+    groups[g]->release();  // its backward is over: sharded parameters are freed
+    if (options.backward_prefetch == Prefetch::backward_post) prefetch(before[g]);
     if (sync && options.overlap_comm) reduce_complete_groups_locked();
   }
 
@@ -156,25 +91,41 @@ struct Zero::State {
     std::lock_guard<std::mutex> lock(mutex);
     if (sync) {
       // Parameters that received no gradient contribute zeros (or what earlier micro-steps accumulated).
-      for (auto& g : groups) g.pending = 0;
+      std::fill(pending.begin(), pending.end(), 0);
       reduce_complete_groups_locked();
-      for (auto& g : groups) g.work.wait();
+      for (auto& g : groups) g->wait_reduce();
     }
     release_all();
-    std::fill(seen.begin(), seen.end(), false);
-    for (auto& g : groups) g.pending = g.members.size();
-    next_to_reduce = 0;
+    reset_pending();
   }
 };
 
+StrategySpec ZeroOptions::spec() const {
+  if (fsdp_sharding) return StrategySpec(StrategyKind::fsdp, *fsdp_sharding);
+  check(stage >= 0 && stage <= 3, "zero: stage must be 0, 1, 2 or 3");
+  return stage == 0 ? StrategySpec(StrategyKind::fsdp, FsdpSharding::no_shard)
+                    : StrategySpec::from_zero_stage(stage, "zero: stage");
+}
+
+namespace {
+
+ShardingPolicy policy_of(const StrategySpec& spec, const ZeroOptions& options) {
+  auto policy = ShardingPolicy::of(spec);
+  check(!options.offload_params || spec.can_offload_params(), "--offload-params needs --strategy zero3 (or fsdp)");
+  check(options.hybrid_group_size == 0 || policy.hybrid, "zero: a hybrid group size needs a hybrid sharding");
+  policy.offload_params = options.offload_params;
+  policy.offload_optimizer = options.offload_optimizer;
+  return policy;
+}
+
+}  // namespace
+
 Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options)
-    : options_(options) {
+    : options_(std::move(options)), spec_(options_.spec()) {
   check(group != nullptr, "zero: needs a process group");
-  check(options_.stage >= 0 && options_.stage <= 3, "zero: stage must be 0, 1, 2 or 3");
-  check(!options_.offload_params || options_.stage == 3, "--offload-params needs --strategy zero3 (or fsdp)");
-  check(options_.shard_group_size == 0 || options_.stage == 3, "zero: hybrid sharding needs stage 3");
+  const auto policy = policy_of(spec_, options_);
   check(options_.reduce_bucket_mb > 0, "--reduce-bucket-mb must be positive");
-  state_ = std::make_shared<State>(std::move(group), device, options_);
+  state_ = std::make_shared<State>(std::move(group), device, options_, policy);
 }
 
 Zero::~Zero() { state_->hooks.remove(); }
@@ -205,80 +156,27 @@ void Zero::prepare(models::Model& model) {
   for (const auto& b : model.buffers()) s.buffers.push_back(b);
   check_and_broadcast(*s.group, all, s.buffers, s.device, name(), options_.sync_module_states);
 
-  s.shard_group = s.group;
-  if (options_.shard_group_size > 0 && options_.shard_group_size < world_size()) {
-    const int64_t size = options_.shard_group_size;
-    check(world_size() % size == 0, name() + ": hybrid sharding in groups of " + std::to_string(size) +
-                                        " ranks needs a world size divisible by it, not " + std::to_string(world_size()));
-    std::vector<int64_t> shard_ranks, replica_ranks;
-    for (int64_t r = 0; r < size; ++r) shard_ranks.push_back(rank() / size * size + r);
-    for (int64_t r = rank() % size; r < world_size(); r += size) replica_ranks.push_back(r);
-    s.shard_group = s.group->subgroup(shard_ranks, "shard" + std::to_string(rank() / size));
-    s.replica_group = s.group->subgroup(replica_ranks, "replica" + std::to_string(rank() % size));
-  }
+  s.mesh = ShardMesh::of(s.group, s.policy.hybrid ? options_.hybrid_group_size : 0, name());
 
   // Groups, in the order backward should complete them.
   std::vector<std::vector<size_t>> layout;
-  if (s.stage() < 3) {
-    layout = group_by_size(s.params, megabytes_to_bytes(options_.reduce_bucket_mb));
+  if (s.policy.groups_by_units()) {
+    std::optional<std::vector<int>> wrap;
+    if (options_.wrap) wrap = options_.wrap(model);
+    auto units = unit_layout(model, s.params, wrap, name());
+    layout = std::move(units.groups);
+    s.unit_group = std::move(units.unit_group);
+    s.rest_group = units.rest_group;
+    s.before = std::move(units.before);
   } else {
-    std::map<const void*, size_t> index_of;
-    for (size_t i = 0; i < s.params.size(); ++i) index_of[s.params[i].unsafeGetTensorImpl()] = i;
-    const auto units = model.units();
-    std::vector<int> wrap_of(units.size());
-    if (options_.wrap) {
-      wrap_of = options_.wrap(model);
-      check(wrap_of.size() == units.size(), name() + ": the wrap policy answered for " + std::to_string(wrap_of.size()) +
-                                                " units, the model has " + std::to_string(units.size()));
-    } else {
-      for (size_t u = 0; u < units.size(); ++u) wrap_of[u] = static_cast<int>(u);
-    }
-    // Parameters per wrapped unit (id -> members); units sharing an id must be neighbours.
-    std::map<int, std::vector<size_t>> per_wrap;
-    std::vector<bool> assigned(s.params.size(), false);
-    for (size_t u = 0; u < units.size(); ++u) {
-      const int id = wrap_of[u];
-      if (id < 0) continue;
-      check(!per_wrap.count(id) || (u > 0 && wrap_of[u - 1] == id),
-            name() + ": wrapped unit " + std::to_string(id) + " spans units that are not neighbours");
-      auto& members = per_wrap[id];
-      for (const auto& p : units[u].second->parameters()) {
-        auto it = index_of.find(p.unsafeGetTensorImpl());
-        if (it == index_of.end() || assigned[it->second]) continue;
-        assigned[it->second] = true;
-        members.push_back(it->second);
-      }
-    }
-    std::vector<size_t> rest;
-    for (size_t i = 0; i < s.params.size(); ++i) {
-      if (!assigned[i]) rest.push_back(i);
-    }
-    // Backward completes the last unit first; the root's parameters (outside every wrapped unit) last.
-    s.unit_group.assign(units.size(), -1);
-    std::map<int, int> group_of_wrap;
-    for (size_t u = units.size(); u-- > 0;) {
-      const int id = wrap_of[u];
-      if (id < 0) continue;
-      auto& members = per_wrap[id];
-      if (members.empty()) continue;
-      if (!group_of_wrap.count(id)) {
-        group_of_wrap[id] = static_cast<int>(layout.size());
-        std::sort(members.begin(), members.end());
-        layout.push_back(members);
-      }
-      s.unit_group[u] = group_of_wrap[id];
-    }
-    if (!rest.empty()) {
-      s.rest_group = static_cast<int>(layout.size());
-      layout.push_back(rest);
-    }
+    layout = group_by_size(s.params, megabytes_to_bytes(options_.reduce_bucket_mb));
+    s.before.assign(layout.size(), -1);
   }
 
   s.group_of.assign(s.params.size(), 0);
   s.seen.assign(s.params.size(), false);
   torch::NoGradGuard no_grad;
-  for (auto& members : layout) {
-    State::Group g;
+  for (const auto& members : layout) {
     std::vector<torch::Tensor> params;
     std::vector<std::string> names;
     for (const size_t i : members) {
@@ -286,34 +184,11 @@ void Zero::prepare(models::Model& model) {
       params.push_back(s.params[i]);
       names.push_back(s.names[i]);
     }
-    // Stage 0 replicates: a layout of one shard, the whole group.
-    g.flat = s.stage() == 0 ? std::make_unique<FlatParams>(params, names, 0, 1)
-                            : std::make_unique<FlatParams>(params, names, s.shard_group->rank(), s.shard_group->world_size());
-    g.members = members;
-    g.pending = members.size();
-    const auto options = g.flat->full().options();
-    if (s.stage() <= 1) {
-      g.grad_full = torch::zeros({g.flat->padded_numel()}, options);
-    } else {
-      g.grad_shard = torch::zeros({g.flat->shard_numel()}, options);
-    }
-    if (s.stage() == 3) {
-      g.param_shard = g.flat->shard().clone();
-      if (options_.offload_params) {
-        g.param_shard = g.param_shard.to(torch::kCPU);
-        if (s.device.is_cuda()) g.param_shard = g.param_shard.pin_memory();
-      }
-      g.flat->free();
-    }
-    s.groups.push_back(std::move(g));
+    s.groups.push_back(std::make_unique<FlatParamGroup>(std::move(params), std::move(names), s.policy, s.mesh, s.device,
+                                                        s.comm_device()));
+    s.members.push_back(members.size());
   }
-  // Backward runs the units in reverse: the group whose forward ran just before a group's comes next.
-  int previous = -1;
-  for (const int g : s.unit_group) {
-    if (g < 0 || g == previous) continue;
-    s.groups[static_cast<size_t>(g)].before = previous;
-    previous = g;
-  }
+  s.pending = s.members;
 
   std::weak_ptr<State> weak = state_;
   s.hooks.install(
@@ -335,7 +210,7 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
     s.group->broadcast(buffers, 0);
   }
   if (training) s.begin_micro_step();
-  if (s.stage() < 3) return model.forward(inputs);
+  if (!s.policy.shards_parameters) return model.forward(inputs);
 
   // Gathers the group again when backward reaches the output of its forward, i.e. just before its
   // backward; backward prefetch "pre" then starts on the group backward reaches next.
@@ -345,20 +220,20 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
     if (!training || !output.requires_grad()) return;
     output.register_hook([weak, g, prefetch_pre](const torch::Tensor&) {
       if (auto state = weak.lock()) {
-        state->gather(g);
-        if (prefetch_pre) state->prefetch(state->groups[g].before);
+        state->groups[g]->gather();
+        if (prefetch_pre) state->prefetch(state->before[g]);
       }
     });
   };
   // Training keeps the root gathered from forward to backward, which needs it first.
-  if (s.rest_group >= 0) s.gather(static_cast<size_t>(s.rest_group));
+  if (s.rest_group >= 0) s.groups[static_cast<size_t>(s.rest_group)]->gather();
   const size_t n = s.unit_group.size();
   // Around unit u's forward: its group is gathered before the group's first unit and, after its last,
   // arranged to be gathered again for backward and freed.
   const auto before_unit = [&](size_t u) {
     const int g = s.unit_group[u];
-    if (g < 0 || (u > 0 && s.unit_group[u - 1] == g && s.groups[static_cast<size_t>(g)].flat->allocated())) return;
-    s.gather(static_cast<size_t>(g));
+    if (g < 0 || (u > 0 && s.unit_group[u - 1] == g && s.groups[static_cast<size_t>(g)]->gathered())) return;
+    s.groups[static_cast<size_t>(g)]->gather();
     if (options_.forward_prefetch) {
       for (size_t next = u + 1; next < n; ++next) {
         if (s.unit_group[next] >= 0 && s.unit_group[next] != g) {
@@ -372,7 +247,7 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
     const int g = s.unit_group[u];
     if (g < 0 || (u + 1 < n && s.unit_group[u + 1] == g)) return;
     gather_in_backward(out, static_cast<size_t>(g));
-    if (!training || options_.reshard_after_forward) s.release(static_cast<size_t>(g));
+    if (!training || s.policy.reshards_after_forward) s.groups[static_cast<size_t>(g)]->release();
   };
   torch::Tensor x = inputs;
   if (s.unit_group.empty()) {
@@ -404,7 +279,7 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   }
   if (s.rest_group >= 0) {
     gather_in_backward(x, static_cast<size_t>(s.rest_group));
-    if (!training) s.release(static_cast<size_t>(s.rest_group));
+    if (!training) s.groups[static_cast<size_t>(s.rest_group)]->release();
   }
   return x;
 }
@@ -437,11 +312,12 @@ class ZeroTarget final : public UpdateTarget {
     for (size_t g = 0; g < s.groups.size(); ++g) {
       const auto source = param_shard(g);
       const auto dtype = master_weights ? torch::kFloat : source.scalar_type();
-      const auto device = s.options.offload_optimizer ? torch::Device(torch::kCPU) : s.device;
-      const bool separate = master_weights || s.options.offload_optimizer || dtype != source.scalar_type() ||
-                            device != source.device();
+      const bool offload = s.policy.offload_optimizer;
+      const auto device = offload ? torch::Device(torch::kCPU) : s.device;
+      const bool separate =
+          master_weights || offload || dtype != source.scalar_type() || device != source.device();
       torch::Tensor opt = separate ? source.to(device, dtype, /*non_blocking=*/false, /*copy=*/true) : source.detach();
-      if (separate && s.options.offload_optimizer && s.device.is_cuda()) opt = opt.pin_memory();
+      if (separate && offload && s.device.is_cuda()) opt = opt.pin_memory();
       params_.push_back(opt);
       separate_.push_back(separate);
       grads_.push_back(separate ? torch::zeros_like(opt) : torch::Tensor());
@@ -473,12 +349,12 @@ class ZeroTarget final : public UpdateTarget {
   }
 
   torch::Tensor global_norm(const torch::Tensor& local_norm) override {
-    if (s_->stage() == 0) return local_norm;  // every rank holds every gradient
+    if (!s_->policy.shards_optimizer_state) return local_norm;  // every rank holds every gradient
     // Shards are disjoint (padding is zero): squares add up over one layout's ranks (hybrid replicas
     // hold the same shards).
     auto squared = local_norm.to(s_->comm_device(), torch::kFloat, false, /*copy=*/true).square();
     std::vector<torch::Tensor> one{squared};
-    s_->shard_group->all_reduce_sum(one).wait();
+    s_->mesh.shard->all_reduce_sum(one).wait();
     return squared.sqrt().to(local_norm.device());
   }
 
@@ -488,19 +364,16 @@ class ZeroTarget final : public UpdateTarget {
     for (size_t g = 0; g < params_.size(); ++g) {
       if (separate_[g]) param_shard(g).copy_(params_[g]);
     }
-    if (s.stage() == 0 || s.stage() == 3) return;  // replicated; or gathered just in time, in forward
-    for (auto& group : s.groups) {
-      auto shard = group.flat->shard().clone();
-      s.shard_group->all_gather_into(as_movable(*s.shard_group, group.flat->full()), as_movable(*s.shard_group, shard));
-    }
+    if (!s.policy.gathers_after_step()) return;  // replicated; or gathered just in time, in forward
+    for (auto& group : s.groups) group->gather_updated_parameters();
   }
 
   io::NamedTensors full_parameters() override {
     auto& s = *s_;
     std::map<std::string, torch::Tensor> by_name;
     for (size_t g = 0; g < params_.size(); ++g) {
-      auto parts = gather_split(g, params_[g]);
-      for (size_t i = 0; i < parts.size(); ++i) by_name[s.groups[g].flat->names()[i]] = parts[i];
+      auto parts = s.groups[g]->gather_split(params_[g]);
+      for (size_t i = 0; i < parts.size(); ++i) by_name[s.groups[g]->names()[i]] = parts[i];
     }
     io::NamedTensors out;
     for (const auto& name : s.names) out.emplace_back(name, by_name.at(name));
@@ -516,8 +389,8 @@ class ZeroTarget final : public UpdateTarget {
         out.emplace_back(key, tensor);
         continue;
       }
-      auto parts = gather_split(g, tensor);
-      const auto& names = s_->groups[g].flat->names();
+      auto parts = s_->groups[g]->gather_split(tensor);
+      const auto& names = s_->groups[g]->names();
       for (size_t i = 0; i < parts.size(); ++i) out.emplace_back(names[i] + "." + slot, parts[i]);
     }
     return out;
@@ -541,7 +414,7 @@ class ZeroTarget final : public UpdateTarget {
       by_name[key] = tensor;
     }
     for (size_t g = 0; g < s.groups.size(); ++g) {
-      const auto& flat = *s.groups[g].flat;
+      const auto& flat = s.groups[g]->flat();
       for (const auto& slot : slots[g]) {
         std::vector<torch::Tensor> per_param;
         for (const auto& name : flat.names()) {
@@ -561,7 +434,7 @@ class ZeroTarget final : public UpdateTarget {
     std::map<std::string, torch::Tensor> by_name(full.begin(), full.end());
     torch::NoGradGuard no_grad;
     for (size_t g = 0; g < s.groups.size(); ++g) {
-      const auto& flat = *s.groups[g].flat;
+      const auto& flat = s.groups[g]->flat();
       std::vector<torch::Tensor> per_param;
       for (const auto& name : flat.names()) {
         auto it = by_name.find(name);
@@ -569,11 +442,7 @@ class ZeroTarget final : public UpdateTarget {
         per_param.push_back(it->second);
       }
       const auto joined = flat.join(per_param, per_param.front().options().device(torch::kCPU));
-      if (s.stage() < 3) {
-        flat.full().copy_(joined);
-      } else {
-        s.groups[g].param_shard.copy_(flat.shard_of(joined));
-      }
+      s.groups[g]->load_full(joined);
       if (separate_[g]) params_[g].copy_(flat.shard_of(joined));
     }
   }
@@ -585,12 +454,12 @@ class ZeroTarget final : public UpdateTarget {
     io::NamedTensors out;
     *layout = nlohmann::json::array();
     for (size_t g = 0; g < params_.size(); ++g) {
-      const auto& flat = *s.groups[g].flat;
+      const auto& flat = s.groups[g]->flat();
       nlohmann::json group = {{"key", names_[g]},
                               {"numel", flat.numel()},
                               {"shard_numel", flat.shard_numel()},
-                              {"shard_index", s.stage() == 0 ? 0 : s.shard_group->rank()},
-                              {"shard_count", s.stage() == 0 ? 1 : s.shard_group->world_size()},
+                              {"shard_index", s.groups[g]->shard_index()},
+                              {"shard_count", s.groups[g]->shard_count()},
                               {"params", nlohmann::json::array()}};
       for (size_t i = 0; i < flat.names().size(); ++i) {
         group["params"].push_back(
@@ -608,9 +477,8 @@ class ZeroTarget final : public UpdateTarget {
     ModelStateBytes bytes;
     for (const auto& p : s.frozen) bytes.params += bytes_of(p);
     for (size_t g = 0; g < s.groups.size(); ++g) {
-      const auto& group = s.groups[g];
-      bytes.params += s.stage() == 3 ? bytes_of(group.param_shard) : bytes_of(group.flat->full());
-      bytes.grads += s.stage() <= 1 ? bytes_of(group.grad_full) : bytes_of(group.grad_shard);
+      bytes.params += s.groups[g]->param_bytes();
+      bytes.grads += s.groups[g]->grad_bytes();
       if (separate_[g]) bytes.optimizer += bytes_of(params_[g]) + bytes_of(grads_[g]);
     }
     for (const auto& [name, t] : optimizer_state) bytes.optimizer += bytes_of(t);
@@ -618,14 +486,8 @@ class ZeroTarget final : public UpdateTarget {
   }
 
  private:
-  torch::Tensor param_shard(size_t g) const {
-    const auto& group = s_->groups[g];
-    return s_->stage() == 3 ? group.param_shard : group.flat->shard();
-  }
-  torch::Tensor grad_shard(size_t g) const {
-    const auto& group = s_->groups[g];
-    return s_->stage() <= 1 ? group.flat->shard_of(group.grad_full) : group.grad_shard;
-  }
+  torch::Tensor param_shard(size_t g) const { return s_->groups[g]->param_shard(); }
+  torch::Tensor grad_shard(size_t g) const { return s_->groups[g]->grad_shard(); }
 
   // "zero.<g>.<slot>" -> g, slot.
   bool parse_key(const std::string& key, size_t* g, std::string* slot) const {
@@ -635,21 +497,6 @@ class ZeroTarget final : public UpdateTarget {
     *g = static_cast<size_t>(std::stoul(key.substr(5, dot - 5)));
     *slot = key.substr(dot + 1);
     return *g < s_->groups.size();
-  }
-
-  // Every rank's shard of a tensor of group g's layout, as full per-parameter tensors on the CPU.
-  std::vector<torch::Tensor> gather_split(size_t g, const torch::Tensor& shard) {
-    const auto& flat = *s_->groups[g].flat;
-    std::vector<torch::Tensor> out;
-    if (s_->stage() == 0) {
-      for (const auto& part : flat.split(shard)) out.push_back(part.to(torch::kCPU).clone());
-      return out;
-    }
-    auto& shards = *s_->shard_group;
-    auto whole = torch::empty({flat.padded_numel()}, shard.options().device(s_->comm_device()));
-    shards.all_gather_into(as_movable(shards, whole), as_movable(shards, shard.to(s_->comm_device())));
-    for (const auto& part : flat.split(whole)) out.push_back(part.to(torch::kCPU).clone());
-    return out;
   }
 
   std::shared_ptr<Zero::State> s_;
