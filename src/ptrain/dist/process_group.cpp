@@ -112,6 +112,12 @@ std::optional<ProcessGroup::Kind> ProcessGroup::backend_kind(const std::string& 
   return std::nullopt;
 }
 
+ProcessGroup::Kind ProcessGroup::known_backend(const std::string& name) {
+  const auto kind = backend_kind(name);
+  check(kind.has_value(), "--backend: unknown '" + name + "' (known: gloo, nccl)");
+  return *kind;
+}
+
 std::string ProcessGroup::backend_name(Kind kind) { return kind == Kind::gloo ? "gloo" : "nccl"; }
 
 bool ProcessGroup::backend_available(const std::string& backend) {
@@ -124,11 +130,9 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
                            std::chrono::milliseconds timeout)
     : rank_(env.rank),
       world_size_(env.world_size),
-      kind_(backend_kind(backend).value_or(Kind::gloo)),
-      backend_(backend),
+      kind_(known_backend(backend)),
       timeout_(timeout),
       impl_(std::make_unique<Backend>()) {
-  check(backend_kind(backend).has_value(), "--backend: unknown '" + backend + "' (known: gloo, nccl)");
   check(kind_ != Kind::nccl || nccl_group_available(),
         "--backend nccl needs a CUDA build of LibTorch; this one is CPU-only (use gloo)");
   check(kind_ != Kind::gloo || compat::has_gloo(),
@@ -168,7 +172,6 @@ ProcessGroup::ProcessGroup(int64_t rank, int64_t world_size, Kind kind, std::chr
     : rank_(rank),
       world_size_(world_size),
       kind_(kind),
-      backend_(backend_name(kind)),
       timeout_(timeout),
       impl_(std::make_unique<Backend>()) {}
 
@@ -197,7 +200,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>&
 }
 
 std::string ProcessGroup::where() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + " (" + backend_ + ", timeout " +
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + " (" + backend_name(kind_) + ", timeout " +
          seconds_text(timeout_) + ")";
 }
 

@@ -85,6 +85,7 @@ class ProcessGroup {
  private:
   enum class Kind { gloo, nccl };
   static std::optional<Kind> backend_kind(const std::string& name);  // nullopt: a name ptrain does not know
+  static Kind known_backend(const std::string& name);  // throws, naming --backend, for any other name
   static std::string backend_name(Kind kind);
   ProcessGroup(int64_t rank, int64_t world_size, Kind kind, std::chrono::milliseconds timeout);
   struct Backend;
@@ -96,7 +97,6 @@ class ProcessGroup {
   int64_t rank_;
   int64_t world_size_;
   Kind kind_;
-  std::string backend_;  // kind_'s name, for messages and the store's prefix
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Backend> impl_;
 };
