@@ -59,6 +59,13 @@ unpack_deps() {
   for f in .gpu-deps/debs/*.deb; do dpkg -x "$f" "$DEPS"; done
 }
 
+# build_gpu LOG: builds build-gpu (BUILD_TARGETS if set) into LOG; on failure prints its errors, returns 1.
+build_gpu() {
+  cmake --build build-gpu -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$1" 2>&1 && return 0
+  { grep -E "error|Error|FAILED" -A4 "$1" | grep -vE "^\s+(from|inlined)" | head -n 60; } || true
+  return 1
+}
+
 step_build() {
   unpack_deps
   ensure_data
@@ -68,15 +75,14 @@ step_build() {
     -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DPTRAIN_ORACLE_PYTHON="$(command -v python3)" \
     2>&1 | tail -n 25
-  if ! cmake --build build-gpu -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$OUT/build.log" 2>&1; then
-    { grep -E "error|Error|FAILED" -A4 "$OUT/build.log" | grep -vE "^\s+(from|inlined)" | head -n 60; } || true
-    # A unity batch that fails on LibTorch 2.x alone (two files' private helpers meeting) must not cost the
-    # call: the errors above say which files to compile alone; the build goes on one file at a time.
+  if ! build_gpu "$OUT/build.log"; then
+    # A unity batch that fails on LibTorch 2.x alone (two files' private helpers meeting, or a compiler crash
+    # such as GCC 13's on nvml.cpp) must not cost the call: the errors above say which files to compile
+    # alone; the build goes on one file at a time.
     if grep -q "PTRAIN_UNITY_BUILD:BOOL=ON" build-gpu/CMakeCache.txt; then
       echo "== unity build failed; building again with -DPTRAIN_UNITY_BUILD=OFF"
       cmake -S . -B build-gpu -DPTRAIN_UNITY_BUILD=OFF > /dev/null
-      cmake --build build-gpu -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS} -- -k 0 > "$OUT/build-no-unity.log" 2>&1 ||
-        { grep -E "error|Error|FAILED" -A4 "$OUT/build-no-unity.log" | grep -vE "^\s+(from|inlined)" | head -n 60; } || true
+      build_gpu "$OUT/build-no-unity.log" || true
     fi
   fi
   test -x build-gpu/ptrain
