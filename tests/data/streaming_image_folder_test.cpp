@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 
 #include "ptrain/core/error.h"
 #include "ptrain/data/jpeg_decode.h"
@@ -87,6 +88,65 @@ TEST(StreamingImageFolder, TrainingCropsAreAFunctionOfTheSeed) {
   EXPECT_LT(out[0][0][0].item<int>(), out[0][0][kSize - 1].item<int>());
   resample_region(ramp, 0, 0, 64, 48, kSize, /*flip=*/true, out.data_ptr<uint8_t>());
   EXPECT_GT(out[0][0][0].item<int>(), out[0][0][kSize - 1].item<int>());
+}
+
+// Decoding only the crop's window (rows skipped above, columns cropped, rows below entropy-decoded only)
+// must give the resampler the very pixels of the whole frame: the same bytes out, whatever the chroma
+// layout (fancy upsampling of 4:2:0 and 4:2:2 chroma reads neighbours across the window's edge), for crops
+// anywhere, at every DCT scale.
+TEST(StreamingImageFolder, WindowDecodeGivesTheWholeFramesPixels) {
+  const ScratchDir dir;
+  testing::run_oracle("data_streaming.py", "jpegs " + dir.path().string());
+  std::mt19937_64 rng(5);
+  int files = 0, windowed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    ++files;
+    const auto [width, height] = image_dimensions(entry.path());
+    for (int trial = 0; trial < 24; ++trial) {
+      const int64_t out_size = std::vector<int64_t>{16, 40, 64, 112}[trial % 4];
+      std::uniform_real_distribution<double> unit(0.0, 1.0);
+      const double w = std::max(4.0, unit(rng) * width), h = std::max(4.0, unit(rng) * height);
+      const double x = unit(rng) * (width - w), y = unit(rng) * (height - h);
+      torch::Tensor outputs[2];
+      for (const bool whole : {false, true}) {
+        const ScaledImage decoded = decode_for_region(entry.path(), [&](int64_t, int64_t) {
+          return DecodeRequest{x, y, w, h, out_size, out_size, whole};
+        });
+        if (!whole && decoded.image.width * decoded.image.height <
+                          std::lround(width * decoded.scale_x) * std::lround(height * decoded.scale_y)) {
+          ++windowed;
+        }
+        auto out = torch::empty({3, out_size, out_size}, torch::kUInt8);
+        resample_region(decoded.image, x * decoded.scale_x - static_cast<double>(decoded.origin_x),
+                        y * decoded.scale_y - static_cast<double>(decoded.origin_y), w * decoded.scale_x,
+                        h * decoded.scale_y, out_size, trial % 2 == 1, out.data_ptr<uint8_t>());
+        outputs[whole ? 1 : 0] = out;
+      }
+      EXPECT_TRUE(torch::equal(outputs[0], outputs[1]))
+          << entry.path().filename() << " crop " << x << "," << y << " " << w << "x" << h << " to " << out_size
+          << ": max difference " << (outputs[0].to(torch::kInt) - outputs[1].to(torch::kInt)).abs().max().item<int>();
+    }
+  }
+  EXPECT_EQ(files, 15);
+  EXPECT_GT(windowed, 15 * 24 / 2);  // most crops decoded less than the frame
+}
+
+// The window decode reads no pixel below the crop, but a file damaged there is still corrupt.
+TEST(StreamingImageFolder, DamageBelowTheCropFailsNamingTheFile) {
+  const ScratchDir dir;
+  testing::run_oracle("data_streaming.py", "jpegs " + dir.path().string());
+  for (const char* name : {"420-500x375.jpg", "444-333x251.jpg", "progressive-500x375.jpg"}) {
+    const auto path = dir.path() / name;
+    const auto top_left = [](int64_t, int64_t) { return DecodeRequest{0, 0, 40, 30, 20, 20}; };
+    EXPECT_NO_THROW(decode_for_region(path, top_left));
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) * 3 / 4);
+    try {
+      decode_for_region(path, top_left);
+      ADD_FAILURE() << name << ": a truncated JPEG must fail even when its crop lies above the damage";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path.string() + ": corrupt JPEG"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(StreamingImageFolder, LoaderBatchesAreTheSameOnAnyNumberOfThreads) {

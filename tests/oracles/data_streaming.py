@@ -5,6 +5,8 @@ what ptrain computes.
 
   data_streaming.py make DIR                 writes DIR/train and DIR/test: PNG and JPEG images of several sizes
                                              and aspect ratios, two classes
+  data_streaming.py jpegs DIR                JPEGs in every layout libjpeg decodes differently (4:2:0, 4:2:2, 4:4:4,
+                                             greyscale, progressive, odd sizes), for the window decode's test
   data_streaming.py eval DIR SPLIT SIZE OUT  every image of DIR/SPLIT, in ImageFolder's order, as uint8 3 x SIZE x
                                              SIZE, back to back in the raw files OUT.torchvision and OUT.box
 """
@@ -31,6 +33,22 @@ def make(root):
                 img.save(os.path.join(folder, f"{i:02d}.{ext}"), quality=95)
 
 
+def jpegs(root):
+    rng = np.random.default_rng(1)
+    os.makedirs(root, exist_ok=True)
+    layouts = [("420", dict(subsampling=2)), ("422", dict(subsampling=1)), ("444", dict(subsampling=0)),
+               ("grey", dict(subsampling=2)), ("progressive", dict(subsampling=2, progressive=True))]
+    for name, options in layouts:
+        for w, h in [(333, 251), (500, 375), (97, 211)]:
+            coarse = rng.integers(0, 256, (h // 16, w // 16, 3), dtype=np.uint8)
+            img = Image.fromarray(coarse).resize((w, h), Image.BICUBIC)
+            noise = rng.integers(-20, 21, (h, w, 3))
+            img = Image.fromarray(np.clip(np.array(img).astype(int) + noise, 0, 255).astype(np.uint8))
+            if name == "grey":
+                img = img.convert("L")
+            img.save(os.path.join(root, f"{name}-{w}x{h}.jpg"), quality=90, **options)
+
+
 def evaluate(root, split, size, out):
     transform = T.Compose([T.Resize(round(size / 0.875)), T.CenterCrop(size)])
     base = os.path.join(root, split)
@@ -49,5 +67,7 @@ def evaluate(root, split, size, out):
 if __name__ == "__main__":
     if sys.argv[1] == "make":
         make(sys.argv[2])
+    elif sys.argv[1] == "jpegs":
+        jpegs(sys.argv[2])
     else:
         evaluate(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])

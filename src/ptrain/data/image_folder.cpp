@@ -95,7 +95,8 @@ DecodedImage decode_image(const fs::path& path) {
   if (lower_extension(path) == ".png") return decode_png(read_file(path), path);
   // A JPEG whole: the region decoder (jpeg_decode.h) at full scale, the one libjpeg path of the folder loaders.
   return decode_for_region(path, [](int64_t width, int64_t height) {
-           return DecodeRequest{0, 0, static_cast<double>(width), static_cast<double>(height), width, height};
+           return DecodeRequest{0, 0, static_cast<double>(width), static_cast<double>(height), width, height,
+                                /*whole_frame=*/true};
          }).image;
 }
 

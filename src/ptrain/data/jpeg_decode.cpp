@@ -1,6 +1,7 @@
 #include "ptrain/data/jpeg_decode.h"
 
 // jpeglib.h needs size_t and FILE declared before it.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <csetjmp>
@@ -19,10 +20,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<uint8_t> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
+void read_bytes(const fs::path& path, std::vector<uint8_t>& bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   check(static_cast<bool>(in), path.string() + ": cannot open image");
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const auto size = static_cast<std::streamoff>(in.tellg());
+  check(size >= 0, path.string() + ": cannot read image");
+  bytes.resize(static_cast<size_t>(size));
+  in.seekg(0);
+  check(static_cast<bool>(in.read(reinterpret_cast<char*>(bytes.data()), size)), path.string() + ": cannot read image");
+}
+
+std::vector<uint8_t> read_bytes(const fs::path& path) {
+  std::vector<uint8_t> bytes;
+  read_bytes(path, bytes);
+  return bytes;
 }
 
 bool is_png(const fs::path& path) {
@@ -50,25 +61,40 @@ void jpeg_emit_message(j_common_ptr cinfo, int level) {
   if (level < 0 && cinfo->err->msg_code != JWRN_EXTRANEOUS_DATA) jpeg_error_exit(cinfo);
 }
 
-// The smallest M in 1..8 at which `extent` full-size pixels still span `wanted` decoded ones.
+// The smallest M in {1, 2, 4, 8} at which `extent` full-size pixels still span `wanted` decoded ones. Only
+// these scales: libjpeg-turbo's SIMD inverse DCTs are the 8x8, 4x4 and 2x2 ones (1x1 is the DC term alone);
+// at 3/8, 5/8, 6/8 and 7/8 it runs scalar 3x3..7x7 transforms (and 6x6..14x14 for subsampled chroma), slower
+// than the SIMD one over the larger window, which the window decode keeps to the crop.
 unsigned scale_for(double extent, int64_t wanted) {
   if (wanted <= 0 || extent <= 0) return 8;
-  for (unsigned m = 1; m < 8; ++m) {
+  for (unsigned m = 1; m < 8; m *= 2) {
     if (extent * m / 8.0 >= static_cast<double>(wanted)) return m;
   }
   return 8;
 }
 
-ScaledImage decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path, const RegionFor& region_for) {
+// The rows or columns [begin, end) of a decoded axis of `size` pixels that resampling [start, start + extent)
+// to `out` pixels reads (taps_for's support, rounded outwards), widened by two pixels: libjpeg-turbo's fancy
+// upsampling of subsampled chroma replicates the edge of a cropped window where the whole frame has a
+// neighbour, so the pixels within two of a window's edge are not those of the whole frame.
+std::pair<int64_t, int64_t> window_for(double start, double extent, int64_t out, int64_t size) {
+  const double support = std::max(extent / static_cast<double>(std::max<int64_t>(out, 1)), 1.0);
+  const auto begin = static_cast<int64_t>(std::floor(start - support)) - 2;
+  const auto end = static_cast<int64_t>(std::ceil(start + extent + support)) + 3;
+  return {std::clamp<int64_t>(begin, 0, size), std::clamp<int64_t>(end, 0, size)};
+}
+
+void decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path, const RegionFor& region_for,
+                 ScaledImage& result) {
   jpeg_decompress_struct cinfo;
   JpegErrorManager err;
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = jpeg_error_exit;
   err.pub.emit_message = jpeg_emit_message;
   // Declared before setjmp: nothing with a destructor may be created between it and a longjmp.
-  ScaledImage result;
   bool convertible = true;
   std::string region_error;
+  std::vector<uint8_t> last_row;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     throw Error(path.string() + ": corrupt JPEG (" + err.message + ")");
@@ -85,27 +111,50 @@ ScaledImage decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path,
     }
   }
   if (convertible && region_error.empty()) {
+    const DecodeRequest& r = result.request;
     cinfo.out_color_space = JCS_RGB;  // libjpeg-turbo also expands greyscale to RGB
-    cinfo.scale_num = std::max(scale_for(result.request.width, result.request.min_width),
-                               scale_for(result.request.height, result.request.min_height));
+    cinfo.scale_num = std::max(scale_for(r.width, r.min_width), scale_for(r.height, r.min_height));
     cinfo.scale_denom = 8;
     jpeg_start_decompress(&cinfo);
+    const int64_t frame_width = cinfo.output_width, frame_height = cinfo.output_height;
+    result.scale_x = static_cast<double>(frame_width) / static_cast<double>(cinfo.image_width);
+    result.scale_y = static_cast<double>(frame_height) / static_cast<double>(cinfo.image_height);
+    std::pair<int64_t, int64_t> columns{0, frame_width}, rows{0, frame_height};
+    if (!r.whole_frame) {
+      columns = window_for(r.x * result.scale_x, r.width * result.scale_x, r.min_width, frame_width);
+      rows = window_for(r.y * result.scale_y, r.height * result.scale_y, r.min_height, frame_height);
+    }
+    // Only the window's columns go through the inverse DCT, upsampling and colour conversion (libjpeg-turbo
+    // widens it to whole iMCUs); the rows above it are skipped and those below entropy-decoded only.
+    auto x_offset = static_cast<JDIMENSION>(columns.first);
+    auto width = static_cast<JDIMENSION>(columns.second - columns.first);
+    if (width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x_offset, &width);
+    result.origin_x = x_offset;
+    result.origin_y = rows.first;
+    if (rows.first > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(rows.first));
     auto& image = result.image;
-    image.height = cinfo.output_height;
+    image.height = rows.second - rows.first;
     image.width = cinfo.output_width;
     image.rgb.resize(static_cast<size_t>(image.height * image.width * 3));
-    while (cinfo.output_scanline < cinfo.output_height) {
-      JSAMPROW row = image.rgb.data() + static_cast<size_t>(cinfo.output_scanline) * image.width * 3;
+    while (cinfo.output_scanline < rows.second) {
+      JSAMPROW row = image.rgb.data() + static_cast<size_t>(cinfo.output_scanline - rows.first) * image.width * 3;
+      jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    // Skipping to the very end would stop without reading the rest of the stream; reading the last row
+    // entropy-decodes everything below the window, so a truncated or damaged file fails whatever the crop.
+    if (cinfo.output_scanline < cinfo.output_height) {
+      if (cinfo.output_scanline + 1 < cinfo.output_height) {
+        jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
+      }
+      last_row.resize(static_cast<size_t>(image.width) * 3);
+      JSAMPROW row = last_row.data();
       jpeg_read_scanlines(&cinfo, &row, 1);
     }
     jpeg_finish_decompress(&cinfo);
-    result.scale_x = static_cast<double>(image.width) / static_cast<double>(cinfo.image_width);
-    result.scale_y = static_cast<double>(image.height) / static_cast<double>(cinfo.image_height);
   }
   jpeg_destroy_decompress(&cinfo);
   check(convertible, path.string() + ": CMYK JPEG is not supported, convert it to RGB");
   check(region_error.empty(), region_error);
-  return result;
 }
 
 // One output coordinate's taps: the first input index and a weight for each following one.
@@ -149,15 +198,28 @@ Taps taps_for(double start, double extent, int64_t size, int64_t out) {
   return t;
 }
 
-uint8_t to_byte(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L)); }
+// Round half up, as lround does for the non-negative sums of a triangle filter, without libm's call.
+uint8_t to_byte(float v) { return v <= 0.0f ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v + 0.5f); }
 
 }  // namespace
 
+void decode_for_region(const fs::path& path, const RegionFor& region_for, ScaledImage& into) {
+  into.origin_x = into.origin_y = 0;
+  into.scale_x = into.scale_y = 1;
+  if (!is_png(path)) {
+    // The file's bytes stay in a buffer of the decoding thread: a fresh one for each image costs page faults.
+    thread_local std::vector<uint8_t> bytes;
+    read_bytes(path, bytes);
+    decode_jpeg(bytes, path, region_for, into);
+    return;
+  }
+  into.image = decode_image_file(path);
+  into.request = region_for(into.image.width, into.image.height);
+}
+
 ScaledImage decode_for_region(const fs::path& path, const RegionFor& region_for) {
-  if (!is_png(path)) return decode_jpeg(read_bytes(path), path, region_for);
   ScaledImage result;
-  result.image = decode_image_file(path);
-  result.request = region_for(result.image.width, result.image.height);
+  decode_for_region(path, region_for, result);
   return result;
 }
 
@@ -197,7 +259,9 @@ void resample_region(const RgbImage& image, double x, double y, double width, do
   const int64_t row_lo = rows.first.front();
   int64_t row_hi = row_lo;
   for (int64_t i = 0; i < out_size; ++i) row_hi = std::max(row_hi, rows.first[i] + rows.count[i]);
-  std::vector<float> horizontal(static_cast<size_t>((row_hi - row_lo) * out_size * 3));
+  // Scratch rows of the decoding thread, reused from image to image (fresh ones cost page faults).
+  thread_local std::vector<float> horizontal, acc;
+  horizontal.resize(static_cast<size_t>((row_hi - row_lo) * out_size * 3));
   for (int64_t r = row_lo; r < row_hi; ++r) {
     const uint8_t* src = image.rgb.data() + r * image.width * 3;
     float* dst = horizontal.data() + (r - row_lo) * out_size * 3;
@@ -219,7 +283,7 @@ void resample_region(const RgbImage& image, double x, double y, double width, do
   // Vertical pass, written planar (channel, row, column), mirrored when asked.
   const int64_t plane = out_size * out_size;
   size_t k = 0;
-  std::vector<float> acc(static_cast<size_t>(out_size * 3));
+  acc.resize(static_cast<size_t>(out_size * 3));
   for (int64_t j = 0; j < out_size; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t t = 0; t < rows.count[j]; ++t, ++k) {

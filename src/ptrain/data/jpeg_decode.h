@@ -1,7 +1,8 @@
 // Decoding one image of a streamed folder for the crop it will be cut to: libjpeg-turbo decodes a JPEG at
-// the smallest of its DCT scales M/8 (M = 1..8) at which the crop still spans the output size, so a 500x375
-// photo cropped to 224 pixels is decoded at 1/2 or less and costs a fraction of a full decode; then the
-// crop is resampled to the output size.
+// the smallest of its DCT scales 1/8, 2/8, 4/8, 8/8 at which the crop still spans the output size, and only
+// the window of the frame that resampling the crop reads (rows above it skipped, columns beside it cropped,
+// rows below it entropy-decoded only), so a 500x375 photo cropped to 224 pixels costs a fraction of a full
+// decode; then the crop is resampled to the output size.
 #pragma once
 
 #include <cstdint>
@@ -19,20 +20,27 @@ namespace ptrain::data {
 struct DecodeRequest {
   double x = 0, y = 0, width = 0, height = 0;
   int64_t min_width = 0, min_height = 0;
+  // Decode every pixel of the frame, not only the crop's window: what the window's pixels are checked
+  // against, and a whole image held in memory.
+  bool whole_frame = false;
 };
 
 // Decided once the image's full size is known (from its header, before any pixel is decoded).
 using RegionFor = std::function<DecodeRequest(int64_t width, int64_t height)>;
 
 struct ScaledImage {
-  RgbImage image;           // as decoded, at the chosen scale
+  RgbImage image;           // the decoded window, at the chosen scale
   DecodeRequest request;    // in full-size pixels
   double scale_x = 1, scale_y = 1;  // decoded pixels per full-size pixel
+  int64_t origin_x = 0, origin_y = 0;  // the window's top-left corner in the decoded frame
 };
 
-// JPEG at a reduced DCT scale (libjpeg-turbo's scale_num/scale_denom); PNG (by the extension) at full size
-// with libpng. Throws ptrain::Error naming path for a file that is missing or corrupt.
+// JPEG at a reduced DCT scale (libjpeg-turbo's scale_num/scale_denom), the window of the request's region;
+// PNG (by the extension) whole at full size with libpng. Throws ptrain::Error naming path for a file that is
+// missing or corrupt, wherever in the file the damage lies.
 ScaledImage decode_for_region(const std::filesystem::path& path, const RegionFor& region_for);
+// The same into `into`, whose buffers a decoding thread reuses from image to image.
+void decode_for_region(const std::filesystem::path& path, const RegionFor& region_for, ScaledImage& into);
 
 // Width and height from the file's header alone (JPEG or PNG).
 std::pair<int64_t, int64_t> image_dimensions(const std::filesystem::path& path);

@@ -84,9 +84,12 @@ class StreamingFolder final : public ImageSource {
       r.min_height = size;
       return r;
     };
-    const ScaledImage decoded = decode_for_region(path, region_for);
+    // The decoding thread's buffers, reused from image to image.
+    thread_local ScaledImage decoded;
+    decode_for_region(path, region_for, decoded);
     const auto& r = decoded.request;
-    resample_region(decoded.image, r.x * decoded.scale_x, r.y * decoded.scale_y, r.width * decoded.scale_x,
+    resample_region(decoded.image, r.x * decoded.scale_x - static_cast<double>(decoded.origin_x),
+                    r.y * decoded.scale_y - static_cast<double>(decoded.origin_y), r.width * decoded.scale_x,
                     r.height * decoded.scale_y, size, flip, out);
   }
 
