@@ -1,6 +1,7 @@
 // Fused batch norm + ReLU (+ residual) against LibTorch's batch_norm, add and relu in training mode: the
 // output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
-// ResNet's channel counts and an odd spatial size.
+// ResNet's channel counts and an odd spatial size; batch norm + ReLU + convolution with the ReLU's output
+// recomputed in the backward against the same without recomputation.
 #include <gtest/gtest.h>
 
 #include "gpu.h"
@@ -9,6 +10,8 @@
 namespace {
 
 using ptrain::kernels::batch_norm_relu;
+using ptrain::kernels::batch_norm_relu_conv;
+using ptrain::kernels::ConvGeometry;
 using ptrain::kernels::reference_batch_norm_relu;
 
 struct Inputs {
@@ -95,6 +98,85 @@ TEST(FusedBatchNormRelu, MatchesLibTorchInEveryDtypeAndShape) {
   }
   compare(16, 128, 28, torch::kBFloat16, torch::kBFloat16, true);  // pure bf16: parameters in bf16 too
   compare(128, 64, 56, torch::kBFloat16, torch::kFloat, false);  // ResNet-50's layer1 at batch 128
+}
+
+// batch_norm_relu_conv keeps x, not the ReLU's output, and recomputes that for the convolution's backward:
+// with cuDNN deterministic, every output and gradient must be bit for bit those of the fused batch norm + ReLU
+// followed by LibTorch's conv2d (which keeps the output).
+void compare_recompute(int64_t n, int64_t c, int64_t hw, int64_t out_channels, int64_t kernel, int64_t stride,
+                       torch::ScalarType dtype) {
+  const std::string what = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(hw) + " conv " +
+                           std::to_string(kernel) + "x" + std::to_string(kernel) + "/" + std::to_string(stride) +
+                           " to " + std::to_string(out_channels) + " " + c10::toString(dtype);
+  const Inputs base = make(n, c, hw, dtype, torch::kFloat, false);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto conv_weight = (torch::randn({out_channels, c, kernel, kernel}, torch::device(cuda)) * 0.05)
+                               .contiguous(at::MemoryFormat::ChannelsLast);
+  ConvGeometry geometry;
+  geometry.stride = {stride, stride};
+  geometry.padding = {kernel / 2, kernel / 2};
+  struct Run {
+    Inputs in;
+    torch::Tensor conv_weight, out;
+  };
+  const auto run = [&](bool recompute) {
+    const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+    Run r;
+    r.in.x = leaf(base.x);
+    r.in.weight = leaf(base.weight);
+    r.in.bias = leaf(base.bias);
+    r.in.running_mean = base.running_mean.clone();
+    r.in.running_var = base.running_var.clone();
+    r.conv_weight = leaf(conv_weight);
+    const auto w = r.conv_weight.to(dtype);  // as autocast casts it
+    if (recompute) {
+      r.out = batch_norm_relu_conv(r.in.x, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1, 1e-5, w,
+                                   geometry, true);
+    } else {
+      const auto y = batch_norm_relu(r.in.x, {}, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1,
+                                     1e-5, true);
+      r.out = torch::conv2d(y, w, {}, geometry.stride, geometry.padding);
+    }
+    torch::manual_seed(3);
+    r.out.backward(torch::randn(r.out.sizes(), r.out.options()));
+    return r;
+  };
+  const Run a = run(true), b = run(false);
+  EXPECT_EQ(a.out.scalar_type(), dtype) << what;
+  EXPECT_TRUE(torch::equal(a.out, b.out)) << what << ": output";
+  EXPECT_TRUE(torch::equal(a.in.running_mean, b.in.running_mean)) << what << ": running_mean";
+  EXPECT_TRUE(torch::equal(a.in.running_var, b.in.running_var)) << what << ": running_var";
+  EXPECT_TRUE(torch::equal(a.in.x.grad(), b.in.x.grad())) << what << ": dx";
+  EXPECT_TRUE(torch::equal(a.in.weight.grad(), b.in.weight.grad())) << what << ": dweight";
+  EXPECT_TRUE(torch::equal(a.in.bias.grad(), b.in.bias.grad())) << what << ": dbias";
+  EXPECT_TRUE(torch::equal(a.conv_weight.grad(), b.conv_weight.grad())) << what << ": dconv_weight";
+}
+
+TEST(FusedBatchNormReluConv, RecomputesTheReluOutputWithTheSameNumbers) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const bool deterministic = at::globalContext().deterministicCuDNN();
+  at::globalContext().setDeterministicCuDNN(true);
+  torch::manual_seed(11);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+    compare_recompute(4, 64, 14, 64, 3, 1, dtype);     // a bottleneck's 3x3
+    compare_recompute(8, 128, 9, 32, 3, 2, dtype);     // strided, odd size
+    compare_recompute(2, 256, 7, 1024, 1, 1, dtype);   // a bottleneck's expanding 1x1
+    compare_recompute(3, 24, 9, 8, 1, 1, dtype);       // channels not a multiple of a warp's lanes
+  }
+  at::globalContext().setDeterministicCuDNN(deterministic);
+}
+
+TEST(FusedBatchNormReluConv, CpuTensorsTakeTheReferenceOps) {
+  torch::manual_seed(2);
+  const auto x = torch::randn({2, 8, 5, 5});
+  const auto w = torch::rand({8}) + 0.5, b = torch::randn({8}), cw = torch::randn({4, 8, 3, 3});
+  auto mean_a = torch::zeros({8}), var_a = torch::ones({8}), mean_b = mean_a.clone(), var_b = var_a.clone();
+  ConvGeometry geometry;
+  geometry.padding = {1, 1};
+  const auto got = batch_norm_relu_conv(x, w, b, mean_a, var_a, 0.1, 1e-5, cw, geometry, true);
+  const auto want = torch::conv2d(reference_batch_norm_relu(x, {}, w, b, mean_b, var_b, 0.1, 1e-5), cw, {}, 1, 1);
+  EXPECT_TRUE(torch::allclose(got, want));
+  EXPECT_TRUE(torch::equal(mean_a, mean_b));
 }
 
 TEST(FusedBatchNormRelu, RefusesWhatTheKernelsCannotTake) {

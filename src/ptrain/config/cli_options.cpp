@@ -229,6 +229,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_flag("--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
                "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
       ->group("Run")->capture_default_str();
+  app.add_flag("--relu-recompute,!--no-relu-recompute", c.run.relu_recompute,
+               "With the fused kernels, a ResNet recomputes in the backward the output of each batch norm + ReLU "
+               "that feeds a convolution instead of keeping it: about a third less activation memory for one "
+               "elementwise pass")
+      ->group("Run")->capture_default_str();
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
                  "clipping, optimizer and scheduler become the keys above (flags and --config win)")

@@ -94,6 +94,7 @@ struct RunConfig {
   std::string profile_steps = "11:15";     // A:B, optimizer steps A to B (1-based, inclusive) traced
   bool cuda_graphs = true;                 // capture the whole step as a CUDA graph where the run allows it
   bool fused_kernels = true;               // fused CUDA kernels and optimizers where they exist (else LibTorch ops)
+  bool relu_recompute = true;              // with them, a ResNet's batch norm + ReLU outputs recomputed in backward
 };
 
 struct DistributedConfig {

@@ -126,6 +126,20 @@ inline bool fused_unscale_supports(const torch::Device& device, c10::ScalarType 
 }
 inline bool fused_scale_update_supports(const torch::Device& device) { return device.is_cuda(); }
 
+// A Conv2d's zero padding as numbers; nullopt for "valid"/"same" or another padding mode. The options hold
+// c10::variants in 1.13 and std::variants in 2.x.
+inline std::optional<std::vector<int64_t>> explicit_zero_padding(const torch::nn::detail::ConvNdOptions<2>& options) {
+#if PTRAIN_TORCH_AT_LEAST(2, 1)
+  const auto* numbers = std::get_if<torch::ExpandingArray<2>>(&options.padding());
+  const bool zeros = std::holds_alternative<torch::enumtype::kZeros>(options.padding_mode());
+#else
+  const auto* numbers = c10::get_if<torch::ExpandingArray<2>>(&options.padding());
+  const bool zeros = c10::holds_alternative<torch::enumtype::kZeros>(options.padding_mode());
+#endif
+  if (numbers == nullptr || !zeros) return std::nullopt;
+  return std::vector<int64_t>((*numbers)->begin(), (*numbers)->end());
+}
+
 }  // namespace ptrain::compat
 
 namespace ptrain::compat {

@@ -58,6 +58,46 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
   }
 };
 
+// Keeps x and the statistics, not y: the convolution's backward gets y recomputed.
+class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormReluConv> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                const torch::Tensor& conv_weight, double momentum, double eps,
+                                                const ConvGeometry& conv) {
+    auto bn = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+    auto out = at::convolution(bn.y, conv_weight, /*bias=*/{}, conv.stride, conv.padding, conv.dilation,
+                               /*transposed=*/false, /*output_padding=*/{0, 0}, conv.groups);
+    ctx->save_for_backward({x, bn.mean, bn.invstd, bn.scale_shift, weight, conv_weight});
+    ctx->saved_data["stride"] = conv.stride;
+    ctx->saved_data["padding"] = conv.padding;
+    ctx->saved_data["dilation"] = conv.dilation;
+    ctx->saved_data["groups"] = conv.groups;
+    return {out};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto stride = ctx->saved_data["stride"].toIntVector();
+    const auto padding = ctx->saved_data["padding"].toIntVector();
+    const auto dilation = ctx->saved_data["dilation"].toIntVector();
+    torch::Tensor dy, dconv_weight;
+    {
+      const auto y = fused::batch_norm_relu_recompute(x, saved[3]);
+      std::tie(dy, dconv_weight, std::ignore) =
+          at::convolution_backward(grad_outputs[0], y, saved[5], /*bias_sizes=*/c10::nullopt, stride, padding, dilation,
+                                   /*transposed=*/false, /*output_padding=*/{0, 0}, ctx->saved_data["groups"].toInt(),
+                                   {true, true, false});
+    }  // y goes back to the allocator before the batch norm's backward allocates
+    auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
+                                             /*with_residual=*/false);
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), dconv_weight, torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
@@ -92,6 +132,18 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
   if (residual.defined())
     return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
   return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
+}
+
+torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                   const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                   double momentum, double eps, const torch::Tensor& conv_weight,
+                                   const ConvGeometry& conv, bool allow_fused) {
+  if (!allow_fused || !fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean) ||
+      conv_weight.scalar_type() != x.scalar_type()) {
+    const auto y = reference_batch_norm_relu(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+    return torch::conv2d(y, conv_weight, /*bias=*/{}, conv.stride, conv.padding, conv.dilation, conv.groups);
+  }
+  return FusedBatchNormReluConv::apply(x, weight, bias, running_mean, running_var, conv_weight, momentum, eps, conv)[0];
 }
 
 }  // namespace ptrain::kernels

@@ -20,6 +20,23 @@ torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Ten
                                         const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                         double momentum, double eps);
 
+// A convolution's geometry (no bias, zero padding): what batch_norm_relu_conv applies after the ReLU.
+struct ConvGeometry {
+  std::vector<int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+};
+
+// conv2d(relu(batch_norm(x)), conv_weight) in training mode, the ResNet block's "bn, relu, next conv", with
+// the ReLU's output not kept for the backward: the convolution's weight gradient needs it, and the backward
+// recomputes it from x (kept for the batch norm's own backward anyway) in one elementwise pass. That saves
+// one activation tensor per pair (about a third of a ResNet-50's) for a pass over it, with the same
+// gradients bit for bit. Fused kernels only, as batch_norm_relu's (fused_batch_norm_relu_applies(x, {}, ...));
+// conv_weight already in x's dtype (the caller casts it as autocast would). Elsewhere: the reference ops.
+torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                   const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                   double momentum, double eps, const torch::Tensor& conv_weight,
+                                   const ConvGeometry& conv, bool allow_fused);
+
 // Whether batch_norm_relu(..., allow_fused = true) takes the fused kernels for these tensors: CUDA,
 // channels-last, fp32/fp16/bf16 activations with channels a multiple of 16 bytes' worth, affine parameters and
 // running statistics in fp32 or the activations' dtype, a residual like x.

@@ -37,6 +37,9 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                              double momentum, double eps);
+// y = relu(x * scale + shift) again, from a forward's x and scale_shift (no residual): what the backward of
+// batch norm + ReLU + convolution recomputes instead of keeping y.
+torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Tensor& scale_shift);
 struct BatchNormReluBackward {
   torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
 };

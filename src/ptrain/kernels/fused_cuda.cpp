@@ -87,6 +87,19 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   return out;
 }
 
+torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Tensor& scale_shift) {
+  const char* what = "fused batch_norm_relu recompute";
+  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
+        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  c10::cuda::CUDAGuard guard(x.device());
+  auto y = torch::empty_like(x);
+  launch(what, [&] {
+    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), nullptr, scale_shift.data_ptr<float>(), rows_of(x),
+                                x.size(1), y.data_ptr(), current_stream(x));
+  });
+  return y;
+}
+
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,

@@ -27,6 +27,10 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::
   unavailable("fused batch_norm_relu");
 }
 
+torch::Tensor batch_norm_relu_recompute(const torch::Tensor&, const torch::Tensor&) {
+  unavailable("fused batch_norm_relu recompute");
+}
+
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                const torch::Tensor&, bool) {

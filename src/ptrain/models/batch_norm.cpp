@@ -1,5 +1,6 @@
 #include "ptrain/models/batch_norm.h"
 
+#include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/batch_norm_relu.h"
 
 namespace ptrain::models {
@@ -47,6 +48,25 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
                                   /*allow_fused=*/true);
+}
+
+torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv) {
+  const auto& o = conv.options;
+  const auto padding = compat::explicit_zero_padding(o);
+  const bool fused = relu_recompute_ && fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() &&
+                     x.dim() == 4 && !o.bias() && padding.has_value() &&
+                     kernels::fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean);
+  if (!fused) return conv.forward(forward_relu(x));
+  kernels::ConvGeometry geometry;
+  geometry.stride = std::vector<int64_t>(o.stride()->begin(), o.stride()->end());
+  geometry.padding = *padding;
+  geometry.dilation = std::vector<int64_t>(o.dilation()->begin(), o.dilation()->end());
+  geometry.groups = o.groups();
+  // As autocast would cast the weight for the convolution (a no-op when it already has x's dtype).
+  const auto conv_weight = conv.weight.scalar_type() == x.scalar_type() ? conv.weight : conv.weight.to(x.scalar_type());
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_relu_conv(x, weight, bias, running_mean, running_var, momentum, options.eps(), conv_weight,
+                                       geometry, /*allow_fused=*/true);
 }
 
 }  // namespace ptrain::models

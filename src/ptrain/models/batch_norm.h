@@ -31,6 +31,12 @@ class BatchNorm2dImpl : public torch::nn::Module {
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
+  // conv(forward_relu(x)) for a bias-free, zero-padded convolution; where the fused kernels apply and
+  // relu recomputation is on, the ReLU's output is not kept for the backward but recomputed
+  // (kernels::batch_norm_relu_conv).
+  torch::Tensor forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv);
+  void set_relu_recompute(bool on) { relu_recompute_ = on; }
+
   // The momentum of this training step's running-statistics update (a cumulative average when the
   // options have none); counts the step in num_batches_tracked. Training mode with tracking only.
   double count_batch_and_momentum();
@@ -42,6 +48,7 @@ class BatchNorm2dImpl : public torch::nn::Module {
  private:
   Normalize normalize_;
   bool fused_kernels_ = false;
+  bool relu_recompute_ = false;
 };
 
 TORCH_MODULE(BatchNorm2d);

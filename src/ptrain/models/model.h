@@ -32,6 +32,10 @@ class Model : public torch::nn::Module {
   // LibTorch's unfused ops. Models without fusable parts ignore it.
   virtual void set_fused_kernels(bool on) {}
 
+  // With the fused kernels, recompute in the backward the output of each batch norm + ReLU that feeds a
+  // convolution instead of keeping it (ResNet: kernels::batch_norm_relu_conv). Others ignore it.
+  virtual void set_relu_recompute(bool on) {}
+
   virtual std::string name() const = 0;
 
   // A new model of the same architecture and settings (activation checkpointing included) with its own,

@@ -83,8 +83,7 @@ class BasicBlock : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    auto out = bn1->forward_relu(conv1->forward(x));
-    out = conv2->forward(out);
+    auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
     return bn2->forward_relu(out, shortcut(x));
   }
   BatchNorm2d last_bn() override { return bn2; }
@@ -111,9 +110,8 @@ class Bottleneck : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
-    auto out = bn1->forward_relu(conv1->forward(x));
-    out = bn2->forward_relu(conv2->forward(out));
-    out = conv3->forward(out);
+    auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
+    out = bn2->forward_relu_conv(out, *conv3);
     return bn3->forward_relu(out, shortcut(x));
   }
   BatchNorm2d last_bn() override { return bn3; }
@@ -190,7 +188,15 @@ std::shared_ptr<Model> ResNet::make_replica() const {
   auto replica = std::make_shared<ResNet>(options_);
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_kernels_);
+  replica->set_relu_recompute(relu_recompute_);
   return replica;
+}
+
+void ResNet::set_relu_recompute(bool on) {
+  relu_recompute_ = on;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* bn = module->as<BatchNorm2d>()) bn->set_relu_recompute(on);
+  }
 }
 
 void ResNet::set_fused_kernels(bool on) {

@@ -32,6 +32,7 @@ class ResNet : public Model {
   torch::Tensor forward(torch::Tensor x) override;
   void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
   void set_fused_kernels(bool on) override;
+  void set_relu_recompute(bool on) override;
   std::string name() const override;
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
@@ -45,6 +46,7 @@ class ResNet : public Model {
   ResNetOptions options_;
   bool checkpointing_ = false;
   bool fused_kernels_ = false;
+  bool relu_recompute_ = false;
   bool cifar_family_ = false;
   torch::nn::Conv2d conv1{nullptr};
   BatchNorm2d bn1{nullptr};

@@ -107,6 +107,7 @@ void TrainingRun::build_model() {
   if (plan_.channels_last) convert_to_channels_last(*model_);
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
+  model_->set_relu_recompute(c_.run.relu_recompute);
   model_->train();
   strategy_->prepare(*model_);
 }

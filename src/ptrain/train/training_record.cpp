@@ -94,8 +94,12 @@ void TrainingRun::record_implementation() {
   record_.fused_optimizer = optimizer_->implementation() == "fused";
   // Only models built on ptrain's own batch norm reach its fused kernels: a TorchScript network or a
   // user's module with torch::nn norms runs LibTorch's, and a record must not say otherwise.
-  if (uses_ptrain_batch_norm(*model_))
-    record_.kernels["batch_norm_relu"] = fused_here && plan_.channels_last ? "fused" : "reference";
+  if (uses_ptrain_batch_norm(*model_)) {
+    const bool fused_norms = fused_here && plan_.channels_last;
+    record_.kernels["batch_norm_relu"] = fused_norms ? "fused" : "reference";
+    // Whether the outputs feeding convolutions were recomputed in the backward (--relu-recompute).
+    if (fused_norms) record_.kernels["relu_before_conv"] = c_.run.relu_recompute ? "recomputed" : "kept";
+  }
   record_.step_phase_seconds = phases_.means().to_json();
   record_.ptrain_version = PTRAIN_VERSION;
   record_.torch_version = compat::torch_version();
