@@ -265,27 +265,37 @@ def load_whole_dataset(name, path, train):
                      f"synthetic, synthetic-tokens, text)")
 
 
+def to_device_without_sync(t, device):
+    """A small host tensor on the device without waiting for it: a copy from pageable memory makes the host
+    wait until the GPU has finished all the work queued so far (cudaMemcpy, then a stream sync), which in a step
+    loop keeps the host from queueing the next step while the GPU runs this one. From pinned memory the copy is
+    queued like a kernel; the pinned block stays reserved until the copy has run."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
+    """mean and std: tensors of shape [1, C or 1, 1, 1] on batch_u8's device."""
     x = batch_u8
     b, c, h, w = x.shape
     if train:
         pad = 4
         padded = F.pad(x, (pad, pad, pad, pad))
-        dy = torch.randint(0, 2 * pad + 1, (b,), generator=gen).to(x.device)
-        dx = torch.randint(0, 2 * pad + 1, (b,), generator=gen).to(x.device)
+        # Drawn on the host from the seeded generator (the same numbers whatever the device), queued without a sync.
+        dy = to_device_without_sync(torch.randint(0, 2 * pad + 1, (b,), generator=gen), x.device)
+        dx = to_device_without_sync(torch.randint(0, 2 * pad + 1, (b,), generator=gen), x.device)
         rows = (dy.view(b, 1) + torch.arange(h, device=x.device).view(1, h))  # b,h
         cols = (dx.view(b, 1) + torch.arange(w, device=x.device).view(1, w))  # b,w
         idx_b = torch.arange(b, device=x.device).view(b, 1, 1, 1)
         idx_c = torch.arange(c, device=x.device).view(1, c, 1, 1)
         x = padded[idx_b, idx_c, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
-        flip = (torch.rand(b, generator=gen) < 0.5).to(x.device)
+        flip = to_device_without_sync(torch.rand(b, generator=gen) < 0.5, x.device)
         x = torch.where(flip.view(b, 1, 1, 1), x.flip(3), x)
     x = x.float().div_(255)
     if size and size != h:
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    m = torch.tensor(mean, device=x.device).view(1, -1, 1, 1)
-    s = torch.tensor(std, device=x.device).view(1, -1, 1, 1)
-    x = ((x - m) / s).to(dtype)
+    x = ((x - mean) / std).to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
@@ -959,7 +969,10 @@ class Data:
         self.xtr, self.ytr = xtr.to(ctx.device), ytr.to(ctx.device)
         self.xte, self.yte = xte.to(ctx.device), yte.to(ctx.device)
         # One value stands for every channel, as in ptrain (synthetic data may have any number of channels).
-        self.mean, self.std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
+        mean, std = NORMALIZATION.get(a.dataset, ([0.5], [0.5]))
+        # On the device once: made per batch from Python lists, each would be a copy the host waits for.
+        self.mean = torch.tensor(mean, device=ctx.device).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=ctx.device).view(1, -1, 1, 1)
         self.eval_batch = a.eval_batch_size or (a.batch_size if self.tokens else EVAL_BATCH)
 
     def batch(self, x_u8, train, in_dtype, gen, a):
