@@ -310,7 +310,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
       "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "peak_allocated_bytes_per_gpu",
       "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
       "train_wall_seconds", "images_per_second", "steady_images_per_second", "final_test_accuracy", "speedup_vs_baseline",
-      "memory_saved_vs_baseline_fraction"};
+      "memory_saved_vs_baseline_fraction", "diverged_at_step"};
   EXPECT_EQ(rows[0], header);
   for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
 
@@ -568,6 +568,67 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_NE(html.find("<td class=\"number\">4400 img/s</td><td class=\"number\">4000 img/s</td><td class=\"number\">"
                       "5500 img/s</td><td class=\"number\">1.10x</td><td class=\"number\">0.80x</td>"),
             std::string::npos);
+}
+
+// PyTorch's reference trains on past a non-finite loss and records the step: its throughput and accuracy
+// must not read as results anywhere the report shows them.
+TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  RunRecord ptrain = speed_record("ptrain", "gpt-small", "fp16", 20, 9);
+  ptrain.final_test_accuracy = 0.25;
+  write_json(runs / "ptrain" / "gpt-small" / "fp16.json", metrics::to_json(ptrain));
+  RunRecord eager = speed_record("pytorch", "gpt-small", "fp16", 16, 8);
+  eager.final_test_accuracy = 0.0012;
+  eager.diverged_at_step = 2;
+  write_json(runs / "pytorch" / "gpt-small" / "fp16.json", metrics::to_json(eager));
+  RunRecord compiled = speed_record("pytorch", "gpt-small", "fp16", 40, 8);
+  compiled.compiled = true;
+  compiled.diverged_at_step = 5;
+  write_json(runs / "pytorch-compiled" / "gpt-small" / "fp16.json", metrics::to_json(compiled));
+  const auto written = bench::write_report({runs.string()}, (scratch.path() / "out").string(), "fp16");
+  const std::string& md = written.markdown;
+
+  std::string eager_row, ptrain_row;
+  std::istringstream lines(md);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("| pytorch/gpt-small/fp16 |", 0) == 0) eager_row = line;
+    if (line.rfind("| ptrain/gpt-small/fp16 |", 0) == 0) ptrain_row = line;
+  }
+  EXPECT_NE(eager_row.find("| diverged at step 2 |"), std::string::npos) << md;
+  EXPECT_EQ(eager_row.find("0.12%"), std::string::npos) << "a diverged run's accuracy shown as a result: " << eager_row;
+  EXPECT_NE(ptrain_row.find("| 25.00% |"), std::string::npos) << md;
+  EXPECT_EQ(ptrain_row.find("diverged"), std::string::npos) << ptrain_row;
+  EXPECT_NE(md.find("Diverged: pytorch/gpt-small/fp16 diverged at step 2; pytorch-compiled/gpt-small/fp16 diverged at "
+                    "step 5. From that step on"),
+            std::string::npos)
+      << md;
+  EXPECT_TRUE(has_line(md, "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp16 | 1, single | - | "
+                           "20480 tokens/s | 16384 tokens/s (diverged at step 2) | 40960 tokens/s (diverged at step 5) | "
+                           "1.25x | 0.50x | 9.00 GiB | 8.00 GiB | 8.00 GiB |"))
+      << md;
+
+  const auto csv = parse_csv(read_text(written.csv_path));
+  std::map<std::string, std::map<std::string, std::string>> by_run;
+  for (size_t r = 1; r < csv.size(); ++r) {
+    for (size_t c = 0; c < csv[0].size(); ++c) by_run[csv[r][0]][csv[0][c]] = csv[r][c];
+  }
+  EXPECT_EQ(by_run.at("pytorch/gpt-small/fp16").at("diverged_at_step"), "2");
+  EXPECT_DOUBLE_EQ(std::stod(by_run.at("pytorch/gpt-small/fp16").at("final_test_accuracy")), 0.0012)
+      << "the CSV keeps the number beside the flag";
+  EXPECT_EQ(by_run.at("ptrain/gpt-small/fp16").at("diverged_at_step"), "");
+
+  const auto side = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(side.size(), 2u);
+  std::map<std::string, std::string> row;
+  for (size_t c = 0; c < side[0].size(); ++c) row[side[0][c]] = side[1][c];
+  EXPECT_EQ(row.at("ptrain_diverged_at_step"), "");
+  EXPECT_EQ(row.at("pytorch_eager_diverged_at_step"), "2");
+  EXPECT_EQ(row.at("pytorch_compiled_diverged_at_step"), "5");
+
+  const std::string html = read_text(written.html_path);
+  EXPECT_NE(html.find("<td class=\"number\">diverged at step 2</td>"), std::string::npos);
+  EXPECT_NE(html.find("16384 tokens/s (diverged at step 2)"), std::string::npos);
 }
 
 TEST(BenchReport, WithoutPytorchRunsThereIsNoSideBySideAndAnOldFileGoes) {

@@ -360,12 +360,15 @@ std::string render_html(const Report& report) {
        << escape_html(report.title) << "</h1>\n<p>" << escape_html(job_summary(report)) << "</p>\n";
 
   html << "<div class=\"table-wrap\"><table>\n<thead><tr>";
-  for (const auto& column : columns()) html << "<th>" << escape_html(column.title) << "</th>";
+  for (const auto& column : columns()) {
+    if (column.in_tables) html << "<th>" << escape_html(column.title) << "</th>";
+  }
   html << "</tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
     html << "<tr" << (i == report.baseline ? " class=\"baseline\"" : "") << " title=\""
          << escape_html(report.runs[i].source) << "\">";
     for (const auto& column : columns()) {
+      if (!column.in_tables) continue;
       html << "<td" << (column.numeric ? " class=\"number\"" : "") << ">" << escape_html(column.text(report, i))
            << "</td>";
     }
@@ -426,7 +429,10 @@ std::string render_html(const Report& report) {
                            number_tick));
   html << figure("Final test accuracy",
                  bar_chart(report, "accuracy", "final test accuracy by run",
-                           {{"", [](const RunRecord& r) { return measured(r.final_test_accuracy); }}},
+                           {{"", [](const RunRecord& r) {
+                              // A diverged run's accuracy is no result: no bar (the table says why).
+                              return r.diverged_at_step ? std::nullopt : measured(r.final_test_accuracy);
+                            }}},
                            percent_value, percent_tick));
 
   const std::string missing = runs_without_curves(report);

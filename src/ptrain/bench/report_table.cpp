@@ -145,8 +145,14 @@ const std::vector<Column>& columns() {
         number([](const Report& r, size_t i) { return measured(record_of(r, i).steady_images_per_second); },
                throughput_text));
     add("test accuracy", "final_test_accuracy", true,
-        number([](const Report& r, size_t i) { return measured(record_of(r, i).final_test_accuracy); },
-               fraction_as_percent_text));
+        std::make_pair(
+            std::function<std::string(const Report&, size_t)>([](const Report& r, size_t i) {
+              const RunRecord& record = record_of(r, i);
+              if (const auto diverged = divergence_text(record)) return *diverged;
+              return fraction_as_percent_text(measured(record.final_test_accuracy));
+            }),
+            std::function<std::string(const Report&, size_t)>(
+                [](const Report& r, size_t i) { return csv_number(measured(record_of(r, i).final_test_accuracy)); })));
     add("speed-up vs baseline", "speedup_vs_baseline", true,
         number(speedup_vs_baseline, [](std::optional<double> v) {
           return v ? printf_string("%.2fx", *v) : std::string(kNotAvailable);
@@ -154,6 +160,10 @@ const std::vector<Column>& columns() {
     add("memory saved vs baseline", "memory_saved_vs_baseline_fraction", true,
         number(memory_saved_vs_baseline,
                [](std::optional<double> v) { return percent_text(v ? std::optional(*v * 100.0) : v, "%.1f%%"); }));
+    add("diverged at step", "diverged_at_step", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).diverged_at_step); },
+               [](std::optional<double> v) { return v ? shortest_number(*v) : std::string(); }));
+    c.back().in_tables = false;  // the accuracy cell says it
     return c;
   }();
   return all;
@@ -183,6 +193,16 @@ std::vector<std::string> table_notes(const Report& report) {
       "allocator-allocated bytes per GPU over the baseline's; negative means more memory than the baseline.");
   notes.push_back(
       "n/a: not measured (GPU memory and utilisation on a CPU or without NVML, accuracy without evaluation).");
+  std::string diverged;
+  for (const auto& run : report.runs) {
+    if (const auto text = divergence_text(run.record)) diverged += (diverged.empty() ? "" : "; ") + run.name + " " + *text;
+  }
+  if (!diverged.empty()) {
+    notes.push_back("Diverged: " + diverged +
+                    ". From that step on the loss was not finite (or the loss scale sat at its floor) and the run "
+                    "trained on: its accuracy and losses mean nothing, and its throughput is that of steps that no "
+                    "longer learned.");
+  }
   std::set<std::string> jobs;
   for (const auto& run : report.runs) {
     const RunRecord& r = run.record;
@@ -223,6 +243,11 @@ std::optional<double> shown_throughput(const RunRecord& r) {
   return measured(r.images_per_second);
 }
 
+std::optional<std::string> divergence_text(const RunRecord& r) {
+  if (!r.diverged_at_step) return std::nullopt;
+  return "diverged at step " + std::to_string(*r.diverged_at_step);
+}
+
 namespace {
 
 const char* throughput_unit(const SideBySideRow& row) { return row.seq_len ? "tokens/s" : "img/s"; }
@@ -253,8 +278,11 @@ const std::vector<const char*>& side_by_side_titles() {
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
   const auto throughput = [&](std::optional<size_t> run) {
     if (!run) return std::string(kNotAvailable);
-    const auto value = shown_throughput(record_of(report, *run));
-    return value ? throughput_text(value) + " " + throughput_unit(row) : std::string(kNotAvailable);
+    const RunRecord& r = record_of(report, *run);
+    const auto value = shown_throughput(r);
+    const std::string text = value ? throughput_text(value) + " " + throughput_unit(row) : std::string(kNotAvailable);
+    const auto diverged = divergence_text(r);
+    return diverged ? text + " (" + *diverged + ")" : text;
   };
   const auto ratio = [&](std::optional<size_t> other) {
     return ratio_text(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);

@@ -46,6 +46,7 @@ struct Column {
   bool numeric;
   std::function<std::string(const Report&, size_t)> text;
   std::function<std::string(const Report&, size_t)> csv;
+  bool in_tables = true;  // false: report.csv only (what the tables say inside another column's cell)
 };
 const std::vector<Column>& columns();
 
@@ -62,5 +63,10 @@ inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the n
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);
 // Steady throughput where measured, else over the whole training; in tokens for language models.
 std::optional<double> shown_throughput(const metrics::RunRecord& r);
+
+// A run whose loss stopped being finite and that trained on (a PyTorch reference run, or ptrain's with
+// --on-divergence warn): every rendering says so where its accuracy or throughput is shown, so that a number
+// from a run that no longer learned never passes for a result. "diverged at step 5"
+std::optional<std::string> divergence_text(const metrics::RunRecord& r);
 
 }  // namespace ptrain::bench::table

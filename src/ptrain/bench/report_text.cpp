@@ -39,13 +39,19 @@ std::string csv_field(const std::string& text) {
 std::string render_markdown(const Report& report) {
   std::ostringstream md;
   md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
-  for (const auto& column : columns()) md << " " << column.title << " |";
+  for (const auto& column : columns()) {
+    if (column.in_tables) md << " " << column.title << " |";
+  }
   md << "\n|";
-  for (const auto& column : columns()) md << (column.numeric ? " ---: |" : " --- |");
+  for (const auto& column : columns()) {
+    if (column.in_tables) md << (column.numeric ? " ---: |" : " --- |");
+  }
   md << "\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
     md << "|";
-    for (const auto& column : columns()) md << " " << escape_markdown(column.text(report, i)) << " |";
+    for (const auto& column : columns()) {
+      if (column.in_tables) md << " " << escape_markdown(column.text(report, i)) << " |";
+    }
     md << "\n";
   }
   md << "\n";
@@ -87,7 +93,8 @@ std::string render_side_by_side_csv(const Report& report) {
          "throughput_unit,ptrain_per_second,pytorch_eager_per_second,pytorch_compiled_per_second,"
          "ptrain_vs_pytorch_eager,ptrain_vs_pytorch_compiled,ptrain_peak_allocated_bytes,"
          "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_run,pytorch_eager_run,"
-         "pytorch_compiled_run\n";
+         "pytorch_compiled_run,ptrain_diverged_at_step,pytorch_eager_diverged_at_step,"
+         "pytorch_compiled_diverged_at_step\n";
   for (const auto& row : rows) {
     const auto throughput = [&](std::optional<size_t> run) {
       return run ? csv_number(shown_throughput(record_of(report, *run))) : std::string();
@@ -99,13 +106,17 @@ std::string render_side_by_side_csv(const Report& report) {
       return run ? csv_number(measured(record_of(report, *run).peak_allocated_bytes)) : std::string();
     };
     const auto name = [&](std::optional<size_t> run) { return run ? report.runs[*run].name : std::string(); };
+    const auto diverged = [&](std::optional<size_t> run) {
+      return run ? csv_number(measured(record_of(report, *run).diverged_at_step)) : std::string();
+    };
     const std::vector<std::string> fields{
         row.model, row.dataset, std::to_string(row.image_size), row.seq_len ? std::to_string(*row.seq_len) : "",
         std::to_string(row.batch_size_per_device), row.precision, row.strategy, std::to_string(row.devices),
         row.channels_last ? (*row.channels_last ? "true" : "false") : "",
         row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(row.compiled),
         ratio(row.eager), ratio(row.compiled), peak(row.ptrain), peak(row.eager), peak(row.compiled),
-        name(row.ptrain), name(row.eager), name(row.compiled)};
+        name(row.ptrain), name(row.eager), name(row.compiled), diverged(row.ptrain), diverged(row.eager),
+        diverged(row.compiled)};
     for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
     csv << "\n";
   }
