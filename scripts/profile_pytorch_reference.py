@@ -18,10 +18,10 @@ from torch.profiler import ProfilerActivity, profile, schedule
 script = sys.argv[1]
 sys.argv = [script] + sys.argv[2:]
 sys.path.insert(0, "bench")
-ACTIVE = 5
-walls = []
+WAIT, WARMUP, ACTIVE = 10, 1, 5  # steps 1-10 untraced, 11 traced and dropped, 12-16 kept
+walls = []  # walls[i]: the end of step i + 1
 prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-               schedule=schedule(wait=10, warmup=1, active=ACTIVE, repeat=1))
+               schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE, repeat=1))
 sgd_step = torch.optim.SGD.step
 
 
@@ -37,7 +37,8 @@ torch.optim.SGD.step = step_and_mark
 prof.start()
 runpy.run_path(script, run_name="__main__")
 prof.stop()
-wall = (walls[10 + ACTIVE] - walls[10]) / ACTIVE
+first_active = WAIT + WARMUP  # index of the first kept step
+wall = (walls[first_active + ACTIVE - 1] - walls[first_active - 1]) / ACTIVE
 device = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
 span = sum(e.self_device_time_total for e in device if e.key.startswith("ProfilerStep")) / ACTIVE / 1e3
 kernels = [e for e in device if not e.key.startswith("ProfilerStep")]

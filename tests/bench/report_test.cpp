@@ -167,6 +167,13 @@ bool has_line(const std::string& text, const std::string& line) {
   return false;
 }
 
+// One row of a parsed CSV (rows[0] its header) as column name -> field.
+std::map<std::string, std::string> csv_row(const std::vector<std::vector<std::string>>& rows, size_t row) {
+  std::map<std::string, std::string> fields;
+  for (size_t c = 0; c < rows[0].size(); ++c) fields[rows[0][c]] = rows[row][c];
+  return fields;
+}
+
 // RFC 4180: quoted fields may hold commas, doubled quotes and line breaks.
 std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
   std::vector<std::vector<std::string>> rows(1);
@@ -542,8 +549,7 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   ASSERT_EQ(written.side_by_side_csv_path, (scratch.path() / "out" / "side-by-side.csv").string());
   const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
   ASSERT_EQ(rows.size(), 4u);
-  std::map<std::string, std::string> row;
-  for (size_t c = 0; c < rows[0].size(); ++c) row[rows[0][c]] = rows[3][c];
+  const auto row = csv_row(rows, 3);
   EXPECT_EQ(row.at("model"), "resnet50");
   EXPECT_EQ(row.at("channels_last"), "true");
   EXPECT_EQ(row.at("throughput_unit"), "images");
@@ -555,8 +561,7 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_EQ(row.at("pytorch_compiled_peak_allocated_bytes"), std::to_string(static_cast<int64_t>(5.5 * kGiB)));
   EXPECT_EQ(row.at("ptrain_run"), "ptrain/resnet50/amp-bf16");
   EXPECT_EQ(row.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
-  std::map<std::string, std::string> tokens;
-  for (size_t c = 0; c < rows[0].size(); ++c) tokens[rows[0][c]] = rows[1][c];
+  const auto tokens = csv_row(rows, 1);
   EXPECT_EQ(tokens.at("throughput_unit"), "tokens");
   EXPECT_EQ(tokens.at("seq_len"), "1024");
   EXPECT_EQ(tokens.at("ptrain_per_second"), "20480");
@@ -610,9 +615,7 @@ TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
 
   const auto csv = parse_csv(read_text(written.csv_path));
   std::map<std::string, std::map<std::string, std::string>> by_run;
-  for (size_t r = 1; r < csv.size(); ++r) {
-    for (size_t c = 0; c < csv[0].size(); ++c) by_run[csv[r][0]][csv[0][c]] = csv[r][c];
-  }
+  for (size_t r = 1; r < csv.size(); ++r) by_run[csv[r][0]] = csv_row(csv, r);
   EXPECT_EQ(by_run.at("pytorch/gpt-small/fp16").at("diverged_at_step"), "2");
   EXPECT_DOUBLE_EQ(std::stod(by_run.at("pytorch/gpt-small/fp16").at("final_test_accuracy")), 0.0012)
       << "the CSV keeps the number beside the flag";
@@ -620,8 +623,7 @@ TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
 
   const auto side = parse_csv(read_text(written.side_by_side_csv_path));
   ASSERT_EQ(side.size(), 2u);
-  std::map<std::string, std::string> row;
-  for (size_t c = 0; c < side[0].size(); ++c) row[side[0][c]] = side[1][c];
+  const auto row = csv_row(side, 1);
   EXPECT_EQ(row.at("ptrain_diverged_at_step"), "");
   EXPECT_EQ(row.at("pytorch_eager_diverged_at_step"), "2");
   EXPECT_EQ(row.at("pytorch_compiled_diverged_at_step"), "5");

@@ -360,15 +360,12 @@ std::string render_html(const Report& report) {
        << escape_html(report.title) << "</h1>\n<p>" << escape_html(job_summary(report)) << "</p>\n";
 
   html << "<div class=\"table-wrap\"><table>\n<thead><tr>";
-  for (const auto& column : columns()) {
-    if (column.in_tables) html << "<th>" << escape_html(column.title) << "</th>";
-  }
+  for (const auto& column : table_columns()) html << "<th>" << escape_html(column.title) << "</th>";
   html << "</tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
     html << "<tr" << (i == report.baseline ? " class=\"baseline\"" : "") << " title=\""
          << escape_html(report.runs[i].source) << "\">";
-    for (const auto& column : columns()) {
-      if (!column.in_tables) continue;
+    for (const auto& column : table_columns()) {
       html << "<td" << (column.numeric ? " class=\"number\"" : "") << ">" << escape_html(column.text(report, i))
            << "</td>";
     }

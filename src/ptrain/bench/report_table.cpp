@@ -169,6 +169,17 @@ const std::vector<Column>& columns() {
   return all;
 }
 
+const std::vector<Column>& table_columns() {
+  static const std::vector<Column> shown = [] {
+    std::vector<Column> c;
+    for (const auto& column : columns()) {
+      if (column.in_tables) c.push_back(column);
+    }
+    return c;
+  }();
+  return shown;
+}
+
 std::string run_descriptor(const RunRecord& r) {
   return framework_display_name(r.framework) + ", " + r.strategy + ", " + r.precision + ", " +
          std::to_string(r.devices) + (r.devices == 1 ? " device" : " devices") + ", batch " +

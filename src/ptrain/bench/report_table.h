@@ -48,7 +48,8 @@ struct Column {
   std::function<std::string(const Report&, size_t)> csv;
   bool in_tables = true;  // false: report.csv only (what the tables say inside another column's cell)
 };
-const std::vector<Column>& columns();
+const std::vector<Column>& columns();        // report.csv's
+const std::vector<Column>& table_columns();  // report.md's and report.html's: columns() less the CSV-only ones
 
 // Sentences under the table, shared by report.md and report.html (which escape them their own way).
 std::vector<std::string> table_notes(const Report& report);

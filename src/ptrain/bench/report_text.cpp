@@ -39,19 +39,13 @@ std::string csv_field(const std::string& text) {
 std::string render_markdown(const Report& report) {
   std::ostringstream md;
   md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
-  for (const auto& column : columns()) {
-    if (column.in_tables) md << " " << column.title << " |";
-  }
+  for (const auto& column : table_columns()) md << " " << column.title << " |";
   md << "\n|";
-  for (const auto& column : columns()) {
-    if (column.in_tables) md << (column.numeric ? " ---: |" : " --- |");
-  }
+  for (const auto& column : table_columns()) md << (column.numeric ? " ---: |" : " --- |");
   md << "\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
     md << "|";
-    for (const auto& column : columns()) {
-      if (column.in_tables) md << " " << escape_markdown(column.text(report, i)) << " |";
-    }
+    for (const auto& column : table_columns()) md << " " << escape_markdown(column.text(report, i)) << " |";
     md << "\n";
   }
   md << "\n";
