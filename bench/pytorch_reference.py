@@ -17,9 +17,11 @@ PyTorch at its best (all off by default, so that the classic comparison is the e
   --compile           torch.compile (default mode) of the model for training; evaluation runs the same
                       module uncompiled, so that eval mode and a short last batch cost no recompilation.
                       PyTorch 2.x only.
+  --compile-mode M    torch.compile's mode: default, reduce-overhead (forward and backward replayed as CUDA
+                      graphs, the optimizer step outside them), max-autotune or max-autotune-no-cudagraphs.
   --fused-optimizer   torch.optim's fused=True SGD/AdamW step (one kernel over all parameters) instead of
                       the default foreach step; refused where this torch or device has none.
-The record says which ran: `compiled`, `fused_optimizer`, `channels_last`.
+The record says which ran: `compiled` (and `compile.mode`), `fused_optimizer`, `channels_last`.
 
 Strategies (--strategy):
   single  one device.
@@ -71,6 +73,8 @@ import torch.nn.functional as F
 STRATEGIES = ["single", "dp", "ddp", "fsdp", "zero1"]
 PROCESS_PER_GPU = ("ddp", "fsdp", "zero1")
 EVAL_BATCH = 500
+COMPILE_MODES = {  # torch.compile's modes: whether each replays CUDA graphs
+    "default": False, "reduce-overhead": True, "max-autotune": True, "max-autotune-no-cudagraphs": False}
 SYNTHETIC_DEFAULT = "50000:3x32x32:10"  # ptrain's default synthetic spec
 
 NORMALIZATION = {
@@ -503,6 +507,8 @@ def parse_args(argv=None):
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format (convolutional models)")
     p.add_argument("--compile", action="store_true",
                    help="train the model through torch.compile (default mode); PyTorch 2.x only")
+    p.add_argument("--compile-mode", default="default", choices=list(COMPILE_MODES),
+                   help="torch.compile's mode with --compile: reduce-overhead replays CUDA graphs")
     p.add_argument("--fused-optimizer", action="store_true",
                    help="torch.optim's fused=True step instead of the default (foreach) one")
     p.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
@@ -571,6 +577,8 @@ def parse_args(argv=None):
                 f"--model {a.model} is an image model: it cannot train on the token dataset {a.dataset}")
     if language_model and a.channels_last:
         p.error(f"--channels-last: {a.model} has no convolutions (NHWC applies to convolutional models)")
+    if a.compile_mode != "default" and not a.compile:
+        p.error(f"--compile-mode {a.compile_mode} needs --compile")
     if a.compile:
         if not hasattr(torch, "compile"):
             p.error(f"--compile needs torch.compile (PyTorch 2.x); this is torch {torch.__version__}")
@@ -1016,7 +1024,10 @@ def main(argv=None):
     model = build_model(a, ctx, data, half)
     # Training goes through the compiled module; evaluation through the module itself, which shares its
     # parameters: eval mode and a short last test batch would otherwise each compile again.
-    train_model = torch.compile(model) if a.compile else model
+    train_model = torch.compile(model, mode=a.compile_mode) if a.compile else model
+    # CUDA graphs replay into the same output memory: each step tells the graph trees that the previous one's
+    # outputs (already consumed) may be overwritten.
+    mark_step = torch.compiler.cudagraph_mark_step_begin if a.compile and COMPILE_MODES[a.compile_mode] else None
 
     # The epoch's order and this rank's share of it, exactly as torch's DistributedSampler makes them.
     sampler = torch.utils.data.DistributedSampler(range(data.train_size), num_replicas=ctx.world, rank=ctx.rank,
@@ -1085,6 +1096,8 @@ def main(argv=None):
             idx = order[i * step_images:(i + 1) * step_images]
             x = data.batch(data.xtr[idx], True, in_dtype, gen, a)
             y = data.ytr[idx]
+            if mark_step:
+                mark_step()
             with autocast():
                 out = train_model(x)
             logits, labels = predictions(out, y)
@@ -1182,7 +1195,7 @@ def main(argv=None):
              "evaluation": "sharded over ranks, sums all-reduced" + (", uncompiled module" if a.compile else ""),
              "augment": a.augment, "norm": a.norm, "optimizer": a.optimizer}
     if a.compile:
-        extra["compile"] = {"mode": "default", "graphs": graphs, "first_step_seconds": first_step_seconds}
+        extra["compile"] = {"mode": a.compile_mode, "graphs": graphs, "first_step_seconds": first_step_seconds}
     if ctx.dp_device_ids:
         extra["dp_device_ids"] = ctx.dp_device_ids
     if ctx.distributed:
