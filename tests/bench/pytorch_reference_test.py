@@ -344,6 +344,8 @@ def main():
             "ddp without torchrun": (COMMON + ["--strategy", "ddp"], "torchrun"),
             "channels-last GPT": (gpt + ["--channels-last"], "--channels-last: gpt-tiny has no convolutions"),
             "GPT on images": (COMMON + ["--model", "gpt-tiny"], "needs a token dataset"),
+            "a compile mode without --compile": (COMMON + ["--compile-mode", "reduce-overhead"],
+                                                 "--compile-mode reduce-overhead needs --compile"),
         }
         if not hasattr(torch, "compile"):  # Debian's 1.13: neither torch.compile nor fused optimizers
             refusals["compile"] = (COMMON + ["--compile"], "--compile needs torch.compile (PyTorch 2.x)")
