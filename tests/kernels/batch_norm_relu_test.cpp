@@ -1,7 +1,8 @@
 // Fused batch norm + ReLU (+ residual) against LibTorch's batch_norm, add and relu in training mode: the
 // output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
-// ResNet's channel counts and an odd spatial size; batch norm + ReLU + convolution with the ReLU's output
-// recomputed in the backward against the same without recomputation.
+// ResNet's channel counts and an odd spatial size; the same kernels without the ReLU (a shortcut's batch norm)
+// against LibTorch's batch_norm; batch norm + ReLU + convolution with the ReLU's output recomputed in the
+// backward against the same without recomputation.
 #include <gtest/gtest.h>
 
 #include "gpu.h"
@@ -11,6 +12,7 @@ namespace {
 
 using ptrain::kernels::batch_norm_relu;
 using ptrain::kernels::batch_norm_relu_conv;
+using ptrain::kernels::batch_norm_training;
 using ptrain::kernels::ConvGeometry;
 using ptrain::kernels::reference_batch_norm_relu;
 
@@ -36,10 +38,12 @@ Inputs make(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::Sc
 // value and the sum with the residual each (so the ReLU's mask flips where they round across zero). Both are
 // compared with LibTorch in fp32 on the same (upcast) inputs, and the fused error must not exceed the
 // unfused one by more than rounding.
-void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool with_residual) {
+// relu false: batch_norm_training against torch::batch_norm (no residual).
+void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool with_residual,
+             bool relu = true) {
   const std::string what = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(hw) + "x" +
                            std::to_string(hw) + " " + c10::toString(dtype) + " params " + c10::toString(param) +
-                           (with_residual ? " + residual" : "");
+                           (with_residual ? " + residual" : "") + (relu ? "" : " no ReLU");
   const Inputs base = make(n, c, hw, dtype, param, with_residual);
   // A gradient that is not channels-last, as one arriving from a reshaping layer can be.
   const auto dy = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype).contiguous();
@@ -53,10 +57,18 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
     in.bias = leaf(base.bias.to(param_as));
     in.running_mean = base.running_mean.to(param_as).clone();
     in.running_var = base.running_var.to(param_as).clone();
-    auto y = fused ? batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
-                                     1e-5, true)
-                   : reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean,
-                                               in.running_var, 0.1, 1e-5);
+    torch::Tensor y;
+    if (!relu) {
+      y = fused ? batch_norm_training(in.x, in.weight, in.bias, in.running_mean, in.running_var, 0.1, 1e-5, true)
+                : torch::batch_norm(in.x, in.weight, in.bias, in.running_mean, in.running_var, true, 0.1, 1e-5, true);
+    } else {
+      y = fused ? batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1, 1e-5,
+                                  true)
+                : reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var,
+                                            0.1, 1e-5);
+    }
+    // The fused path must have run: a fallback to the reference would pass every comparison.
+    if (fused) EXPECT_NE(y.grad_fn()->name().find("Fused"), std::string::npos) << what << ": " << y.grad_fn()->name();
     y.backward(dy.to(as));
     return y;
   };

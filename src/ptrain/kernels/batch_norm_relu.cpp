@@ -15,7 +15,8 @@ torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* c
                                              const torch::Tensor& residual, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& running_mean,
                                              const torch::Tensor& running_var, double momentum, double eps) {
-  auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps);
+  auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps,
+                                            /*relu=*/true);
   // y only with a residual (the ReLU's mask); without, the mask is recomputed from x and scale_shift.
   ctx->save_for_backward({x, residual.defined() ? out.y : torch::Tensor(), out.mean, out.invstd, out.scale_shift, weight});
   return {out.y};
@@ -25,7 +26,7 @@ fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ct
                                             const torch::autograd::variable_list& grad_outputs, bool residual) {
   const auto saved = ctx->get_saved_variables();
   return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], saved[5],
-                                         residual);
+                                         residual, /*relu=*/true);
 }
 
 class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {
@@ -58,6 +59,27 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
   }
 };
 
+// A shortcut's batch norm, no ReLU after it: the same kernels with the mask off; keeps x and the statistics.
+class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                double momentum, double eps) {
+    auto out = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum,
+                                              eps, /*relu=*/false);
+    ctx->save_for_backward({x, out.mean, out.invstd, out.scale_shift, weight});
+    return {out.y};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    auto g = fused::batch_norm_relu_backward(grad_outputs[0], torch::Tensor(), saved[0], saved[1], saved[2], saved[3],
+                                             saved[4], /*with_residual=*/false, /*relu=*/false);
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // Keeps x and the statistics, not y: the convolution's backward gets y recomputed.
 class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormReluConv> {
  public:
@@ -66,7 +88,8 @@ class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormRe
                                                 const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                                 const torch::Tensor& conv_weight, double momentum, double eps,
                                                 const ConvGeometry& conv) {
-    auto bn = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+    auto bn = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps,
+                                             /*relu=*/true);
     auto out = at::convolution(bn.y, conv_weight, /*bias=*/{}, conv.stride, conv.padding, conv.dilation,
                                /*transposed=*/false, /*output_padding=*/{0, 0}, conv.groups);
     ctx->save_for_backward({x, bn.mean, bn.invstd, bn.scale_shift, weight, conv_weight});
@@ -92,7 +115,7 @@ class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormRe
                                    {true, true, false});
     }  // y goes back to the allocator before the batch norm's backward allocates
     auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
-                                             /*with_residual=*/false);
+                                             /*with_residual=*/false, /*relu=*/true);
     return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), dconv_weight, torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }
@@ -132,6 +155,15 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
   if (residual.defined())
     return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
   return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
+}
+
+torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                                  double eps, bool allow_fused) {
+  if (!allow_fused || !fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean))
+    return torch::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
+                             at::globalContext().userEnabledCuDNN());
+  return FusedBatchNorm::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
 }
 
 torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

@@ -15,6 +15,12 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
                               const torch::Tensor& running_var, double momentum, double eps, bool allow_fused);
 
+// batch_norm(x) in training mode with no ReLU after it (a ResNet shortcut's), through the same kernels where
+// batch_norm_relu's apply (fused_batch_norm_relu_applies(x, {}, ...)); elsewhere LibTorch's batch_norm.
+torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                                  double eps, bool allow_fused);
+
 torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual,
                                         const torch::Tensor& weight, const torch::Tensor& bias,
                                         const torch::Tensor& running_mean, const torch::Tensor& running_var,

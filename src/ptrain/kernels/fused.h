@@ -28,7 +28,7 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
 
 // Training-mode batch norm + ReLU (+ residual) on channels-last activations [N, C, H, W] (C a multiple of 8,
 // or of 4 in fp32): y, and the batch's mean and 1/std per channel (fp32) for the backward. Updates the running
-// statistics in place.
+// statistics in place. relu false: batch norm alone (a shortcut's), through the same passes.
 struct BatchNormReluForward {
   torch::Tensor y, mean, invstd;
   torch::Tensor scale_shift;  // [2 * C]: y = relu(x * scale + shift [+ residual]); the backward's ReLU mask
@@ -36,14 +36,15 @@ struct BatchNormReluForward {
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                             double momentum, double eps);
+                                             double momentum, double eps, bool relu);
 // y = relu(x * scale + shift) again, from a forward's x and scale_shift (no residual): what the backward of
 // batch norm + ReLU + convolution recomputes instead of keeping y.
 torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Tensor& scale_shift);
 struct BatchNormReluBackward {
   torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
 };
-// y is read (for the ReLU's mask) only with a residual; without, the mask comes from x and scale_shift.
+// y is read (for the ReLU's mask) only with a residual and the ReLU; without, the mask comes from x and
+// scale_shift (relu false: no mask).
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,

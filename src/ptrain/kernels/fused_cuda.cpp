@@ -60,7 +60,7 @@ cuda::Dtype param_dtype_of(const torch::Tensor& weight, const torch::Tensor& run
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                             double momentum, double eps) {
+                                             double momentum, double eps, bool relu) {
   const char* what = "fused batch_norm_relu";
   check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
         std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
@@ -82,7 +82,7 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
                            out.invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), workspace.data_ptr<float>(),
                            stream);
     cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
-                                rows, channels, out.y.data_ptr(), stream);
+                                rows, channels, relu, out.y.data_ptr(), stream);
   });
   return out;
 }
@@ -95,7 +95,7 @@ torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Ten
   auto y = torch::empty_like(x);
   launch(what, [&] {
     cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), nullptr, scale_shift.data_ptr<float>(), rows_of(x),
-                                x.size(1), y.data_ptr(), current_stream(x));
+                                x.size(1), /*relu=*/true, y.data_ptr(), current_stream(x));
   });
   return y;
 }
@@ -103,7 +103,7 @@ torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Ten
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
-                                               bool with_residual) {
+                                               bool with_residual, bool relu) {
   const char* what = "fused batch_norm_relu backward";
   c10::cuda::CUDAGuard guard(x.device());
   // The gradient arriving from the next layer need not be channels-last.
@@ -119,9 +119,9 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
     cuda::batch_norm_relu_backward(dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
-                                   with_residual ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(),
+                                   with_residual && relu ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(),
                                    invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), data_or_null(weight), rows,
-                                   channels, out.dx.data_ptr(),
+                                   channels, relu, out.dx.data_ptr(),
                                    mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight),
                                    mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
   });

@@ -23,7 +23,7 @@ torch::Tensor cross_entropy_backward(const torch::Tensor&, const torch::Tensor&,
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
-                                             double) {
+                                             double, bool) {
   unavailable("fused batch_norm_relu");
 }
 
@@ -33,7 +33,7 @@ torch::Tensor batch_norm_relu_recompute(const torch::Tensor&, const torch::Tenso
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                               const torch::Tensor&, bool) {
+                                               const torch::Tensor&, bool, bool) {
   unavailable("fused batch_norm_relu backward");
 }
 

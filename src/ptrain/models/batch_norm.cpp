@@ -35,7 +35,13 @@ torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
 }
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
-  return normalize_ ? normalize_(*this, x) : local_forward(x);
+  if (normalize_) return normalize_(*this, x);
+  const bool fused = fused_kernels_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
+                     kernels::fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean);
+  if (!fused) return local_forward(x);
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_training(x, weight, bias, running_mean, running_var, momentum, options.eps(),
+                                      /*allow_fused=*/true);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {

@@ -27,7 +27,8 @@ class BatchNorm2dImpl : public torch::nn::Module {
   torch::Tensor local_forward(const torch::Tensor& x);
 
   // relu(forward(x) [+ residual]); residual may be undefined. In training, with fused kernels allowed
-  // and nobody taking over, one fused kernel chain (kernels/batch_norm_relu.h) where it applies.
+  // and nobody taking over, one fused kernel chain (kernels/batch_norm_relu.h) where it applies; forward
+  // alone takes the same kernels without the ReLU.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 

@@ -41,16 +41,18 @@ int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
 void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
                       const void* bias, void* running_mean, void* running_var, double momentum, double eps,
                       float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
-// y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats.
+// y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats;
+// without relu, y = x * scale + shift [+ residual].
 void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
-                           int64_t channels, void* y, cudaStream_t stream);
+                           int64_t channels, bool relu, void* y, cudaStream_t stream);
 // The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
 // and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
-// (y given), and of x * scale + shift without (y null), scale_shift being the forward's.
+// (y given), and of x * scale + shift without (y null), scale_shift being the forward's; without relu, the
+// backward of bn(x) [+ residual] (y unused).
 void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
                               const float* mean, const float* invstd, const float* scale_shift, const void* weight,
-                              int64_t rows, int64_t channels, void* dx, void* dresidual, void* dweight, void* dbias,
-                              float* workspace, cudaStream_t stream);
+                              int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
+                              void* dbias, float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 
