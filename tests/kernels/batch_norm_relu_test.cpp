@@ -2,11 +2,17 @@
 // output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
 // ResNet's channel counts and an odd spatial size; the same kernels without the ReLU (a shortcut's batch norm)
 // against LibTorch's batch_norm; batch norm + ReLU + convolution with the ReLU's output recomputed in the
-// backward against the same without recomputation.
+// backward against the same without recomputation; a whole ResNet-50 step on the fused kernels against
+// LibTorch's ops.
+#include <set>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "gpu.h"
 #include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/models/resnet.h"
 
 namespace {
 
@@ -110,6 +116,91 @@ TEST(FusedBatchNormRelu, MatchesLibTorchInEveryDtypeAndShape) {
   }
   compare(16, 128, 28, torch::kBFloat16, torch::kBFloat16, true);  // pure bf16: parameters in bf16 too
   compare(128, 64, 56, torch::kBFloat16, torch::kFloat, false);  // ResNet-50's layer1 at batch 128
+}
+
+// One training step of ResNet-50 (ImageNet stem: max pooling, every kind of block) with the fused kernels on
+// (the shortcuts' batch norms, max pooling, recomputed ReLUs) against the same network on LibTorch's ops, from
+// the same weights, in fp32: the loss, every gradient and the running statistics. The two compute the same
+// values in other orders, so a pre-activation within rounding of zero can land on either side of its ReLU (or a
+// pooling maximum on another tie) and move the gradients of every earlier layer by about a percent (seen on an
+// H200 while these kernels were written: 0.7-1.4% below the first such flip, under 0.1% above it); a lost or
+// doubled gradient path moves them by tens of percent.
+TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const bool tf32 = at::globalContext().allowTF32CuDNN();
+  at::globalContext().setAllowTF32CuDNN(false);
+  torch::manual_seed(13);
+  ptrain::models::ResNetOptions options;
+  options.num_classes = 10;
+  auto make_net = [&] {
+    auto net = std::make_shared<ptrain::models::ResNet>(options);
+    net->to(cuda);
+    for (auto& p : net->parameters())  // as ptrain train --channels-last lays out the weights
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    return net;
+  };
+  auto fused = make_net(), plain = make_net();
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = fused->named_parameters(), from_buffers = fused->named_buffers();
+    for (auto& p : plain->named_parameters()) p.value().copy_(from[p.key()]);
+    for (auto& b : plain->named_buffers()) b.value().copy_(from_buffers[b.key()]);
+  }
+  fused->set_fused_kernels(true);
+  fused->set_relu_recompute(true);
+  plain->set_fused_kernels(false);
+  const auto x = torch::randn({8, 3, 64, 64}, torch::device(cuda)).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto labels = torch::randint(10, {8}, torch::device(cuda).dtype(torch::kLong));
+  std::set<std::string> fused_nodes;  // the fused functions in the fused network's graph
+  const auto step = [&](ptrain::models::ResNet& net, bool collect) {
+    net.train();
+    auto loss = torch::cross_entropy_loss(net.forward(x), labels);
+    if (collect) {
+      std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+      std::set<torch::autograd::Node*> seen;
+      while (!todo.empty()) {
+        auto* node = todo.back();
+        todo.pop_back();
+        if (!node || !seen.insert(node).second) continue;
+        auto name = node->name();  // the function's qualified name (LibTorch 2.x may wrap it in CppNode<...>)
+        if (!name.empty() && name.back() == '>') name.pop_back();
+        for (const std::string f : {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv", "::FusedBatchNorm",
+                                    "::FusedBatchNormRelu", "::FusedMaxPool2d"})
+          if (name.size() >= f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) fused_nodes.insert(f);
+        for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+      }
+    }
+    loss.backward();
+    return loss.item<double>();
+  };
+  const double loss_fused = step(*fused, true), loss_plain = step(*plain, false);
+  // Every fused path ran: a fallback to LibTorch's ops would pass every comparison below.
+  EXPECT_EQ(fused_nodes.size(), 5u) << "fused functions found: " << c10::Join(", ", fused_nodes);
+  EXPECT_NEAR(loss_fused, loss_plain, 1e-4 * std::abs(loss_plain));
+  const auto plain_parameters = plain->named_parameters();
+  for (const auto& p : fused->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_LT(relative_error(p.value().grad(), plain_parameters[p.key()].grad()), 5e-2) << p.key();
+  }
+  const auto plain_buffers = plain->named_buffers();
+  for (const auto& b : fused->named_buffers()) {
+    if (!b.value().is_floating_point()) continue;
+    EXPECT_LT(relative_error(b.value(), plain_buffers[b.key()]), 1e-4) << b.key();
+  }
+  at::globalContext().setAllowTF32CuDNN(tf32);
+}
+
+TEST(FusedBatchNorm, WithoutTheReluMatchesLibTorchsBatchNorm) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  torch::manual_seed(10);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+    compare(4, 256, 7, dtype, torch::kFloat, false, /*relu=*/false);
+    compare(2, 2048, 7, dtype, torch::kFloat, false, /*relu=*/false);
+    compare(3, 24, 9, dtype, torch::kFloat, false, /*relu=*/false);
+  }
+  compare(16, 128, 28, torch::kBFloat16, torch::kBFloat16, false, /*relu=*/false);
+  compare(128, 256, 28, torch::kBFloat16, torch::kFloat, false, /*relu=*/false);  // many rows a chunk: the unrolled loops
 }
 
 // batch_norm_relu_conv keeps x, not the ReLU's output, and recomputes that for the convolution's backward:

@@ -48,7 +48,18 @@ struct BatchNormReluBackward {
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
-                                               bool with_residual);
+                                               bool with_residual, bool relu);
+
+// Square max pooling of channels-last [N, C, H, W] x (C a multiple of 8, or of 4 in fp32; no dilation, floor
+// mode): y (channels-last) and, for the backward, the position of each output's maximum within its window
+// (uint8 [N, OH, OW, C]).
+struct MaxPoolForward {
+  torch::Tensor y, positions;
+};
+MaxPoolForward max_pool_forward(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
+// dx shaped as x_sizes (channels-last) from dy and the forward's positions.
+torch::Tensor max_pool_backward(const torch::Tensor& dy, const torch::Tensor& positions, at::IntArrayRef x_sizes,
+                                int64_t kernel, int64_t stride, int64_t padding);
 
 // LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
 // defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.

@@ -55,6 +55,13 @@ cuda::Dtype param_dtype_of(const torch::Tensor& weight, const torch::Tensor& run
   return any.defined() ? dtype_of(any, what) : cuda::Dtype::kFloat;
 }
 
+// [N, C, H, W] sizes as the kernels' pooling geometry.
+cuda::PoolShape pool_shape(at::IntArrayRef x_sizes, int64_t kernel, int64_t stride, int64_t padding) {
+  const auto out = [&](int64_t in) { return (in + 2 * padding - kernel) / stride + 1; };
+  return {x_sizes[0], x_sizes[1], x_sizes[2], x_sizes[3], out(x_sizes[2]), out(x_sizes[3]),
+          static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding)};
+}
+
 }  // namespace
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
@@ -126,6 +133,41 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
                                    mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
   });
   return out;
+}
+
+MaxPoolForward max_pool_forward(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  const char* what = "fused max_pool2d";
+  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
+        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto shape = pool_shape(x.sizes(), kernel, stride, padding);
+  check(shape.out_h > 0 && shape.out_w > 0, std::string(what) + ": input " + c10::str(x.sizes()) +
+                                                " is smaller than the kernel");
+  MaxPoolForward out;
+  out.y = torch::empty({shape.batch, shape.channels, shape.out_h, shape.out_w},
+                       x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  out.positions = torch::empty({shape.batch, shape.out_h, shape.out_w, shape.channels}, x.options().dtype(torch::kUInt8));
+  launch(what, [&] {
+    cuda::max_pool_forward(dtype_of(x, what), x.data_ptr(), shape, out.y.data_ptr(), out.positions.data_ptr<uint8_t>(),
+                           current_stream(x));
+  });
+  return out;
+}
+
+torch::Tensor max_pool_backward(const torch::Tensor& dy_in, const torch::Tensor& positions, at::IntArrayRef x_sizes,
+                                int64_t kernel, int64_t stride, int64_t padding) {
+  const char* what = "fused max_pool2d backward";
+  c10::cuda::CUDAGuard guard(positions.device());
+  const auto shape = pool_shape(x_sizes, kernel, stride, padding);
+  const auto dy = dy_in.contiguous(at::MemoryFormat::ChannelsLast);
+  check(dy.sizes() == at::IntArrayRef({shape.batch, shape.channels, shape.out_h, shape.out_w}),
+        std::string(what) + ": the gradient " + c10::str(dy.sizes()) + " is not shaped as the output");
+  auto dx = torch::empty(x_sizes, dy.options().memory_format(at::MemoryFormat::ChannelsLast));
+  launch(what, [&] {
+    cuda::max_pool_backward(dtype_of(dy, what), dy.data_ptr(), positions.data_ptr<uint8_t>(), shape, dx.data_ptr(),
+                            current_stream(dy));
+  });
+  return dx;
 }
 
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,

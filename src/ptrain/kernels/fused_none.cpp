@@ -37,6 +37,15 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch
   unavailable("fused batch_norm_relu backward");
 }
 
+MaxPoolForward max_pool_forward(const torch::Tensor&, int64_t, int64_t, int64_t) {
+  unavailable("fused max_pool2d");
+}
+
+torch::Tensor max_pool_backward(const torch::Tensor&, const torch::Tensor&, at::IntArrayRef, int64_t, int64_t,
+                                int64_t) {
+  unavailable("fused max_pool2d backward");
+}
+
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                            const torch::Tensor&, double, c10::ScalarType) {
   unavailable("fused add_layer_norm");

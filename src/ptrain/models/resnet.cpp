@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ptrain/core/error.h"
+#include "ptrain/kernels/max_pool.h"
 #include "ptrain/models/activation_checkpoint.h"
 
 namespace ptrain::models {
@@ -226,7 +227,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
                                         std::to_string(blocks_.size() + 2) + " units");
   if (index == 0) {
     x = bn1->forward_relu(conv1->forward(x));
-    if (!cifar_family_ && !options_.cifar_stem) x = torch::max_pool2d(x, 3, 2, 1);
+    if (!cifar_family_ && !options_.cifar_stem) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
     return x;
   }
   if (index <= blocks_.size()) return run_block(*blocks_[index - 1].second, x);

@@ -77,3 +77,21 @@ void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* gr
                              float* grad_bias, float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// Square max pooling (no dilation, output size floor((in + 2 padding - kernel) / stride) + 1) over NHWC
+// activations [batch, in_h, in_w, channels] (channels a multiple of 16 bytes' worth, 16-byte aligned).
+struct PoolShape {
+  int64_t batch, channels, in_h, in_w, out_h, out_w;
+  int kernel, stride, padding;
+};
+// y [batch, out_h, out_w, channels], and positions (same shape, one byte each): where in its window (row-major,
+// kernel * kernel <= 255) each output's maximum was, for the backward.
+void max_pool_forward(Dtype dtype, const void* x, const PoolShape& shape, void* y, uint8_t* positions,
+                      cudaStream_t stream);
+// dx [batch, in_h, in_w, channels]: each input's sum of the gradients dy of the outputs whose maximum it was.
+void max_pool_backward(Dtype dtype, const void* dy, const uint8_t* positions, const PoolShape& shape, void* dx,
+                       cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
