@@ -13,8 +13,14 @@ import json
 import re
 import sys
 
+# First match wins. Inductor names a fused kernel after every op in it (a batch norm's backward often carries
+# "convolution_backward"), and ptrain's own kernels have short names: both are placed before the generic rules.
 FAMILIES = [
     ("attention", r"flash|fmha|attention|sdpa|softmax_warp"),
+    ("pooling", r"max_pool|avg_pool"),
+    ("normalization", r"^triton_\w*(batch_norm|layer_norm)|ptrain::kernels::cuda::.*::(stats_|apply_kernel|"
+                      r"backward_(reduce|finalize|apply|rows|columns)_kernel|forward_kernel|columns_finalize)"),
+    ("loss", r"ptrain::kernels::cuda::.*cross_entropy"),
     ("convolution", r"conv|cudnn|implicit_gemm|xmma_fprop|xmma_dgrad|xmma_wgrad|fprop|dgrad|wgrad|winograd"),
     ("matmul", r"gemm|cutlass|sm90_xmma|cublas|nvjet|matmul|addmm|\bmm\b|bmm"),
     ("normalization", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|welford|norm_"),
