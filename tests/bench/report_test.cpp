@@ -573,6 +573,24 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_NE(html.find("<td class=\"number\">4400 img/s</td><td class=\"number\">4000 img/s</td><td class=\"number\">"
                       "5500 img/s</td><td class=\"number\">1.10x</td><td class=\"number\">0.80x</td>"),
             std::string::npos);
+  EXPECT_NE(md.find("PyTorch compiled is torch.compile (default mode)"), std::string::npos) << md;
+}
+
+// The note under the table says which torch.compile mode the compiled records ran (extra.compile.mode).
+TEST(BenchReport, SideBySideNoteNamesTheCompileModeTheRecordsRan) {
+  ScratchDir scratch;
+  write_speed_runs(scratch.path() / "runs");
+  const fs::path compiled_path = scratch.path() / "runs" / "pytorch-compiled" / "resnet50" / "amp-bf16.json";
+  json compiled = json::parse(read_text(compiled_path.string()));
+  compiled["extra"]["compile"] = {{"mode", "reduce-overhead"}, {"graphs", 2}};
+  write_json(compiled_path, compiled);
+  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+                                           "speed");
+  const std::string note = "PyTorch compiled is torch.compile (mode reduce-overhead: forward and backward replayed "
+                           "as CUDA graphs)";
+  EXPECT_NE(written.markdown.find(note), std::string::npos) << written.markdown;
+  EXPECT_EQ(written.markdown.find("default mode"), std::string::npos) << written.markdown;
+  EXPECT_NE(read_text(written.html_path).find(note), std::string::npos);
 }
 
 // PyTorch's reference trains on past a non-finite loss and records the step: its throughput and accuracy

@@ -138,7 +138,16 @@ TEST_F(Jobs, CompiledIsTorchCompileWithChannelsLastAndTheFusedOptimizerSharingOn
   const BenchJob& gpt = job_of(jobs, "pytorch-compiled", "gpt/fp32-single-x1");
   EXPECT_TRUE(has(gpt.command, "'--compile' '--fused-optimizer'")) << gpt.command;
   EXPECT_FALSE(has(gpt.command, "--channels-last")) << gpt.command;
+  EXPECT_FALSE(has(gpt.command, "--compile-mode")) << "the default mode needs no flag: " << gpt.command;
   EXPECT_TRUE(gpt.unavailable.empty());
+}
+
+TEST_F(Jobs, TheSuitesCompileModeReachesTheCompiledRunsOnly) {
+  std::ofstream(path_) << "pytorch-compile-mode: reduce-overhead\n" << kSuite;
+  const auto jobs = plan(options());
+  EXPECT_TRUE(has(job_of(jobs, "pytorch-compiled", "resnet/amp-bf16-single-x1").command,
+                  "'--compile' '--fused-optimizer' '--compile-mode' 'reduce-overhead'"));
+  EXPECT_FALSE(has(job_of(jobs, "pytorch", "resnet/amp-bf16-single-x1").command, "--compile-mode"));
 }
 
 TEST_F(Jobs, WhatPytorchCannotDoIsUnavailableWithTheReason) {

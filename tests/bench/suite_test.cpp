@@ -90,6 +90,15 @@ TEST(Suite, BadSuitesAreNamedByFileAndKey) {
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32}, {precision: fp32}]\n", {"runs[1]", "same run"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, colour: red}]\n", {"'colour'"});
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, devices: 2}]\n", {"single runs on one device"});
+  expect_refused("pytorch-compile-mode: fastest\nworkload: {model: resnet20}\nruns: [{precision: fp32}]\n",
+                 {"pytorch-compile-mode 'fastest'", "reduce-overhead"});
+}
+
+TEST(Suite, PytorchCompileModeIsDefaultUnlessTheSuiteNamesOne) {
+  TempDir dir;
+  EXPECT_EQ(load_suite(write(dir, kSuite), "/nonexistent", 2).pytorch_compile_mode, "default");
+  const std::string named = std::string("pytorch-compile-mode: reduce-overhead\n") + kSuite;
+  EXPECT_EQ(load_suite(write(dir, named), "/nonexistent", 2).pytorch_compile_mode, "reduce-overhead");
 }
 
 TEST(Suite, UnknownSuiteNamesTheFileItLookedFor) {

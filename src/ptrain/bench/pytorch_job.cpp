@@ -164,6 +164,9 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
     args.push_back("--channels-last");
   }
   if (compiled) args.insert(args.end(), {"--compile", "--fused-optimizer"});
+  if (compiled && suite.pytorch_compile_mode != "default") {
+    args.insert(args.end(), {"--compile-mode", suite.pytorch_compile_mode});
+  }
   std::vector<std::string> command;
   if (compiled) {
     // Every compiled run of the bench shares TorchInductor's cache (kernels, graphs), kept with the bench's

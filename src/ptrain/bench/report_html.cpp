@@ -387,7 +387,7 @@ std::string render_html(const Report& report) {
       }
       html << "</tr>\n";
     }
-    html << "</tbody>\n</table></div>\n<p class=\"note\">" << escape_html(kSideBySideNote) << "</p>\n";
+    html << "</tbody>\n</table></div>\n<p class=\"note\">" << escape_html(side_by_side_note(report)) << "</p>\n";
   }
 
   // Memory is charted in GiB rather than bytes so that the axis gets round GiB ticks.

@@ -318,11 +318,28 @@ std::vector<std::string> side_by_side_cells(const Report& report, const SideBySi
 
 const char* const kSideBySideHeading = "ptrain beside PyTorch";
 
-const char* const kSideBySideNote =
-    "Steady throughput (from the end of each record's steady_from_step on; over the whole training where a run "
-    "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
-    "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
-    "is torch.compile (default mode) with channels-last for convolutional models and the fused optimizer step, "
-    "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
+std::string side_by_side_note(const Report& report) {
+  std::set<std::string> modes;  // of the compiled records; records without one ran the default mode
+  for (const auto& run : report.runs) {
+    if (!run.record.compiled.value_or(false)) continue;
+    const auto compile = run.record.extra.find("compile");
+    const bool named = compile != run.record.extra.end() && compile->is_object() && compile->contains("mode") &&
+                       compile->at("mode").is_string();
+    modes.insert(named ? compile->at("mode").get<std::string>() : "default");
+  }
+  std::string mode = "default mode";
+  if (!modes.empty() && modes != std::set<std::string>{"default"}) {
+    mode.clear();
+    for (const auto& m : modes) mode += (mode.empty() ? "mode " : ", ") + m;
+    if (modes.count("reduce-overhead") || modes.count("max-autotune")) {
+      mode += ": forward and backward replayed as CUDA graphs";
+    }
+  }
+  return "Steady throughput (from the end of each record's steady_from_step on; over the whole training where a run "
+         "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
+         "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
+         "is torch.compile (" + mode + ") with channels-last for convolutional models and the fused optimizer step, "
+         "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
+}
 
 }  // namespace ptrain::bench::table

@@ -58,7 +58,8 @@ std::string job_summary(const Report& report);
 
 // The side-by-side table: its heading, column titles, cells per row and the note under it.
 extern const char* const kSideBySideHeading;
-extern const char* const kSideBySideNote;
+// The note names torch.compile's mode from the compiled records (extra.compile.mode).
+std::string side_by_side_note(const Report& report);
 const std::vector<const char*>& side_by_side_titles();
 inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the numbers
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);

@@ -62,7 +62,7 @@ std::string render_markdown(const Report& report) {
       for (const auto& cell : side_by_side_cells(report, row)) md << " " << escape_markdown(cell) << " |";
       md << "\n";
     }
-    md << "\n" << escape_markdown(kSideBySideNote) << "\n\n";
+    md << "\n" << escape_markdown(side_by_side_note(report)) << "\n\n";
   }
   return md.str();
 }

@@ -214,10 +214,10 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   check(root.IsMap(), path + ": a suite is a mapping with the keys name, workload (or workloads) and runs");
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
-    static const std::set<std::string> known{"name",     "workload",     "workloads", "runs",
-                                             "cpu-workload", "cpu-workloads", "cpu-runs"};
+    static const std::set<std::string> known{"name",         "workload",      "workloads", "runs",
+                                             "cpu-workload", "cpu-workloads", "cpu-runs",  "pytorch-compile-mode"};
     check(known.count(key) == 1, path + ": key '" + key + "' is not a suite key (known: name, workload, workloads, "
-                                        "runs, cpu-workload, cpu-workloads, cpu-runs)");
+                                        "runs, cpu-workload, cpu-workloads, cpu-runs, pytorch-compile-mode)");
   }
   const bool several = root["workloads"].IsDefined();
   check(!(several && root["workload"].IsDefined()),
@@ -235,6 +235,16 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   suite.name = root["name"].IsDefined() ? root["name"].as<std::string>()
                                          : std::filesystem::path(path).stem().string();
   suite.on_gpu = available_gpus > 0;
+  if (root["pytorch-compile-mode"].IsDefined()) {
+    const auto& node = root["pytorch-compile-mode"];
+    const std::string mode = node.IsScalar() ? node.as<std::string>() : "";
+    const auto& modes = compile_modes();
+    std::string names;
+    for (const auto& m : modes) names += (names.empty() ? "" : ", ") + m;
+    check(std::find(modes.begin(), modes.end(), mode) != modes.end(),
+          path + ": pytorch-compile-mode '" + mode + "' is not a torch.compile mode (" + names + ")");
+    suite.pytorch_compile_mode = mode;
+  }
   const bool cpu_variant = !suite.on_gpu;
   const char* runs_key = cpu_variant && root["cpu-runs"].IsDefined() ? "cpu-runs" : "runs";
   std::vector<std::string> workload_names;
@@ -255,6 +265,11 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   }
   suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus, workload_names);
   return suite;
+}
+
+const std::vector<std::string>& compile_modes() {
+  static const std::vector<std::string> modes{"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"};
+  return modes;
 }
 
 std::pair<std::string, std::string> parse_override(const std::string& text) {

@@ -71,11 +71,18 @@ struct Suite {
   std::vector<std::pair<std::string, WorkloadKeys>> workloads;  // a suite of several (`workloads:`), in file order
   std::vector<SuiteRun> runs;
   bool on_gpu = false;
+  // torch.compile's mode for the compiled variant (suite key pytorch-compile-mode): "default", or
+  // "reduce-overhead" (forward and backward replayed as CUDA graphs, as ptrain replays its step), and the
+  // other modes of compile_modes().
+  std::string pytorch_compile_mode = "default";
 
   bool has_several_workloads() const { return !workloads.empty(); }
   // The run's workload keys; throws ptrain::Error for a workload the suite does not have.
   const WorkloadKeys& workload_of(const SuiteRun& run) const;
 };
+
+// The torch.compile modes a suite's pytorch-compile-mode may name.
+const std::vector<std::string>& compile_modes();
 
 // Resolves "standard" (or any name without a path separator or .yaml suffix) to configs/bench/NAME.yaml
 // under source_dir; anything else is a file. available_gpus = 0 picks the cpu-workload(s) / cpu-runs when
