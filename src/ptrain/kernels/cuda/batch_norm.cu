@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
 
@@ -34,31 +34,17 @@ constexpr int kBackwardRows = 2;  // three loads a row already (dy, x, y)
 // took most of the 6-9 us each finalize kernel lasted.
 constexpr int kFinalizeLoads = 8;
 
-__device__ __forceinline__ float load_float(const float* p) { return *p; }
-__device__ __forceinline__ float load_float(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store_float(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_float(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-
-// V elements of T in one 16-byte load or store.
-template <typename T>
-struct alignas(16) Vec {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
-
 template <typename T>
 __device__ __forceinline__ void to_floats(const Vec<T>& in, float* out) {
 #pragma unroll
-  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] = load_float(&in.v[i]);
+  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] = to_float(in.v[i]);
 }
 
 template <typename T>
 __device__ __forceinline__ Vec<T> from_floats(const float* in) {
   Vec<T> out;
 #pragma unroll
-  for (int i = 0; i < Vec<T>::kSize; ++i) store_float(&out.v[i], in[i]);
+  for (int i = 0; i < Vec<T>::kSize; ++i) out.v[i] = from_float<T>(in[i]);
   return out;
 }
 
@@ -202,13 +188,13 @@ __global__ void stats_finalize_kernel(const float* __restrict__ chunk_mean, cons
   const float invstd = rsqrtf(var + eps);
   mean_out[c] = mean;
   invstd_out[c] = invstd;
-  const float w = weight ? load_float(weight + c) : 1.0f, b = bias ? load_float(bias + c) : 0.0f;
+  const float w = weight ? to_float(weight[c]) : 1.0f, b = bias ? to_float(bias[c]) : 0.0f;
   scale_shift[c] = w * invstd;
   scale_shift[channels + c] = b - mean * w * invstd;
   if (running_mean) {
-    store_float(running_mean + c, (1.0f - momentum) * load_float(running_mean + c) + momentum * mean);
+    running_mean[c] = from_float<P>((1.0f - momentum) * to_float(running_mean[c]) + momentum * mean);
     const float unbiased = n > 1.0f ? m2 / (n - 1.0f) : var;
-    store_float(running_var + c, (1.0f - momentum) * load_float(running_var + c) + momentum * unbiased);
+    running_var[c] = from_float<P>((1.0f - momentum) * to_float(running_var[c]) + momentum * unbiased);
   }
 }
 
@@ -384,9 +370,9 @@ __global__ void backward_finalize_kernel(const float* __restrict__ chunk_g, cons
     gx += __shfl_xor_sync(0xffffffffu, gx, offset);
   }
   if (lane != 0) return;
-  if (dweight) store_float(dweight + c, gx);
-  if (dbias) store_float(dbias + c, g);
-  const float w = weight ? load_float(weight + c) : 1.0f;
+  if (dweight) dweight[c] = from_float<P>(gx);
+  if (dbias) dbias[c] = from_float<P>(g);
+  const float w = weight ? to_float(weight[c]) : 1.0f;
   coefficients[c] = w * invstd[c];                                  // k: dx = k * (g - mean_g - xhat * mean_gx)
   coefficients[channels + c] = g / static_cast<float>(rows);        // mean_g
   coefficients[2 * channels + c] = gx / static_cast<float>(rows);   // mean_gx
@@ -430,27 +416,10 @@ __global__ void backward_apply_kernel(const T* __restrict__ dy, const T* __restr
   }
 }
 
-int vector_of(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 8; }
-
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw std::runtime_error(std::string(kernel) + ": " + cudaGetErrorString(status));
-}
-
 void check_shape(Dtype dtype, int64_t rows, int64_t channels) {
-  if (rows <= 0 || channels <= 0 || channels % vector_of(dtype) != 0)
+  if (rows <= 0 || channels <= 0 || channels % vector_elements(dtype) != 0)
     throw std::runtime_error("batch_norm_relu: channels must be a positive multiple of " +
-                             std::to_string(vector_of(dtype)) + ", got " + std::to_string(channels));
-}
-
-// Calls fn with a null pointer of the C++ type of dtype, to dispatch templates.
-template <typename Fn>
-void with_type(Dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case Dtype::kFloat: fn(static_cast<float*>(nullptr)); break;
-    case Dtype::kHalf: fn(static_cast<__half*>(nullptr)); break;
-    case Dtype::kBFloat16: fn(static_cast<__nv_bfloat16*>(nullptr)); break;
-  }
+                             std::to_string(vector_elements(dtype)) + ", got " + std::to_string(channels));
 }
 
 }  // namespace
@@ -466,7 +435,7 @@ void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int
                       const void* bias, void* running_mean, void* running_var, double momentum, double eps,
                       float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream) {
   check_shape(dtype, rows, channels);
-  const Tiling t = tiling_for(rows, channels, vector_of(dtype));
+  const Tiling t = tiling_for(rows, channels, vector_elements(dtype));
   float* chunk_mean = workspace;
   float* chunk_m2 = workspace + t.chunks * channels;
   const dim3 grid(static_cast<unsigned>(t.chunks), static_cast<unsigned>((t.groups + t.lanes - 1) / t.lanes));
@@ -489,7 +458,7 @@ void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int
 void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
                            int64_t channels, bool relu, void* y, cudaStream_t stream) {
   check_shape(dtype, rows, channels);
-  const Tiling t = tiling_for(rows, channels, vector_of(dtype), kApplyChunks);
+  const Tiling t = tiling_for(rows, channels, vector_elements(dtype), kApplyChunks);
   const dim3 grid(static_cast<unsigned>(t.chunks), static_cast<unsigned>((t.groups + t.lanes - 1) / t.lanes));
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -504,7 +473,7 @@ void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
                               int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
                               void* dbias, float* workspace, cudaStream_t stream) {
   check_shape(dtype, rows, channels);
-  const Tiling t = tiling_for(rows, channels, vector_of(dtype));
+  const Tiling t = tiling_for(rows, channels, vector_elements(dtype));
   float* chunk_g = workspace;
   float* chunk_gx = workspace + t.chunks * channels;
   float* coefficients = workspace + 2 * t.chunks * channels;
@@ -524,7 +493,7 @@ void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
                                                                  static_cast<P*>(dbias), coefficients);
   });
   check_launch("batch_norm_relu_backward_finalize");
-  const Tiling a = tiling_for(rows, channels, vector_of(dtype), kApplyChunks);
+  const Tiling a = tiling_for(rows, channels, vector_elements(dtype), kApplyChunks);
   const dim3 apply_grid(static_cast<unsigned>(a.chunks), static_cast<unsigned>((a.groups + a.lanes - 1) / a.lanes));
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

@@ -3,32 +3,16 @@
 // backward reads the row again and writes its gradient in the logits' dtype. LibTorch's path casts the
 // logits to fp32, keeps fp32 log-probabilities for backward and reads them again for accuracy: for GPT-2's
 // 50,257 classes about 40 bytes an element against these kernels' 6.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
 
 namespace {
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // The softmax state of a part of a row: its largest value m and the sum of exp(x - m). A NaN anywhere makes
 // the sum NaN, so a NaN logit gives a NaN loss, as LibTorch's path does.
@@ -163,11 +147,6 @@ int threads_for(int64_t classes) {
   if (classes >= 4096) return 1024;
   const int64_t warps = (classes + kWarp - 1) / kWarp;
   return static_cast<int>(warps * kWarp);
-}
-
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw std::runtime_error(std::string(kernel) + ": " + cudaGetErrorString(status));
 }
 
 void check_rows(int64_t rows) {

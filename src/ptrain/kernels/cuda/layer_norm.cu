@@ -4,16 +4,13 @@
 // weight and bias gradients at a quarter of the memory bandwidth. Here: one row kernel each way (a warp a
 // row, reading the row twice, the second time from L1) that writes the normalised row straight in the
 // compute dtype, and a column reduction for the weight and bias gradients.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
-#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
 
@@ -28,23 +25,11 @@ struct alignas(4 * sizeof(T)) Four {
   T v[4];
 };
 
-__device__ __forceinline__ float as_float(float v) { return v; }
-__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
 template <typename T>
 __device__ __forceinline__ void load4(const T* p, float* out) {
   const Four<T> f = *reinterpret_cast<const Four<T>*>(p);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = as_float(f.v[i]);
+  for (int i = 0; i < 4; ++i) out[i] = to_float(f.v[i]);
 }
 
 template <typename T>
@@ -207,20 +192,6 @@ __global__ void columns_finalize_kernel(const float* __restrict__ chunk_gw, cons
     grad_weight[c] = gw;
     grad_bias[c] = gb;
   }
-}
-
-template <typename Fn>
-void with_type(Dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case Dtype::kFloat: fn(static_cast<float*>(nullptr)); break;
-    case Dtype::kHalf: fn(static_cast<__half*>(nullptr)); break;
-    case Dtype::kBFloat16: fn(static_cast<__nv_bfloat16*>(nullptr)); break;
-  }
-}
-
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw std::runtime_error(std::string(kernel) + ": " + cudaGetErrorString(status));
 }
 
 void check_shape(int64_t rows, int64_t cols) {

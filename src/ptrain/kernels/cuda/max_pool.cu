@@ -6,14 +6,11 @@
 // the last one seen), and in the backward each input sums, in fp32 and in LibTorch's order (output rows, then
 // columns), the gradients of the outputs whose maximum it was. (Built with fast math, as the folder is: fp32 and
 // bf16 subnormals compare as zero, so among ties of such values the first wins.)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include "ptrain/kernels/cuda/launch.h"
+#include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
 
@@ -21,23 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <typename T>
-struct alignas(16) Vec {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
-};
 // The window positions of one Vec of channels.
 template <int V>
 struct alignas(V) Positions {
@@ -125,11 +105,9 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy, const uint8_t
   }
 }
 
-int vector_of(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 8; }
-
 void check_pool(Dtype dtype, const PoolShape& s) {
-  if (s.channels <= 0 || s.channels % vector_of(dtype) != 0)
-    throw std::runtime_error("max_pool: channels must be a positive multiple of " + std::to_string(vector_of(dtype)) +
+  if (s.channels <= 0 || s.channels % vector_elements(dtype) != 0)
+    throw std::runtime_error("max_pool: channels must be a positive multiple of " + std::to_string(vector_elements(dtype)) +
                              ", got " + std::to_string(s.channels));
   if (s.kernel <= 0 || s.kernel * s.kernel > 255 || s.stride <= 0 || s.padding < 0 || 2 * s.padding > s.kernel)
     throw std::runtime_error("max_pool: kernel " + std::to_string(s.kernel) + ", stride " + std::to_string(s.stride) +
@@ -141,26 +119,12 @@ unsigned blocks_for(int64_t total) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
-template <typename Fn>
-void with_type(Dtype dtype, Fn&& fn) {
-  switch (dtype) {
-    case Dtype::kFloat: fn(static_cast<float*>(nullptr)); break;
-    case Dtype::kHalf: fn(static_cast<__half*>(nullptr)); break;
-    case Dtype::kBFloat16: fn(static_cast<__nv_bfloat16*>(nullptr)); break;
-  }
-}
-
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw std::runtime_error(std::string(kernel) + ": " + cudaGetErrorString(status));
-}
-
 }  // namespace
 
 void max_pool_forward(Dtype dtype, const void* x, const PoolShape& shape, void* y, uint8_t* positions,
                       cudaStream_t stream) {
   check_pool(dtype, shape);
-  const int64_t total = shape.batch * shape.out_h * shape.out_w * (shape.channels / vector_of(dtype));
+  const int64_t total = shape.batch * shape.out_h * shape.out_w * (shape.channels / vector_elements(dtype));
   if (total == 0) return;
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -173,7 +137,7 @@ void max_pool_forward(Dtype dtype, const void* x, const PoolShape& shape, void* 
 void max_pool_backward(Dtype dtype, const void* dy, const uint8_t* positions, const PoolShape& shape, void* dx,
                        cudaStream_t stream) {
   check_pool(dtype, shape);
-  const int64_t total = shape.batch * shape.in_h * shape.in_w * (shape.channels / vector_of(dtype));
+  const int64_t total = shape.batch * shape.in_h * shape.in_w * (shape.channels / vector_elements(dtype));
   if (total == 0) return;
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
