@@ -125,10 +125,7 @@ class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormRe
 
 bool fused_batch_norm_relu_applies(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
                                    const torch::Tensor& running_mean) {
-  if (!fused::available(x.device()) || x.dim() != 4 || !fused::kernel_dtype(x.scalar_type())) return false;
-  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
-  const int64_t vector = x.scalar_type() == torch::kFloat ? 4 : 8;
-  if (x.size(1) % vector != 0) return false;
+  if (!fused::nhwc_vectors(x)) return false;
   if (residual.defined() && (residual.sizes() != x.sizes() || residual.scalar_type() != x.scalar_type() ||
                              !residual.is_contiguous(at::MemoryFormat::ChannelsLast)))
     return false;

@@ -13,6 +13,15 @@ bool available(const torch::Device& device);
 // The element types the kernels are written for.
 inline bool kernel_dtype(torch::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
 
+// Whether the NHWC kernels (batch norm, max pooling) take x as rows of 16-byte channel vectors: a non-empty
+// channels-last [N, C, H, W] tensor of a kernel dtype on a device with fused kernels, C a multiple of 8 (4 in
+// fp32).
+inline bool nhwc_vectors(const torch::Tensor& x) {
+  if (!available(x.device()) || x.dim() != 4 || !kernel_dtype(x.scalar_type())) return false;
+  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
+  return x.size(1) % (x.scalar_type() == torch::kFloat ? 4 : 8) == 0;
+}
+
 struct CrossEntropyRows {
   torch::Tensor loss;     // [rows] fp32
   torch::Tensor lse;      // [rows] fp32, log-sum-exp of each row: what the backward needs

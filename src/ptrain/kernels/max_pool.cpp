@@ -34,10 +34,7 @@ class FusedMaxPool2d : public torch::autograd::Function<FusedMaxPool2d> {
 }  // namespace
 
 bool fused_max_pool2d_applies(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
-  if (!fused::available(x.device()) || x.dim() != 4 || !fused::kernel_dtype(x.scalar_type())) return false;
-  if (!x.is_contiguous(at::MemoryFormat::ChannelsLast) || x.numel() == 0) return false;
-  const int64_t vector = x.scalar_type() == torch::kFloat ? 4 : 8;
-  if (x.size(1) % vector != 0) return false;
+  if (!fused::nhwc_vectors(x)) return false;
   if (kernel <= 0 || kernel * kernel > 255 || stride <= 0 || padding < 0 || 2 * padding > kernel) return false;
   return x.size(2) + 2 * padding >= kernel && x.size(3) + 2 * padding >= kernel;
 }

@@ -34,20 +34,21 @@ torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
                            options.eps(), at::globalContext().userEnabledCuDNN());
 }
 
+bool BatchNorm2dImpl::fused_applies(const torch::Tensor& x, const torch::Tensor& residual) const {
+  return fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
+         kernels::fused_batch_norm_relu_applies(x, residual, weight, running_mean);
+}
+
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   if (normalize_) return normalize_(*this, x);
-  const bool fused = fused_kernels_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
-                     kernels::fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean);
-  if (!fused) return local_forward(x);
+  if (!fused_applies(x, torch::Tensor())) return local_forward(x);
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_training(x, weight, bias, running_mean, running_var, momentum, options.eps(),
                                       /*allow_fused=*/true);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
-  const bool fused = fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
-                     kernels::fused_batch_norm_relu_applies(x, residual, weight, running_mean);
-  if (!fused) {
+  if (!fused_applies(x, residual)) {
     auto y = forward(x);
     return torch::relu(residual.defined() ? y + residual : y);
   }
@@ -59,9 +60,7 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
 torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv) {
   const auto& o = conv.options;
   const auto padding = compat::explicit_zero_padding(o);
-  const bool fused = relu_recompute_ && fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() &&
-                     x.dim() == 4 && !o.bias() && padding.has_value() &&
-                     kernels::fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean);
+  const bool fused = relu_recompute_ && !o.bias() && padding.has_value() && fused_applies(x, torch::Tensor());
   if (!fused) return conv.forward(forward_relu(x));
   kernels::ConvGeometry geometry;
   geometry.stride = std::vector<int64_t>(o.stride()->begin(), o.stride()->end());

@@ -47,6 +47,10 @@ class BatchNorm2dImpl : public torch::nn::Module {
   torch::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
+  // Training with fused kernels on and nobody taking over, for tensors the kernels take (residual may be
+  // undefined).
+  bool fused_applies(const torch::Tensor& x, const torch::Tensor& residual) const;
+
   Normalize normalize_;
   bool fused_kernels_ = false;
   bool relu_recompute_ = false;
