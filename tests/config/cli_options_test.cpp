@@ -151,6 +151,22 @@ TEST(TrainOptions, FloatSettingsBeyondAFloatAreRefusedByNameAsFlagYamlKeyAndVari
   EXPECT_NE(from_environment.find("not 5e38"), std::string::npos) << from_environment;
 }
 
+// yaml-cpp's LoadFile reads the first document only: settings after a "---" were dropped without a word.
+TEST(TrainOptions, ASecondYamlDocumentIsRefusedNamingTheFileAndItsLine) {
+  const auto path = write_yaml("two_documents", "epochs: 3\n---\nlr: 0.5\n");
+  const std::string message = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(message.find(path + ": holds a second YAML document (from line 3)"), std::string::npos) << message;
+  // An explicit start and end of the one document are fine.
+  EXPECT_EQ(parse({"--config", write_yaml("one_document", "---\nepochs: 3\n...\n")}).run.epochs, 3);
+}
+
+TEST(TrainOptions, ADirectoryAsConfigIsRefusedNamingIt) {
+  const std::string directory = (fs::temp_directory_path() / "ptrain_config_test_directory").string();
+  fs::create_directories(directory);
+  const std::string message = error_of([&] { parse({"--config", directory}); });
+  EXPECT_EQ(message, directory + ": is a directory, not a YAML config file");
+}
+
 TEST(TrainOptions, AKeyGivenTwiceInYamlIsRefusedNamingBothLines) {
   const auto path = write_yaml("twice", "epochs: 3\nlr: 0.1\nbatch_size: 16\nbatch-size: 64\n");
   const std::string message = error_of([&] { parse({"--config", path}); });

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -304,14 +305,26 @@ std::string known_keys(CLI::App& app) {
 }  // namespace
 
 void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
-  YAML::Node root;
+  // A directory opens as a stream on Linux and fails at the first read, as "basic_filebuf::underflow".
+  std::error_code error;
+  check(!std::filesystem::is_directory(yaml_path, error), yaml_path + ": is a directory, not a YAML config file");
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::LoadFile(yaml_path);
+    documents = YAML::LoadAllFromFile(yaml_path);
   } catch (const YAML::BadFile&) {
     throw Error(yaml_path + ": cannot open the config file");
   } catch (const YAML::Exception& e) {
     throw Error(yaml_path + ": not valid YAML: " + e.what());
   }
+  // Settings after a "---" are a second document, which a reader of the first alone would drop unseen.
+  for (size_t i = 1; i < documents.size(); ++i) {
+    if (documents[i].IsNull()) continue;  // a bare "---" or "..." at the end says nothing
+    const int line = documents[i].Mark().line + 1;
+    throw Error(yaml_path + ": holds a second YAML document" + (line > 0 ? " (from line " + std::to_string(line) + ")" : "") +
+                "; a config is one mapping of keys to values: join the documents or keep one");
+  }
+  if (documents.empty()) return;
+  const YAML::Node root = documents.front();
   if (root.IsNull()) return;
   check(root.IsMap(), yaml_path + ": the config must be a mapping of keys to values");
 
