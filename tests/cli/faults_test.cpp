@@ -154,4 +154,16 @@ TEST(CliFaults, ADivergedRunNeverExitsZero) {
   EXPECT_TRUE(!fs::exists(dir / "warn") || fs::is_empty(dir / "warn")) << "a NaN checkpoint was saved";
 }
 
+// A 0-byte test_batch.bin gave "test accuracy -nan%" and exit 0.
+TEST(CliFaults, AnEmptyTestSplitIsRefusedNamingItsFile) {
+  const auto dir = scratch("empty_split");
+  for (int i = 1; i <= 5; ++i)
+    std::ofstream(dir / ("data_batch_" + std::to_string(i) + ".bin"), std::ios::binary) << std::string(3073 * 8, '\0');
+  std::ofstream(dir / "test_batch.bin").close();
+  const Result r = run("train --model resnet20 --dataset cifar10 --data-path " + dir.string() +
+                       " --batch-size 8 --max-steps 1 --device cpu --threads 1 --progress none");
+  expect_named_refusal(r, (dir / "test_batch.bin").string() + ": holds no CIFAR-10 records");
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
 }  // namespace
