@@ -391,7 +391,11 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end parsing as CLI11 "errors" that succeed; every other is a usage error, said
+    // as every ptrain error is: one line, exit 2 (CLI11's own codes, 105 and up, told scripts nothing).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "ptrain: error: " << e.what() << std::endl;
+    return 2;
   }
   return with_errors_reported([&] {
     if (bench_command.cmd->parsed()) return run_bench(bench_command);
