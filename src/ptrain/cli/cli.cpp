@@ -133,6 +133,7 @@ int run_train(TrainCommand& command, const std::string& command_line) {
   apply_config_sources(*command.cmd, command.config_file, train_config, [] { return dist::detect_environment(); });
   const train::Plan plan = train::make_plan(train_config);
   if (train_config.run.dry_run) {
+    check_plan_on_data(plan);
     std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
     return 0;
   }
