@@ -199,4 +199,17 @@ TEST(CliFaults, AnEmptyTestSplitIsRefusedNamingItsFile) {
   EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
 }
 
+// A link at --metrics-out (a results folder's "latest.json") was replaced by a plain file.
+TEST(CliFaults, ALinkAtMetricsOutIsKeptAndItsTargetWritten) {
+  const auto dir = scratch("metrics_link");
+  fs::create_directories(dir / "results");
+  std::ofstream(dir / "results" / "run.json") << "{}";
+  fs::create_symlink("results/run.json", dir / "latest.json");
+  const Result r = run(kTiny + "--max-steps 1 --metrics-out " + (dir / "latest.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "latest.json"));
+  const auto json = nlohmann::json::parse(std::ifstream(dir / "results" / "run.json"));
+  EXPECT_EQ(json["steps"], 1) << json.dump();
+}
+
 }  // namespace
