@@ -199,6 +199,19 @@ TEST(CliFaults, AnEmptyTestSplitIsRefusedNamingItsFile) {
   EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
 }
 
+// A 16 GB file (sparse: it takes no disk) given to verify: its first bytes say it is no checkpoint. It was
+// read whole first, which under a 6 GB address-space limit ended in std::bad_alloc.
+TEST(CliFaults, VerifyRefusesAHugeFileFromItsHeaderWithoutReadingItWhole) {
+  const auto dir = scratch("huge");
+  const auto huge = (dir / "step-00000001.safetensors").string();
+  { std::ofstream(huge).close(); }
+  fs::resize_file(huge, 16ull << 30);
+  const Result r = run_shell("ulimit -v 6000000; exec " + std::string(PTRAIN_EXECUTABLE) + " verify " + huge);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(huge + ": error: safetensors header is not valid JSON"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
+}
+
 // A link at --metrics-out (a results folder's "latest.json") was replaced by a plain file.
 TEST(CliFaults, ALinkAtMetricsOutIsKeptAndItsTargetWritten) {
   const auto dir = scratch("metrics_link");
