@@ -64,6 +64,7 @@ import resource
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -455,6 +456,18 @@ def finite_or_null(value):
     if isinstance(value, list):
         return [finite_or_null(v) for v in value]
     return value
+
+
+def write_tracebacks_whole():
+    """An uncaught exception's traceback leaves in one write: under torchrun every rank's stderr is one log,
+    and with PYTHONUNBUFFERED=1 Python writes a traceback a few characters at a time, so two ranks failing
+    together tore each other's lines (the bench's summary of the run then read carets, not the exception)."""
+    def write_whole(kind, value, tb):
+        text = "".join(traceback.format_exception(kind, value, tb)).encode(errors="replace")
+        sys.stdout.flush()
+        while text:
+            text = text[os.write(2, text):]
+    sys.excepthook = write_whole
 
 
 def write_json_atomically(path, record):
@@ -1279,4 +1292,5 @@ def evaluate(model, ctx, data, in_dtype, a, autocast):
 
 
 if __name__ == "__main__":
+    write_tracebacks_whole()
     main()

@@ -423,6 +423,44 @@ if mkdir -p "$ROOT/ro" && mount -t tmpfs -o ro,size=1m tmpfs "$ROOT/ro" 2>/dev/n
   umount "$ROOT/ro"
 fi
 
+# Numbers LibTorch narrows to float, settings without effect and plans train refuses: --dry-run refuses
+# them too; a config file of two documents or a directory, an empty test split; a link at --metrics-out.
+plans_and_messages() {
+  local dir="$ROOT/plans"
+  mkdir -p "$dir"
+  # TINY's schedule is constant; these cases need the default, cosine.
+  local cosine=(train --model resnet20 --dataset synthetic --data-path 256:3x8x8:4 --device cpu --threads 1
+                --progress none --batch-size 16 --warmup-epochs 0)
+  bad_input "--lr 1e39 (dry run)" "--lr" "${TINY[@]}" --lr 1e39 --dry-run
+  PTRAIN_WEIGHT_DECAY=1e39 bad_input "PTRAIN_WEIGHT_DECAY=1e39" "--weight-decay" "${TINY[@]}" --dry-run
+  bad_input "--momentum with adamw (dry run)" "--momentum applies to --optimizer sgd" "${TINY[@]}" --optimizer adamw \
+    --momentum 0.5 --dry-run
+  bad_input "--min-lr above --lr (dry run)" "--min-lr 0.5 must not exceed --lr 0.1" "${cosine[@]}" --lr 0.1 --min-lr 0.5 \
+    --dry-run
+  printf 'epochs: 2\n---\nlr: 0.5\n' > "$dir/two.yaml"
+  bad_input "a second YAML document" "$dir/two.yaml: holds a second YAML document" "${TINY[@]}" --config "$dir/two.yaml"
+  [ "$ALL_BAD_INPUT" = 1 ] || return 0
+  bad_input "--config DIR" "$dir: is a directory" "${TINY[@]}" --config "$dir"
+  bad_input "--eps with sgd (dry run)" "--eps applies to --optimizer adamw" "${TINY[@]}" --eps 1e-6 --dry-run
+  bad_input "--gamma with cosine (dry run)" "--gamma applies to --schedule step" "${cosine[@]}" --gamma 0.5 --dry-run
+  mkdir -p "$dir/cifar"
+  for i in 1 2 3 4 5; do head -c $((3073 * 16)) /dev/zero > "$dir/cifar/data_batch_$i.bin"; done
+  : > "$dir/cifar/test_batch.bin"
+  bad_input "an empty test split" "$dir/cifar/test_batch.bin" train --model resnet20 --dataset cifar10 \
+    --data-path "$dir/cifar" --device cpu --threads 1 --batch-size 16 --max-steps 1 --progress none
+  mkdir -p "$dir/results"
+  echo '{}' > "$dir/results/run.json"
+  ln -sf results/run.json "$dir/latest.json"
+  if ! "$PTRAIN" "${TINY[@]}" --max-steps 1 --metrics-out "$dir/latest.json" > "$dir/link.out" 2>&1; then
+    fail "a link at --metrics-out" "exit non-zero: $(tail -1 "$dir/link.out")"
+  elif [ ! -L "$dir/latest.json" ] || ! grep -q '"steps"' "$dir/results/run.json"; then
+    fail "a link at --metrics-out" "the link was replaced or its target not written"
+  else
+    pass "a link at --metrics-out"
+  fi
+}
+plans_and_messages
+
 if ! no_leftovers 5; then fail "leftover processes" "$(leftovers | tr '\n' ' ')"; fi
 
 wall=$SECONDS

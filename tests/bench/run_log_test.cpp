@@ -95,6 +95,43 @@ E1201 12:00:00.000000 1234 torch/distributed/elastic/multiprocessing/api.py:869]
   EXPECT_EQ(failure_line(log), "[rank1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB");
 }
 
+// Two workers of torchrun 1.13 raising together with PYTHONUNBUFFERED=1: their tracebacks reach the one log a
+// few characters at a time, so caret lines lose their indentation ("^^^ ^^^^^^^^^^^^") and frames are torn.
+// The exception line is the summary, never a piece of a frame or its carets.
+TEST(FailureLine, TornTracebacksOfTwoUnbufferedWorkersGiveTheException) {
+  const char* log = R"(Traceback (most recent call last):
+Traceback (most recent call last):
+  File "bench/pytorch_reference.py", line 1290, in <module>
+  File "bench/pytorch_reference.py", line 1290, in <module>
+    main()
+    main()
+  File "bench/pytorch_reference.py", line 1040, in main
+    model.load_state_dict(torch.load(a.weights))
+                          ^^^^^^^^^^^^^^^^^^^^^^^
+  File "bench/pytorch_reference.py", line 1040, in main
+    model.load_state_dict(torch.load(a.weights))
+               ^^^
+^^^ ^^^^^^^^^^^^
+  File "/usr/lib/python3/dist-packages/torch/serialization.py", line 1002, in _legacy_load
+magic_number = pickle_module.load(f, **pickle_load_args)
+    magic_number = pickle_module.load(f, **pickle_load_args)
+                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+ ^^^^^^^^^^^^^ ^^^^^^^^^^^^^^^^^^^^^^^^
+_pickle.UnpicklingError: invalid load key, 'n'.
+_pickle.UnpicklingError: invalid load key, 'n'.
+ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 15506) of binary: /usr/bin/python3
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/torch/distributed/launcher/api.py", line 246, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+)";
+  EXPECT_EQ(failure_line(log), "_pickle.UnpicklingError: invalid load key, 'n'.");
+  // A bare exception class ends a traceback too; a torn bare word does not.
+  EXPECT_EQ(failure_line("Traceback (most recent call last):\n  File \"a.py\", line 1\nmain\n^^^^\nKeyboardInterrupt\n"),
+            "KeyboardInterrupt");
+}
+
 // ptrain launch: the rank the launcher names as the one that failed speaks, not a rank stopped after it.
 TEST(FailureLine, TheFailedRanksErrorUnderPtrainLaunch) {
   const char* log = R"($ '/bin/ptrain' 'launch' '--nproc-per-node' '2' '--' '/bin/ptrain' 'train'

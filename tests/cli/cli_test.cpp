@@ -286,11 +286,20 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
   EXPECT_EQ(json["strategy"], "fsdp");
   const auto checkpoint = dir / "ckpt" / "step-00000002.safetensors";
   ASSERT_TRUE(fs::exists(checkpoint)) << r.output;
+  std::string files = checkpoint.string();
   for (int rank = 0; rank < 4; ++rank) {
     char name[64];
     std::snprintf(name, sizeof(name), "step-00000002.rank-%05d.safetensors", rank);
     EXPECT_TRUE(fs::exists(dir / "ckpt" / name)) << name;
+    files += " " + (dir / "ckpt" / name).string();
   }
+  // `ptrain verify` on the whole directory: each rank file is checked for what it is, not refused as a
+  // checkpoint that is not one.
+  const Result verified = run("verify " + files);
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  EXPECT_NE(verified.output.find("step-00000002.rank-00003.safetensors: ok, rank file 3 of 4 of a sharded checkpoint"),
+            std::string::npos)
+      << verified.output;
   const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(port + 1) + " --timeout 240 -- " +
                              PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 4 --resume " +
                              checkpoint.string());

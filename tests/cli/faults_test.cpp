@@ -154,4 +154,75 @@ TEST(CliFaults, ADivergedRunNeverExitsZero) {
   EXPECT_TRUE(!fs::exists(dir / "warn") || fs::is_empty(dir / "warn")) << "a NaN checkpoint was saved";
 }
 
+// --dry-run and estimate used to accept plans that train refused: a batch larger than the data, a cosine
+// floor above the peak rate, a learning rate beyond a float. Each is refused the same way by all three.
+TEST(CliFaults, DryRunAndEstimateRefuseWhatTrainRefuses) {
+  const std::string data = "--model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --device cpu --threads 1 ";
+  const std::string train = "train " + data + "--progress none --test-limit 16 --warmup-epochs 0 --epochs 1 ";
+  for (const auto& [args, why] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-size 1000000000000 ", "--batch-size 1000000000000 x 1 replicas is larger than the 64 training samples"},
+           {"--batch-size 16 --lr 0.1 --min-lr 0.5 ", "--min-lr 0.5 must not exceed --lr 0.1"},
+           {"--batch-size 16 --lr 1e39 ", "--lr: must be at most 3.40282e+38 (the largest float), not 1e39"}}) {
+    const Result trained = run(train + args);
+    const Result dry = run(train + args + "--dry-run");
+    const Result estimated = run("estimate " + data + args);
+    for (const Result* r : {&trained, &dry, &estimated}) {
+      expect_named_refusal(*r, why);
+      EXPECT_EQ(r->output.find("epoch 1:"), std::string::npos) << args << "\n" << r->output;
+    }
+  }
+}
+
+// Settings of another optimizer or schedule were accepted and ignored (--momentum with adamw, --eps with sgd,
+// --gamma with cosine, --min-lr with constant) while --milestones without --schedule step was refused.
+TEST(CliFaults, OptimizerAndScheduleSettingsWithoutEffectAreRefusedByName) {
+  const std::string dry = kTiny + "--dry-run ";
+  expect_named_refusal(run(dry + "--optimizer adamw --momentum 0.5"), "--momentum applies to --optimizer sgd");
+  expect_named_refusal(run(dry + "--optimizer adamw --nesterov"), "--nesterov applies to --optimizer sgd");
+  expect_named_refusal(run(dry + "--eps 1e-6"), "--eps applies to --optimizer adamw (this run's optimizer is sgd)");
+  expect_named_refusal(run(dry + "--beta1 0.8"), "--beta1 applies to --optimizer adamw");
+  expect_named_refusal(run(dry + "--gamma 0.5"), "--gamma applies to --schedule step (this run's schedule is cosine)");
+  expect_named_refusal(run(dry + "--schedule constant --min-lr 0.01"), "--min-lr applies to --schedule cosine");
+  const Result fine = run(dry + "--optimizer adamw --eps 1e-6 --beta1 0.8 --schedule step --milestones 1 --gamma 0.5");
+  EXPECT_EQ(fine.exit_code, 0) << fine.output;
+}
+
+// A 0-byte test_batch.bin gave "test accuracy -nan%" and exit 0.
+TEST(CliFaults, AnEmptyTestSplitIsRefusedNamingItsFile) {
+  const auto dir = scratch("empty_split");
+  for (int i = 1; i <= 5; ++i)
+    std::ofstream(dir / ("data_batch_" + std::to_string(i) + ".bin"), std::ios::binary) << std::string(3073 * 8, '\0');
+  std::ofstream(dir / "test_batch.bin").close();
+  const Result r = run("train --model resnet20 --dataset cifar10 --data-path " + dir.string() +
+                       " --batch-size 8 --max-steps 1 --device cpu --threads 1 --progress none");
+  expect_named_refusal(r, (dir / "test_batch.bin").string() + ": holds no CIFAR-10 records");
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
+// A 16 GB file (sparse: it takes no disk) given to verify: its first bytes say it is no checkpoint. It was
+// read whole first, which under a 6 GB address-space limit ended in std::bad_alloc.
+TEST(CliFaults, VerifyRefusesAHugeFileFromItsHeaderWithoutReadingItWhole) {
+  const auto dir = scratch("huge");
+  const auto huge = (dir / "step-00000001.safetensors").string();
+  { std::ofstream(huge).close(); }
+  fs::resize_file(huge, 16ull << 30);
+  const Result r = run_shell("ulimit -v 6000000; exec " + std::string(PTRAIN_EXECUTABLE) + " verify " + huge);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(huge + ": error: safetensors header is not valid JSON"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
+}
+
+// A link at --metrics-out (a results folder's "latest.json") was replaced by a plain file.
+TEST(CliFaults, ALinkAtMetricsOutIsKeptAndItsTargetWritten) {
+  const auto dir = scratch("metrics_link");
+  fs::create_directories(dir / "results");
+  std::ofstream(dir / "results" / "run.json") << "{}";
+  fs::create_symlink("results/run.json", dir / "latest.json");
+  const Result r = run(kTiny + "--max-steps 1 --metrics-out " + (dir / "latest.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "latest.json"));
+  const auto json = nlohmann::json::parse(std::ifstream(dir / "results" / "run.json"));
+  EXPECT_EQ(json["steps"], 1) << json.dump();
+}
+
 }  // namespace

@@ -127,6 +127,46 @@ TEST(TrainOptions, NonFiniteAndOutOfRangeNumbersAreRefusedReadably) {
   EXPECT_EQ(parse({"--seed", "18446744073709551615"}).run.seed, 18446744073709551615ull);
 }
 
+// LibTorch holds these settings as floats: a larger value used to pass every check (--dry-run's too) and
+// fail in the first step as "value cannot be converted to type float without overflow", naming no flag.
+TEST(TrainOptions, FloatSettingsBeyondAFloatAreRefusedByNameAsFlagYamlKeyAndVariable) {
+  for (const char* flag : {"--lr", "--weight-decay", "--eps", "--gamma", "--min-lr", "--clip-grad-norm",
+                           "--initial-loss-scale", "--min-loss-scale"}) {
+    const std::string message = error_of([&] { parse({flag, "1e39"}); });
+    EXPECT_NE(message.find(flag), std::string::npos) << message;
+    EXPECT_NE(message.find("at most 3.40282e+38 (the largest float), not 1e39"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 140u) << message;
+  }
+  EXPECT_DOUBLE_EQ(parse({"--initial-loss-scale", "3e38"}).precision.initial_loss_scale, 3e38);
+
+  const auto path = write_yaml("float_overflow", "weight_decay: 1e39\n");
+  const std::string from_yaml = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(from_yaml.find(path + ": key 'weight_decay'"), std::string::npos) << from_yaml;
+  EXPECT_NE(from_yaml.find("not 1e39"), std::string::npos) << from_yaml;
+
+  ::setenv("PTRAIN_CLIP_GRAD_NORM", "5e38", 1);
+  const std::string from_environment = error_of([&] { parse({}); });
+  ::unsetenv("PTRAIN_CLIP_GRAD_NORM");
+  EXPECT_NE(from_environment.find("--clip-grad-norm"), std::string::npos) << from_environment;
+  EXPECT_NE(from_environment.find("not 5e38"), std::string::npos) << from_environment;
+}
+
+// yaml-cpp's LoadFile reads the first document only: settings after a "---" were dropped without a word.
+TEST(TrainOptions, ASecondYamlDocumentIsRefusedNamingTheFileAndItsLine) {
+  const auto path = write_yaml("two_documents", "epochs: 3\n---\nlr: 0.5\n");
+  const std::string message = error_of([&] { parse({"--config", path}); });
+  EXPECT_NE(message.find(path + ": holds a second YAML document (from line 3)"), std::string::npos) << message;
+  // An explicit start and end of the one document are fine.
+  EXPECT_EQ(parse({"--config", write_yaml("one_document", "---\nepochs: 3\n...\n")}).run.epochs, 3);
+}
+
+TEST(TrainOptions, ADirectoryAsConfigIsRefusedNamingIt) {
+  const std::string directory = (fs::temp_directory_path() / "ptrain_config_test_directory").string();
+  fs::create_directories(directory);
+  const std::string message = error_of([&] { parse({"--config", directory}); });
+  EXPECT_EQ(message, directory + ": is a directory, not a YAML config file");
+}
+
 TEST(TrainOptions, AKeyGivenTwiceInYamlIsRefusedNamingBothLines) {
   const auto path = write_yaml("twice", "epochs: 3\nlr: 0.1\nbatch_size: 16\nbatch-size: 64\n");
   const std::string message = error_of([&] { parse({"--config", path}); });

@@ -60,6 +60,23 @@ TEST(ConfigOverlay, ValuesOutsideTheFlagsRangeAreRefusedNamingKeyAndFlag) {
             std::string::npos);
 }
 
+// A DeepSpeed file's float settings meet the flags' float bound: fp16.initial_scale_power 200 is 2^200.
+TEST(ConfigOverlay, FloatSettingsBeyondAFloatAreRefusedNamingKeyAndFlag) {
+  ConfigOverlay o;
+  o.source = "ds.json";
+  o.initial_loss_scale = {1.6e60, "fp16.initial_scale_power"};
+  TrainConfig c;
+  EXPECT_EQ(ptrain::testing::error_message<ptrain::Error>([&] { ptrain::config::apply_overlay(o, c, {}, 1); }),
+            "ds.json: key 'fp16.initial_scale_power': --initial-loss-scale: must be at most 3.40282e+38 (the largest "
+            "float), not 1.6e+60");
+  ConfigOverlay lr;
+  lr.source = "ds.json";
+  lr.lr = {1e39, "optimizer.params.lr"};
+  EXPECT_NE(ptrain::testing::error_message<ptrain::Error>([&] { ptrain::config::apply_overlay(lr, c, {}, 1); })
+                .find("'optimizer.params.lr': --lr: must be at most 3.40282e+38 (the largest float), not 1e+39"),
+            std::string::npos);
+}
+
 // The batch keys resolve after the flags are folded in: "auto" takes --batch-size, and train_batch_size
 // gives the accumulation over the world.
 TEST(ConfigOverlay, BatchKeysResolveWithTheFlagsAndTheWorldSize) {

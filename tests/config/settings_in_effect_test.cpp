@@ -29,6 +29,42 @@ TEST(SettingsInEffect, DefaultsPassUnderEveryStrategy) {
   for (const char* s : {"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"}) EXPECT_EQ(refusal(under(s)), "") << s;
 }
 
+// Each optimizer's and schedule's own settings act under it only; under another they are refused by name,
+// as --milestones without --schedule step is, and under their own they pass.
+TEST(SettingsInEffect, OptimizerAndScheduleSettingsOnlyWhereTheyAct) {
+  TrainConfig adamw;
+  adamw.optim.name = "adamw";
+  adamw.optim.momentum = 0.5;
+  EXPECT_EQ(refusal(adamw), "--momentum applies to --optimizer sgd (this run's optimizer is adamw); adamw's moments "
+                            "take --beta1 and --beta2");
+  adamw.optim.momentum = TrainConfig{}.optim.momentum;
+  adamw.optim.nesterov = true;
+  EXPECT_EQ(refusal(adamw), "--nesterov applies to --optimizer sgd (this run's optimizer is adamw)");
+  adamw.optim.nesterov = false;
+  adamw.optim.eps = 1e-6;
+  adamw.optim.beta2 = 0.95;
+  EXPECT_EQ(refusal(adamw), "");
+
+  TrainConfig sgd;
+  sgd.optim.eps = 1e-6;
+  EXPECT_EQ(refusal(sgd), "--eps applies to --optimizer adamw (this run's optimizer is sgd)");
+  sgd.optim.eps = TrainConfig{}.optim.eps;
+  sgd.optim.beta1 = 0.8;
+  EXPECT_EQ(refusal(sgd), "--beta1 applies to --optimizer adamw (this run's optimizer is sgd)");
+
+  TrainConfig cosine;
+  cosine.optim.gamma = 0.5;
+  EXPECT_EQ(refusal(cosine), "--gamma applies to --schedule step (this run's schedule is cosine)");
+  cosine.optim.schedule = "step";
+  EXPECT_EQ(refusal(cosine), "");
+  TrainConfig constant;
+  constant.optim.schedule = "constant";
+  constant.optim.min_lr = 0.001;
+  EXPECT_EQ(refusal(constant), "--min-lr applies to --schedule cosine (this run's schedule is constant)");
+  constant.optim.schedule = "cosine";
+  EXPECT_EQ(refusal(constant), "");
+}
+
 TEST(SettingsInEffect, BucketSizesOnlyWhereThereAreSuchBuckets) {
   auto zero = under("zero2");
   zero.dist.bucket_cap_mb = 50;

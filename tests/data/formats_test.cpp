@@ -90,6 +90,17 @@ TEST(CifarBinary, BadFilesAreNamed) {
                           {dir / "cifar/test_batch.bin", "record 1", "label 10"});
 }
 
+// A 0-byte batch file used to give an empty split: a test accuracy of 0/0, printed as "-nan%".
+TEST(CifarBinary, AnEmptyBatchFileIsRefusedNamingIt) {
+  ScratchDir dir;
+  write_cifar_release(dir / "cifar");
+  write_bytes(dir / "cifar/test_batch.bin", {});
+  expect_error_mentioning([&] { load_cifar10_binary(dir / "cifar", false); },
+                          {dir / "cifar/test_batch.bin", "no CIFAR-10 records", "empty split"});
+  write_bytes(dir / "cifar/data_batch_4.bin", {});
+  expect_error_mentioning([&] { load_cifar10_binary(dir / "cifar", true); }, {dir / "cifar/data_batch_4.bin"});
+}
+
 std::vector<uint8_t> idx_header(uint32_t magic, const std::vector<uint32_t>& dims) {
   std::vector<uint8_t> bytes;
   auto put = [&](uint32_t v) {
@@ -182,6 +193,16 @@ TEST(Idx, BadFilesAreNamed) {
   write_bytes(dir / "lab4", four_labels);
   expect_error_mentioning([&] { load_idx_gz(dir / "img", dir / "lab4"); },
                           {dir / "img", dir / "lab4", "5 images", "4 labels"});
+}
+
+// A t10k IDX of 0 images used to give an empty test split: a test accuracy of 0/0, printed as "-nan%".
+TEST(Idx, AnEmptySplitIsRefusedNamingTheFile) {
+  ScratchDir dir;
+  const auto [images, labels] = idx_files(0, 28, 28);
+  write_gzip(dir / "fm/t10k-images-idx3-ubyte.gz", images);
+  write_gzip(dir / "fm/t10k-labels-idx1-ubyte.gz", labels);
+  expect_error_mentioning([&] { load_fashion_mnist(dir / "fm", false); },
+                          {dir / "fm/t10k-images-idx3-ubyte.gz", "no images", "empty split"});
 }
 
 TEST(Idx, RealFashionMnistWhenInstalled) {

@@ -118,17 +118,35 @@ TEST(ProcessGroup, CollectivesWithThreeRanks) {
   expect_all_ok(run_world(3, [&](int rank) { collectives_body(rank, 3, port); }, 60));
 }
 
+// The rendezvous gives up at --dist-timeout and says after how long. It used to wait the store's timeout
+// (1.35 of them) and then the group's (7.3 s for 3), while saying "within 3 s".
 TEST(ProcessGroup, AbsentPeerFailsRendezvousWithinTimeout) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
-  const auto start = std::chrono::steady_clock::now();
   // Only rank 0 of a world of 2 starts.
-  const auto outcomes = run_ranks({0}, [&](int rank) { ProcessGroup group(loopback(rank, 2, port), "gloo", 2s); }, 30);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto outcomes = run_ranks({0}, [&](int rank) {
+    const auto before = std::chrono::steady_clock::now();
+    try {
+      ProcessGroup group(loopback(rank, 2, port), "gloo", 3s);
+    } catch (const Error& e) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+      throw Error(std::string(e.what()) + " [waited " + std::to_string(waited) + " s]");
+    }
+  }, 30);
   ASSERT_EQ(outcomes[0].exit_code, 1) << "rank 0 should fail, not hang or succeed";
-  EXPECT_NE(outcomes[0].message.find("rendezvous"), std::string::npos) << outcomes[0].message;
-  EXPECT_NE(outcomes[0].message.find("rank 0 of 2"), std::string::npos) << outcomes[0].message;
-  EXPECT_LT(elapsed, 15.0);
+  const std::string& message = outcomes[0].message;
+  EXPECT_NE(message.find("rendezvous"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 0 of 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("1 of 2 ranks arrived within --dist-timeout 3 s"), std::string::npos) << message;
+  const auto at = message.find("[waited ");
+  ASSERT_NE(at, std::string::npos) << message;
+  const double waited = std::stod(message.substr(at + 8));
+  EXPECT_GT(waited, 2.9) << message;
+  EXPECT_LT(waited, 5.5) << "gave up long after the 3 s timeout: " << message;
+  // The message states the time waited, as measured here.
+  const auto after = message.find(" after ");
+  ASSERT_NE(after, std::string::npos) << message;
+  EXPECT_NEAR(std::stod(message.substr(after + 7)), waited, 0.5) << message;
 }
 
 TEST(ProcessGroup, DeadPeerMakesCollectiveFail) {

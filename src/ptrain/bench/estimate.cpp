@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/bench/preflight.h"
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/precision/policy.h"
@@ -125,7 +126,11 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
   // dp's replicas are the estimate's --devices: one is enough for the plan to check the rest.
   const auto spec = strategies::StrategySpec::parse(config.run.strategy, config.sharding.fsdp_sharding);
   if (spec.drives_several_devices() && planned.dist.replicas == 0) planned.dist.replicas = 1;
-  return estimate_memory(train::make_plan(planned), devices);
+  const train::Plan plan = train::make_plan(planned);
+  // A run that cannot train on its data (a batch larger than it) has no memory to predict.
+  run_length(plan.config, training_samples(plan.config), spec.multi_process() ? devices : 1,
+             spec.drives_several_devices() ? devices : 1);
+  return estimate_memory(plan, devices);
 }
 
 MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {

@@ -112,6 +112,28 @@ config::TrainConfig train_config_of(const std::vector<std::string>& arguments, i
   return c;
 }
 
+int64_t training_samples(const config::TrainConfig& c) {
+  data::DataSpec spec{c.data.dataset, c.data.path, c.data.seq_len};
+  spec.image_loading = c.data.image_loading;
+  spec.image_size = c.data.image_size;
+  spec = data::resolve_image_loading(spec);
+  const int threads = static_cast<int>(std::max<int64_t>(1, c.data.loader_threads));
+  std::optional<int64_t> n;
+  if (spec.image_loading == "memory") {
+    // An image folder loaded whole holds the images its listing names; listing it, as streaming opens it,
+    // counts them without decoding every one. CIFAR-10's binary release is not a folder: read below.
+    data::DataSpec listed = spec;
+    listed.image_loading = "stream";
+    listed.image_size = std::max<int64_t>(1, spec.image_size);
+    try {
+      n = data::open_dataset(listed, /*train=*/true, threads).size();
+    } catch (const Error&) {
+    }
+  }
+  if (!n) n = data::open_dataset(spec, /*train=*/true, threads).size();
+  return c.data.train_limit > 0 ? std::min(*n, c.data.train_limit) : *n;
+}
+
 int64_t Preflight::train_samples(const config::TrainConfig& c) {
   const DataKey key{c.data.dataset, c.data.path,         c.data.seq_len,
                     c.data.image_loading, c.data.image_size, c.data.train_limit};
@@ -119,25 +141,7 @@ int64_t Preflight::train_samples(const config::TrainConfig& c) {
   if (found == samples_.end()) {
     std::pair<int64_t, std::string> counted{0, ""};
     try {
-      data::DataSpec spec{c.data.dataset, c.data.path, c.data.seq_len};
-      spec.image_loading = c.data.image_loading;
-      spec.image_size = c.data.image_size;
-      spec = data::resolve_image_loading(spec);
-      const int threads = static_cast<int>(std::max<int64_t>(1, c.data.loader_threads));
-      std::optional<int64_t> n;
-      if (spec.image_loading == "memory") {
-        // An image folder loaded whole holds the images its listing names; listing it, as streaming opens it,
-        // counts them without decoding every one. CIFAR-10's binary release is not a folder: read below.
-        data::DataSpec listed = spec;
-        listed.image_loading = "stream";
-        listed.image_size = std::max<int64_t>(1, spec.image_size);
-        try {
-          n = data::open_dataset(listed, /*train=*/true, threads).size();
-        } catch (const Error&) {
-        }
-      }
-      if (!n) n = data::open_dataset(spec, /*train=*/true, threads).size();
-      counted.first = c.data.train_limit > 0 ? std::min(*n, c.data.train_limit) : *n;
+      counted.first = training_samples(c);
     } catch (const std::exception& e) {
       counted.second = e.what();
     }

@@ -29,6 +29,11 @@ struct RunLength {
 // train: a batch larger than the data, an epoch without a step, a warm-up longer than the run.
 RunLength run_length(const config::TrainConfig& config, int64_t train_samples, int64_t processes, int64_t replicas);
 
+// The training samples a run of config trains on (after --train-limit), counted as cheaply as its data
+// allows (an image folder's listing, not its decoded images). Throws ptrain::Error when the data cannot be
+// opened. With run_length, what `--dry-run` and `ptrain estimate` check of a run's data, as training will.
+int64_t training_samples(const config::TrainConfig& config);
+
 // The config `ptrain train ARGUMENTS` trains: the flags, the --config file under them and a
 // --deepspeed-config file (read for world_size processes). Throws ptrain::Error naming the flag or key.
 config::TrainConfig train_config_of(const std::vector<std::string>& arguments, int64_t world_size);

@@ -56,6 +56,29 @@ bool is_separator(std::string_view body) {
   return true;
 }
 
+// The line ending a Python traceback: "RuntimeError: ...", "_pickle.UnpicklingError: ...",
+// "torch.OutOfMemoryError: ...", a bare "KeyboardInterrupt": a (dotted) class name, capitalised as exception
+// classes are. Two processes writing unbuffered to one log (PYTHONUNBUFFERED=1 writes a traceback a piece at
+// a time) tear each other's lines: a caret line of Python 3.11 ("^^^ ^^^^") or a frame can lose its
+// indentation, and only this shape tells the exception from those pieces.
+bool is_exception_line(std::string_view body) {
+  size_t end = 0, last_part = 0;
+  while (end < body.size() &&
+         (std::isalnum(static_cast<unsigned char>(body[end])) || body[end] == '_' || body[end] == '.')) {
+    if (body[end] == '.') last_part = end + 1;
+    ++end;
+  }
+  if (last_part >= end || !std::isupper(static_cast<unsigned char>(body[last_part]))) return false;
+  if (end == body.size()) {
+    const std::string_view name = body.substr(last_part);
+    for (const std::string_view ending : {"Error", "Exception", "Interrupt", "Exit"}) {
+      if (name.size() > ending.size() && name.substr(name.size() - ending.size()) == ending) return true;
+    }
+    return false;
+  }
+  return body.substr(end, 2) == ": " || body.substr(end) == ":";
+}
+
 // The launcher's and torchrun's own words about the failure, which name no reason.
 bool is_failure_report(std::string_view body) {
   return starts_with(body, "ptrain launch: ") || contains(body, "ChildFailedError") ||
@@ -107,14 +130,18 @@ std::string failure_line(std::string_view log) {
       continue;
     }
     if (traceback) {
-      if (std::isspace(static_cast<unsigned char>(line.body.front()))) continue;  // a frame, or its source line
-      traceback = false;
-      if (contains(line.body, "ChildFailedError")) {
-        report_started = true;  // torchrun's own traceback, reporting that a worker failed
-      } else {
-        errors.push_back(&line);
+      // A frame, its source line, its carets (torn from their indentation by another process's output).
+      if (std::isspace(static_cast<unsigned char>(line.body.front())) || is_separator(line.body)) continue;
+      if (is_exception_line(line.body)) {
+        traceback = false;
+        if (contains(line.body, "ChildFailedError")) {
+          report_started = true;  // torchrun's own traceback, reporting that a worker failed
+        } else {
+          errors.push_back(&line);
+        }
+        continue;
       }
-      continue;
+      // A torn piece of a frame, or a line of another process: the exception is still to come.
     }
     if (is_error_line(line.body)) {
       errors.push_back(&line);

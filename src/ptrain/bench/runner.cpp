@@ -15,6 +15,7 @@
 #include "ptrain/bench/bench_record.h"
 #include "ptrain/bench/jobs.h"
 #include "ptrain/bench/lanes.h"
+#include "ptrain/bench/out_lock.h"
 #include "ptrain/bench/preflight.h"
 #include "ptrain/bench/process_group.h"
 #include "ptrain/core/error.h"
@@ -101,6 +102,8 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
 
   const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
   fs::create_directories(out);
+  // Before anything in out is read or written: bench.json and the workload files are this bench's alone.
+  const OutDirectoryLock out_lock(out);
   check_same_workload(suite, out + "/bench.json");
   write_workload_files(suite, out);
 

@@ -133,6 +133,7 @@ int run_train(TrainCommand& command, const std::string& command_line) {
   apply_config_sources(*command.cmd, command.config_file, train_config, [] { return dist::detect_environment(); });
   const train::Plan plan = train::make_plan(train_config);
   if (train_config.run.dry_run) {
+    check_plan_on_data(plan);
     std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
     return 0;
   }
@@ -391,7 +392,11 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end parsing as CLI11 "errors" that succeed; every other is a usage error, said
+    // as every ptrain error is: one line, exit 2 (CLI11's own codes, 105 and up, told scripts nothing).
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "ptrain: error: " << e.what() << std::endl;
+    return 2;
   }
   return with_errors_reported([&] {
     if (bench_command.cmd->parsed()) return run_bench(bench_command);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ptrain/bench/estimate.h"
+#include "ptrain/bench/preflight.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
@@ -70,6 +71,12 @@ std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t pa
 }
 
 }  // namespace
+
+void check_plan_on_data(const train::Plan& plan) {
+  const int64_t replicas = plan.strategy.drives_several_devices() ? plan.config.dist.replicas : 1;
+  bench::run_length(plan.config, bench::training_samples(plan.config), std::max<int64_t>(plan.launch.world_size, 1),
+                    std::max<int64_t>(replicas, 1));
+}
 
 std::string describe_layout(const train::Plan& plan) {
   const auto& c = plan.config;

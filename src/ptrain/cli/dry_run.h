@@ -11,4 +11,8 @@ namespace ptrain::cli {
 
 std::string describe_layout(const train::Plan& plan);
 
+// What training checks of the plan against its data (a batch larger than the data, an epoch without a
+// step, a warm-up longer than the run), from the data's sample count: --dry-run refuses what train would.
+void check_plan_on_data(const train::Plan& plan);
+
 }  // namespace ptrain::cli

@@ -17,12 +17,28 @@ std::string first_non_finite(const train::Checkpoint& c) {
   return "";
 }
 
+// "FILE: ok, ..." of a rank file of a sharded checkpoint, checked for what it is: a shard file alone holds
+// no step or model, which only the checkpoint beside it and every rank file together make up.
+std::string verify_shard(const std::string& file) {
+  const train::ShardFile shard = train::load_shard(file);
+  for (const auto& [name, tensor] : shard.tensors) {
+    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
+          "tensor '" + name + "' holds NaN or infinite values (a diverged run)");
+  }
+  return "ok, rank file " + std::to_string(shard.rank) + " of " + std::to_string(shard.ranks) + " of a sharded " +
+         "checkpoint, " + std::to_string(shard.tensors.size()) + " tensors";
+}
+
 }  // namespace
 
 int verify_checkpoints(const std::vector<std::string>& files, std::ostream& out) {
   int failed = 0;
   for (const auto& file : files) {
     try {
+      if (train::named_as_shard(file)) {
+        out << file << ": " << verify_shard(file) << std::endl;
+        continue;
+      }
       const train::Checkpoint c = train::load_checkpoint(file);
       const std::string bad = first_non_finite(c);
       check(bad.empty(), "tensor '" + bad + "' holds NaN or infinite values (a diverged run)");

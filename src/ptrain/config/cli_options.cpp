@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -17,6 +18,8 @@ namespace ptrain::config {
 CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   const auto non_negative = non_negative_number();
   const auto positive = positive_number();
+  const auto positive_float_value = positive_float();
+  const auto non_negative_float_value = non_negative_float();
 
   app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56, "
                  "gpt-tiny/small/medium/large/xl (token datasets), or a TorchScript file (.pt) of your own module")
@@ -67,27 +70,27 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--optimizer", c.optim.name, "sgd | adamw")
       ->group("Optimizer")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
-  app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive)->capture_default_str();
+  app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive_float_value)->capture_default_str();
   app.add_option("--momentum", c.optim.momentum, "SGD momentum")
       ->group("Optimizer")->check(number_in(0.0, 1.0))->capture_default_str();
   app.add_flag("--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
   app.add_option("--weight-decay", c.optim.weight_decay, "Weight decay (decoupled for adamw)")
-      ->group("Optimizer")->check(non_negative)->capture_default_str();
+      ->group("Optimizer")->check(non_negative_float_value)->capture_default_str();
   app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(number_in(0.0, 1.0));
-  app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive);
+  app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive_float_value);
   app.add_option("--schedule", c.optim.schedule, "constant | step | cosine")
       ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
   app.add_option("--milestones", c.optim.milestones, "Step schedule: epochs where lr is multiplied by --gamma")
       ->group("Optimizer")->delimiter(',');
-  app.add_option("--gamma", c.optim.gamma, "Step schedule factor")->group("Optimizer")->check(positive);
-  app.add_option("--min-lr", c.optim.min_lr, "Cosine schedule floor")->group("Optimizer")->check(non_negative);
+  app.add_option("--gamma", c.optim.gamma, "Step schedule factor")->group("Optimizer")->check(positive_float_value);
+  app.add_option("--min-lr", c.optim.min_lr, "Cosine schedule floor")->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--warmup-epochs", c.optim.warmup_epochs, "Linear warm-up length in epochs (fractions allowed)")
       ->group("Optimizer")->check(non_negative);
   app.add_option("--warmup-steps", c.optim.warmup_steps, "Linear warm-up length in optimizer steps (instead of --warmup-epochs)")
       ->group("Optimizer")->check(non_negative);
   app.add_option("--clip-grad-norm", c.optim.clip_grad_norm, "Clip the global gradient L2 norm; 0: off")
-      ->group("Optimizer")->check(non_negative);
+      ->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")
       ->group("Optimizer")->check(positive)->capture_default_str();
 
@@ -101,7 +104,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--loss-scale", c.precision.loss_scale, "auto | dynamic | none | a static scale")
       ->group("Precision")->capture_default_str();
   app.add_option("--initial-loss-scale", c.precision.initial_loss_scale, "Dynamic loss scaling: the first scale")
-      ->group("Precision")->check(positive)->capture_default_str();
+      ->group("Precision")->check(positive_float_value)->capture_default_str();
   app.add_option("--loss-scale-window", c.precision.loss_scale_window,
                  "Dynamic loss scaling: clean steps before the scale doubles")
       ->group("Precision")->check(positive)->capture_default_str();
@@ -113,7 +116,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                "DeepSpeed's default)")
       ->group("Precision");
   app.add_option("--min-loss-scale", c.precision.min_loss_scale, "Dynamic loss scaling: the scale's floor; 0: none")
-      ->group("Precision")->check(non_negative)->capture_default_str();
+      ->group("Precision")->check(non_negative_float_value)->capture_default_str();
 
   app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive)->capture_default_str();
   app.add_option("--max-steps", c.run.max_steps, "Stop after this many optimizer steps; 0: all epochs")
@@ -302,14 +305,26 @@ std::string known_keys(CLI::App& app) {
 }  // namespace
 
 void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
-  YAML::Node root;
+  // A directory opens as a stream on Linux and fails at the first read, as "basic_filebuf::underflow".
+  std::error_code error;
+  check(!std::filesystem::is_directory(yaml_path, error), yaml_path + ": is a directory, not a YAML config file");
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::LoadFile(yaml_path);
+    documents = YAML::LoadAllFromFile(yaml_path);
   } catch (const YAML::BadFile&) {
     throw Error(yaml_path + ": cannot open the config file");
   } catch (const YAML::Exception& e) {
     throw Error(yaml_path + ": not valid YAML: " + e.what());
   }
+  // Settings after a "---" are a second document, which a reader of the first alone would drop unseen.
+  for (size_t i = 1; i < documents.size(); ++i) {
+    if (documents[i].IsNull()) continue;  // a bare "---" or "..." at the end says nothing
+    const int line = documents[i].Mark().line + 1;
+    throw Error(yaml_path + ": holds a second YAML document" + (line > 0 ? " (from line " + std::to_string(line) + ")" : "") +
+                "; a config is one mapping of keys to values: join the documents or keep one");
+  }
+  if (documents.empty()) return;
+  const YAML::Node root = documents.front();
   if (root.IsNull()) return;
   check(root.IsMap(), yaml_path + ": the config must be a mapping of keys to values");
 

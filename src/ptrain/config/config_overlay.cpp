@@ -24,6 +24,9 @@ struct Range {
 constexpr Range kPositive{0.0, false, INFINITY};
 constexpr Range kNonNegative{0.0, true, INFINITY};
 constexpr Range kFraction{0.0, true, 1.0};
+// Settings LibTorch holds as floats.
+constexpr Range kPositiveFloat{0.0, false, kFloatMax};
+constexpr Range kNonNegativeFloat{0.0, true, kFloatMax};
 
 class OverlayMerge {
  public:
@@ -34,16 +37,16 @@ class OverlayMerge {
     const ConfigOverlay& o = overlay_;
     TrainConfig& c = config_;
     take(o.reduce_dtype, "reduce-dtype", c.sharding.reduce_dtype);
-    take(o.clip_grad_norm, "clip-grad-norm", c.optim.clip_grad_norm, kNonNegative);
+    take(o.clip_grad_norm, "clip-grad-norm", c.optim.clip_grad_norm, kNonNegativeFloat);
 
     take(o.precision, "precision", c.precision.precision);
     take(o.master_weights, "master-weights", c.precision.master_weights);
     take(o.loss_scale, "loss-scale", c.precision.loss_scale);
-    take(o.initial_loss_scale, "initial-loss-scale", c.precision.initial_loss_scale, kPositive);
+    take(o.initial_loss_scale, "initial-loss-scale", c.precision.initial_loss_scale, kPositiveFloat);
     take(o.loss_scale_window, "loss-scale-window", c.precision.loss_scale_window, kPositive);
     take(o.hysteresis, "hysteresis", c.precision.hysteresis, kPositive);
     take(o.consecutive_hysteresis, "consecutive-hysteresis", c.precision.consecutive_hysteresis);
-    take(o.min_loss_scale, "min-loss-scale", c.precision.min_loss_scale, kNonNegative);
+    take(o.min_loss_scale, "min-loss-scale", c.precision.min_loss_scale, kNonNegativeFloat);
 
     take(o.strategy, "strategy", c.run.strategy);
     take(o.offload_optimizer, "offload-optimizer", c.sharding.offload_optimizer);
@@ -53,11 +56,11 @@ class OverlayMerge {
     take(o.overlap_comm, "overlap-comm", c.sharding.overlap_comm);
 
     take(o.optimizer, "optimizer", c.optim.name);
-    take(o.lr, "lr", c.optim.lr, kPositive);
-    take(o.weight_decay, "weight-decay", c.optim.weight_decay, kNonNegative);
+    take(o.lr, "lr", c.optim.lr, kPositiveFloat);
+    take(o.weight_decay, "weight-decay", c.optim.weight_decay, kNonNegativeFloat);
     take(o.beta1, "beta1", c.optim.beta1, kFraction);
     take(o.beta2, "beta2", c.optim.beta2, kFraction);
-    take(o.eps, "eps", c.optim.eps, kPositive);
+    take(o.eps, "eps", c.optim.eps, kPositiveFloat);
     take(o.momentum, "momentum", c.optim.momentum, kFraction);
     take(o.nesterov, "nesterov", c.optim.nesterov);
     take(o.warmup_steps, "warmup-steps", c.optim.warmup_steps, kNonNegative);

@@ -52,12 +52,13 @@ CLI::Validator validator(double low, bool low_inclusive, double high, const std:
 std::string range_problem(double value, const std::string& text, double low, bool low_inclusive, double high) {
   if (!std::isfinite(value))
     return "'" + text + "' is not a finite number";
-  const bool unbounded_above = std::isinf(high);
-  const std::string range = unbounded_above
-                                ? (low_inclusive ? "at least " : "greater than ") + readable_number(low)
-                                : "between " + readable_number(low) + " and " + readable_number(high);
-  if ((low_inclusive ? value < low : value <= low) || value > high) return "must be " + range + ", not " + text;
-  return {};
+  const bool below = low_inclusive ? value < low : value <= low;
+  if (!below && value <= high) return {};
+  const std::string lower = (low_inclusive ? "at least " : "greater than ") + readable_number(low);
+  // A float's limit is no range people choose from: name the side that was crossed, not "between 0 and 3.4e38".
+  if (std::isinf(high) || (high >= kFloatMax && below)) return "must be " + lower + ", not " + text;
+  if (high >= kFloatMax) return "must be at most " + readable_number(high) + " (the largest float), not " + text;
+  return "must be between " + readable_number(low) + " and " + readable_number(high) + ", not " + text;
 }
 
 std::string exact_number_text(double value) {
@@ -80,6 +81,8 @@ CLI::Validator seed_number() {
 }
 CLI::Validator positive_number() { return validator(0.0, false, INFINITY, "POSITIVE"); }
 CLI::Validator non_negative_number() { return validator(0.0, true, INFINITY, "NONNEGATIVE"); }
+CLI::Validator positive_float() { return validator(0.0, false, kFloatMax, "POSITIVE"); }
+CLI::Validator non_negative_float() { return validator(0.0, true, kFloatMax, "NONNEGATIVE"); }
 CLI::Validator number_in(double low, double high) {
   return validator(low, true, high, "[" + readable_number(low) + ", " + readable_number(high) + "]");
 }

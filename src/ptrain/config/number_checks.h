@@ -9,10 +9,18 @@
 
 namespace ptrain::config {
 
+// The largest float. Settings LibTorch holds as floats (learning rates, weight decay, momentum, eps, betas,
+// the clipping norm, loss scales) are bounded by it: beyond it LibTorch fails mid-run with "value cannot be
+// converted to type float without overflow", naming no setting.
+constexpr double kFloatMax = 3.4028234663852886e38;
+
 // A finite number > 0.
 CLI::Validator positive_number();
 // A finite number >= 0.
 CLI::Validator non_negative_number();
+// A number > 0 (>= 0) that a float holds: at most kFloatMax.
+CLI::Validator positive_float();
+CLI::Validator non_negative_float();
 // A finite number in [low, high].
 CLI::Validator number_in(double low, double high);
 // A seed: an integer from 0 to 2^64-1. (The others refuse integers beyond int64.)

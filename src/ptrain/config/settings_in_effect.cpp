@@ -1,5 +1,7 @@
 #include "ptrain/config/settings_in_effect.h"
 
+#include <utility>
+
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/strategy_spec.h"
 
@@ -37,6 +39,25 @@ void refuse_settings_without_effect(const TrainConfig& c) {
         "that cannot be turned off");
   check(c.sharding.overlap_comm || !one_process,
         "--no-overlap-comm: --strategy " + strategy + " has no gradient communication during backward to hold back");
+
+  // An optimizer's and a schedule's own settings, given to another (as --milestones without --schedule step).
+  const OptimizerConfig& o = c.optim;
+  const std::string optimizer_is = " (this run's optimizer is " + o.name + ")";
+  if (o.name != "sgd") {
+    check(o.momentum == defaults.optim.momentum,
+          "--momentum applies to --optimizer sgd" + optimizer_is + "; adamw's moments take --beta1 and --beta2");
+    check(o.nesterov == defaults.optim.nesterov, "--nesterov applies to --optimizer sgd" + optimizer_is);
+  }
+  if (o.name != "adamw") {
+    for (const auto& [given, flag] : {std::pair<bool, const char*>{o.beta1 != defaults.optim.beta1, "--beta1"},
+                                      {o.beta2 != defaults.optim.beta2, "--beta2"},
+                                      {o.eps != defaults.optim.eps, "--eps"}})
+      check(!given, std::string(flag) + " applies to --optimizer adamw" + optimizer_is);
+  }
+  const std::string schedule_is = " (this run's schedule is " + o.schedule + ")";
+  check(o.schedule == "step" || o.gamma == defaults.optim.gamma, "--gamma applies to --schedule step" + schedule_is);
+  check(o.schedule == "cosine" || o.min_lr == defaults.optim.min_lr,
+        "--min-lr applies to --schedule cosine" + schedule_is);
 }
 
 }  // namespace ptrain::config

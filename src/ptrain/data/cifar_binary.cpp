@@ -53,6 +53,8 @@ Dataset load_cifar10_binary(const std::string& dir_name, bool train) {
     check(!ec, file.string() + ": cannot read CIFAR-10 batch file (" + ec.message() + ")");
     check(bytes % kRecordBytes == 0, file.string() + ": size " + std::to_string(bytes) +
                                          " bytes is not a multiple of the 3073-byte CIFAR-10 record");
+    // An empty file would train no step or evaluate to 0/0 (a test accuracy of "-nan%").
+    check(bytes > 0, file.string() + ": holds no CIFAR-10 records (0 bytes): an empty split");
     records_per_file.push_back(static_cast<int64_t>(bytes) / kRecordBytes);
     total += records_per_file.back();
   }

@@ -95,6 +95,8 @@ Dataset load_idx_gz(const std::string& images_path, const std::string& labels_pa
                                               labels_path + " holds " + std::to_string(label_shape[0]) + " labels");
 
   const int64_t n = image_shape[0];
+  // An empty split would train no step or evaluate to 0/0 (a test accuracy of "-nan%").
+  check(n > 0, images_path + ": holds no images (the IDX header says 0): an empty split");
   auto images = torch::empty({n, 1, image_shape[1], image_shape[2]}, torch::kUInt8);
   std::memcpy(images.data_ptr<uint8_t>(), image_bytes.data() + 16, static_cast<size_t>(images.numel()));
   auto labels = torch::empty({n}, torch::kInt64);

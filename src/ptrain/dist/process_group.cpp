@@ -1,7 +1,9 @@
 #include "ptrain/dist/process_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -145,16 +147,38 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = rank_ == 0;
   store_options.numWorkers = static_cast<std::size_t>(world_size_);
-  store_options.waitWorkers = true;
+  // The ranks are counted below on the one deadline: LibTorch 1.13's server, left to wait for them itself,
+  // returned after 1.35 timeouts without saying that some never came, and the group's own rendezvous then
+  // waited a second timeout (7.3 s for 3).
+  store_options.waitWorkers = false;
   store_options.timeout = timeout;
+  const auto started = std::chrono::steady_clock::now();
+  const auto rendezvous_failed = [&](const std::string& why) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    return Error("dist: rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " failed for " +
+                 where_text + " after " + seconds_text(waited) +
+                 " (are all ranks started, MASTER_ADDR/MASTER_PORT the same everywhere and the port free?): " + why);
+  };
   c10::intrusive_ptr<c10d::Store> tcp_store;
   try {
     tcp_store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    // Every rank counts itself in and waits for the others until the deadline; once all are in, the
+    // group's rendezvous finds them at once.
+    const std::string arrived_key = "ptrain/ranks_arrived";
+    tcp_store->add(arrived_key, 1);
+    for (;;) {
+      const int64_t arrived = tcp_store->add(arrived_key, 0);
+      if (arrived >= world_size_) break;
+      if (std::chrono::steady_clock::now() - started >= timeout) {
+        throw rendezvous_failed(std::to_string(arrived) + " of " + std::to_string(world_size_) +
+                                " ranks arrived within --dist-timeout " + seconds_text(timeout));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
-    throw Error("dist: rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) + " failed for " +
-                where_text + " within " + seconds_text(timeout) +
-                " (are all ranks started, MASTER_ADDR/MASTER_PORT the same everywhere and the port free?): " +
-                describe(e));
+    throw rendezvous_failed(describe(e));
   }
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("ptrain/" + backend, tcp_store);
   try {
@@ -163,8 +187,9 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
                                                  timeout, env.master_addr)
                        : make_nccl_group(impl_->store, static_cast<int>(rank_), static_cast<int>(world_size_), timeout);
   } catch (const std::exception& e) {
-    throw Error("dist: rendezvous of the " + backend + " process group failed for " + where_text + " within " +
-                seconds_text(timeout) + ": " + describe(e));
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    throw Error("dist: rendezvous of the " + backend + " process group failed for " + where_text + " after " +
+                seconds_text(waited) + ": " + describe(e));
   }
 }
 

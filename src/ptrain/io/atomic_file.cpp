@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "ptrain/core/error.h"
@@ -45,12 +46,28 @@ void fsync_directory(const std::string& dir) {
 
 }  // namespace
 
+std::string through_links(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  std::error_code error;
+  // Linux gives up on a path after 40 links (ELOOP); so does this.
+  for (int links = 0; fs::is_symlink(fs::symlink_status(target, error)); ++links) {
+    check(links < 40, path + ": too many levels of symbolic links");
+    const fs::path next = fs::read_symlink(target, error);
+    check(!error, path + ": cannot read the symbolic link " + target.string() + ": " + error.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  return target.string();
+}
+
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   check(!path.empty(), "write_file_atomically: empty path");
-  std::string temp_path = path + ".tmp.XXXXXX";
+  // Errors name the path as given; the file written is a link's target.
+  const std::string file = through_links(path);
+  std::string temp_path = file + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp_path.data());
   if (fd < 0) {
-    throw Error("cannot write " + path + ": cannot create a temporary file in " + directory_of(path) + ": " +
+    throw Error("cannot write " + path + ": cannot create a temporary file in " + directory_of(file) + ": " +
                 errno_text());
   }
   try {
@@ -59,7 +76,7 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     // mkstemp creates 0600; a replaced file keeps its mode, a new one gets the usual 0644 (reading the
     // umask would mean changing it, which races with other threads creating files).
     struct stat existing {};
-    ::fchmod(fd, ::stat(path.c_str(), &existing) == 0 ? (existing.st_mode & 07777) : 0644);
+    ::fchmod(fd, ::stat(file.c_str(), &existing) == 0 ? (existing.st_mode & 07777) : 0644);
     if (::close(fd) != 0) {
       throw Error("cannot write " + path + ": close failed: " + errno_text());
     }
@@ -68,12 +85,12 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::unlink(temp_path.c_str());
     throw;
   }
-  if (::rename(temp_path.c_str(), path.c_str()) != 0) {
+  if (::rename(temp_path.c_str(), file.c_str()) != 0) {
     const std::string reason = errno_text();
     ::unlink(temp_path.c_str());
     throw Error("cannot write " + path + ": rename failed: " + reason);
   }
-  fsync_directory(directory_of(path));
+  fsync_directory(directory_of(file));
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& writer) {

@@ -8,7 +8,12 @@
 
 namespace ptrain::io {
 
-// Writes to a temporary file in the target's directory, flushes and fsyncs it, renames it over path and
+// The file a write to path reaches: path itself, or where the symbolic link(s) at path lead. An atomic
+// write renames over this file, so that a link at path (a --metrics-out kept in a results folder) stays a
+// link and its target gets the new contents. Throws ptrain::Error naming path for a loop of links.
+std::string through_links(const std::string& path);
+
+// Writes to a temporary file in the target's directory (through_links(path)), flushes and fsyncs it, renames it over path and
 // fsyncs the directory. On any failure (the writer throwing included) the old file at path is left as it
 // was, the temporary is removed and a ptrain::Error naming path is thrown (the writer's own
 // ptrain::Error passes through unchanged).

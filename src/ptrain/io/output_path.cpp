@@ -36,7 +36,7 @@ void check_creatable(const fs::path& missing, const std::string& path, const std
 
 void check_writable_file(const std::string& path, const std::string& flag) {
   check(!path.empty(), flag + ": empty path");
-  const fs::path p(path);
+  const fs::path p(through_links(path));  // a link is kept: its target is written (atomic_file.h)
   if (present(p)) {
     std::error_code ec;
     check(!fs::is_directory(p, ec), flag + " " + path + ": is a directory, not a file");

@@ -3,7 +3,13 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -125,35 +131,91 @@ std::string checksum_text(uLong crc) {
   return text;
 }
 
+// A file read where it is needed: the header with pread, then the rest mapped read-only, its pages read as
+// the checksum and the tensor copies reach them. A file of gigabytes is never held twice (as bytes, then as
+// tensors), and a large file that is no safetensors file is refused from its first bytes instead of being
+// read whole first (std::bad_alloc).
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    check(fd_ >= 0, "cannot open " + path + ": " + std::strerror(errno));
+    struct stat info {};
+    if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
+      const std::string why = S_ISDIR(info.st_mode) ? "Is a directory" : "not a regular file";
+      ::close(fd_);
+      throw Error("cannot read " + path + ": " + why);
+    }
+    size_ = static_cast<uint64_t>(info.st_size);
+  }
+  ~SafetensorsFile() {
+    if (mapped_ != nullptr) ::munmap(const_cast<char*>(mapped_), size_);
+    ::close(fd_);
+  }
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  uint64_t size() const { return size_; }
+
+  std::string read_at(uint64_t offset, uint64_t bytes) const {
+    std::string text(bytes, '\0');
+    uint64_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(fd_, text.data() + done, bytes - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      check(n > 0, "cannot read " + path_ + ": " + (n < 0 ? std::strerror(errno) : "the file ended early"));
+      done += static_cast<uint64_t>(n);
+    }
+    return text;
+  }
+
+  // The whole file, mapped on first use.
+  const char* data() {
+    if (mapped_ == nullptr && size_ > 0) {
+      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+      check(mapped != MAP_FAILED, "cannot read " + path_ + ": " + std::strerror(errno));
+      mapped_ = static_cast<const char*>(mapped);
+    }
+    return mapped_;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  const char* mapped_ = nullptr;
+};
+
 }  // namespace
 
 NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  const std::string bytes = read_file_bytes(path);
-  if (bytes.size() < 8) {
-    throw Error(path + ": not a safetensors file: " + std::to_string(bytes.size()) +
+  SafetensorsFile file(path);
+  if (file.size() < 8) {
+    throw Error(path + ": not a safetensors file: " + std::to_string(file.size()) +
                 " bytes, shorter than the 8-byte header length");
   }
-  const uint64_t header_bytes = read_le_u64(bytes.data());
-  if (header_bytes > kMaxHeaderBytes || header_bytes > bytes.size() - 8) {
+  const uint64_t header_bytes = read_le_u64(file.read_at(0, 8).data());
+  if (header_bytes > kMaxHeaderBytes || header_bytes > file.size() - 8) {
     throw Error(path + ": safetensors header length " + std::to_string(header_bytes) +
-                " goes beyond the file's " + std::to_string(bytes.size()) + " bytes (truncated or not safetensors)");
+                " goes beyond the file's " + std::to_string(file.size()) + " bytes (truncated or not safetensors)");
   }
   OrderedJson header;
   try {
-    header = OrderedJson::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_bytes));
+    header = OrderedJson::parse(file.read_at(8, header_bytes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": safetensors header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) throw Error(path + ": safetensors header is not a JSON object");
 
   const uint64_t data_start = 8 + header_bytes;
-  const uint64_t data_bytes = bytes.size() - data_start;
+  const uint64_t data_bytes = file.size() - data_start;
+  const char* bytes = file.data();
   if (header.contains("__metadata__") && header["__metadata__"].is_object() &&
       header["__metadata__"].contains(kChecksumKey)) {
     auto& meta = header["__metadata__"];
     const auto stored = meta[kChecksumKey];
     meta.erase(kChecksumKey);
-    const std::string computed = checksum_text(crc_of(header_crc(header.dump()), bytes.data() + data_start, data_bytes));
+    const std::string computed = checksum_text(crc_of(header_crc(header.dump()), bytes + data_start, data_bytes));
     if (!stored.is_string() || stored.get<std::string>() != computed) {
       throw Error(path + ": checksum mismatch (stored " + (stored.is_string() ? stored.get<std::string>() : stored.dump()) +
                   ", contents give " + computed + "): the file is corrupt");
@@ -188,7 +250,7 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
   for (const auto& entry : entries) {
     auto tensor = torch::empty(entry.shape, torch::TensorOptions().dtype(entry.dtype));
     if (entry.end > entry.begin) {
-      std::memcpy(tensor.data_ptr(), bytes.data() + data_start + entry.begin, entry.end - entry.begin);
+      std::memcpy(tensor.data_ptr(), bytes + data_start + entry.begin, entry.end - entry.begin);
     }
     tensors.emplace_back(entry.key, std::move(tensor));
   }

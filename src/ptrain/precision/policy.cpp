@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
@@ -66,9 +67,12 @@ LossScaleChoice parse_loss_scale(const std::string& text, PrecisionMode mode, bo
   char* end = nullptr;
   errno = 0;
   const double value = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size() || errno == ERANGE || !std::isfinite(value) || value <= 0.0) {
+  // The scale multiplies the loss as a float: a larger one would fail in LibTorch, naming no flag.
+  if (text.empty() || end != begin + text.size() || errno == ERANGE || !std::isfinite(value) || value <= 0.0 ||
+      value > std::numeric_limits<float>::max()) {
     throw Error("--loss-scale: '" + text +
-                "' is neither auto, dynamic, none nor a positive finite number (a static scale)");
+                "' is neither auto, dynamic, none nor a positive number a float holds (a static scale, at most "
+                "3.40282e+38)");
   }
   return {true, false, value};
 }

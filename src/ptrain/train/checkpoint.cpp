@@ -217,6 +217,24 @@ void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::
                         /*checksum=*/true);
 }
 
+ShardFile load_shard(const std::string& path) {
+  std::map<std::string, std::string> meta;
+  ShardFile shard;
+  shard.tensors = io::read_safetensors(path, &meta);
+  check(meta["format"] == std::string(kFormat) + "-shard", path + ": not a rank file of a sharded ptrain checkpoint");
+  require_checksum(meta, path);
+  shard.rank = metadata_int(meta, "rank", path);
+  shard.ranks = metadata_int(meta, "ranks", path);
+  check(shard.rank >= 0 && shard.rank < shard.ranks,
+        path + ": rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.ranks) + " is no rank");
+  return shard;
+}
+
+bool named_as_shard(const std::string& path) {
+  static const std::regex pattern(R"(.*\.rank-\d{5,}\.safetensors)");
+  return std::regex_match(fs::path(path).filename().string(), pattern);
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t global_step) {
   char name[64];
   std::snprintf(name, sizeof(name), "step-%08lld.safetensors", static_cast<long long>(global_step));

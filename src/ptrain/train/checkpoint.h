@@ -48,6 +48,16 @@ std::string shard_path(const std::string& path, int64_t rank);
 void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                 const nlohmann::json& layout);
 
+// One rank file alone, as `ptrain verify` checks it: a shard file with its checksum (verified), its rank
+// and the ranks; ptrain::Error naming path when it is none. Loading the checkpoint reassembles them all.
+struct ShardFile {
+  int64_t rank = 0, ranks = 0;
+  io::NamedTensors tensors;
+};
+ShardFile load_shard(const std::string& path);
+// Whether path is named as a rank file (shard_path's "<checkpoint>.rank-NNNNN.safetensors").
+bool named_as_shard(const std::string& path);
+
 // "<dir>/step-<global_step>.safetensors", and the newest such file in dir (empty if none). A name whose
 // step does not fit int64 is refused (ptrain::Error naming the file).
 std::string checkpoint_path(const std::string& dir, int64_t global_step);

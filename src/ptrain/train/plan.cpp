@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "ptrain/config/number_checks.h"
 #include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
@@ -265,6 +266,15 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
+  // Checked here, not first when the schedule and the optimizer are built, so that --dry-run and estimate
+  // refuse what train refuses.
+  check(c.optim.min_lr <= c.optim.lr, "--min-lr " + config::exact_number_text(c.optim.min_lr) +
+                                          " must not exceed --lr " + config::exact_number_text(c.optim.lr));
+  check(std::is_sorted(c.optim.milestones.begin(), c.optim.milestones.end()), "--milestones must be increasing");
+  check(c.optim.name != "sgd" || !c.optim.nesterov || c.optim.momentum > 0, "--nesterov needs --momentum > 0");
+  check(c.run.max_steps == 0 || c.optim.warmup_steps <= c.run.max_steps,
+        "--warmup-steps " + std::to_string(c.optim.warmup_steps) + " is longer than the whole run (--max-steps " +
+            std::to_string(c.run.max_steps) + ")");
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   check(c.run.keep_checkpoints == 0 || !c.run.checkpoint_dir.empty(), "--keep-checkpoints needs --checkpoint-dir");
   check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",

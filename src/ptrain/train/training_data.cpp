@@ -25,6 +25,9 @@ void TrainingRun::load_data() {
   };
   train_set_ = data::spread_subset(open(/*train=*/true), c_.data.train_limit);
   test_set_ = data::spread_subset(open(/*train=*/false), c_.data.test_limit);
+  // Any source (a reader, a caller's open_data): an empty split trains nothing or evaluates to 0/0.
+  check(train_set_.size() > 0, source_of(train_set_) + ": the training split holds no samples");
+  check(test_set_.size() > 0, source_of(test_set_) + ": the test split holds no samples (nothing to evaluate)");
   if (!train_set_.is_tokens())
     data::check_same_classes(source_of(train_set_), train_set_.classes, source_of(test_set_), test_set_.classes);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
