@@ -460,6 +460,66 @@ plans_and_messages() {
   fi
 }
 plans_and_messages
+# --- ranks started differently, a port another job holds, a launcher's variables without a strategy --
+# Each must stop before the first step with one error naming the setting, port or variables: no abort,
+# no run trained on silently, and the other job unharmed.
+ranks_that_must_agree() {
+  mkdir -p "$ROOT/ranks"
+  local two=(--max-steps 3 --dist-timeout 30)
+  local ddp=("${BASE[@]}" --batch-size 8 --strategy ddp)  # the settings a rank's PTRAIN_* may change are no flags here
+  expect_refusal() {  # name, text the output must hold, command...
+    local name=$1 want=$2 out rc
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "$name" "exit $rc: $(echo "$out" | grep -m1 'error\|result')"
+    elif [[ "$out" != *"$want"* ]]; then fail "$name" "does not name '$want': $(echo "$out" | grep -m1 error)"
+    else pass "$name"
+    fi
+  }
+  # $1: the shell line each rank runs before ptrain ($RANK known), then ptrain's arguments.
+  launch_ranks() {
+    local setup=$1
+    shift
+    "$PTRAIN" launch --nproc-per-node 2 --timeout 120 -- bash -c "$setup; exec \"\$0\" \"\$@\"" "$PTRAIN" "$@"
+  }
+  expect_refusal "ranks: PTRAIN_LR on one rank" "ranks disagree on optimizer.lr (--lr): 0.1 on rank 0; 0.5 on rank 1" \
+    launch_ranks '[ $RANK = 1 ] && export PTRAIN_LR=0.5; true' "${ddp[@]}" "${two[@]}" --metrics-out "$ROOT/ranks/lr.json"
+  expect_refusal "ranks: fp32 beside bf16" "ranks disagree on precision.precision" \
+    launch_ranks '[ $RANK = 1 ] && export PTRAIN_PRECISION=bf16; true' "${ddp[@]}" "${two[@]}" --metrics-out "$ROOT/ranks/bf16.json"
+  expect_refusal "ranks: ddp beside zero2" "ranks disagree on run.strategy (--strategy): \"ddp\" on rank 0; \"zero2\" on rank 1" \
+    launch_ranks 'export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_STRATEGY=zero2; true' \
+    "${BASE[@]}" --batch-size 8 "${two[@]}" --metrics-out "$ROOT/ranks/zero2.json"
+  if [ "$SHORT" = 0 ]; then
+    expect_refusal "ranks: another seed on one rank" "ranks disagree on run.seed (--seed): 0 on rank 0; 6 on rank 1" \
+      launch_ranks '[ $RANK = 1 ] && export PTRAIN_SEED=6; true' "${ddp[@]}" "${two[@]}" --metrics-out "$ROOT/ranks/seed.json"
+  fi
+  expect_refusal "ranks: launched without --strategy" "--strategy single trains in one process, but RANK=" \
+    launch_ranks true "${TINY[@]}" --max-steps 3 --metrics-out "$ROOT/ranks/single.json"
+
+  # Job A trains on a port; a launch asking for that port is refused, and a rank of another job sent to it
+  # (a stale MASTER_PORT) leaves A's store alone: A ends as if nothing happened.
+  local busy
+  busy=$(next_port)
+  "$PTRAIN" launch --nproc-per-node 2 --master-port "$busy" --timeout 120 -- "$PTRAIN" train --model resnet20 \
+    --dataset synthetic --data-path 256:3x8x8:4 --device cpu --threads 1 --progress lines --test-limit 32 --batch-size 8 \
+    --strategy ddp --epochs 12 --dist-timeout 30 --metrics-out "$ROOT/ranks/job-a.json" > "$ROOT/ranks/job-a.log" 2>&1 &
+  local job_a=$! waited=0
+  while ! grep -q "\[rank 0\] data " "$ROOT/ranks/job-a.log" 2>/dev/null && [ $waited -lt 600 ]; do sleep 0.1; waited=$((waited + 1)); done
+  expect_refusal "port: a rank of another job at its store" "belongs to another job" \
+    env RANK=1 WORLD_SIZE=2 MASTER_PORT="$busy" TORCHELASTIC_RUN_ID=job-b \
+    "$PTRAIN" "${ddp[@]}" "${two[@]}" --metrics-out "$ROOT/ranks/intruder.json"
+  expect_refusal "port: --master-port another job holds" "--master-port $busy is in use" \
+    "$PTRAIN" launch --nproc-per-node 2 --master-port "$busy" -- "$PTRAIN" "${ddp[@]}" --metrics-out "$ROOT/ranks/job-b.json"
+  wait $job_a
+  local rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "\[rank 0\] result: test accuracy" "$ROOT/ranks/job-a.log"; then
+    fail "port: the job holding the port" "exit $rc: $(grep -m1 error "$ROOT/ranks/job-a.log")"
+  else
+    pass "port: the job holding the port trained on unharmed"
+  fi
+}
+ranks_that_must_agree
 
 if ! no_leftovers 5; then fail "leftover processes" "$(leftovers | tr '\n' ' ')"; fi
 

@@ -127,9 +127,9 @@ TEST(Launcher, RejectsBadOptionsAndMissingPrograms) {
   o.node_rank = 2;
   EXPECT_THROW(launch(o), Error);
   o.node_rank = 0;
-  o.master_port = 0;
+  o.master_port = -1;  // 0 asks for a free one
   EXPECT_THROW(launch(o), Error);
-  o.master_port = 29500;
+  o.master_port = 0;
   o.command = {"/nonexistent/ptrain-no-such-program"};
   try {
     launch(o);

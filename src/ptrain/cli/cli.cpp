@@ -69,7 +69,7 @@ void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist
   if (unset("--nnodes")) options.nnodes = launch.num_machines;
   if (unset("--node-rank")) options.node_rank = launch.machine_rank;
   if (unset("--master-addr")) options.master_addr = launch.main_process_ip;
-  if (unset("--master-port")) options.master_port = launch.main_process_port;
+  if (unset("--master-port") && launch.main_process_port != 0) options.master_port = launch.main_process_port;
   for (const auto& warning : launch.warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
   for (const auto& [name, value] : launch.environment) ::setenv(name.c_str(), value.c_str(), 1);
 }
@@ -171,8 +171,13 @@ void add_launch_command(CLI::App& app, LaunchCommand& command) {
   launch_cmd->add_option("--nnodes", launch_options.nnodes, "Nodes in the job")->check(config::positive_number())->capture_default_str();
   launch_cmd->add_option("--node-rank", launch_options.node_rank, "This node's rank")->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_option("--master-addr", launch_options.master_addr, "Address of node 0")->capture_default_str();
-  launch_cmd->add_option("--master-port", launch_options.master_port, "Rendezvous port on node 0")
-      ->check(config::number_in(1, 65535))->capture_default_str();
+  launch_cmd->add_option("--master-port", launch_options.master_port,
+                         "Rendezvous port on node 0 (default: a free port on a single node, 29500 across nodes)")
+      ->check(config::number_in(1, 65535));
+  launch_cmd->add_option("--rdzv-id", launch_options.run_id,
+                         "The job's id, which every rank checks at the rendezvous so that none joins another job's "
+                         "(TORCHELASTIC_RUN_ID; default: that variable, else a random id on a single node; give every "
+                         "node the same)");
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
       ->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();

@@ -17,7 +17,7 @@ struct AccelerateLaunch {
   int num_machines = 1;
   int machine_rank = 0;
   std::string main_process_ip = "127.0.0.1";
-  int main_process_port = 29500;
+  int main_process_port = 0;  // 0: not in the file (ptrain launch picks, as for --master-port)
   std::map<std::string, std::string> environment;  // set for every started process
   std::vector<std::string> warnings;               // keys read but without effect in ptrain, named
 };

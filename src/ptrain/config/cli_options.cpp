@@ -197,7 +197,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--hybrid-group-size", c.sharding.hybrid_group_size,
                  "hybrid-shard: ranks sharing one copy of the model; 0: the ranks of one node")
       ->group("Sharding")->check(non_negative);
-  app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: every hardware thread")
+  app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: OMP_NUM_THREADS if set, else the cores divided among this node's processes")
       ->group("Run")->check(non_negative);
   app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,
                "Evaluate on the test split after every epoch (else only after the last)")

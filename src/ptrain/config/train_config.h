@@ -77,7 +77,7 @@ struct RunConfig {
   uint64_t seed = 0;
   std::string strategy = "single";         // single | dp | ddp | zero1 | zero2 | zero3 | fsdp
   int64_t global_batch_size = 0;           // alternative to batch_size: per device = global / (world x accum)
-  int64_t threads = 0;                     // intra-op CPU threads; 0: every hardware thread
+  int64_t threads = 0;                     // intra-op CPU threads; 0: OMP_NUM_THREADS, else cores / processes of the node
   bool eval_each_epoch = true;
   std::string checkpoint_dir;              // where checkpoints go; empty: none
   int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends

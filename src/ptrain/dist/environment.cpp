@@ -67,6 +67,8 @@ LaunchEnvironment from_torchrun(const Getenv& getenv) {
   env.local_rank = integer_var_or(getenv, "LOCAL_RANK", env.rank);
   env.local_world_size = integer_var_or(getenv, "LOCAL_WORLD_SIZE", env.world_size);
   read_master(getenv, env);
+  // torchrun's static rendezvous leaves its --rdzv-id at "none": no name at all.
+  if (auto run_id = read(getenv, "TORCHELASTIC_RUN_ID"); run_id && *run_id != "none") env.run_id = *run_id;
   validate(env, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   return env;
 }
@@ -88,6 +90,7 @@ LaunchEnvironment from_slurm(const Getenv& getenv) {
   if (!nodelist) nodelist = read(getenv, "SLURM_NODELIST");
   if (nodelist) env.master_addr = first_slurm_host(*nodelist);
   read_master(getenv, env);
+  if (auto job = read(getenv, "SLURM_JOB_ID")) env.run_id = "slurm-" + *job + "." + read(getenv, "SLURM_STEP_ID").value_or("");
   validate(env, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE/SLURM_TASKS_PER_NODE");
   return env;
 }
@@ -161,6 +164,17 @@ int64_t slurm_tasks_on_node(const std::string& tasks_per_node, int64_t node_inde
   }
   throw Error("environment: SLURM_TASKS_PER_NODE='" + tasks_per_node + "' lists " + std::to_string(node) +
               " nodes, but SLURM_NODEID=" + std::to_string(node_index));
+}
+
+std::string rank_variables(const LaunchEnvironment& env) {
+  const auto both = [&](const char* rank, const char* world, const char* launcher) {
+    return std::string(rank) + "=" + std::to_string(env.rank) + " and " + world + "=" + std::to_string(env.world_size) +
+           " (" + launcher + ")";
+  };
+  if (env.source == "torchrun") return both("RANK", "WORLD_SIZE", "torchrun or ptrain launch");
+  if (env.source == "slurm") return both("SLURM_PROCID", "SLURM_NTASKS", "Slurm");
+  if (env.source == "openmpi") return both("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI");
+  return "";
 }
 
 LaunchEnvironment detect_environment(const Getenv& getenv) {

@@ -16,12 +16,19 @@ struct LaunchEnvironment {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source = "single";  // "torchrun" (also ptrain launch), "slurm", "openmpi", "single"
+  // Names this job among others that might share MASTER_ADDR:MASTER_PORT (TORCHELASTIC_RUN_ID, which
+  // ptrain launch sets; Slurm's job and step ids); empty when the launcher gave none.
+  std::string run_id;
 };
 
 // Precedence torchrun > slurm > openmpi > single process: torchrun and ptrain launch set RANK inside a
 // Slurm or MPI allocation, and their values describe the processes actually started. Throws
 // ptrain::Error naming the variable when a value is not a number or contradicts the others.
 LaunchEnvironment detect_environment(const std::function<const char*(const char*)>& getenv = ::getenv);
+
+// The variables that placed this process, as a user would look for them: "RANK=1 and WORLD_SIZE=2 (torchrun
+// or ptrain launch)", "SLURM_PROCID=0 and SLURM_NTASKS=4 (Slurm)"; "" for a single process.
+std::string rank_variables(const LaunchEnvironment& env);
 
 // The first host of a Slurm node list such as "node[01-04,07],gpu5" (here "node01").
 std::string first_slurm_host(const std::string& nodelist);

@@ -10,12 +10,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "ptrain/core/error.h"
+#include "ptrain/dist/cpu_threads.h"
+#include "ptrain/dist/ports.h"
 
 extern char** environ;
 
@@ -72,10 +76,13 @@ void forward_lines(int in_fd, int out_fd, const std::string& prefix, std::mutex&
   ::close(in_fd);
 }
 
-std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank) {
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
+// extra: variables the same for every rank of this node (run id, threads), set over the launcher's own.
+std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank, const Variables& extra) {
   const int64_t world = static_cast<int64_t>(o.nnodes) * o.nproc_per_node;
   const int64_t rank = static_cast<int64_t>(o.node_rank) * o.nproc_per_node + local_rank;
-  const std::vector<std::pair<std::string, std::string>> overrides{
+  Variables overrides{
       {"RANK", std::to_string(rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"WORLD_SIZE", std::to_string(world)},
@@ -84,6 +91,7 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int local_ran
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(o.master_port)},
   };
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
@@ -218,17 +226,66 @@ void validate(const LaunchOptions& o) {
   check(o.nnodes >= 1, "launch: --nnodes must be at least 1");
   check(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node-rank " + std::to_string(o.node_rank) +
                                                          " is outside [0, --nnodes " + std::to_string(o.nnodes) + ")");
-  check(o.master_port > 0 && o.master_port < 65536, "launch: --master-port " + std::to_string(o.master_port) +
-                                                         " is not a TCP port (1-65535)");
+  check(o.master_port >= 0 && o.master_port < 65536, "launch: --master-port " + std::to_string(o.master_port) +
+                                                          " is not a TCP port (1-65535)");
   check(!o.master_addr.empty(), "launch: --master-addr is empty");
   check(o.timeout_seconds >= 0, "launch: --timeout must not be negative");
   check(o.kill_grace_seconds >= 0, "launch: the kill grace period must not be negative");
 }
 
+constexpr int kMultiNodeMasterPort = 29500;  // torchrun's
+
+std::string random_run_id() {
+  std::random_device random;
+  char text[17];
+  std::snprintf(text, sizeof text, "%08x%08x", random(), random());
+  return text;
+}
+
+// The port and run id the ranks meet under (see LaunchOptions), checked before any rank starts.
+void settle_rendezvous(LaunchOptions& o) {
+  if (o.master_port == 0) {
+    o.master_port = o.nnodes == 1 ? free_tcp_port() : kMultiNodeMasterPort;
+  } else if (o.node_rank == 0) {
+    // Rank 0 would fail to host its store there, and the other ranks could join the store listening on it.
+    check(!tcp_port_in_use(o.master_port),
+          "launch: --master-port " + std::to_string(o.master_port) +
+              " is in use on this host (another job's rendezvous, or another program): choose another port" +
+              (o.nnodes == 1 ? ", or leave --master-port out to take a free one" : ""));
+  }
+  if (o.run_id.empty()) {
+    const char* inherited = std::getenv("TORCHELASTIC_RUN_ID");
+    if (inherited != nullptr && *inherited != '\0' && std::string(inherited) != "none") {
+      o.run_id = inherited;
+    } else if (o.nnodes == 1) {
+      o.run_id = random_run_id();
+    }
+  }
+}
+
+// Variables every rank of this node gets besides its place in the job; notes what it chose for them.
+Variables node_variables(const LaunchOptions& o) {
+  Variables variables;
+  if (!o.run_id.empty()) variables.emplace_back("TORCHELASTIC_RUN_ID", o.run_id);
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (o.nproc_per_node > 1 && (omp == nullptr || *omp == '\0')) {
+    const unsigned cores = std::thread::hardware_concurrency();
+    const int64_t threads = threads_per_process(o.nproc_per_node, cores);
+    variables.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
+    write_all(o.stderr_fd, "ptrain launch: OMP_NUM_THREADS=" + std::to_string(threads) + " for each of the " +
+                               std::to_string(o.nproc_per_node) + " processes (" + std::to_string(cores) +
+                               " hardware threads shared); set OMP_NUM_THREADS or --threads to choose otherwise\n");
+  }
+  return variables;
+}
+
 }  // namespace
 
-int launch(const LaunchOptions& options) {
-  validate(options);
+int launch(const LaunchOptions& requested) {
+  validate(requested);
+  LaunchOptions options = requested;
+  settle_rendezvous(options);
+  const Variables node = node_variables(options);
   std::mutex output_mutex;
   std::vector<Child> children(static_cast<size_t>(options.nproc_per_node));
 
@@ -264,7 +321,7 @@ int launch(const LaunchOptions& options) {
       restore_signals();
       throw Error(std::string("launch: cannot create pipes: ") + std::strerror(errno));
     }
-    const auto env_strings = child_environment(options, local);
+    const auto env_strings = child_environment(options, local, node);
     std::vector<char*> envp;
     for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);

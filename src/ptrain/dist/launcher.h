@@ -1,5 +1,6 @@
 // `ptrain launch`: starts one process per local rank with the torchrun environment (RANK, LOCAL_RANK,
-// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK), prefixes their output lines with
+// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, TORCHELASTIC_RUN_ID; OMP_NUM_THREADS,
+// when unset, as the node's cores divided among its processes), prefixes their output lines with
 // "[rank N] ", forwards SIGINT/SIGTERM, and stops the whole job when one rank fails. Each rank leads a
 // process group of its own and is killed by the kernel if the launcher dies (even by kill -9).
 #pragma once
@@ -15,7 +16,13 @@ struct LaunchOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  // 0: a free port on a single node (the kernel's pick, as torchrun --standalone), 29500 across nodes.
+  // On node 0 a port another socket listens on is refused before any rank starts.
+  int master_port = 0;
+  // Names the job at its rendezvous, so that no rank joins another job's store (TORCHELASTIC_RUN_ID in
+  // the ranks' environment). Empty: TORCHELASTIC_RUN_ID of the launcher's environment, else a random id
+  // on a single node and none across nodes (where each node's launcher would pick another).
+  std::string run_id;
   std::vector<std::string> command;  // program (looked up in PATH) and its arguments
   // Wall-clock limit for the whole job; 0 = none. Past it every rank is stopped and launch fails.
   double timeout_seconds = 0;

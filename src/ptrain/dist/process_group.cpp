@@ -88,6 +88,35 @@ void unpack(std::vector<PackedGroup>& groups) {
   }
 }
 
+std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+std::string text_of(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+// The store's first key names the job whose rank 0 hosts it. A rank that reached another job's store (a
+// port taken by another job, a stale MASTER_PORT) leaves before writing anything the other job reads.
+void refuse_another_jobs_store(c10d::Store& store, const LaunchEnvironment& env, std::chrono::milliseconds timeout) {
+  const std::string key = "ptrain/run_id";
+  const std::string address = env.master_addr + ":" + std::to_string(env.master_port);
+  std::string store_run_id;
+  try {
+    if (env.rank == 0) {
+      store.set(key, bytes_of(env.run_id));
+      return;
+    }
+    store_run_id = text_of(store.get(key));
+  } catch (const std::exception& e) {
+    throw Error("dist: the rendezvous store at " + address + " named no ptrain job within " + seconds_text(timeout) +
+                " for rank " + std::to_string(env.rank) + " (is another program listening on that port?): " +
+                describe(e));
+  }
+  const auto shown = [](const std::string& id) { return id.empty() ? std::string("none") : "'" + id + "'"; };
+  check(store_run_id == env.run_id,
+        "dist: the rendezvous store at " + address + " belongs to another job (its run id " + shown(store_run_id) +
+            ", rank " + std::to_string(env.rank) + "'s " + shown(env.run_id) +
+            "), so this rank leaves it alone: choose a free --master-port or MASTER_PORT (ptrain launch picks a free "
+            "one on a single node when --master-port is left out)");
+}
+
 }  // namespace
 
 void Work::wait() {
@@ -180,6 +209,7 @@ ProcessGroup::ProcessGroup(const LaunchEnvironment& env, const std::string& back
   } catch (const std::exception& e) {
     throw rendezvous_failed(describe(e));
   }
+  refuse_another_jobs_store(*tcp_store, env, timeout);
   impl_->store = c10::make_intrusive<c10d::PrefixStore>("ptrain/" + backend, tcp_store);
   try {
     impl_->group = kind_ == Kind::gloo
@@ -222,6 +252,25 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::vector<int64_t>&
     throw Error("dist: subgroup '" + name + "' of " + where() + " did not form: " + describe(e));
   }
   return sub;
+}
+
+std::vector<std::string> ProcessGroup::all_gather_text(const std::string& name, const std::string& text) {
+  const std::string prefix = "text/" + name + "/";
+  std::vector<std::string> texts;
+  try {
+    auto& store = *impl_->store;
+    store.set(prefix + std::to_string(rank_), bytes_of(text));
+    for (int64_t r = 0; r < world_size_; ++r) texts.push_back(text_of(store.get(prefix + std::to_string(r))));
+    store.set(prefix + "read/" + std::to_string(rank_), bytes_of("1"));
+    if (rank_ == 0) {
+      std::vector<std::string> read;
+      for (int64_t r = 0; r < world_size_; ++r) read.push_back(prefix + "read/" + std::to_string(r));
+      store.wait(read, timeout_);
+    }
+  } catch (const std::exception& e) {
+    fail("all_gather_text '" + name + "'", where(), e);
+  }
+  return texts;
 }
 
 std::string ProcessGroup::where() const {

@@ -77,6 +77,11 @@ class ProcessGroup {
   // moves world_size times the data a real reduce-scatter would.
   void reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat);
 
+  // Every rank's text, in rank order, exchanged through the rendezvous store under `name` (one name a
+  // call): settings and other small strings, whatever the backend. Collective; rank 0, which hosts the
+  // store, returns only once every rank has read them all.
+  std::vector<std::string> all_gather_text(const std::string& name, const std::string& text);
+
   // A group of some of this group's ranks (`ranks`, in this group's numbering, this rank among them),
   // its own communicator under `name`: hybrid sharding's shard and replica groups. Only the members
   // call it, every member with the same ranks and name; it rendezvouses through this group's store.

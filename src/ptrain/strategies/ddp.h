@@ -56,6 +56,9 @@ class DistributedDataParallel final : public Strategy {
   // graph traversal, and keeps every rank issuing the same collectives.
   void finish_backward() override;
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
+  std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override {
+    return group_->all_gather_text(name, text);
+  }
 
   // Parameter indices (in model.parameters() order) of each bucket, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_layout() const;

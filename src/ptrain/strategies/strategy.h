@@ -104,6 +104,11 @@ class Strategy {
   // Sums a tensor over all ranks (metrics: loss sums, correct counts). In place; returns it.
   virtual torch::Tensor all_reduce_sum(torch::Tensor t) = 0;
 
+  // Every rank's text in rank order (ProcessGroup::all_gather_text); one process has only its own.
+  virtual std::vector<std::string> all_gather_text(const std::string& /*name*/, const std::string& text) {
+    return {text};
+  }
+
   // Why a whole step under this strategy cannot be captured as a CUDA graph (one line, for the run's log
   // and record), or "" when it can: its hooks must launch only device work, with no host waits.
   virtual std::string capture_obstacle() const {

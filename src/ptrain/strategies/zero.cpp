@@ -300,6 +300,10 @@ torch::Tensor Zero::all_reduce_sum(torch::Tensor t) {
   return t;
 }
 
+std::vector<std::string> Zero::all_gather_text(const std::string& name, const std::string& text) {
+  return state_->group->all_gather_text(name, text);
+}
+
 namespace {
 
 // The optimizer steps one flat shard per group: the parameters' own shard when it has the optimizer's

@@ -79,6 +79,7 @@ class Zero final : public Strategy {
   // as zeros) and waits for every reduction.
   void finish_backward() override;
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
+  std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override;
   // This rank's shards: the optimizer's tensors are one flat shard per group, named "zero.<group>".
   std::unique_ptr<UpdateTarget> update_target(models::Model& model, bool master_weights) override;
   // Groups whose gradient reduction has started in this synchronised step (before finish_backward: the

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "ptrain/config/number_checks.h"
 #include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/dist/cpu_threads.h"
 #include "ptrain/io/output_path.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
@@ -121,6 +123,16 @@ bool resolve_channels_last(const config::TrainConfig& c, const torch::Device& de
   return wanted;
 }
 
+// "ddp, zero1, zero2, zero3 or fsdp": the strategies whose processes train one run together.
+std::string multi_process_strategies() {
+  std::vector<std::string> names;
+  for (const auto& name : strategies::StrategySpec::names())
+    if (strategies::StrategySpec::parse(name).multi_process()) names.push_back(name);
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return text;
+}
+
 }  // namespace
 
 std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std::string& flag) {
@@ -186,6 +198,12 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
       c.run.device = "cuda:" + std::to_string(env.local_rank);
     check(c.dist.backend != "nccl" || c.run.device.rfind("cuda", 0) == 0, "--backend nccl needs a CUDA --device");
   } else {
+    // Under a launcher every process would train the same run alone, and each would report it as the job's.
+    const dist::LaunchEnvironment env = dist::detect_environment();
+    check(env.world_size == 1, "--strategy " + strategy + " trains in one process, but " + dist::rank_variables(env) +
+                                   " make this one of " + std::to_string(env.world_size) +
+                                   " processes, each of which would train the same run alone: choose --strategy " +
+                                   multi_process_strategies() + ", or start one process");
     check(c.dist.backend.empty() && !c.dist.sync_batchnorm,
           "--backend and --sync-batchnorm apply to --strategy ddp only (--backend to zero1-3 too)" +
               std::string(s.drives_several_devices() ? " (PyTorch's SyncBatchNorm refuses DataParallel too)" : ""));
@@ -193,9 +211,6 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   check(s.drives_several_devices() || c.dist.replicas == 0, "--replicas applies to --strategy dp only");
   plan.device = resolve_device(c.run.device);
   if (s.drives_several_devices()) {
-    const int64_t processes = dist::detect_environment().world_size;
-    check(processes == 1, "--strategy dp drives every device from one process, but this is one of " +
-                              std::to_string(processes) + " launched processes: use --strategy ddp");
     if (plan.device.is_cuda()) {
       const int64_t visible = static_cast<int64_t>(torch::cuda::device_count()) - plan.device.index();
       if (c.dist.replicas == 0) c.dist.replicas = visible;
@@ -206,6 +221,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     }
   }
   const int64_t replicas = s.drives_several_devices() ? c.dist.replicas : 1;
+  c.run.threads = dist::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;
     const int64_t per_step = devices * c.optim.grad_accum;
@@ -322,7 +338,7 @@ std::string describe(const Plan& plan) {
       << (plan.precision.master_weights ? " with fp32 master weights" : "")
       << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
       << "\n"
-      << "device " << plan.device.str()
+      << "device " << plan.device.str() << (plan.device.is_cpu() ? " (" + std::to_string(c.run.threads) + " threads)" : "")
       << (replicas && plan.device.is_cuda() && c.dist.replicas > 1
               ? " to cuda:" + std::to_string(plan.device.index() + c.dist.replicas - 1)
               : "")

@@ -9,6 +9,7 @@
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "ptrain/dist/cpu_threads.h"
 #include "ptrain/kernels/cross_entropy.h"
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
@@ -17,6 +18,7 @@
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
 #include "ptrain/strategies/model_state_arithmetic.h"
+#include "ptrain/train/rank_agreement.h"
 #include "ptrain/train/training_run.h"
 
 namespace ptrain::train {
@@ -58,6 +60,7 @@ TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, cons
     : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
       strategy_(make_strategy_on_device(plan)),
       progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
+  check_ranks_agree(plan_, *strategy_);  // before any collective moves model data
   record_.command_line = command_line;
 }
 
@@ -86,8 +89,8 @@ metrics::RunRecord TrainingRun::run() {
 }
 
 void TrainingRun::set_up_device() {
-  torch::set_num_threads(c_.run.threads > 0 ? static_cast<int>(c_.run.threads)
-                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  torch::set_num_threads(static_cast<int>(
+      dist::intra_op_threads(c_.run.threads, plan_.launch.local_world_size, std::thread::hardware_concurrency())));
   precision::apply_global_math_mode(policy_);
   if (device_.is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.

@@ -1,0 +1,20 @@
+// How many intra-op CPU threads each process of a job uses. Processes sharing a node share its cores:
+// one process per core-group keeps them from oversubscribing the node (two ranks on two cores, each with
+// two threads, train thirty times slower than with one).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+
+namespace ptrain::dist {
+
+// The cores divided among the processes of one node, at least 1.
+int64_t threads_per_process(int64_t processes_on_node, unsigned hardware_threads);
+
+// requested (--threads) when positive; else OMP_NUM_THREADS when set (as torchrun and OpenMP read it);
+// else threads_per_process. Throws ptrain::Error naming OMP_NUM_THREADS when it is not a positive integer.
+int64_t intra_op_threads(int64_t requested, int64_t processes_on_node, unsigned hardware_threads,
+                         const std::function<const char*(const char*)>& getenv = ::getenv);
+
+}  // namespace ptrain::dist

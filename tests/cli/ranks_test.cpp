@@ -1,0 +1,100 @@
+// Ranks under `ptrain launch` that were started differently: each stops before its first step with one
+// error naming what differs, never an abort inside a collective or a run trained on silently.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../dist/multiprocess.h"
+
+namespace {
+
+struct ShellResult {
+  int exit_code;
+  std::string output;
+};
+
+ShellResult shell_output(const std::string& command_line) {
+  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+const std::string kPtrain = PTRAIN_EXECUTABLE;
+const std::string kRun = "train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 "
+                         "--device cpu --threads 1 --progress none --max-steps 3 --test-limit 16 --dist-timeout 30";
+
+// Two ranks under ptrain launch, each running `rank_setup` (shell, $RANK known) before kRun + extra.
+ShellResult launch_two(const std::string& rank_setup, const std::string& extra = "") {
+  return shell_output(kPtrain + " launch --nproc-per-node 2 --timeout 120 -- bash -c '" + rank_setup + "; exec " +
+                   kPtrain + " " + kRun + " " + extra + "'");
+}
+
+TEST(Ranks, ThatDisagreeStopBeforeTheFirstStepNamingTheSetting) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  struct Case {
+    std::string setup, expected;
+  };
+  const std::vector<Case> cases{
+      // A stale variable on one node: silently another learning rate.
+      {"export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_LR=0.5",
+       "ranks disagree on optimizer.lr (--lr): 0.1 on rank 0; 0.5 on rank 1"},
+      {"export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_SEED=7",
+       "ranks disagree on run.seed (--seed): 0 on rank 0; 7 on rank 1"},
+      // fp32 beside bf16 aborted inside gloo (exit 134) before the check.
+      {"export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_PRECISION=bf16",
+       "ranks disagree on precision.precision (--precision): \"fp32\" on rank 0; \"bf16\" on rank 1"},
+      {"export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_STRATEGY=zero2",
+       "ranks disagree on run.strategy (--strategy): \"ddp\" on rank 0; \"zero2\" on rank 1"},
+  };
+  for (const auto& c : cases) {
+    const ShellResult r = launch_two(c.setup);
+    EXPECT_EQ(r.exit_code, 2) << c.setup << "\n" << r.output;
+    EXPECT_NE(r.output.find("ptrain: error: " + c.expected), std::string::npos) << c.expected << "\n" << r.output;
+    EXPECT_EQ(r.output.find("result:"), std::string::npos) << r.output;
+  }
+  // Ranks that differ only in what each may hold for itself train together.
+  const ShellResult same = launch_two("export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_LOADER_THREADS=3; true");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("[rank 0] result:"), std::string::npos) << same.output;
+}
+
+TEST(Ranks, LaunchedWithoutAMultiProcessStrategyRefuse) {
+  const ShellResult r = launch_two("true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ptrain: error: --strategy single trains in one process, but RANK="), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("WORLD_SIZE=2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("result:"), std::string::npos) << r.output;
+}
+
+TEST(Ranks, TwoCpuRanksShareTheCoresAndRecordTheirThreads) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  const std::string dir = ptrain::testing::temp_dir("ranks_threads");
+  const std::string metrics = dir + "/run.json";
+  // No --threads: the launcher's OMP_NUM_THREADS (the cores divided between the two ranks) decides.
+  const std::string run = "train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 "
+                          "--device cpu --progress lines --max-steps 2 --test-limit 16 --strategy ddp --dist-timeout 30";
+  const ShellResult r = shell_output("env -u OMP_NUM_THREADS " + kPtrain + " launch --nproc-per-node 2 --timeout 120 -- " +
+                             kPtrain + " " + run + " --metrics-out " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int64_t expected = std::max(1u, std::thread::hardware_concurrency() / 2);
+  EXPECT_NE(r.output.find("ptrain launch: OMP_NUM_THREADS=" + std::to_string(expected)), std::string::npos) << r.output;
+  for (const char* rank : {"[rank 0] ", "[rank 1] "})
+    EXPECT_NE(r.output.find(rank + std::string("device cpu (") + std::to_string(expected) + " threads)"),
+              std::string::npos)
+        << r.output;
+  const auto json = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(json["extra"]["config"]["run"]["threads"], expected) << json["extra"].dump();
+}
+
+}  // namespace
