@@ -1,0 +1,42 @@
+#include "ptrain/cli/stop_signals.h"
+
+#include <signal.h>
+
+namespace ptrain::cli {
+
+namespace {
+
+volatile sig_atomic_t first_signal = 0;
+struct sigaction previous_term {}, previous_int {};
+
+// Only async-signal-safe calls here: a flag, and for a second signal the default action again.
+void on_stop_signal(int signal_number) {
+  if (first_signal != 0) {
+    ::signal(signal_number, SIG_DFL);
+    ::raise(signal_number);
+    return;
+  }
+  first_signal = signal_number;
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  first_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // Restarted system calls: a read in the data loader must not fail with EINTR because of the first signal.
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &action, &previous_term);
+  ::sigaction(SIGINT, &action, &previous_int);
+}
+
+StopSignals::~StopSignals() {
+  ::sigaction(SIGTERM, &previous_term, nullptr);
+  ::sigaction(SIGINT, &previous_int, nullptr);
+}
+
+int StopSignals::received() { return first_signal; }
+
+}  // namespace ptrain::cli
