@@ -19,6 +19,14 @@ void on_stop_signal(int signal_number) {
   first_signal = signal_number;
 }
 
+void install(int signal_number, const struct sigaction& action, struct sigaction& previous) {
+  ::sigaction(signal_number, nullptr, &previous);
+  // A signal ignored from the start stays ignored, as whoever started the process meant it: a background
+  // job of a shell without job control ignores SIGINT, and a Ctrl-C at the terminal is not for it.
+  if (previous.sa_handler == SIG_IGN) return;
+  ::sigaction(signal_number, &action, nullptr);
+}
+
 }  // namespace
 
 StopSignals::StopSignals() {
@@ -28,8 +36,8 @@ StopSignals::StopSignals() {
   sigemptyset(&action.sa_mask);
   // Restarted system calls: a read in the data loader must not fail with EINTR because of the first signal.
   action.sa_flags = SA_RESTART;
-  ::sigaction(SIGTERM, &action, &previous_term);
-  ::sigaction(SIGINT, &action, &previous_int);
+  install(SIGTERM, action, previous_term);
+  install(SIGINT, action, previous_int);
 }
 
 StopSignals::~StopSignals() {

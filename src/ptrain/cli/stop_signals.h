@@ -1,6 +1,7 @@
 // SIGTERM (Slurm's preemption, a scheduler's stop) and SIGINT (Ctrl-C) during `ptrain train`: the first
 // asks the run to stop at its next step boundary, where it saves a checkpoint and its record; a second
-// ends the process at once, as if nothing had caught the first.
+// ends the process at once, as if nothing had caught the first. A signal the process inherited as
+// ignored stays ignored.
 #pragma once
 
 namespace ptrain::cli {
