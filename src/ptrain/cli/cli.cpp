@@ -153,8 +153,9 @@ int run_train(TrainCommand& command, const std::string& command_line) {
   } catch (const train::RunStopped& stopped) {
     // Stopped by a signal, or failed once trained: the record says so, the line says what was kept.
     if (plan.launch.rank != 0) return stopped.exit_code();
-    write_record(stopped.record());
+    // The line first: it says where the trained state is, even if the record cannot be written.
     std::cerr << (stopped.interrupted() ? "ptrain: " : "ptrain: error: ") << stopped.what() << std::endl;
+    write_record(stopped.record());
     return stopped.exit_code();
   }
   if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job

@@ -27,6 +27,7 @@ struct TrainHooks {
   std::function<void(const StepReport&)> on_step;
   // Asked between steps: a signal number (SIGTERM, SIGINT) stops the run at that step boundary, which
   // saves a checkpoint of it (with --checkpoint-dir) and throws RunStopped; 0 trains on. Must be cheap.
+  // Ranks agree on it through a collective, so it is set on every rank of a job or on none.
   std::function<int()> stop_signal;
 };
 

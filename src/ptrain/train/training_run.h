@@ -98,15 +98,15 @@ class TrainingRun {
 
  private:
   // The phases of run(), in order.
+  // --checkpoint-dir taken for the run (train/checkpointer.h): first, so that a directory another run
+  // holds is refused before any work.
+  void open_checkpoint_dir();
   // Threads, math mode and allocator counters of the device, before anything is allocated.
   void set_up_device();
   // load_data, with out of memory there explained as the dataset's (not the model states').
   void load_data_or_explain();
   void build_model();
   void build_optimizer();
-  // --checkpoint-dir taken for the run (train/checkpointer.h): first, so that a directory another run
-  // holds is refused before any work.
-  void open_checkpoint_dir();
   void resume();
   // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
   void announce(Progress& progress);
