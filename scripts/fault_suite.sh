@@ -520,6 +520,76 @@ ranks_that_must_agree() {
   fi
 }
 ranks_that_must_agree
+# --- the end of a run: stop signals, two runs in one --checkpoint-dir, a used directory ---------------
+run_end_cases() {
+  local plain=("${TINY[@]}" --seed 5 --lr 0.05 --epochs 3)  # SINGLE without a checkpoint every step
+  local dir=$ROOT/sigterm pid rc step
+  # SIGTERM (a scheduler's preemption): the run saves the step it stopped at and exits 143.
+  "$PTRAIN" "${plain[@]}" --checkpoint-every 5 --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 5000); do [ -n "$(latest_in "$dir")" ] && break; sleep 0.002; done
+  kill -TERM "$pid"; wait "$pid"; rc=$?
+  step=$(sed -n 's/^ptrain: stopped by SIGTERM after step \([0-9]*\) of.*/\1/p' "$dir.log")
+  if [ $rc -ne 143 ]; then fail "SIGTERM mid-run" "exit $rc, not 143: $(tail -1 "$dir.log")"
+  elif [ -z "$step" ] || [ "$(latest_in "$dir")" != "$(printf '%s/step-%08d.safetensors' "$dir" "$step")" ]; then
+    fail "SIGTERM mid-run" "no checkpoint of the step it stopped at: $(tail -1 "$dir.log")"
+  else resume_and_compare "$dir" single "SIGTERM mid-run at step $step (resumed)"
+  fi
+  # Two ranks under ptrain launch, which forwards the signal: both stop at the same step (at a progress
+  # read), rank 0 saves it.
+  dir=$ROOT/sigterm-ddp
+  port=$((port + 100))  # clear of the ports the launch function hands out
+  # The launcher itself in the background (not the launch function's subshell): the signal must reach it.
+  "$PTRAIN" launch --nproc-per-node 2 --master-port "$port" --timeout 300 -- "$PTRAIN" "${DDP[@]}" --dist-timeout 20 \
+    --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 5000); do [ -n "$(latest_in "$dir")" ] && break; sleep 0.002; done
+  kill -TERM "$pid"; wait "$pid"; rc=$?
+  step=$(sed -n 's/^\[rank 0\] ptrain: stopped by SIGTERM after step \([0-9]*\) of.*/\1/p' "$dir.log")
+  if [ $rc -ne 143 ]; then fail "SIGTERM to ptrain launch" "exit $rc, not 143: $(tail -1 "$dir.log")"
+  elif [ -z "$step" ] || [ "$(latest_in "$dir")" != "$(printf '%s/step-%08d.safetensors' "$dir" "$step")" ]; then
+    fail "SIGTERM to ptrain launch" "no checkpoint of the step it stopped at: $(grep -m1 'stopped\|error' "$dir.log")"
+  else resume_and_compare "$dir" ddp "SIGTERM to ptrain launch at step $step (resumed)"
+  fi
+  # A second signal ends the run at once, as without a handler; what it left loads. (SIGTERM: a background
+  # job of this shell ignores SIGINT, and ptrain keeps a signal ignored from the start ignored.)
+  dir=$ROOT/sigterm-twice
+  "$PTRAIN" "${plain[@]}" --checkpoint-every 1 --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 5000); do [ -n "$(latest_in "$dir")" ] && break; sleep 0.002; done
+  kill -TERM "$pid"; kill -TERM "$pid"; wait "$pid"; rc=$?
+  if [ $rc -ne 143 ]; then fail "SIGTERM twice" "exit $rc, not 143"
+  elif ! all_verify "$dir"; then fail "SIGTERM twice" "a checkpoint left behind does not load"
+  else resume_and_compare "$dir" single "SIGTERM twice (resumed)"
+  fi
+  # A second run in the directory of a live one is refused and removes nothing; the first ends as if
+  # alone.
+  dir=$ROOT/two-runs
+  "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" > "$dir.first.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 5000); do [ -s "$dir/.ptrain.lock" ] && break; sleep 0.002; done
+  "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" --resume latest > "$dir.second.log" 2>&1; rc=$?
+  wait "$pid"
+  if [ $rc -ne 2 ] || ! grep -q "is in use by another run (pid $pid on" "$dir.second.log"; then
+    fail "two runs, one --checkpoint-dir" "the second exited $rc: $(tail -1 "$dir.second.log")"
+  elif [ "$(digest_of "$(latest_in "$dir")")" != "$REF" ] || [ "$(temporaries_in "$dir")" -ne 0 ]; then
+    fail "two runs, one --checkpoint-dir" "the first run's checkpoints were disturbed"
+  else pass "two runs, one --checkpoint-dir"
+  fi
+  # A fresh run in that used directory: refused, or with --overwrite-checkpoints the old run's files go
+  # first and --keep-checkpoints keeps the new run's newest.
+  bad_input "a fresh run in a used --checkpoint-dir" "--overwrite-checkpoints" "${SINGLE[@]}" --checkpoint-dir "$dir"
+  "$PTRAIN" "${SINGLE[@]}" --checkpoint-dir "$dir" --overwrite-checkpoints --keep-checkpoints 2 > "$dir.over.log" 2>&1; rc=$?
+  local left
+  left=$(ls "$dir"/step-*.safetensors | wc -l)
+  if [ $rc -ne 0 ] || [ "$left" -ne 2 ] || [ "$(digest_of "$(latest_in "$dir")")" != "$REF" ]; then
+    fail "--overwrite-checkpoints --keep-checkpoints 2" "exit $rc, $left checkpoints left"
+  else pass "--overwrite-checkpoints --keep-checkpoints 2"
+  fi
+  mkdir -p "$ROOT/bad/w.pt"
+  bad_input "--save-weights is a directory" "--save-weights" "${TINY[@]}" --save-weights "$ROOT/bad/w.pt"
+}
+run_end_cases
 
 if ! no_leftovers 5; then fail "leftover processes" "$(leftovers | tr '\n' ' ')"; fi
 

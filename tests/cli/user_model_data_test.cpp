@@ -123,6 +123,33 @@ TEST(UserModel, RefusesWhatItCannotTrainInOneLineNamingTheFile) {
   }
 }
 
+// A model whose evaluation fails once it has trained (eval_fails.pt): the run has saved its checkpoint and
+// --save-weights before evaluating, says in its one error line where they are, and writes its record,
+// marked failed.
+TEST(UserModel, AFailedEvaluationKeepsWhatWasTrained) {
+  const Scratch s("eval_fails");
+  const std::string weights = s.file("out/w.pt"), checkpoints = s.file("ck"), metrics = s.file("run.json");
+  const Result r = run("train --model " + model("eval_fails.pt") + " --dataset imagefolder --data-path " +
+                       model("data") + " --batch-size 8 --device cpu --threads 1 --progress none --epochs 1 "
+                       "--save-weights " + weights + " --checkpoint-dir " + checkpoints + " --metrics-out " + metrics);
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // the model's error reaches the trainer as LibTorch's own
+  EXPECT_NE(r.output.find("ptrain: error: evaluation failed after training step 8 (LibTorch error: " +
+                          model("eval_fails.pt") + ": this model cannot evaluate once trained)"),
+            std::string::npos) << r.output;
+  const std::string checkpoint = checkpoints + "/step-00000008.safetensors";
+  EXPECT_NE(r.output.find("the trained state is kept: weights in " + weights + " and checkpoint " + checkpoint),
+            std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(weights)) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(checkpoint)) << r.output;
+  ASSERT_TRUE(fs::is_regular_file(metrics)) << r.output;
+  const auto json = record(metrics);
+  EXPECT_EQ(json["steps"], 8);
+  EXPECT_EQ(json["extra"]["run_end"]["status"], "failed") << json["extra"].dump();
+  EXPECT_EQ(json["extra"]["run_end"]["checkpoint"], checkpoint);
+  EXPECT_EQ(json["extra"]["run_end"]["weights"], weights);
+  EXPECT_TRUE(json["final_test_accuracy"].is_null());
+}
+
 // One epoch of the whole training folder (every image decoded) with a model of a few hundred parameters,
 // so that what the run holds is the data's part.
 std::string streamed_run(const std::string& data, int threads, const std::string& metrics) {

@@ -9,6 +9,8 @@ its training in PyTorch, step by step, for ptrain to match.
       DIR/bn.pt           a scripted nn.Sequential with BatchNorm (an int64 buffer) and dropout
       DIR/skip.pt         a scripted module with a skip connection around its blocks: no chain, no units
       DIR/tiny.pt         a scripted convnet of a few hundred parameters, for tests whose cost is the data
+      DIR/eval_fails.pt   tiny.pt whose eval-mode forward fails once it has trained: a run that fails after
+                          training, for what such a run must keep
       DIR/state_dict.pt   torch.save of its state_dict (not a TorchScript archive: ptrain says so)
       DIR/wrong_weights.pt  torch.save of another module's state_dict (weights that do not fit net.pt)
       DIR/data/{train,test}/<class>/*.png   the images (PNG: lossless, so both sides see the same pixels)
@@ -101,6 +103,23 @@ def tiny_net():
                          nn.Linear(8, CLASSES))
 
 
+class EvalFailsNet(nn.Module):
+    """Trains as tiny_net does; in eval mode, once trained, it raises, as a model whose evaluation LibTorch
+    cannot run. Never before training, so any check of the model before the first step passes."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = tiny_net()
+        self.trained_steps = 0
+
+    def forward(self, x):
+        if self.training:
+            self.trained_steps += 1
+        elif self.trained_steps > 0:
+            raise RuntimeError("this model cannot evaluate once trained")
+        return self.net(x)
+
+
 def bn_net():
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                          nn.Flatten(), nn.Dropout(0.5), nn.Linear(8, CLASSES))
@@ -128,6 +147,7 @@ def make(root):
     torch.jit.script(bn_net()).save(os.path.join(root, "bn.pt"))
     torch.jit.script(SkipNet()).save(os.path.join(root, "skip.pt"))
     torch.jit.script(tiny_net()).save(os.path.join(root, "tiny.pt"))
+    torch.jit.script(EvalFailsNet()).save(os.path.join(root, "eval_fails.pt"))
     torch.save(model.state_dict(), os.path.join(root, "state_dict.pt"))
     torch.save(SkipNet().state_dict(), os.path.join(root, "wrong_weights.pt"))
     for split, per_class, seed in (("train", TRAIN_PER_CLASS, 1), ("test", TEST_PER_CLASS, 2)):

@@ -99,9 +99,9 @@ TEST(TrainingFaults, DivergenceStopsTheRunNamingTheStepAndSavesNothingNonFinite)
   ASSERT_NE(message.find("training diverged at step "), std::string::npos) << message;
   EXPECT_NE(message.find("--on-divergence warn"), std::string::npos) << message;
   int checkpoints = 0;
-  for (const auto& entry : fs::directory_iterator(tmp.path())) {
-    for (const auto& [name, tensor] : ptrain::train::load_checkpoint(entry.path().string()).model) {
-      if (tensor.is_floating_point()) ASSERT_TRUE(torch::isfinite(tensor).all().item<bool>()) << entry.path() << " " << name;
+  for (const auto& path : ptrain::train::list_checkpoints(tmp.path())) {
+    for (const auto& [name, tensor] : ptrain::train::load_checkpoint(path).model) {
+      if (tensor.is_floating_point()) ASSERT_TRUE(torch::isfinite(tensor).all().item<bool>()) << path << " " << name;
     }
     ++checkpoints;
   }

@@ -15,6 +15,7 @@
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
+#include "ptrain/cli/stop_signals.h"
 #include "ptrain/cli/verify.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
@@ -137,15 +138,30 @@ int run_train(TrainCommand& command, const std::string& command_line) {
     std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
     return 0;
   }
-  const metrics::RunRecord record = train::train(plan, command_line);
-  if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
-  print_result(record);
-  if (!train_config.run.metrics_out.empty()) {
+  const auto write_record = [&](const metrics::RunRecord& record) {
+    if (train_config.run.metrics_out.empty()) return;
     const auto parent = std::filesystem::path(train_config.run.metrics_out).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     metrics::write_run_record(train_config.run.metrics_out, record);
     std::cout << "metrics written to " << train_config.run.metrics_out << std::endl;
+  };
+  const StopSignals stop_signals;
+  train::TrainHooks hooks;
+  hooks.stop_signal = &StopSignals::received;
+  metrics::RunRecord record;
+  try {
+    record = train::train(plan, command_line, hooks);
+  } catch (const train::RunStopped& stopped) {
+    // Stopped by a signal, or failed once trained: the record says so, the line says what was kept.
+    if (plan.launch.rank != 0) return stopped.exit_code();
+    // The line first: it says where the trained state is, even if the record cannot be written.
+    std::cerr << (stopped.interrupted() ? "ptrain: " : "ptrain: error: ") << stopped.what() << std::endl;
+    write_record(stopped.record());
+    return stopped.exit_code();
   }
+  if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
+  print_result(record);
+  write_record(record);
   if (record.diverged_at_step) {
     std::cerr << "ptrain: error: training diverged at step " << *record.diverged_at_step
               << " (--on-divergence warn trained on): its results mean nothing" << std::endl;

@@ -208,6 +208,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--keep-checkpoints", c.run.keep_checkpoints,
                  "Keep only the newest N checkpoints in --checkpoint-dir (and the one resumed from); 0: all")
       ->group("Run")->check(non_negative);
+  app.add_flag("--overwrite-checkpoints", c.run.overwrite_checkpoints,
+               "Start over in a --checkpoint-dir holding another run's checkpoints, removing them (without it such "
+               "a directory is refused unless the run resumes)")
+      ->group("Run");
   app.add_option("--resume", c.run.resume, "Resume from a checkpoint file, or 'latest' in --checkpoint-dir")
       ->group("Run");
   app.add_option("--on-divergence", c.run.on_divergence,

@@ -36,6 +36,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"strategy", c.run.strategy}, {"threads", c.run.threads},
                {"eval_each_epoch", c.run.eval_each_epoch}, {"checkpoint_dir", c.run.checkpoint_dir},
                {"checkpoint_every", c.run.checkpoint_every}, {"keep_checkpoints", c.run.keep_checkpoints},
+               {"overwrite_checkpoints", c.run.overwrite_checkpoints},
                {"resume", c.run.resume}, {"on_divergence", c.run.on_divergence},
                {"metrics_out", c.run.metrics_out}, {"log_every", c.run.log_every},
                {"progress", c.run.progress}, {"global_batch_size", c.run.global_batch_size},

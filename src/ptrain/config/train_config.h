@@ -82,6 +82,7 @@ struct RunConfig {
   std::string checkpoint_dir;              // where checkpoints go; empty: none
   int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends
   int64_t keep_checkpoints = 0;            // keep only the newest N checkpoints in checkpoint_dir; 0: all
+  bool overwrite_checkpoints = false;      // a fresh run may remove another run's checkpoints in checkpoint_dir
   std::string resume;                      // a checkpoint file, or "latest" in checkpoint_dir
   std::string metrics_out;                 // the run's metrics JSON
   int64_t log_every = 50;                  // optimizer steps between progress reads of the loss

@@ -272,6 +272,22 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const std::string& dir)
 
 }  // namespace
 
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> paths;
+  for (const auto& [step, path] : checkpoints_in(dir)) paths.push_back(path.string());
+  return paths;
+}
+
+bool remove_checkpoint(const std::string& path) {
+  std::error_code ec;
+  for (int64_t r = 0;; ++r) {
+    const std::string shard = shard_path(path, r);
+    if (!fs::exists(shard)) break;
+    fs::remove(shard, ec);
+  }
+  return fs::remove(path, ec);
+}
+
 std::string latest_checkpoint(const std::string& dir) {
   const auto found = checkpoints_in(dir);
   return found.empty() ? std::string() : found.back().second.string();
@@ -300,13 +316,7 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep,
   const fs::path protected_path = protect.empty() ? fs::path() : fs::weakly_canonical(protect, ec);
   for (const auto& [step, path] : found) {
     if (!protect.empty() && fs::weakly_canonical(path, ec) == protected_path) continue;
-    // Its rank files first: a checkpoint whose shards are gone must not stay behind looking whole.
-    for (int64_t r = 0;; ++r) {
-      const std::string shard = shard_path(path.string(), r);
-      if (!fs::exists(shard)) break;
-      fs::remove(shard, ec);
-    }
-    if (fs::remove(path, ec)) removed.push_back(path.string());
+    if (remove_checkpoint(path.string())) removed.push_back(path.string());
   }
   return removed;
 }

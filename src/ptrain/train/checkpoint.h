@@ -63,9 +63,15 @@ bool named_as_shard(const std::string& path);
 std::string checkpoint_path(const std::string& dir, int64_t global_step);
 std::string latest_checkpoint(const std::string& dir);
 
+// The checkpoints in dir ("step-N.safetensors", not their rank files), oldest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// Removes a checkpoint and its rank files (the rank files first: a checkpoint whose shards are gone must
+// not stay behind looking whole). Returns whether the checkpoint itself was removed.
+bool remove_checkpoint(const std::string& path);
+
 // Removes the temporary files of checkpoint writes that were killed before their rename
 // ("step-N[.rank-R].safetensors.tmp.XXXXXX") and returns how many. Call it only while nothing writes
-// into dir (at the start of a run).
+// into dir: the run holding its lock (train/checkpointer.h), at its start.
 int64_t remove_stale_temporaries(const std::string& dir);
 
 // --keep-checkpoints: removes all but the newest `keep` checkpoints in dir (with their rank files), never

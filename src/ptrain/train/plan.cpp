@@ -293,11 +293,15 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
             std::to_string(c.run.max_steps) + ")");
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   check(c.run.keep_checkpoints == 0 || !c.run.checkpoint_dir.empty(), "--keep-checkpoints needs --checkpoint-dir");
+  check(!c.run.overwrite_checkpoints || !c.run.checkpoint_dir.empty(), "--overwrite-checkpoints needs --checkpoint-dir");
+  check(!c.run.overwrite_checkpoints || c.run.resume.empty(),
+        "--overwrite-checkpoints starts over and removes the checkpoints --resume " + c.run.resume + " would continue");
   check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",
         "--on-divergence: '" + c.run.on_divergence + "' (known: stop, warn)");
   // Outputs are checked now, not when the run first writes them after minutes or hours of training.
   if (!c.run.checkpoint_dir.empty()) io::check_writable_directory(c.run.checkpoint_dir, "--checkpoint-dir");
   if (!c.run.metrics_out.empty()) io::check_writable_file(c.run.metrics_out, "--metrics-out");
+  if (!c.model.save_weights.empty()) io::check_writable_file(c.model.save_weights, "--save-weights");
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");

@@ -65,7 +65,7 @@ TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, cons
 }
 
 metrics::RunRecord TrainingRun::run() {
-  const metrics::Stopwatch run_clock;
+  open_checkpoint_dir();
   set_up_device();
   load_data_or_explain();
   if (device_.is_cpu()) {
@@ -76,15 +76,26 @@ metrics::RunRecord TrainingRun::run() {
   build_optimizer();
   resume();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
-  remove_interrupted_writes();
   Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
   announce(progress);
   start_gpu_sampler();
-  const std::optional<Evaluation> last_eval = train_epochs(progress);
-  if (sampler_) sampler_->stop();
-  finish_trace();
-  export_weights();
-  fill_record(run_clock, last_eval);
+  std::optional<Evaluation> last_eval;
+  try {
+    last_eval = train_epochs(progress);
+    if (!trained_) export_weights();  // a run resumed at its end trains no epoch
+    trained_ = true;
+    if (sampler_) sampler_->stop();
+    finish_trace();
+    fill_record(run_clock_, last_eval);
+  } catch (const RunStopped&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A failure in a step may leave the state half updated: only what was saved before it counts, and the
+    // error passes on as it is. Once the state is written, the failure must not hide it.
+    if (!evaluating_ && !trained_) throw;
+    fail_keeping_trained_state(e);
+  }
+  record_.extra["run_end"] = run_end("completed", "");
   return record_;
 }
 
@@ -183,16 +194,28 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
+    if (stop_signal_) {
+      record_.epochs_detail.push_back(epoch_record);
+      stop_at_signal({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+    }
     const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    // Saved before the evaluation: an evaluation that fails (a model that cannot run in eval mode, memory
+    // that runs out at the evaluation's batch size) must not take the trained state with it. A run stopped
+    // inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
+    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0}
+                                       : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
+    if (last_epoch) {
+      export_weights();
+      trained_ = true;
+    }
     if (c_.run.eval_each_epoch || last_epoch) {
+      evaluating_ = true;
       last_eval = evaluate();
+      evaluating_ = false;
       epoch_record.test_loss = last_eval->loss;
       epoch_record.test_accuracy = last_eval->accuracy;
     }
     record_.epochs_detail.push_back(epoch_record);
-    // A run stopped inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
-    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0}
-                                       : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
     progress.end_epoch(epoch_summary(epoch, epoch_record));
   }
   return last_eval;
@@ -267,7 +290,8 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
       save({epoch, step_in_epoch * accum, global_step_, 0, 0});
-    if (step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_) {
+    const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
+    if (progress_read) {
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
       collect_step_phases();  // the read above waited for the device
       const double seconds = window.elapsed_seconds();
@@ -278,8 +302,30 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_predictions = 0;
       window.restart();
     }
+    stop_signal_ = agreed_stop_signal(progress_read);
+    if (stop_signal_) break;
   }
   return step_in_epoch;
+}
+
+// One process reads its flag after every step: a host variable, no wait for the device. Ranks must all
+// stop at the same step, or those going on wait forever in the next step's collectives; they agree by
+// one all-reduce at the progress reads (every --log-every steps and at the epoch's end), where the host
+// waits for the device anyway, so the steps in between stay free of host synchronisation. A stop then
+// comes at most --log-every steps late, seconds on the runs that stopping matters for (Slurm gives
+// 30 s or more between SIGTERM and SIGKILL; lower --log-every where steps are slow).
+int TrainingRun::agreed_stop_signal(bool at_progress_read) {
+  if (!hooks_.stop_signal) return 0;
+  if (strategy_->world_size() == 1) return hooks_.stop_signal();
+  if (!at_progress_read) return 0;
+  // One slot a signal number: the sum says which signals any rank received, so every rank names the same.
+  constexpr int64_t kSignals = 65;
+  auto received = torch::zeros({kSignals}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  const int own = hooks_.stop_signal();
+  if (own > 0 && own < kSignals) received[own] = 1;
+  strategy_->all_reduce_sum(received);
+  const auto any = received.cpu().nonzero();
+  return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
 }
 
 Evaluation TrainingRun::evaluate() {

@@ -5,8 +5,10 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "ptrain/config/train_config.h"
+#include "ptrain/core/error.h"
 #include "ptrain/data/dataset.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/models/zoo.h"
@@ -23,6 +25,28 @@ struct StepReport {
 struct TrainHooks {
   // Called on every rank after each optimizer step; reading the loss synchronises the device.
   std::function<void(const StepReport&)> on_step;
+  // Asked between steps: a signal number (SIGTERM, SIGINT) stops the run at that step boundary, which
+  // saves a checkpoint of it (with --checkpoint-dir) and throws RunStopped; 0 trains on. Must be cheap.
+  // Ranks agree on it through a collective, so it is set on every rank of a job or on none.
+  std::function<int()> stop_signal;
+};
+
+// A run that stopped early on a stop signal, or failed after it had trained (its evaluation, say):
+// what() says which files hold the trained state, and record() is the run's metrics record, its
+// extra.run_end saying how the run ended, for the caller to write as it writes a finished run's.
+class RunStopped : public Error {
+ public:
+  RunStopped(const std::string& what, metrics::RunRecord record, int exit_code)
+      : Error(what), record_(std::move(record)), exit_code_(exit_code) {}
+  const metrics::RunRecord& record() const { return record_; }
+  // 128 + the signal for a stopped run, as a shell reports a process a signal ended; for a failure the
+  // code of the error itself (2, or 3 for LibTorch's own).
+  int exit_code() const { return exit_code_; }
+  bool interrupted() const { return exit_code_ > 128; }
+
+ private:
+  metrics::RunRecord record_;
+  int exit_code_;
 };
 
 metrics::RunRecord train(const Plan& plan, const std::string& command_line, const TrainHooks& hooks = {});

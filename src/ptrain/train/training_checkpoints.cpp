@@ -1,9 +1,13 @@
 // What a run keeps across processes: resuming from a checkpoint, saving one (whole or in shards), and
-// --save-weights; a state that is not finite is never written.
+// --save-weights; a state that is not finite is never written. A run that a signal stops, or that fails
+// once it has trained, ends here too, saying what it kept.
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
+
+#include <c10/util/Exception.h>
 
 #include "ptrain/core/error.h"
 #include "ptrain/models/state_dict.h"
@@ -54,19 +58,16 @@ void TrainingRun::load_model_state(const io::NamedTensors& saved) {
   }
 }
 
-// Before anything writes to --checkpoint-dir.
-void TrainingRun::remove_interrupted_writes() {
-  if (!c_.run.checkpoint_dir.empty() && strategy_->is_main()) {
-    // Nothing writes there yet: every other rank waits for this one at its first collective.
-    const int64_t stale = remove_stale_temporaries(c_.run.checkpoint_dir);
-    if (stale > 0)
-      std::cout << "removed " << stale << " temporary file(s) of interrupted checkpoint writes in "
-                << c_.run.checkpoint_dir << std::endl;
-  }
+void TrainingRun::open_checkpoint_dir() {
+  if (c_.run.checkpoint_dir.empty()) return;
+  // Rank 0 cleans up before anything writes there: every other rank waits for it at its first collective.
+  checkpointer_ = std::make_unique<Checkpointer>(CheckpointerOptions{c_.run.checkpoint_dir, c_.run.keep_checkpoints,
+                                                                     plan_.resume_path, c_.run.overwrite_checkpoints,
+                                                                     strategy_->is_main()});
 }
 
 void TrainingRun::save(TrainingPosition position) {
-  if (c_.run.checkpoint_dir.empty()) return;
+  if (!checkpointer_) return;
   check_divergence();
   if (!state_is_finite()) {
     const std::string what = "training diverged at step " + std::to_string(position.global_step) +
@@ -77,7 +78,7 @@ void TrainingRun::save(TrainingPosition position) {
     return;
   }
   const RunningTotals progress_totals = reduced_totals();
-  const std::string path = checkpoint_path(c_.run.checkpoint_dir, position.global_step);
+  const std::string path = checkpointer_->path_for(position.global_step);
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
   if (c_.sharding.state_dict == "sharded") {
@@ -86,7 +87,7 @@ void TrainingRun::save(TrainingPosition position) {
     // NCCL wait alone only orders the stream).
     nlohmann::json layout;
     const auto shards = target_->local_shards(optimizer_->state(), &layout);
-    save_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
+    checkpointer_->write_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
     strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
     if (!strategy_->is_main()) return;
     std::set<std::string> sharded;
@@ -114,8 +115,7 @@ void TrainingRun::save(TrainingPosition position) {
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = progress_totals.named();
   ckpt.run = config::to_json(c_);
-  save_checkpoint(path, ckpt);
-  prune_checkpoints(c_.run.checkpoint_dir, c_.run.keep_checkpoints, plan_.resume_path);
+  checkpointer_->write(path, ckpt);
 }
 
 bool TrainingRun::state_is_finite() {
@@ -146,6 +146,81 @@ void TrainingRun::export_weights() {
   const auto parent = std::filesystem::path(c_.model.save_weights).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   models::write_weights(c_.model.save_weights, tensors);
+  weights_exported_ = true;
+}
+
+namespace {
+
+std::string signal_name(int signal_number) {
+  if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGINT) return "SIGINT";
+  return "signal " + std::to_string(signal_number);
+}
+
+}  // namespace
+
+std::string TrainingRun::what_was_kept() const {
+  std::string kept;
+  if (weights_exported_) kept = "weights in " + c_.model.save_weights;
+  if (checkpointer_ && !checkpointer_->last_written().empty()) {
+    kept += (kept.empty() ? "" : " and ") + std::string("checkpoint ") + checkpointer_->last_written() + " (step " +
+            std::to_string(checkpointer_->last_written_step()) + ")";
+  }
+  return kept;
+}
+
+nlohmann::json TrainingRun::run_end(const std::string& status, const std::string& error) const {
+  nlohmann::json end = {{"status", status}, {"steps", global_step_}, {"checkpoint", nullptr}, {"weights", nullptr}};
+  if (checkpointer_ && !checkpointer_->last_written().empty()) end["checkpoint"] = checkpointer_->last_written();
+  if (weights_exported_) end["weights"] = c_.model.save_weights;
+  if (!error.empty()) end["error"] = error;
+  if (stop_signal_) end["signal"] = signal_name(stop_signal_);
+  return end;
+}
+
+void TrainingRun::stop_at_signal(const TrainingPosition& position) {
+  // Every rank agreed to stop at this step (agreed_stop_signal): the save's collectives meet.
+  save(position);
+  if (sampler_) sampler_->stop();
+  finish_trace();
+  fill_record(run_clock_, std::nullopt);
+  record_.extra["run_end"] = run_end("interrupted", "");
+  std::string what = "stopped by " + signal_name(stop_signal_) + " after step " + std::to_string(global_step_) + " of " +
+                     std::to_string(total_steps_);
+  if (checkpointer_ && checkpointer_->last_written_step() == global_step_) {
+    what += ": its checkpoint is " + checkpointer_->last_written() + "; continue with the same command and --resume latest";
+  } else if (checkpointer_) {
+    what += ": no checkpoint of it was written" + (checkpointer_->last_written().empty()
+                                                        ? std::string()
+                                                        : " (the newest is " + checkpointer_->last_written() + ")");
+  } else {
+    what += ": nothing saved (without --checkpoint-dir there is no checkpoint to resume from)";
+  }
+  throw RunStopped(what, record_, 128 + stop_signal_);
+}
+
+void TrainingRun::fail_keeping_trained_state(const std::exception& error) {
+  int exit_code = 2;
+  std::string message = error.what();
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) {
+    // LibTorch's messages carry a source location and a stack on the lines after the first.
+    message = torch_error->what_without_backtrace();
+    message = "LibTorch error: " + message.substr(0, message.find('\n'));
+    exit_code = 3;
+  }
+  const std::string kept = what_was_kept();
+  const std::string after = evaluating_ ? "evaluation failed after training step " : "the run failed after step ";
+  try {
+    if (sampler_) sampler_->stop();
+    fill_record(run_clock_, std::nullopt);
+  } catch (const std::exception&) {
+    // The record is what can be filled in; the error below is what matters.
+  }
+  record_.extra["run_end"] = run_end("failed", message);
+  throw RunStopped(after + std::to_string(global_step_) + " (" + message + "); " +
+                       (kept.empty() ? "nothing was saved: no --checkpoint-dir or --save-weights"
+                                     : "the trained state is kept: " + kept),
+                   record_, exit_code);
 }
 
 }  // namespace ptrain::train

@@ -3,7 +3,8 @@
 //                                its advice when a device runs out of memory
 //   training_step.cpp            one optimizer step: micro-batches, the update, CUDA-graph capture and replay
 //   training_data.cpp            the datasets and loaders, and what running out of host memory there means
-//   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need
+//   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need,
+//                                and what a run that stops early or fails after training keeps
 //   training_record.cpp          the run's metrics record, assembled once training ends
 // Internal to train/: the library's callers use trainer.h.
 #pragma once
@@ -31,6 +32,7 @@
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/train/captured_step.h"
 #include "ptrain/train/checkpoint.h"
+#include "ptrain/train/checkpointer.h"
 #include "ptrain/train/divergence.h"
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/plan.h"
@@ -96,6 +98,9 @@ class TrainingRun {
 
  private:
   // The phases of run(), in order.
+  // --checkpoint-dir taken for the run (train/checkpointer.h): first, so that a directory another run
+  // holds is refused before any work.
+  void open_checkpoint_dir();
   // Threads, math mode and allocator counters of the device, before anything is allocated.
   void set_up_device();
   // load_data, with out of memory there explained as the dataset's (not the model states').
@@ -103,17 +108,25 @@ class TrainingRun {
   void build_model();
   void build_optimizer();
   void resume();
-  // Temporary files of checkpoint writes a killed run left in --checkpoint-dir, removed by rank 0.
-  void remove_interrupted_writes();
   // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
   void announce(Progress& progress);
   void start_gpu_sampler();
-  // Every epoch from the one resumed at; returns the last evaluation, if any ran.
+  // Every epoch from the one resumed at; returns the last evaluation, if any ran. Each epoch's checkpoint,
+  // and after the last one --save-weights, are written before its evaluation.
   std::optional<Evaluation> train_epochs(Progress& progress);
   // A trace still open when the run ends (before its last step asked for) is written as it is.
   void finish_trace();
   void export_weights();
   void fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval);
+  // extra.run_end of the record: how the run ended ("completed", "interrupted", "failed") and where its
+  // trained state is.
+  nlohmann::json run_end(const std::string& status, const std::string& error) const;
+  // Ends a run a stop signal stopped at this step boundary: its checkpoint, its record, RunStopped.
+  [[noreturn]] void stop_at_signal(const TrainingPosition& position);
+  // RunStopped for an error once the run had trained, naming what it kept.
+  [[noreturn]] void fail_keeping_trained_state(const std::exception& error);
+  // "weights in w.pt and checkpoint ck/step-00000008.safetensors (step 8)", or "" when nothing was written.
+  std::string what_was_kept() const;
   void record_what_ran_and_how_fast(const metrics::Stopwatch& run_clock);
   void record_memory_and_utilisation();
   void record_implementation();
@@ -140,6 +153,9 @@ class TrainingRun {
   void save(TrainingPosition position);
   // The epoch's running totals summed over the ranks (a collective: every rank calls it).
   RunningTotals reduced_totals() const;
+  // The stop signal every rank acts on at this step boundary, 0 for none. Collective when ranks are
+  // several (then only at progress reads: see trainer.cpp).
+  int agreed_stop_signal(bool at_progress_read);
   // Stops a diverged run (--on-divergence stop) or reports it once (warn). Every rank calls it together.
   void check_divergence();
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
@@ -169,6 +185,12 @@ class TrainingRun {
   std::unique_ptr<DivergenceWatch> divergence_;
   std::optional<int64_t> diverged_at_step_;
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
+  std::unique_ptr<Checkpointer> checkpointer_;  // with --checkpoint-dir
+  const metrics::Stopwatch run_clock_;
+  int stop_signal_ = 0;        // the signal the run is stopping for, once every rank agreed on it
+  bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole
+  bool trained_ = false;       // the last step is done and its checkpoint and --save-weights are written
+  bool weights_exported_ = false;  // --save-weights written (by rank 0; the other ranks only gather)
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;

@@ -1,0 +1,117 @@
+#include "ptrain/train/checkpointer.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <utility>
+
+#include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
+
+namespace ptrain::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown host";
+  return name;
+}
+
+// "pid 1234 on node7", as the holder wrote it; what is there even when it cannot be read whole.
+std::string holder_of(const std::string& lock_path) {
+  try {
+    std::string text = io::read_file_bytes(lock_path);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    return text.empty() ? "a run that has not yet written its name" : text;
+  } catch (const Error&) {
+    return "another run";
+  }
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
+  if (!options_.owner) return;
+  fs::create_directories(options_.dir);
+  lock();
+  try {
+    refuse_or_remove_other_runs_checkpoints();
+    // Only now, holding the lock, is every temporary file here a leftover: a live run's write in progress
+    // would be in a directory that run holds.
+    const int64_t stale = remove_stale_temporaries(options_.dir);
+    if (stale > 0)
+      std::cout << "removed " << stale << " temporary file(s) of interrupted checkpoint writes in " << options_.dir
+                << std::endl;
+  } catch (...) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw;
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  // Closing releases the lock. The file stays: removing it would let a run that opened it a moment before
+  // lock a file no longer in the directory while a third run creates and locks a new one.
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+// flock, not a pid file: the kernel drops the lock when the process dies, so a killed run never leaves a
+// directory locked, and no pid can be mistaken for a live run after a reboot or on another node. flock
+// locks open files, so two runs in one process (the library API's) exclude each other too.
+void Checkpointer::lock() {
+  const std::string path = (fs::path(options_.dir) / kCheckpointLockFile).string();
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  check(lock_fd_ >= 0, "--checkpoint-dir " + options_.dir + ": cannot open its lock file " + path + ": " +
+                           std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    check(error == EWOULDBLOCK, "--checkpoint-dir " + options_.dir + ": cannot lock " + path + ": " +
+                                    std::strerror(error));
+    throw Error("--checkpoint-dir " + options_.dir + " is in use by another run (" + holder_of(path) +
+                "): two runs writing one directory would mix and delete each other's checkpoints; wait for it "
+                "to end or choose another directory");
+  }
+  const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host_name() + "\n";
+  if (::ftruncate(lock_fd_, 0) == 0) {
+    // Who holds it is for the message above only; the lock works without it.
+    [[maybe_unused]] const ssize_t written = ::pwrite(lock_fd_, holder.data(), holder.size(), 0);
+  }
+}
+
+void Checkpointer::refuse_or_remove_other_runs_checkpoints() {
+  if (!options_.resumed_from.empty()) return;  // continuing the run whose checkpoints these are
+  const auto found = list_checkpoints(options_.dir);
+  if (found.empty()) return;
+  const std::string what = std::to_string(found.size()) + " checkpoint(s) of another run, the newest " + found.back();
+  check(options_.overwrite, "--checkpoint-dir " + options_.dir + " holds " + what +
+                                ": continue that run with --resume latest, start over with --overwrite-checkpoints "
+                                "(which removes them), or choose another directory");
+  // Removed rather than left: kept, --keep-checkpoints would count them and --resume latest could pick an
+  // old run's checkpoint with a higher step over this run's newest.
+  for (const auto& path : found) remove_checkpoint(path);
+  std::cout << "removed " << what << " in " << options_.dir << " (--overwrite-checkpoints)" << std::endl;
+}
+
+void Checkpointer::write(const std::string& path, const Checkpoint& checkpoint) {
+  save_checkpoint(path, checkpoint);
+  last_written_ = path;
+  last_written_step_ = checkpoint.position.global_step;
+  prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+}
+
+void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
+                               const nlohmann::json& layout) {
+  save_shard(path, rank, ranks, shards, layout);
+}
+
+}  // namespace ptrain::train

@@ -1,0 +1,86 @@
+// The checkpoint directory one run owns (train/checkpointer.h): a second run is refused while the first
+// holds it, and removes nothing of the first's; a fresh run never mixes its checkpoints with an earlier
+// run's; retention counts only the run's own.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "ptrain/core/error.h"
+#include "ptrain/train/checkpoint.h"
+#include "ptrain/train/checkpointer.h"
+#include "test_support.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ptrain::train::Checkpoint;
+using ptrain::train::Checkpointer;
+using ptrain::train::CheckpointerOptions;
+
+Checkpoint at_step(int64_t step) {
+  Checkpoint c;
+  c.position.global_step = step;
+  c.model = {{"w", torch::full({2}, static_cast<float>(step))}};
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) { return ptrain::testing::error_message<ptrain::Error>(f); }
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Checkpointer, ASecondRunIsRefusedNamingTheHolderAndRemovesNothingOfIts) {
+  ptrain::testing::TempDir tmp;
+  const std::string dir = tmp.file("ck");
+  auto first = std::make_unique<Checkpointer>(CheckpointerOptions{dir});
+  // The first run's write in progress: a second run must not take it for a killed write's leftover.
+  const std::string live = dir + "/step-00000005.safetensors.tmp.Ab12Cd";
+  std::ofstream(live) << "being written";
+  const std::string message = error_of([&] { Checkpointer second(CheckpointerOptions{dir}); });
+  EXPECT_NE(message.find("--checkpoint-dir " + dir + " is in use by another run"), std::string::npos) << message;
+  EXPECT_NE(message.find("pid " + std::to_string(::getpid()) + " on "), std::string::npos) << message;
+  EXPECT_TRUE(fs::exists(live));
+  // Ranks of the first run's job other than its rank 0 share the directory without a lock of their own.
+  EXPECT_NO_THROW(Checkpointer(CheckpointerOptions{dir, 0, "", false, /*owner=*/false}));
+
+  first.reset();  // the run ends: the lock is released, the leftover is now stale
+  Checkpointer third(CheckpointerOptions{dir});
+  EXPECT_FALSE(fs::exists(live));
+}
+
+TEST(Checkpointer, AFreshRunRefusesAnotherRunsCheckpointsUnlessItResumesOrOverwrites) {
+  ptrain::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  const auto path = [&](int64_t step) { return ptrain::train::checkpoint_path(dir, step); };
+  for (int64_t step : {10, 20}) ptrain::train::save_checkpoint(path(step), at_step(step));
+  std::ofstream(ptrain::train::shard_path(path(20), 0)) << "shard";
+
+  const std::string message = error_of([&] { Checkpointer fresh(CheckpointerOptions{dir}); });
+  EXPECT_NE(message.find("--checkpoint-dir " + dir + " holds 2 checkpoint(s) of another run, the newest " + path(20)),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("--resume latest"), std::string::npos) << message;
+  EXPECT_NE(message.find("--overwrite-checkpoints"), std::string::npos) << message;
+  EXPECT_TRUE(fs::exists(path(10)) && fs::exists(path(20)));
+
+  EXPECT_NO_THROW(Checkpointer(CheckpointerOptions{dir, 0, path(20)}));  // continuing that run
+  EXPECT_TRUE(fs::exists(path(10)) && fs::exists(path(20)));
+
+  // Overwriting removes the old run's files first, so that retention keeps the new run's newest: an old
+  // step 20 must not outrank the new run's steps 1 to 3.
+  Checkpointer overwriting(CheckpointerOptions{dir, 2, "", /*overwrite=*/true});
+  for (int64_t step : {1, 2, 3}) overwriting.write(path(step), at_step(step));
+  EXPECT_EQ(files_in(dir), (std::vector<std::string>{".ptrain.lock", "step-00000002.safetensors",
+                                                      "step-00000003.safetensors"}));
+  EXPECT_EQ(overwriting.last_written(), path(3));
+  EXPECT_EQ(overwriting.last_written_step(), 3);
+  EXPECT_EQ(ptrain::train::latest_checkpoint(dir), path(3));
+}
+
+}  // namespace
