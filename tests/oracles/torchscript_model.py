@@ -9,6 +9,8 @@ its training in PyTorch, step by step, for ptrain to match.
       DIR/bn.pt           a scripted nn.Sequential with BatchNorm (an int64 buffer) and dropout
       DIR/skip.pt         a scripted module with a skip connection around its blocks: no chain, no units
       DIR/tiny.pt         a scripted convnet of a few hundred parameters, for tests whose cost is the data
+      DIR/vit.pt          a scripted ViT (LayerNorm, nn.TransformerEncoderLayer): it trains under CPU autocast to
+                          bfloat16, but its eval-mode fast path (no gradients) fails there with torch 1.13
       DIR/state_dict.pt   torch.save of its state_dict (not a TorchScript archive: ptrain says so)
       DIR/wrong_weights.pt  torch.save of another module's state_dict (weights that do not fit net.pt)
       DIR/data/{train,test}/<class>/*.png   the images (PNG: lossless, so both sides see the same pixels)
@@ -106,6 +108,25 @@ def bn_net():
                          nn.Flatten(), nn.Dropout(0.5), nn.Linear(8, CLASSES))
 
 
+class ViT(nn.Module):
+    """Patches, a learned position embedding (fp32: it turns the autocast patches back into fp32), one encoder
+    layer. In eval mode without gradients nn.TransformerEncoderLayer takes its fused fast path, which under
+    CPU autocast to bfloat16 meets fp32 weights with bfloat16 activations and fails; training does not."""
+
+    def __init__(self, dim=16, patch=4):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.position = nn.Parameter(torch.zeros(1, (SIZE // patch) ** 2, dim))
+        self.encoder = nn.TransformerEncoderLayer(dim, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, CLASSES)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2) + self.position
+        x = self.encoder(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
 def images(split, per_class, seed):
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -128,6 +149,7 @@ def make(root):
     torch.jit.script(bn_net()).save(os.path.join(root, "bn.pt"))
     torch.jit.script(SkipNet()).save(os.path.join(root, "skip.pt"))
     torch.jit.script(tiny_net()).save(os.path.join(root, "tiny.pt"))
+    torch.jit.script(ViT()).save(os.path.join(root, "vit.pt"))
     torch.save(model.state_dict(), os.path.join(root, "state_dict.pt"))
     torch.save(SkipNet().state_dict(), os.path.join(root, "wrong_weights.pt"))
     for split, per_class, seed in (("train", TRAIN_PER_CLASS, 1), ("test", TEST_PER_CLASS, 2)):

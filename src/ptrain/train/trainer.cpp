@@ -14,9 +14,11 @@
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/models/state_dict.h"
+#include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
 #include "ptrain/strategies/model_state_arithmetic.h"
+#include "ptrain/train/model_probe.h"
 #include "ptrain/train/training_run.h"
 
 namespace ptrain::train {
@@ -108,6 +110,15 @@ void TrainingRun::build_model() {
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
+  if (models::is_torchscript_path(c_.model.name)) {
+    const bool tokens = spec.image_size == 0 && spec.seq_len > 0;
+    const auto probe = tokens ? torch::zeros({2, spec.seq_len}, torch::TensorOptions().dtype(torch::kInt64).device(device_))
+                              : torch::zeros({2, spec.in_channels, spec.image_size, spec.image_size},
+                                             torch::TensorOptions().dtype(policy_.compute_dtype).device(device_));
+    probe_as_trained(*model_, c_.model.name,
+                     plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe, policy_,
+                     device_);
+  }
   model_->train();
   strategy_->prepare(*model_);
 }
