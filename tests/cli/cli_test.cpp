@@ -291,8 +291,9 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
     std::snprintf(name, sizeof(name), "step-00000002.rank-%05d.safetensors", rank);
     EXPECT_TRUE(fs::exists(dir / "ckpt" / name)) << name;
   }
+  // The checkpoint's 128 samples are step 4 on two processes: the resumed run trains steps 5 and 6.
   const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(port + 1) + " --timeout 240 -- " +
-                             PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 4 --resume " +
+                             PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 6 --resume " +
                              checkpoint.string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming a checkpoint of 4 device(s)"), std::string::npos) << resumed.output;

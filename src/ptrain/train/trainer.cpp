@@ -82,7 +82,7 @@ metrics::RunRecord TrainingRun::run() {
   const std::optional<Evaluation> last_eval = train_epochs(progress);
   if (sampler_) sampler_->stop();
   finish_trace();
-  export_weights();
+  if (!stopped_) export_weights();  // a paused run's weights are not the trained ones: its resume writes them
   fill_record(run_clock, last_eval);
   return record_;
 }
@@ -188,10 +188,24 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   if (steps_to_train >= 8) steady_from_step_ = global_step_ + std::min<int64_t>(10, steps_to_train / 4);
 
   std::optional<Evaluation> last_eval;
-  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_ && !stopped_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
     const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    if (stopped_) {
+      // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
+      // evaluates that epoch as the run never paused does.
+      record_.epochs_detail.push_back(epoch_record);
+      save({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+      progress.end_epoch(epoch_summary(epoch, epoch_record));
+      if (strategy_->is_main())
+        std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
+                  << (c_.run.checkpoint_dir.empty()
+                          ? "nothing saved, as there is no --checkpoint-dir"
+                          : "continue with --resume latest --checkpoint-dir " + c_.run.checkpoint_dir)
+                  << std::endl;
+      break;
+    }
     if (c_.run.eval_each_epoch || last_epoch) {
       last_eval = evaluate();
       epoch_record.test_loss = last_eval->loss;
@@ -286,8 +300,17 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_predictions = 0;
       window.restart();
     }
+    if (should_stop_after(global_step_)) {
+      stopped_ = true;
+      break;
+    }
   }
   return step_in_epoch;
+}
+
+bool TrainingRun::should_stop_after(int64_t step) const {
+  // The run's last step ends it as a finished run (evaluated, exported), never as a pause.
+  return c_.run.stop_at_step > 0 && step == c_.run.stop_at_step && step < total_steps_;
 }
 
 Evaluation TrainingRun::evaluate() {

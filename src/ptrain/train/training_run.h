@@ -102,6 +102,7 @@ class TrainingRun {
   void load_data_or_explain();
   void build_model();
   void build_optimizer();
+  // Resumes --resume's checkpoint, if any, and checks that --stop-at-step comes after it and before the end.
   void resume();
   // Temporary files of checkpoint writes a killed run left in --checkpoint-dir, removed by rank 0.
   void remove_interrupted_writes();
@@ -145,6 +146,13 @@ class TrainingRun {
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
   void load_model_state(const io::NamedTensors& saved);
+  // Refuses a checkpoint this run has nothing left to train after; warns when the schedule's settings changed.
+  void resume_from(Checkpoint ckpt);
+  // Which flag set the run's last step: "--max-steps 40", or "--epochs 2 of 8 steps at --train-limit 64".
+  std::string run_length_source() const;
+  // Whether the run pauses once optimizer step `step` is done: it saves where it is and ends, its schedule
+  // untouched, so that a resume continues bit for bit. --stop-at-step; the one place a stop is decided.
+  bool should_stop_after(int64_t step) const;
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
   // The devices of this process: the plan's device and, under dp, the ones after it.
@@ -168,6 +176,7 @@ class TrainingRun {
   std::unique_ptr<RunningTotals> totals_;
   std::unique_ptr<DivergenceWatch> divergence_;
   std::optional<int64_t> diverged_at_step_;
+  bool stopped_ = false;  // paused by should_stop_after(), to be resumed
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
