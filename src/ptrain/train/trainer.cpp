@@ -152,14 +152,19 @@ void TrainingRun::announce(Progress& progress) {
               " steps, so step " + std::to_string(plan_.profile_first_step) + " never comes");
   }
   record_.cuda_graphs_note = capture_obstacle();
+  std::unique_ptr<CapturedStep> graph;
   if (record_.cuda_graphs_note.empty()) {
-    graph_ = make_captured_step(device_);
-    if (!graph_) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
+    graph = make_captured_step(device_);
+    if (!graph) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
   }
+  steps_ = std::make_unique<StepRunner>(std::move(graph), phases_,
+                                        [this](const StepRunner::Batches& images, const StepRunner::Batches& labels) {
+                                          device_step(images, labels);
+                                        });
   if (device_.is_cuda()) {
     progress.message("CUDA graphs: " + (record_.cuda_graphs_note.empty()
                                             ? "the whole step is captured after " +
-                                                  std::to_string(kEagerStepsBeforeCapture) + " eager steps"
+                                                  std::to_string(StepRunner::kEagerStepsBeforeCapture) + " eager steps"
                                             : record_.cuda_graphs_note));
   }
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
@@ -183,9 +188,7 @@ void TrainingRun::start_gpu_sampler() {
 }
 
 std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
-  // Warm-up to leave out of the steady throughput: 10 steps, or a quarter of a run shorter than 40.
-  const int64_t steps_to_train = total_steps_ - global_step_;
-  if (steps_to_train >= 8) steady_from_step_ = global_step_ + std::min<int64_t>(10, steps_to_train / 4);
+  clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
   for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_ && !stopped_; ++epoch) {
@@ -231,14 +234,8 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
   collect_step_phases();
   check_divergence();
-  if (steady_start_ && global_step_ > steady_from_step_) {
-    steady_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                     std::max(*steady_start_, epoch_start)).count();
-    steady_steps_ += global_step_ - std::max(step_before, steady_from_step_);
-  }
   const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
-  train_seconds_ += epoch_seconds;
-  images_trained_ += images;
+  clock_.add_epoch(epoch_start, epoch_seconds, step_before, global_step_, images);
 
   metrics::EpochRecord epoch_record;
   epoch_record.epoch = epoch;
@@ -275,15 +272,15 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_images += batch->labels.size(0) * strategy_->world_size();
     }
     optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    run_step(images, labels);
+    steps_->run(images, labels);
     ++global_step_;
     start_or_stop_trace(/*before_step=*/false);
     if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(accum)});
-    if (global_step_ == steady_from_step_) {
+    if (clock_.steady_starts_after(global_step_)) {
       metrics::synchronize(device_);
-      steady_start_ = std::chrono::steady_clock::now();
+      clock_.start_steady();
       phases_.start_counting();
-      replays_since_collect_ = 0;
+      steps_->take_replays();
     }
     ++step_in_epoch;
 

@@ -1,10 +1,12 @@
 // One training run, as train() (trainer.h) drives it. Its parts live by what they do:
 //   trainer.cpp                  the run's phases in order, the epoch loop, evaluation, and train() with
 //                                its advice when a device runs out of memory
-//   training_step.cpp            one optimizer step: micro-batches, the update, CUDA-graph capture and replay
+//   training_step.cpp            one optimizer step: micro-batches, the update, whether it can be captured
 //   training_data.cpp            the datasets and loaders, and what running out of host memory there means
 //   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need
 //   training_record.cpp          the run's metrics record, assembled once training ends
+// and the parts it owns, each with its own state: step_runner.h (eager steps, then a captured CUDA graph and
+// its static inputs), throughput_clock.h (training seconds, images, the steady rate).
 // Internal to train/: the library's callers use trainer.h.
 #pragma once
 
@@ -29,13 +31,14 @@
 #include "ptrain/precision/loss_scaler.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy.h"
-#include "ptrain/train/captured_step.h"
+#include "ptrain/train/step_runner.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/divergence.h"
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
 #include "ptrain/train/schedule.h"
+#include "ptrain/train/throughput_clock.h"
 #include "ptrain/train/trainer.h"
 
 namespace ptrain::train {
@@ -126,11 +129,8 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
-  // One optimizer step on micro-batches already on the device: eagerly, or by capturing or replaying it.
-  void run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
-  // What a step does on the device, host-free where the strategy is: what a CUDA graph captures.
+  // What a step does on the device, host-free where the strategy is: what steps_ runs, or captures.
   void device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
-  void capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
   torch::Tensor optimizer_step();
   // Why this run's steps cannot be captured as a CUDA graph, or "" when they can.
   std::string capture_obstacle() const;
@@ -181,27 +181,13 @@ class TrainingRun {
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;
-  double train_seconds_ = 0;
-  // Steady throughput (RunRecord::steady_images_per_second): the clock starts once step steady_from_step_
-  // is over and stops, like train_seconds_, outside training (evaluation, checkpoints).
-  int64_t steady_from_step_ = -1;
-  std::optional<std::chrono::steady_clock::time_point> steady_start_;
-  double steady_seconds_ = 0;
-  int64_t steady_steps_ = 0;
-  int64_t images_trained_ = 0;
+  ThroughputClock clock_;
   int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
 
   metrics::StepPhaseTimer phases_;
-  // CUDA graphs: eager steps on the capture stream first (cuDNN's autotuning and the allocator's pools
-  // settle there), then one capture, then replays fed through static input tensors.
-  static constexpr int64_t kEagerStepsBeforeCapture = 3;
-  std::unique_ptr<CapturedStep> graph_;
-  bool captured_ = false;
-  int64_t eager_steps_ = 0;
-  int64_t replays_since_collect_ = 0;
-  std::vector<torch::Tensor> static_images_, static_labels_;
+  std::unique_ptr<StepRunner> steps_;  // made by announce(), once the run knows whether it captures its steps
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
   bool tracing_ = false;
 };
