@@ -300,8 +300,9 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
   EXPECT_NE(verified.output.find("step-00000002.rank-00003.safetensors: ok, rank file 3 of 4 of a sharded checkpoint"),
             std::string::npos)
       << verified.output;
+  // The checkpoint's 128 samples are step 4 on two processes: the resumed run trains steps 5 and 6.
   const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(port + 1) + " --timeout 240 -- " +
-                             PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 4 --resume " +
+                             PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 6 --resume " +
                              checkpoint.string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming a checkpoint of 4 device(s)"), std::string::npos) << resumed.output;

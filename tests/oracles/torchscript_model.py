@@ -11,6 +11,8 @@ its training in PyTorch, step by step, for ptrain to match.
       DIR/tiny.pt         a scripted convnet of a few hundred parameters, for tests whose cost is the data
       DIR/eval_fails.pt   tiny.pt whose eval-mode forward fails once it has trained: a run that fails after
                           training, for what such a run must keep
+      DIR/vit.pt          a scripted ViT (LayerNorm, nn.TransformerEncoderLayer): it trains under CPU autocast to
+                          bfloat16, but its eval-mode fast path (no gradients) fails there with torch 1.13
       DIR/state_dict.pt   torch.save of its state_dict (not a TorchScript archive: ptrain says so)
       DIR/wrong_weights.pt  torch.save of another module's state_dict (weights that do not fit net.pt)
       DIR/data/{train,test}/<class>/*.png   the images (PNG: lossless, so both sides see the same pixels)
@@ -125,6 +127,25 @@ def bn_net():
                          nn.Flatten(), nn.Dropout(0.5), nn.Linear(8, CLASSES))
 
 
+class ViT(nn.Module):
+    """Patches, a learned position embedding (fp32: it turns the autocast patches back into fp32), one encoder
+    layer. In eval mode without gradients nn.TransformerEncoderLayer takes its fused fast path, which under
+    CPU autocast to bfloat16 meets fp32 weights with bfloat16 activations and fails; training does not."""
+
+    def __init__(self, dim=16, patch=4):
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.position = nn.Parameter(torch.zeros(1, (SIZE // patch) ** 2, dim))
+        self.encoder = nn.TransformerEncoderLayer(dim, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, CLASSES)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2) + self.position
+        x = self.encoder(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
 def images(split, per_class, seed):
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -148,6 +169,7 @@ def make(root):
     torch.jit.script(SkipNet()).save(os.path.join(root, "skip.pt"))
     torch.jit.script(tiny_net()).save(os.path.join(root, "tiny.pt"))
     torch.jit.script(EvalFailsNet()).save(os.path.join(root, "eval_fails.pt"))
+    torch.jit.script(ViT()).save(os.path.join(root, "vit.pt"))
     torch.save(model.state_dict(), os.path.join(root, "state_dict.pt"))
     torch.save(SkipNet().state_dict(), os.path.join(root, "wrong_weights.pt"))
     for split, per_class, seed in (("train", TRAIN_PER_CLASS, 1), ("test", TEST_PER_CLASS, 2)):

@@ -82,6 +82,157 @@ TEST(TrainingFaults, ResumeAfterAMaxStepsStopContinuesTheEpoch) {
   EXPECT_DOUBLE_EQ(record.epochs_detail[0].train_loss, uninterrupted.epochs_detail[0].train_loss);
 }
 
+// --stop-at-step pauses a run on the whole run's schedule: resumed from the pause, it ends on the weights of
+// the run never paused. Cosine with warm-up makes every step's rate depend on the run's length, which a
+// stop by --max-steps (the run's length) changes.
+void paused_and_resumed_ends_where_the_whole_run_ends(ptrain::config::TrainConfig c, int64_t pause_at) {
+  ptrain::testing::TempDir tmp;
+  c.optim.schedule = "cosine";
+  c.optim.warmup_steps = 3;
+  c.run.checkpoint_dir = tmp.file("whole");
+  const auto whole = train(c);
+  ASSERT_GT(whole.steps, pause_at);
+
+  auto paused = c;
+  paused.run.checkpoint_dir = tmp.file("paused");
+  paused.run.stop_at_step = pause_at;
+  const auto pause = train(paused);
+  EXPECT_EQ(pause.steps, pause_at);
+  EXPECT_FALSE(pause.final_test_accuracy.has_value()) << "a pause evaluates nothing";
+  ASSERT_EQ(ptrain::train::latest_checkpoint(paused.run.checkpoint_dir),
+            ptrain::train::checkpoint_path(paused.run.checkpoint_dir, pause_at));
+
+  auto resumed = paused;
+  resumed.run.stop_at_step = 0;
+  resumed.run.resume = "latest";
+  const auto record = train(resumed);
+  EXPECT_EQ(record.steps, whole.steps);
+  expect_same_model(ptrain::train::checkpoint_path(c.run.checkpoint_dir, whole.steps),
+                    ptrain::train::checkpoint_path(paused.run.checkpoint_dir, whole.steps));
+  ASSERT_TRUE(record.final_test_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*record.final_test_accuracy, *whole.final_test_accuracy);
+}
+
+TEST(TrainingFaults, PauseInsideAnEpochResumesBitForBitUnderCosineWithWarmUp) {
+  paused_and_resumed_ends_where_the_whole_run_ends(tiny_run(""), 5);  // 8 steps an epoch, 16 in all
+}
+
+TEST(TrainingFaults, PauseAtAnEpochsEndResumesBitForBitAndEvaluatesThatEpoch) {
+  paused_and_resumed_ends_where_the_whole_run_ends(tiny_run(""), 8);
+}
+
+TEST(TrainingFaults, PauseWithGradientAccumulationResumesBitForBit) {
+  auto c = tiny_run("");
+  c.optim.grad_accum = 2;  // 4 steps an epoch of two micro-batches, 8 in all
+  paused_and_resumed_ends_where_the_whole_run_ends(c, 3);
+}
+
+// The same under fsdp on two processes over gloo (64 samples, 8 a rank: 4 steps an epoch, 8 in all).
+TEST(TrainingFaults, PauseUnderFsdpOnTwoRanksResumesBitForBit) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  const std::string dir = ptrain::testing::temp_dir("pause_fsdp");
+  const auto run_two = [&](const std::string& name, int64_t stop_at_step, const std::string& resume) {
+    const int port = ptrain::testing::free_port();
+    const auto outcomes = ptrain::testing::run_world(2, [&](int rank) {
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      auto c = tiny_run(dir + "/" + name);
+      c.run.strategy = "fsdp";
+      c.optim.schedule = "cosine";
+      c.optim.warmup_steps = 3;
+      c.run.stop_at_step = stop_at_step;
+      c.run.resume = resume;
+      c.dist.timeout_seconds = 60;
+      train(c);
+    }, 180);
+    for (const auto& o : outcomes) ASSERT_EQ(o.exit_code, 0) << o.message;
+  };
+  run_two("whole", 0, "");
+  run_two("paused", 3, "");
+  ASSERT_EQ(ptrain::train::latest_checkpoint(dir + "/paused"), ptrain::train::checkpoint_path(dir + "/paused", 3));
+  run_two("paused", 0, "latest");
+  expect_same_model(ptrain::train::checkpoint_path(dir + "/whole", 8), ptrain::train::checkpoint_path(dir + "/paused", 8));
+  ptrain::testing::remove_tree(dir);
+}
+
+std::string refusal(const ptrain::config::TrainConfig& c) {
+  try {
+    train(c);
+  } catch (const ptrain::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A checkpoint of step 4 of 8 (one epoch), resumed by a run that ends before it: refused, naming the
+// checkpoint's step, this run's last step and the flag that set it, instead of "4 steps" and exit 0.
+ptrain::config::TrainConfig resume_of_step_4(const ptrain::testing::TempDir& tmp) {
+  auto c = tiny_run(tmp.file("ck"));
+  c.run.epochs = 1;
+  c.run.checkpoint_every = 4;
+  EXPECT_EQ(train(c).steps, 8);
+  c.run.checkpoint_every = 0;
+  c.run.resume = ptrain::train::checkpoint_path(c.run.checkpoint_dir, 4);
+  return c;
+}
+
+TEST(TrainingFaults, ResumeWithNothingLeftBeforeMaxStepsIsRefused) {
+  ptrain::testing::TempDir tmp;
+  auto c = resume_of_step_4(tmp);
+  c.run.max_steps = 2;
+  const std::string message = refusal(c);
+  EXPECT_NE(message.find(c.run.resume + ": the checkpoint is at step 4 and this run ends at step 2 (--max-steps 2): "
+                         "nothing is left to train"),
+            std::string::npos)
+      << message;
+  c.run.max_steps = 4;  // the run's very end: nothing left either
+  EXPECT_NE(refusal(c).find("ends at step 4 (--max-steps 4)"), std::string::npos);
+}
+
+TEST(TrainingFaults, ResumeWithNothingLeftAtASmallerTrainLimitIsRefused) {
+  ptrain::testing::TempDir tmp;
+  auto c = resume_of_step_4(tmp);
+  c.data.train_limit = 24;  // 3 steps an epoch
+  const std::string message = refusal(c);
+  EXPECT_NE(message.find("the checkpoint is at step 4 and this run ends at step 3 (--epochs 1 of 3 steps at "
+                         "--train-limit 24)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--train-limit 0 -> 24"), std::string::npos) << message;
+}
+
+// The run's length (--max-steps here) sets the schedule's rates: a resume under another one goes on, and
+// says in one line that its rates are not the saved run's.
+TEST(TrainingFaults, ResumeUnderAnotherRunLengthSaysTheRatesChange) {
+  ptrain::testing::TempDir tmp;
+  auto c = resume_of_step_4(tmp);
+  c.run.max_steps = 6;
+  ::testing::internal::CaptureStderr();
+  const auto record = train(c);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(record.steps, 6);
+  EXPECT_NE(err.find("ptrain: warning: resuming " + c.run.resume + " with --max-steps 0 -> 6: the learning rates "
+                     "from step 4 on follow this run's schedule"),
+            std::string::npos)
+      << err;
+}
+
+TEST(TrainingFaults, StopAtStepThatNeverComesIsRefused) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("ck"));
+  c.run.stop_at_step = 16;  // the run's last step
+  EXPECT_NE(refusal(c).find("--stop-at-step 16: the run ends at step 16 (--epochs 2 of 8 steps), so it never pauses"),
+            std::string::npos);
+  auto resumed = resume_of_step_4(tmp);
+  resumed.run.stop_at_step = 3;
+  EXPECT_NE(refusal(resumed).find("--stop-at-step 3: the run resumes after step 4"), std::string::npos)
+      << refusal(resumed);
+}
+
 // A learning rate of 1e6 makes the loss NaN within a few steps: the run stops with an error naming the
 // step, and every checkpoint it left holds finite weights.
 TEST(TrainingFaults, DivergenceStopsTheRunNamingTheStepAndSavesNothingNonFinite) {

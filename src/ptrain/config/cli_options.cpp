@@ -119,7 +119,13 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Precision")->check(non_negative_float_value)->capture_default_str();
 
   app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive)->capture_default_str();
-  app.add_option("--max-steps", c.run.max_steps, "Stop after this many optimizer steps; 0: all epochs")
+  app.add_option("--max-steps", c.run.max_steps,
+                 "The run's length in optimizer steps, fewer than its epochs: training ends there and the learning-rate "
+                 "schedule spans it (Hugging Face's max_steps); 0: all epochs")
+      ->group("Run")->check(non_negative);
+  app.add_option("--stop-at-step", c.run.stop_at_step,
+                 "Pause after this optimizer step: save a checkpoint there (--checkpoint-dir) and exit 0; the schedule "
+                 "keeps the run's length, so --resume latest ends on the weights of a run never paused")
       ->group("Run")->check(non_negative);
   app.add_option("--batch-size", c.run.batch_size, "Samples per device per micro-batch")
       ->group("Run")->check(positive)->capture_default_str();

@@ -70,7 +70,8 @@ struct PrecisionConfig {
 
 struct RunConfig {
   int64_t epochs = 1;
-  int64_t max_steps = 0;                   // stop after this many optimizer steps; 0: run all epochs
+  int64_t max_steps = 0;                   // the run's length in optimizer steps (the schedule spans it); 0: all epochs
+  int64_t stop_at_step = 0;                // pause after this optimizer step (checkpoint, exit) on the same schedule; 0: none
   int64_t batch_size = 128;                // per device
   int64_t eval_batch_size = 0;             // 0: same as batch_size
   std::string device = "auto";             // auto | cpu | cuda | cuda:N

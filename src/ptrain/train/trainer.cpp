@@ -15,10 +15,12 @@
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/models/state_dict.h"
+#include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/autocast_guard.h"
 #include "ptrain/strategies/model_state_arithmetic.h"
 #include "ptrain/train/rank_agreement.h"
+#include "ptrain/train/model_probe.h"
 #include "ptrain/train/training_run.h"
 
 namespace ptrain::train {
@@ -82,7 +84,8 @@ metrics::RunRecord TrainingRun::run() {
   std::optional<Evaluation> last_eval;
   try {
     last_eval = train_epochs(progress);
-    if (!trained_) export_weights();  // a run resumed at its end trains no epoch
+    // A paused run's weights are not the trained ones: its resume writes them.
+    if (!trained_ && !stopped_) export_weights();
     trained_ = true;
     if (sampler_) sampler_->stop();
     finish_trace();
@@ -95,7 +98,7 @@ metrics::RunRecord TrainingRun::run() {
     if (!evaluating_ && !trained_) throw;
     fail_keeping_trained_state(e);
   }
-  record_.extra["run_end"] = run_end("completed", "");
+  record_.extra["run_end"] = run_end(stopped_ ? "paused" : "completed", "");
   return record_;
 }
 
@@ -122,6 +125,15 @@ void TrainingRun::build_model() {
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
+  if (models::is_torchscript_path(c_.model.name)) {
+    const bool tokens = spec.image_size == 0 && spec.seq_len > 0;
+    const auto probe = tokens ? torch::zeros({2, spec.seq_len}, torch::TensorOptions().dtype(torch::kInt64).device(device_))
+                              : torch::zeros({2, spec.in_channels, spec.image_size, spec.image_size},
+                                             torch::TensorOptions().dtype(policy_.compute_dtype).device(device_));
+    probe_as_trained(*model_, c_.model.name,
+                     plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe, policy_,
+                     device_);
+  }
   model_->train();
   strategy_->prepare(*model_);
 }
@@ -155,14 +167,19 @@ void TrainingRun::announce(Progress& progress) {
               " steps, so step " + std::to_string(plan_.profile_first_step) + " never comes");
   }
   record_.cuda_graphs_note = capture_obstacle();
+  std::unique_ptr<CapturedStep> graph;
   if (record_.cuda_graphs_note.empty()) {
-    graph_ = make_captured_step(device_);
-    if (!graph_) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
+    graph = make_captured_step(device_);
+    if (!graph) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
   }
+  steps_ = std::make_unique<StepRunner>(std::move(graph), phases_,
+                                        [this](const StepRunner::Batches& images, const StepRunner::Batches& labels) {
+                                          device_step(images, labels);
+                                        });
   if (device_.is_cuda()) {
     progress.message("CUDA graphs: " + (record_.cuda_graphs_note.empty()
                                             ? "the whole step is captured after " +
-                                                  std::to_string(kEagerStepsBeforeCapture) + " eager steps"
+                                                  std::to_string(StepRunner::kEagerStepsBeforeCapture) + " eager steps"
                                             : record_.cuda_graphs_note));
   }
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
@@ -186,12 +203,10 @@ void TrainingRun::start_gpu_sampler() {
 }
 
 std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
-  // Warm-up to leave out of the steady throughput: 10 steps, or a quarter of a run shorter than 40.
-  const int64_t steps_to_train = total_steps_ - global_step_;
-  if (steps_to_train >= 8) steady_from_step_ = global_step_ + std::min<int64_t>(10, steps_to_train / 4);
+  clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
-  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_ && !stopped_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
     if (stop_signal_) {
@@ -199,6 +214,20 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       stop_at_signal({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
     }
     const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    if (stopped_) {
+      // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
+      // evaluates that epoch as the run never paused does.
+      record_.epochs_detail.push_back(epoch_record);
+      save({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+      progress.end_epoch(epoch_summary(epoch, epoch_record));
+      if (strategy_->is_main())
+        std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
+                  << (c_.run.checkpoint_dir.empty()
+                          ? "nothing saved, as there is no --checkpoint-dir"
+                          : "continue with --resume latest --checkpoint-dir " + c_.run.checkpoint_dir)
+                  << std::endl;
+      break;
+    }
     // Saved before the evaluation: an evaluation that fails (a model that cannot run in eval mode, memory
     // that runs out at the evaluation's batch size) must not take the trained state with it. A run stopped
     // inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
@@ -232,14 +261,8 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
   collect_step_phases();
   check_divergence();
-  if (steady_start_ && global_step_ > steady_from_step_) {
-    steady_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                     std::max(*steady_start_, epoch_start)).count();
-    steady_steps_ += global_step_ - std::max(step_before, steady_from_step_);
-  }
   const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
-  train_seconds_ += epoch_seconds;
-  images_trained_ += images;
+  clock_.add_epoch(epoch_start, epoch_seconds, step_before, global_step_, images);
 
   metrics::EpochRecord epoch_record;
   epoch_record.epoch = epoch;
@@ -276,15 +299,15 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_images += batch->labels.size(0) * strategy_->world_size();
     }
     optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    run_step(images, labels);
+    steps_->run(images, labels);
     ++global_step_;
     start_or_stop_trace(/*before_step=*/false);
     if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(accum)});
-    if (global_step_ == steady_from_step_) {
+    if (clock_.steady_starts_after(global_step_)) {
       metrics::synchronize(device_);
-      steady_start_ = std::chrono::steady_clock::now();
+      clock_.start_steady();
       phases_.start_counting();
-      replays_since_collect_ = 0;
+      steps_->take_replays();
     }
     ++step_in_epoch;
 
@@ -304,6 +327,10 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     }
     stop_signal_ = agreed_stop_signal(progress_read);
     if (stop_signal_) break;
+    if (should_stop_after(global_step_)) {
+      stopped_ = true;
+      break;
+    }
   }
   return step_in_epoch;
 }
@@ -326,6 +353,11 @@ int TrainingRun::agreed_stop_signal(bool at_progress_read) {
   strategy_->all_reduce_sum(received);
   const auto any = received.cpu().nonzero();
   return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
+}
+
+bool TrainingRun::should_stop_after(int64_t step) const {
+  // The run's last step ends it as a finished run (evaluated, exported), never as a pause.
+  return c_.run.stop_at_step > 0 && step == c_.run.stop_at_step && step < total_steps_;
 }
 
 Evaluation TrainingRun::evaluate() {

@@ -1,6 +1,7 @@
 // What a run keeps across processes: resuming from a checkpoint, saving one (whole or in shards), and
 // --save-weights; a state that is not finite is never written. A run that a signal stops, or that fails
 // once it has trained, ends here too, saying what it kept.
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <iostream>
@@ -15,9 +16,58 @@
 
 namespace ptrain::train {
 
+namespace {
+
+// The settings that fix the learning rate of every step: the run's length (epochs, --max-steps, the data and
+// batch that make its steps) and the schedule's own, as the checkpoint's `run` config names them.
+constexpr std::pair<const char*, const char*> kScheduleSettings[] = {
+    {"run", "epochs"},           {"run", "max_steps"},         {"run", "batch_size"},
+    {"data", "train_limit"},     {"optimizer", "grad_accum"},  {"optimizer", "schedule"},
+    {"optimizer", "lr"},         {"optimizer", "min_lr"},      {"optimizer", "warmup_epochs"},
+    {"optimizer", "warmup_steps"}, {"optimizer", "milestones"}, {"optimizer", "gamma"}};
+
+std::string setting_text(const nlohmann::json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// "--max-steps 5 -> 0, --epochs 1 -> 2": the schedule's settings that differ between the checkpoint's run
+// and this one; empty for a checkpoint that holds no config.
+std::string changed_schedule_settings(const nlohmann::json& saved, const nlohmann::json& now) {
+  std::string changed;
+  for (const auto& [section, key] : kScheduleSettings) {
+    if (!saved.is_object() || !saved.contains(section) || !saved[section].contains(key)) continue;
+    const auto& before = saved[section][key];
+    const auto& after = now[section][key];
+    if (before == after) continue;
+    std::string flag = key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    changed += (changed.empty() ? "--" : ", --") + flag + " " + setting_text(before) + " -> " + setting_text(after);
+  }
+  return changed;
+}
+
+}  // namespace
+
+std::string TrainingRun::run_length_source() const {
+  if (c_.run.max_steps > 0 && c_.run.max_steps < steps_per_epoch_ * c_.run.epochs)
+    return "--max-steps " + std::to_string(c_.run.max_steps);
+  std::string source = "--epochs " + std::to_string(c_.run.epochs) + " of " + std::to_string(steps_per_epoch_) + " steps";
+  if (c_.data.train_limit > 0) source += " at --train-limit " + std::to_string(c_.data.train_limit);
+  return source;
+}
+
 void TrainingRun::resume() {
-  if (plan_.resume_path.empty()) return;
-  Checkpoint ckpt = load_checkpoint(plan_.resume_path);
+  if (!plan_.resume_path.empty()) resume_from(load_checkpoint(plan_.resume_path));
+  const int64_t stop = c_.run.stop_at_step;
+  if (stop == 0) return;
+  check(stop < total_steps_, "--stop-at-step " + std::to_string(stop) + ": the run ends at step " +
+                                 std::to_string(total_steps_) + " (" + run_length_source() +
+                                 "), so it never pauses; --max-steps sets the run's length");
+  check(stop > global_step_, "--stop-at-step " + std::to_string(stop) + ": the run resumes after step " +
+                                 std::to_string(global_step_) + " of " + plan_.resume_path + ", past it already");
+}
+
+void TrainingRun::resume_from(Checkpoint ckpt) {
   load_model_state(ckpt.model);
   optimizer_->load_state(target_->local_optimizer_state(ckpt.optimizer), plan_.resume_path);
   if (scaler_) scaler_->load_state(ckpt.scaler);
@@ -40,6 +90,21 @@ void TrainingRun::resume() {
                 << ckpt.position.epoch + 1 << " continues after about " << samples << " samples, at step "
                 << global_step_ << std::endl;
   }
+  const std::string changed = changed_schedule_settings(ckpt.run, config::to_json(c_));
+  const int64_t accum = c_.optim.grad_accum;
+  check(global_step_ < total_steps_,
+        plan_.resume_path + ": the checkpoint is at step " + std::to_string(global_step_) + " and this run ends at step " +
+            std::to_string(total_steps_) + " (" + run_length_source() + "): nothing is left to train" +
+            (changed.empty() ? "" : " (" + changed + ")"));
+  check(start_.micro_batch <= steps_per_epoch_ * accum,
+        plan_.resume_path + ": the checkpoint is " + std::to_string(start_.micro_batch / accum) + " steps into epoch " +
+            std::to_string(start_.epoch + 1) + ", which has " + std::to_string(steps_per_epoch_) + " steps in this run" +
+            (changed.empty() ? "" : " (" + changed + ")") + ": its data and batches differ from the checkpoint's run");
+  // A changed length moves a cosine or step schedule's rates: the run goes on, but not as the saved one would have.
+  if (!changed.empty() && strategy_->is_main())
+    std::cerr << "ptrain: warning: resuming " << plan_.resume_path << " with " << changed
+              << ": the learning rates from step " << global_step_ << " on follow this run's schedule, not the saved run's"
+              << std::endl;
 }
 
 // The checkpoint holds every parameter whole (the fp32 masters where there are any) and the buffers:

@@ -36,13 +36,14 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   record_.epochs = c_.run.epochs;
   record_.steps = global_step_;
   record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
-  record_.train_wall_seconds = train_seconds_;
+  record_.train_wall_seconds = clock_.train_seconds();
   record_.total_wall_seconds = run_clock.elapsed_seconds();
-  record_.images_per_second = train_seconds_ > 0 ? images_trained_ / train_seconds_ : 0;
-  if (steady_steps_ > 0 && steady_seconds_ > 0) {
-    record_.steady_from_step = steady_from_step_;
+  record_.images_per_second = clock_.train_seconds() > 0 ? clock_.images() / clock_.train_seconds() : 0;
+  if (clock_.steady_steps() > 0 && clock_.steady_seconds() > 0) {
+    record_.steady_from_step = clock_.steady_from_step();
     record_.steady_images_per_second =
-        static_cast<double>(steady_steps_ * c_.optim.grad_accum * c_.run.batch_size * devices()) / steady_seconds_;
+        static_cast<double>(clock_.steady_steps() * c_.optim.grad_accum * c_.run.batch_size * devices()) /
+        clock_.steady_seconds();
   }
   if (train_set_.is_tokens()) {  // a sequence counts as an image above; these count its tokens
     record_.seq_len = train_set_.images.size(1);
@@ -87,7 +88,7 @@ bool uses_ptrain_batch_norm(torch::nn::Module& model) {
 // What computed the run: kernels, CUDA graphs, versions, the environment, the config and the loader.
 void TrainingRun::record_implementation() {
   record_.channels_last = plan_.channels_last;
-  record_.cuda_graphs = captured_;
+  record_.cuda_graphs = steps_ && steps_->captured();
   const bool fused_here = c_.run.fused_kernels && kernels::fused_kernels_available(device_);
   record_.kernels = {{"optimizer", optimizer_->implementation()},
                      {"cross_entropy", fused_here ? "fused" : "reference"}};
@@ -111,7 +112,7 @@ void TrainingRun::record_implementation() {
   record_.extra["data_loader"] = {{"image_loading", train_set_.is_streamed() ? "stream" : "memory"},
                                   {"threads", c_.data.loader_threads},
                                   {"wait_seconds", train_loader_->wait_seconds()},
-                                  {"wait_fraction", train_seconds_ > 0 ? train_loader_->wait_seconds() / train_seconds_ : 0.0}};
+                                  {"wait_fraction", clock_.train_seconds() > 0 ? train_loader_->wait_seconds() / clock_.train_seconds() : 0.0}};
 }
 
 }  // namespace ptrain::train

@@ -1,11 +1,13 @@
 // One training run, as train() (trainer.h) drives it. Its parts live by what they do:
 //   trainer.cpp                  the run's phases in order, the epoch loop, evaluation, and train() with
 //                                its advice when a device runs out of memory
-//   training_step.cpp            one optimizer step: micro-batches, the update, CUDA-graph capture and replay
+//   training_step.cpp            one optimizer step: micro-batches, the update, whether it can be captured
 //   training_data.cpp            the datasets and loaders, and what running out of host memory there means
 //   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need,
 //                                and what a run that stops early or fails after training keeps
 //   training_record.cpp          the run's metrics record, assembled once training ends
+// and the parts it owns, each with its own state: step_runner.h (eager steps, then a captured CUDA graph and
+// its static inputs), throughput_clock.h (training seconds, images, the steady rate).
 // Internal to train/: the library's callers use trainer.h.
 #pragma once
 
@@ -30,7 +32,7 @@
 #include "ptrain/precision/loss_scaler.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy.h"
-#include "ptrain/train/captured_step.h"
+#include "ptrain/train/step_runner.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/checkpointer.h"
 #include "ptrain/train/divergence.h"
@@ -38,6 +40,7 @@
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
 #include "ptrain/train/schedule.h"
+#include "ptrain/train/throughput_clock.h"
 #include "ptrain/train/trainer.h"
 
 namespace ptrain::train {
@@ -107,6 +110,7 @@ class TrainingRun {
   void load_data_or_explain();
   void build_model();
   void build_optimizer();
+  // Resumes --resume's checkpoint, if any, and checks that --stop-at-step comes after it and before the end.
   void resume();
   // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
   void announce(Progress& progress);
@@ -138,11 +142,8 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
-  // One optimizer step on micro-batches already on the device: eagerly, or by capturing or replaying it.
-  void run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
-  // What a step does on the device, host-free where the strategy is: what a CUDA graph captures.
+  // What a step does on the device, host-free where the strategy is: what steps_ runs, or captures.
   void device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
-  void capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
   torch::Tensor optimizer_step();
   // Why this run's steps cannot be captured as a CUDA graph, or "" when they can.
   std::string capture_obstacle() const;
@@ -161,6 +162,13 @@ class TrainingRun {
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
   void load_model_state(const io::NamedTensors& saved);
+  // Refuses a checkpoint this run has nothing left to train after; warns when the schedule's settings changed.
+  void resume_from(Checkpoint ckpt);
+  // Which flag set the run's last step: "--max-steps 40", or "--epochs 2 of 8 steps at --train-limit 64".
+  std::string run_length_source() const;
+  // Whether the run pauses once optimizer step `step` is done: it saves where it is and ends, its schedule
+  // untouched, so that a resume continues bit for bit. --stop-at-step; the one place a stop is decided.
+  bool should_stop_after(int64_t step) const;
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
   // The devices of this process: the plan's device and, under dp, the ones after it.
@@ -184,6 +192,7 @@ class TrainingRun {
   std::unique_ptr<RunningTotals> totals_;
   std::unique_ptr<DivergenceWatch> divergence_;
   std::optional<int64_t> diverged_at_step_;
+  bool stopped_ = false;  // paused by should_stop_after(), to be resumed
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
   std::unique_ptr<Checkpointer> checkpointer_;  // with --checkpoint-dir
   const metrics::Stopwatch run_clock_;
@@ -194,27 +203,13 @@ class TrainingRun {
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;
-  double train_seconds_ = 0;
-  // Steady throughput (RunRecord::steady_images_per_second): the clock starts once step steady_from_step_
-  // is over and stops, like train_seconds_, outside training (evaluation, checkpoints).
-  int64_t steady_from_step_ = -1;
-  std::optional<std::chrono::steady_clock::time_point> steady_start_;
-  double steady_seconds_ = 0;
-  int64_t steady_steps_ = 0;
-  int64_t images_trained_ = 0;
+  ThroughputClock clock_;
   int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
 
   metrics::StepPhaseTimer phases_;
-  // CUDA graphs: eager steps on the capture stream first (cuDNN's autotuning and the allocator's pools
-  // settle there), then one capture, then replays fed through static input tensors.
-  static constexpr int64_t kEagerStepsBeforeCapture = 3;
-  std::unique_ptr<CapturedStep> graph_;
-  bool captured_ = false;
-  int64_t eager_steps_ = 0;
-  int64_t replays_since_collect_ = 0;
-  std::vector<torch::Tensor> static_images_, static_labels_;
+  std::unique_ptr<StepRunner> steps_;  // made by announce(), once the run knows whether it captures its steps
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
   bool tracing_ = false;
 };

@@ -1,5 +1,6 @@
-// One optimizer step: the micro-batches' forward and backward, then unscale, clip and update; run
-// eagerly, or captured once as a CUDA graph and replayed. Also the step phases' timing and the trace.
+// One optimizer step: the micro-batches' forward and backward, then unscale, clip and update (what
+// step_runner.h runs eagerly or captures as a CUDA graph), whether it can be captured, the step phases'
+// timing and the trace.
 #include <iostream>
 
 #include "ptrain/core/torch_compat.h"
@@ -97,59 +98,9 @@ std::string TrainingRun::capture_obstacle() const {
   return "";
 }
 
-void TrainingRun::capture_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
-  // The graph reads its micro-batches from these tensors, filled before every replay.
-  static_images_.clear();
-  static_labels_.clear();
-  for (size_t m = 0; m < images.size(); ++m) {
-    static_images_.push_back(torch::empty_like(images[m]).copy_(images[m]));
-    static_labels_.push_back(torch::empty_like(labels[m]).copy_(labels[m]));
-  }
-  // Autocast's cast cache would hold casts made inside the capture past its end.
-  const bool cache = compat::autocast_cache_enabled();
-  compat::set_autocast_cache_enabled(false);
-  phases_.set_capturing(true);
-  try {
-    graph_->capture([&] { device_step(static_images_, static_labels_); });
-  } catch (...) {
-    phases_.set_capturing(false);
-    compat::set_autocast_cache_enabled(cache);
-    throw;
-  }
-  phases_.set_capturing(false);
-  compat::set_autocast_cache_enabled(cache);
-  captured_ = true;
-  graph_->replay();  // the capture recorded the step; this runs it
-  ++replays_since_collect_;
-}
-
-void TrainingRun::run_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
-  if (captured_) {
-    for (size_t m = 0; m < images.size(); ++m) {
-      static_images_[m].copy_(images[m]);
-      static_labels_[m].copy_(labels[m]);
-    }
-    graph_->replay();
-    ++replays_since_collect_;
-    return;
-  }
-  if (graph_ && eager_steps_ >= kEagerStepsBeforeCapture) {
-    capture_step(images, labels);
-    return;
-  }
-  if (graph_) {
-    graph_->run_on_capture_stream([&] { device_step(images, labels); });
-    ++eager_steps_;
-  } else {
-    device_step(images, labels);
-  }
-  phases_.end_step();
-}
-
 void TrainingRun::collect_step_phases() {
   phases_.collect();
-  phases_.add_replayed_steps(replays_since_collect_);
-  replays_since_collect_ = 0;
+  phases_.add_replayed_steps(steps_->take_replays());
 }
 
 // --profile-out: the trace starts before step A and ends after step B (global steps counted from 1).
