@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -53,6 +54,17 @@ inline dist::LaunchEnvironment loopback(int64_t rank, int64_t world, int port) {
   env.master_port = port;
   env.source = "test";
   return env;
+}
+
+// The variables torchrun gives rank `rank` of `world` on one node with its store at 127.0.0.1:port, for a
+// forked rank that makes its Plan from the environment as a launched process does.
+inline void set_launch_environment(int rank, int world, int port) {
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
 }
 
 inline std::string temp_dir(const std::string& name) {

@@ -106,8 +106,9 @@ def tiny_net():
 
 
 class EvalFailsNet(nn.Module):
-    """Trains as tiny_net does; in eval mode, once trained, it raises, as a model whose evaluation LibTorch
-    cannot run. Never before training, so any check of the model before the first step passes."""
+    """Trains as tiny_net does; in eval mode, once trained past the forwards that the checks before the
+    first step run, it raises, as a model whose evaluation LibTorch cannot run after training: those checks
+    pass, and only what the run does after training can meet the failure."""
 
     def __init__(self):
         super().__init__()
@@ -117,7 +118,7 @@ class EvalFailsNet(nn.Module):
     def forward(self, x):
         if self.training:
             self.trained_steps += 1
-        elif self.trained_steps > 0:
+        elif self.trained_steps > 4:
             raise RuntimeError("this model cannot evaluate once trained")
         return self.net(x)
 

@@ -134,12 +134,7 @@ TEST(TrainingFaults, PauseUnderFsdpOnTwoRanksResumesBitForBit) {
   const auto run_two = [&](const std::string& name, int64_t stop_at_step, const std::string& resume) {
     const int port = ptrain::testing::free_port();
     const auto outcomes = ptrain::testing::run_world(2, [&](int rank) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", "2", 1);
-      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ptrain::testing::set_launch_environment(rank, 2, port);
       auto c = tiny_run(dir + "/" + name);
       c.run.strategy = "fsdp";
       c.optim.schedule = "cosine";
@@ -280,12 +275,7 @@ TEST(TrainingFaults, MultiProcessResumeRestoresTheEpochsRunningTotals) {
   const auto run_two = [&](const std::string& name, int64_t checkpoint_every, const std::string& resume) {
     const int port = ptrain::testing::free_port();
     const auto outcomes = ptrain::testing::run_world(2, [&](int rank) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", "2", 1);
-      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ptrain::testing::set_launch_environment(rank, 2, port);
       auto c = tiny_run(dir + "/" + name);
       c.run.strategy = "ddp";
       c.run.epochs = 1;
