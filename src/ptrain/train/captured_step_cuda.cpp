@@ -5,6 +5,7 @@
 // half-ended capture leaves nothing to continue from safely.
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -36,6 +37,11 @@ class CudaCapturedStep final : public CapturedStep {
     c10::cuda::CUDAGuard device_guard(device_);
     const auto current = c10::cuda::getCurrentCUDAStream(device_);
     wait(side_, current);
+    // The graph allocates from a pool of its own. The eager steps before it left their activations' and
+    // cuDNN's autotuning workspaces' blocks cached in the default pool, where nothing would use them again:
+    // kept, they held as much device memory beside the graph's pool as the step itself (ResNet-50 amp-bf16
+    // on an H200: 12.2 GiB reserved for 4.6 GiB allocated). Returned to the driver once, before the capture.
+    c10::cuda::CUDACachingAllocator::emptyCache();
     try {
       c10::cuda::CUDAStreamGuard on_side(side_);
       graph_.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
