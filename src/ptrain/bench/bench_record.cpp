@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "ptrain/bench/jobs.h"
-#include "ptrain/bench/report_table.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/metrics/environment.h"
+#include "ptrain/report/report_table.h"
 
 namespace ptrain::bench {
 

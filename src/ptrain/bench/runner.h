@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "ptrain/bench/report.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/report/report.h"
 
 namespace ptrain::bench {
 

@@ -10,8 +10,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ptrain/bench/estimate.h"
-#include "ptrain/bench/report.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
@@ -25,8 +23,10 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/environment.h"
 #include "ptrain/dist/launcher.h"
+#include "ptrain/estimate/estimate.h"
 #include "ptrain/io/output_path.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/report/report.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
 #include "ptrain/train/trainer.h"

@@ -4,9 +4,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "ptrain/bench/estimate.h"
 #include "ptrain/bench/preflight.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/estimate/estimate.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/strategies/ddp.h"

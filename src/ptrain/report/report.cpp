@@ -1,4 +1,4 @@
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report_table.h"
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/precision/policy.h"

@@ -1,4 +1,4 @@
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report_table.h"
 
 #include <charconv>
 #include <cmath>

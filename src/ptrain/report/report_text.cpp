@@ -3,8 +3,8 @@
 #include <sstream>
 #include <string_view>
 
-#include "ptrain/bench/report.h"
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report.h"
+#include "ptrain/report/report_table.h"
 
 namespace ptrain::bench {
 

@@ -1,7 +1,7 @@
 // The report's table model, shared by its renderings (report_text.cpp: Markdown and CSV; report_html.cpp:
 // HTML with charts) so that they cannot disagree: the values a record holds and how each is written (number
 // formats), the columns of the runs' table, the sentences under it, and the side-by-side table's cells.
-// Internal to bench/.
+// Internal to report/ (and the bench's one-line summary of a run).
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
 namespace ptrain::bench::table {
 

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "ptrain/bench/estimate.h"
 #include "ptrain/core/error.h"
+#include "ptrain/estimate/estimate.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 

@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "ptrain/bench/report.h"
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report.h"
+#include "ptrain/report/report_table.h"
 
 namespace ptrain::bench {
 

@@ -1,4 +1,4 @@
-#include "ptrain/bench/estimate.h"
+#include "ptrain/estimate/estimate.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

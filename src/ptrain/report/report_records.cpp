@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::bench {
