@@ -9,7 +9,7 @@
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
-namespace ptrain::bench {
+namespace ptrain::estimate {
 namespace {
 
 config::TrainConfig small_job(const std::string& precision, bool master) {
@@ -167,4 +167,4 @@ TEST(Estimate, BadInputIsNamed) {
 }
 
 }  // namespace
-}  // namespace ptrain::bench
+}  // namespace ptrain::estimate

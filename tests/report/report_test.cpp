@@ -141,7 +141,7 @@ std::string read_text(const fs::path& path) {
 // Two ptrain runs and one PyTorch run in two directories, as `ptrain report --runs ptrain --runs pytorch`
 // would find them. The records are written as their writers write them: ptrain's baseline as an older
 // record without "framework", PyTorch's without "ptrain_version".
-bench::WrittenReport write_three_run_report(const fs::path& dir) {
+report::WrittenReport write_three_run_report(const fs::path& dir) {
   json baseline = metrics::to_json(fp32_baseline());
   baseline.erase("framework");
   write_json(dir / "ptrain" / "fp32-baseline.json", baseline);
@@ -149,7 +149,7 @@ bench::WrittenReport write_three_run_report(const fs::path& dir) {
   json pytorch = metrics::to_json(pytorch_bf16());
   pytorch.erase("ptrain_version");
   write_json(dir / "pytorch" / "pytorch-amp-bf16.json", pytorch);
-  return bench::write_report({(dir / "ptrain").string(), (dir / "pytorch").string()}, (dir / "report").string(),
+  return report::write_report({(dir / "ptrain").string(), (dir / "pytorch").string()}, (dir / "report").string(),
                              kHostileTitle);
 }
 
@@ -277,7 +277,7 @@ fs::path find_headless_browser() {
 
 TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   EXPECT_EQ(read_text(written.markdown_path), written.markdown);
   const std::string& md = written.markdown;
 
@@ -310,7 +310,7 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
 
 TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const auto rows = parse_csv(read_text(written.csv_path));
   ASSERT_EQ(rows.size(), 4u);
   const std::vector<std::string> header = {
@@ -350,7 +350,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
 
 TEST(BenchReport, HtmlHasEveryChartWithItsMarksEscapedAndSelfContained) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const std::string html = read_text(written.html_path);
 
   const auto charts = charts_of(html);
@@ -398,7 +398,7 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
   ddp.epochs_detail.clear();
   write_json(scratch.path() / "runs" / "a-ddp.json", metrics::to_json(ddp));
   write_json(scratch.path() / "runs" / "b-pytorch.json", metrics::to_json(pytorch_bf16()));
-  const auto written = bench::write_report({(scratch.path() / "runs").string()},
+  const auto written = report::write_report({(scratch.path() / "runs").string()},
                                            (scratch.path() / "out").string(), "fallback");
 
   EXPECT_TRUE(has_line(written.markdown,
@@ -426,9 +426,9 @@ TEST(BenchReport, MissingOrEmptyDirectoryIsAnErrorNamingIt) {
   fs::create_directories(empty);
   std::ofstream(empty / "notes.txt") << "not a record";
   const std::string out = (scratch.path() / "out").string();
-  expect_error_naming([&] { bench::write_report({empty.string()}, out, "t"); }, {empty.string(), "no run record"});
+  expect_error_naming([&] { report::write_report({empty.string()}, out, "t"); }, {empty.string(), "no run record"});
   const fs::path missing = scratch.path() / "missing";
-  expect_error_naming([&] { bench::write_report({missing.string()}, out, "t"); }, {missing.string(), "does not exist"});
+  expect_error_naming([&] { report::write_report({missing.string()}, out, "t"); }, {missing.string(), "does not exist"});
   EXPECT_FALSE(fs::exists(out)) << "a failed report must not leave a half-written directory";
 }
 
@@ -439,27 +439,27 @@ TEST(BenchReport, MalformedRecordIsAnErrorNamingTheFileAndTheKey) {
   json wrong_type = metrics::to_json(fp32_baseline());
   wrong_type["images_per_second"] = "fast";
   write_json(runs / "wrong-type.json", wrong_type);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "wrong-type.json").string(), "'images_per_second'"});
 
   ptrain::testing::remove_tree(runs);
   json unknown_framework = metrics::to_json(fp32_baseline());
   unknown_framework["framework"] = "tensorflow";
   write_json(runs / "tf.json", unknown_framework);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "tf.json").string(), "'framework'", "tensorflow"});
 
   ptrain::testing::remove_tree(runs);
   json ptrain_without_version = metrics::to_json(fp32_baseline());
   ptrain_without_version.erase("ptrain_version");
   write_json(runs / "no-version.json", ptrain_without_version);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "no-version.json").string(), "'ptrain_version'"});
 
   ptrain::testing::remove_tree(runs);
   fs::create_directories(runs);
   std::ofstream(runs / "truncated.json") << "{\"schema_version\": 1, \"model\": ";
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "truncated.json").string(), "not valid JSON"});
 }
 
@@ -467,7 +467,7 @@ TEST(BenchReport, RunsOfTheSameNameInTwoDirectoriesAreTold) {
   ScratchDir scratch;
   write_json(scratch.path() / "monday" / "fp32.json", metrics::to_json(fp32_baseline()));
   write_json(scratch.path() / "tuesday" / "fp32.json", metrics::to_json(ptrain_bf16()));
-  const auto runs = bench::read_runs({(scratch.path() / "monday").string(), (scratch.path() / "tuesday/").string()});
+  const auto runs = report::read_runs({(scratch.path() / "monday").string(), (scratch.path() / "tuesday/").string()});
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].name, "monday/fp32");
   EXPECT_EQ(runs[1].name, "tuesday/fp32");
@@ -526,7 +526,7 @@ void write_speed_runs(const fs::path& runs) {
 TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAndPeaks) {
   ScratchDir scratch;
   write_speed_runs(scratch.path() / "runs");
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
                                            "speed");
   const std::string& md = written.markdown;
   EXPECT_TRUE(has_line(md, "## ptrain beside PyTorch")) << md;
@@ -584,7 +584,7 @@ TEST(BenchReport, SideBySideNoteNamesTheCompileModeTheRecordsRan) {
   json compiled = json::parse(read_text(compiled_path.string()));
   compiled["extra"]["compile"] = {{"mode", "reduce-overhead"}, {"graphs", 2}};
   write_json(compiled_path, compiled);
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
                                            "speed");
   const std::string note = "PyTorch compiled is torch.compile (mode reduce-overhead: forward and backward replayed "
                            "as CUDA graphs)";
@@ -609,7 +609,7 @@ TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
   compiled.compiled = true;
   compiled.diverged_at_step = 5;
   write_json(runs / "pytorch-compiled" / "gpt-small" / "fp16.json", metrics::to_json(compiled));
-  const auto written = bench::write_report({runs.string()}, (scratch.path() / "out").string(), "fp16");
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "fp16");
   const std::string& md = written.markdown;
 
   std::string eager_row, ptrain_row;
@@ -657,7 +657,7 @@ TEST(BenchReport, WithoutPytorchRunsThereIsNoSideBySideAndAnOldFileGoes) {
   const fs::path out = scratch.path() / "out";
   fs::create_directories(out);
   std::ofstream(out / "side-by-side.csv") << "left from another report\n";
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, out.string(), "alone");
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, out.string(), "alone");
   EXPECT_EQ(written.markdown.find("beside PyTorch"), std::string::npos) << written.markdown;
   EXPECT_TRUE(written.side_by_side_csv_path.empty());
   EXPECT_FALSE(fs::exists(out / "side-by-side.csv"));
@@ -670,7 +670,7 @@ TEST(BenchReport, HeadlessBrowserRendersEveryMarkOfEveryChart) {
       << "chromium-headless-shell not found (PATH, /usr/lib/chromium, or $PTRAIN_HEADLESS_BROWSER): run "
          "scripts/setup-debian.sh, which installs Debian's chromium-headless-shell (CI runs it too)";
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const fs::path errors = scratch.path() / "browser-stderr.txt";
   const std::string command = "timeout 120 '" + browser.string() +
                               "' --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom 'file://" +

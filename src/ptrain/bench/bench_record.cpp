@@ -165,7 +165,7 @@ std::string summary_of(const metrics::RunRecord& r) {
     std::snprintf(text, sizeof(text), ", test accuracy %.2f%%", *r.final_test_accuracy * 100);
     s += text;
   }
-  if (const auto diverged = table::divergence_text(r)) s += ", " + *diverged;
+  if (const auto diverged = report::table::divergence_text(r)) s += ", " + *diverged;
   if (r.peak_allocated_bytes) {
     std::snprintf(text, sizeof(text), ", peak %.2f GiB per GPU", static_cast<double>(*r.peak_allocated_bytes) / (1 << 30));
     s += text;

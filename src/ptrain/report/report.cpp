@@ -14,7 +14,7 @@
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 namespace fs = std::filesystem;
 using metrics::RunRecord;
@@ -211,4 +211,4 @@ WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::
   return written;
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

@@ -10,7 +10,7 @@
 #include "ptrain/report/report.h"
 #include "ptrain/report/report_table.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 using namespace table;
 using metrics::RunRecord;
@@ -449,4 +449,4 @@ std::string render_html(const Report& report) {
   return html.str();
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

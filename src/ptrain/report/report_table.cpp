@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-namespace ptrain::bench::table {
+namespace ptrain::report::table {
 
 using metrics::RunRecord;
 
@@ -342,4 +342,4 @@ std::string side_by_side_note(const Report& report) {
          "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
 }
 
-}  // namespace ptrain::bench::table
+}  // namespace ptrain::report::table

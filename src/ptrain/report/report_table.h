@@ -12,7 +12,7 @@
 
 #include "ptrain/report/report.h"
 
-namespace ptrain::bench::table {
+namespace ptrain::report::table {
 
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 inline constexpr char kNotAvailable[] = "n/a";
@@ -71,4 +71,4 @@ std::optional<double> shown_throughput(const metrics::RunRecord& r);
 // from a run that no longer learned never passes for a result. "diverged at step 5"
 std::optional<std::string> divergence_text(const metrics::RunRecord& r);
 
-}  // namespace ptrain::bench::table
+}  // namespace ptrain::report::table

@@ -6,7 +6,7 @@
 #include "ptrain/report/report.h"
 #include "ptrain/report/report_table.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 using namespace table;
 
@@ -117,4 +117,4 @@ std::string render_side_by_side_csv(const Report& report) {
   return csv.str();
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report
