@@ -7,7 +7,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "ptrain/core/error.h"
 #include "ptrain/ptrain.h"
 #include "remove_tree.h"

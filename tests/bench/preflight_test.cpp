@@ -21,6 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ptrain::testing::TempDir;
+using estimate::run_length;
+using estimate::RunLength;
 
 std::string error_of(const std::function<void()>& f) {
   try {

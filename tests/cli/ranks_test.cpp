@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 
 namespace {
 

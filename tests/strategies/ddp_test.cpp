@@ -1,10 +1,10 @@
 // DDP parity: N ranks each on 1/N of a fixed global batch must end where one process on the whole batch
-// ends. The reference runs in the parent after the ranks have finished (see tests/dist/multiprocess.h).
+// ends. The reference runs in the parent after the ranks have finished (see tests/support/multiprocess.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/ddp.h"
 #include "parity.h"

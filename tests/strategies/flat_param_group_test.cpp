@@ -6,7 +6,7 @@
 #include <chrono>
 #include <sstream>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/flat_param_group.h"
 

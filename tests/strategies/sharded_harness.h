@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "parity.h"
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/ddp.h"

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 #include "test_support.h"

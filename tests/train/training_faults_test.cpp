@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../dist/multiprocess.h"
+#include "multiprocess.h"
 #include "ptrain/core/error.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/plan.h"

@@ -8,12 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "ptrain/bench/jobs.h"
-#include "ptrain/bench/report_table.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/metrics/environment.h"
+#include "ptrain/report/report_table.h"
 
 namespace ptrain::bench {
 
@@ -165,7 +165,7 @@ std::string summary_of(const metrics::RunRecord& r) {
     std::snprintf(text, sizeof(text), ", test accuracy %.2f%%", *r.final_test_accuracy * 100);
     s += text;
   }
-  if (const auto diverged = table::divergence_text(r)) s += ", " + *diverged;
+  if (const auto diverged = report::table::divergence_text(r)) s += ", " + *diverged;
   if (r.peak_allocated_bytes) {
     std::snprintf(text, sizeof(text), ", peak %.2f GiB per GPU", static_cast<double>(*r.peak_allocated_bytes) / (1 << 30));
     s += text;

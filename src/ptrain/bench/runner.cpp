@@ -260,7 +260,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
               " run(s) left for the next `ptrain bench` with the same --out, which continues");
   }
   if (outcome.completed + outcome.done_earlier > 0) {
-    outcome.report = write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);
+    outcome.report = report::write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);
   }
   return outcome;
 }

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "ptrain/bench/report.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/report/report.h"
 
 namespace ptrain::bench {
 
@@ -52,7 +52,7 @@ struct BenchOutcome {
   // "<framework> <run>: <reason>"; for a run that failed, the reason carries its processes' own error line
   // (run_log.h: the failing rank's "ptrain: error:", a Python exception), not the launcher's last words.
   std::vector<std::string> failures;
-  WrittenReport report;
+  ptrain::report::WrittenReport report;
 };
 
 // What the Python that runs the PyTorch reference can do, asked once per bench that needs to know.

@@ -10,8 +10,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ptrain/bench/estimate.h"
-#include "ptrain/bench/report.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
@@ -25,8 +23,10 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/environment.h"
 #include "ptrain/dist/launcher.h"
+#include "ptrain/estimate/estimate.h"
 #include "ptrain/io/output_path.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/report/report.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
 #include "ptrain/train/trainer.h"
@@ -230,7 +230,7 @@ void add_report_command(CLI::App& app, ReportCommand& command) {
 }
 
 int run_report(const ReportCommand& command) {
-  const bench::WrittenReport written = bench::write_report(command.run_dirs, command.out_dir, command.title);
+  const report::WrittenReport written = report::write_report(command.run_dirs, command.out_dir, command.title);
   std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
             << " and " << written.html_path << std::endl;
   return 0;
@@ -340,14 +340,14 @@ int run_estimate(EstimateCommand& command) {
     job.world_size = devices;
     return job;
   });
-  const bench::MemoryEstimate estimate = bench::estimate_memory(command.config, devices);
-  std::cout << bench::render_estimate(estimate);
+  const estimate::MemoryEstimate estimate = estimate::estimate_memory(command.config, devices);
+  std::cout << estimate::render_estimate(estimate);
   if (!estimate_json.empty()) {
     const auto parent = std::filesystem::path(estimate_json).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     std::ofstream out(estimate_json);
     check(out.good(), estimate_json + ": cannot write the estimate");
-    out << bench::to_json(estimate).dump(2) << "\n";
+    out << estimate::to_json(estimate).dump(2) << "\n";
   }
   return 0;
 }

@@ -4,9 +4,9 @@
 #include <numeric>
 #include <sstream>
 
-#include "ptrain/bench/estimate.h"
-#include "ptrain/bench/preflight.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/estimate/estimate.h"
+#include "ptrain/estimate/run_length.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/strategies/ddp.h"
@@ -61,7 +61,7 @@ std::string describe_buckets(models::Model& model, const train::Plan& plan, int6
 constexpr int64_t kLargestListedModel = 1000000000;
 
 std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t parameters) {
-  const auto states = bench::model_states(bench::configured_layout(plan, ranks), parameters, plan.precision,
+  const auto states = estimate::model_states(estimate::configured_layout(plan, ranks), parameters, plan.precision,
                                           plan.config.optim, !plan.device.is_cuda());
   std::ostringstream out;
   out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
@@ -74,7 +74,7 @@ std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t pa
 
 void check_plan_on_data(const train::Plan& plan) {
   const int64_t replicas = plan.strategy.drives_several_devices() ? plan.config.dist.replicas : 1;
-  bench::run_length(plan.config, bench::training_samples(plan.config), std::max<int64_t>(plan.launch.world_size, 1),
+  estimate::run_length(plan.config, estimate::training_samples(plan.config), std::max<int64_t>(plan.launch.world_size, 1),
                     std::max<int64_t>(replicas, 1));
 }
 

@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
+#include "ptrain/core/profiler_range.h"
 #include "ptrain/data/dataset.h"
 #include "ptrain/data/loader.h"
 #include "ptrain/io/named_tensors.h"
@@ -212,6 +213,7 @@ class TrainingRun {
   std::unique_ptr<StepRunner> steps_;  // made by announce(), once the run knows whether it captures its steps
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
   bool tracing_ = false;
+  std::optional<compat::ProfilerRange> traced_step_;  // ProfilerStep#N on the trace while step N runs
 };
 
 }  // namespace ptrain::train

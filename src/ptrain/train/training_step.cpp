@@ -12,6 +12,17 @@
 
 namespace ptrain::train {
 
+namespace {
+
+// PyTorch's names for an optimizer's calls on the profiler's timeline ("Optimizer.step#SGD.step"), which
+// TensorBoard's profile plugin and trace tools look for.
+std::string optimizer_range(const std::string& optimizer, const std::string& call) {
+  const std::string type = optimizer == "sgd" ? "SGD" : optimizer == "adamw" ? "AdamW" : optimizer;
+  return "Optimizer." + call + "#" + type + "." + call;
+}
+
+}  // namespace
+
 // Unscale, clip, update: everything after the last micro-batch's backward, at the rate set on the optimizer
 // before the step. Returns nothing to the host.
 torch::Tensor TrainingRun::optimizer_step() {
@@ -33,7 +44,10 @@ torch::Tensor TrainingRun::optimizer_step() {
     grad_norm = target_->global_norm(global_grad_norm(grads));
     clip_grads_to_norm_(grads, grad_norm, c_.optim.clip_grad_norm);
   }
-  optimizer_->step_at_set_rate(scaler_ ? &scaler_->found_inf() : nullptr);
+  {
+    const compat::ProfilerRange range(optimizer_range(c_.optim.name, "step"));
+    optimizer_->step_at_set_rate(scaler_ ? &scaler_->found_inf() : nullptr);
+  }
   phases_.end(StepPhase::kOptimizer);
   phases_.begin(StepPhase::kCommunication);
   target_->parameters_updated();
@@ -41,7 +55,10 @@ torch::Tensor TrainingRun::optimizer_step() {
   phases_.begin(StepPhase::kOptimizer);
   divergence_->end_step();
   if (scaler_) scaler_->update();
-  optimizer_->zero_grad();
+  {
+    const compat::ProfilerRange range(optimizer_range(c_.optim.name, "zero_grad"));
+    optimizer_->zero_grad();
+  }
   phases_.end(StepPhase::kOptimizer);
   return grad_norm;
 }
@@ -103,14 +120,20 @@ void TrainingRun::collect_step_phases() {
   phases_.add_replayed_steps(steps_->take_replays());
 }
 
-// --profile-out: the trace starts before step A and ends after step B (global steps counted from 1).
+// --profile-out: the trace starts before step A and ends after step B (global steps counted from 1). Each
+// traced step, its data loading included, is a range "ProfilerStep#N" (N the global step), as
+// torch.profiler's schedule marks steps.
 void TrainingRun::start_or_stop_trace(bool before_step) {
   if (c_.run.profile_out.empty()) return;
   const int64_t step = before_step ? global_step_ + 1 : global_step_;
+  if (!before_step) traced_step_.reset();
   if (before_step && !tracing_ && step == plan_.profile_first_step) {
     metrics::synchronize(device_);
     compat::start_profiler_trace(device_.is_cuda(), c_.run.profile_out);
     tracing_ = true;
+  }
+  if (before_step && tracing_) {
+    traced_step_.emplace("ProfilerStep#" + std::to_string(step));
   } else if (!before_step && tracing_ && step == plan_.profile_last_step) {
     metrics::synchronize(device_);
     compat::stop_profiler_trace();

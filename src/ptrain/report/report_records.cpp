@@ -5,10 +5,10 @@
 #include <map>
 #include <sstream>
 
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 #include "ptrain/core/error.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 namespace {
 
@@ -73,4 +73,4 @@ std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
   return runs;
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

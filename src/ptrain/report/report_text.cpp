@@ -3,10 +3,10 @@
 #include <sstream>
 #include <string_view>
 
-#include "ptrain/bench/report.h"
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report.h"
+#include "ptrain/report/report_table.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 using namespace table;
 
@@ -39,7 +39,7 @@ std::string csv_field(const std::string& text) {
 std::string render_markdown(const Report& report) {
   std::ostringstream md;
   md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
-  for (const auto& column : table_columns()) md << " " << column.title << " |";
+  for (const auto& column : table_columns()) md << " " << column_title(column, report) << " |";
   md << "\n|";
   for (const auto& column : table_columns()) md << (column.numeric ? " ---: |" : " --- |");
   md << "\n";
@@ -53,9 +53,10 @@ std::string render_markdown(const Report& report) {
   const auto rows = side_by_side(report);
   if (!rows.empty()) {
     md << "## " << kSideBySideHeading << "\n\n|";
-    for (const char* title : side_by_side_titles()) md << " " << title << " |";
+    const auto titles = side_by_side_titles(report);
+    for (const auto& title : titles) md << " " << title << " |";
     md << "\n|";
-    for (size_t c = 0; c < side_by_side_titles().size(); ++c) md << (c < kSideBySideTextColumns ? " --- |" : " ---: |");
+    for (size_t c = 0; c < titles.size(); ++c) md << (c < kSideBySideTextColumns ? " --- |" : " ---: |");
     md << "\n";
     for (const auto& row : rows) {
       md << "|";
@@ -117,4 +118,4 @@ std::string render_side_by_side_csv(const Report& report) {
   return csv.str();
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

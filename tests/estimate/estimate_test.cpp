@@ -4,12 +4,12 @@
 
 #include <cmath>
 
-#include "ptrain/bench/estimate.h"
 #include "ptrain/core/error.h"
+#include "ptrain/estimate/estimate.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
-namespace ptrain::bench {
+namespace ptrain::estimate {
 namespace {
 
 config::TrainConfig small_job(const std::string& precision, bool master) {
@@ -167,4 +167,4 @@ TEST(Estimate, BadInputIsNamed) {
 }
 
 }  // namespace
-}  // namespace ptrain::bench
+}  // namespace ptrain::estimate

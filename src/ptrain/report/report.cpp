@@ -1,4 +1,4 @@
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
 #include <unistd.h>
 
@@ -8,13 +8,13 @@
 #include <map>
 #include <tuple>
 
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report_table.h"
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 namespace fs = std::filesystem;
 using metrics::RunRecord;
@@ -211,4 +211,4 @@ WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::
   return written;
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

@@ -1,7 +1,7 @@
 // The report's table model, shared by its renderings (report_text.cpp: Markdown and CSV; report_html.cpp:
 // HTML with charts) so that they cannot disagree: the values a record holds and how each is written (number
 // formats), the columns of the runs' table, the sentences under it, and the side-by-side table's cells.
-// Internal to bench/.
+// Internal to report/ (and the bench's one-line summary of a run).
 #pragma once
 
 #include <cstddef>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
-namespace ptrain::bench::table {
+namespace ptrain::report::table {
 
 inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 inline constexpr char kNotAvailable[] = "n/a";
@@ -39,7 +39,12 @@ const metrics::RunRecord& record_of(const Report& report, size_t run);
 std::string run_descriptor(const metrics::RunRecord& r);
 bool is_language_model_run(const metrics::RunRecord& r);
 
-// One column list for report.md, report.csv and report.html.
+// What memory is measured on: "GPU" when every run trained on CUDA, else "device" (the host's memory for a
+// CPU run).
+std::string memory_unit(const Report& report);
+
+// One column list for report.md, report.csv and report.html, the columns a reader compares first (throughput,
+// accuracy, speed-up, memory) right after the run's description.
 struct Column {
   const char* title;     // report.md and report.html
   const char* csv_name;  // report.csv: plain units in the name, as in the run record
@@ -47,9 +52,12 @@ struct Column {
   std::function<std::string(const Report&, size_t)> text;
   std::function<std::string(const Report&, size_t)> csv;
   bool in_tables = true;  // false: report.csv only (what the tables say inside another column's cell)
+  bool per_device = false;  // a figure per device: the title says per what (column_title)
 };
 const std::vector<Column>& columns();        // report.csv's
 const std::vector<Column>& table_columns();  // report.md's and report.html's: columns() less the CSV-only ones
+// "peak allocated/GPU", or "peak allocated/device" where a run was not on CUDA.
+std::string column_title(const Column& column, const Report& report);
 
 // Sentences under the table, shared by report.md and report.html (which escape them their own way).
 std::vector<std::string> table_notes(const Report& report);
@@ -60,7 +68,7 @@ std::string job_summary(const Report& report);
 extern const char* const kSideBySideHeading;
 // The note names torch.compile's mode from the compiled records (extra.compile.mode).
 std::string side_by_side_note(const Report& report);
-const std::vector<const char*>& side_by_side_titles();
+std::vector<std::string> side_by_side_titles(const Report& report);
 inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the numbers
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);
 // Steady throughput where measured, else over the whole training; in tokens for language models.
@@ -71,4 +79,4 @@ std::optional<double> shown_throughput(const metrics::RunRecord& r);
 // from a run that no longer learned never passes for a result. "diverged at step 5"
 std::optional<std::string> divergence_text(const metrics::RunRecord& r);
 
-}  // namespace ptrain::bench::table
+}  // namespace ptrain::report::table

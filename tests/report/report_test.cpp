@@ -1,4 +1,4 @@
-#include "ptrain/bench/report.h"
+#include "ptrain/report/report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -141,7 +141,7 @@ std::string read_text(const fs::path& path) {
 // Two ptrain runs and one PyTorch run in two directories, as `ptrain report --runs ptrain --runs pytorch`
 // would find them. The records are written as their writers write them: ptrain's baseline as an older
 // record without "framework", PyTorch's without "ptrain_version".
-bench::WrittenReport write_three_run_report(const fs::path& dir) {
+report::WrittenReport write_three_run_report(const fs::path& dir) {
   json baseline = metrics::to_json(fp32_baseline());
   baseline.erase("framework");
   write_json(dir / "ptrain" / "fp32-baseline.json", baseline);
@@ -149,7 +149,7 @@ bench::WrittenReport write_three_run_report(const fs::path& dir) {
   json pytorch = metrics::to_json(pytorch_bf16());
   pytorch.erase("ptrain_version");
   write_json(dir / "pytorch" / "pytorch-amp-bf16.json", pytorch);
-  return bench::write_report({(dir / "ptrain").string(), (dir / "pytorch").string()}, (dir / "report").string(),
+  return report::write_report({(dir / "ptrain").string(), (dir / "pytorch").string()}, (dir / "report").string(),
                              kHostileTitle);
 }
 
@@ -273,32 +273,97 @@ fs::path find_headless_browser() {
   return {};
 }
 
+// The DOM of a page after its scripts ran, as the headless browser laid it out in a window of `width` pixels.
+std::string rendered_dom(const fs::path& browser, const fs::path& html, int width, const fs::path& errors) {
+  const std::string command = "timeout 120 '" + browser.string() + "' --no-sandbox --disable-gpu --hide-scrollbars " +
+                              "--window-size=" + std::to_string(width) + ",900 --virtual-time-budget=5000 " +
+                              "--dump-dom 'file://" + fs::absolute(html).string() + "' 2>'" + errors.string() + "'";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr) << command;
+  if (pipe == nullptr) return "";
+  std::string dom;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) dom.append(buffer, n);
+  EXPECT_EQ(::pclose(pipe), 0) << command << "\n" << read_text(errors);
+  return dom;
+}
+
+// Measures the runs' table where the browser laid it out, before and after scrolling it to its right end,
+// into data-* attributes of <body> (pixels, rounded): added to a copy of report.html by the test alone.
+const char* const kTableLayoutProbe = R"(<script>
+window.addEventListener('load', function () {
+  var wrap = document.querySelector('.table-wrap');
+  var heads = Array.prototype.slice.call(wrap.querySelectorAll('thead th'));
+  var right = function (title) {
+    var th = heads.filter(function (h) { return h.textContent === title; })[0];
+    return th ? th.getBoundingClientRect().right : 1e9;
+  };
+  var put = function (name, value) { document.body.setAttribute('data-' + name, String(Math.round(value))); };
+  var box = wrap.getBoundingClientRect();
+  put('viewport', window.innerWidth);
+  put('overflow', wrap.scrollWidth - wrap.clientWidth);
+  put('throughput-hidden', right('throughput img/s') - box.right);
+  put('accuracy-hidden', right('test accuracy') - box.right);
+  wrap.scrollLeft = wrap.scrollWidth;
+  var cells = wrap.querySelectorAll('tbody tr:first-child td');
+  put('scrolled', wrap.scrollLeft);
+  put('first-left', cells[0].getBoundingClientRect().left - box.left);
+  put('first-head-left', heads[0].getBoundingClientRect().left - box.left);
+  put('second-left', cells[1].getBoundingClientRect().left - box.left);
+  put('first-width', cells[0].getBoundingClientRect().width);
+  var hit = document.elementFromPoint(box.left + 3, cells[0].getBoundingClientRect().top + 3);
+  put('first-on-top', hit === cells[0] || cells[0].contains(hit) ? 1 : 0);
+});
+</script>
+)";
+
+std::map<std::string, double> body_measures(const std::string& dom) {
+  std::map<std::string, double> measures;
+  const auto body = dom.find("<body");
+  const std::string tag = body == std::string::npos ? "" : dom.substr(body, dom.find('>', body) - body);
+  const std::regex attribute(R"re(data-([a-z-]+)="(-?[0-9]+)")re");
+  for (auto a = std::sregex_iterator(tag.begin(), tag.end(), attribute); a != std::sregex_iterator(); ++a) {
+    measures[(*a)[1]] = std::stod((*a)[2]);
+  }
+  return measures;
+}
+
+RunRecord cpu_record(const std::string& precision) {
+  RunRecord r = fp32_baseline();
+  r.precision = precision;
+  r.device = "cpu";
+  r.peak_nvml_used_bytes.reset();
+  r.gpu_util_mean.reset();
+  r.gpu_util_peak.reset();
+  return r;
+}
+
 }  // namespace
 
 TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   EXPECT_EQ(read_text(written.markdown_path), written.markdown);
   const std::string& md = written.markdown;
 
   EXPECT_TRUE(has_line(md, "# Nightly \\<b\\>bench\\</b\\> & co")) << md;
   EXPECT_TRUE(has_line(md,
-                       "| run | framework | strategy | precision | devices | batch/device | peak allocated/GPU | "
-                       "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | "
-                       "throughput img/s | steady img/s | test accuracy | speed-up vs baseline | memory saved vs baseline |"))
+                       "| run | framework | strategy | precision | devices | batch/device | throughput img/s | steady img/s | "
+                       "speed-up vs baseline | test accuracy | peak allocated/GPU | memory saved vs baseline | "
+                       "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time |"))
       << md;
   // Runs ordered by devices, strategy and precision (fp32 before the mixed modes), ptrain before PyTorch.
   EXPECT_TRUE(has_line(md,
-                       "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2.00 GiB | "
-                       "2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s | 2500 | 3000 | 89.87% | 2.50x | 50.0% |"))
+                       "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2500 | 3000 | "
+                       "2.50x | 89.87% | 2.00 GiB | 50.0% | 2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s |"))
       << md;
   EXPECT_TRUE(has_line(md,
-                       "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | "
-                       "2 min 00 s | 1 min 40 s | 1000 | 1200 | 90.12% | 1.00x | 0.0% |"))
+                       "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 1000 | 1200 | 1.00x | 90.12% | 4.00 GiB | 0.0% | "
+                       "n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s |"))
       << md;
   EXPECT_TRUE(has_line(md,
-                       "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 3.00 GiB | n/a | 4.00 GiB | n/a | n/a | "
-                       "1 min 03 s | 50.0 s | 2000 | n/a | 89.91% | 2.00x | 25.0% |"))
+                       "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 2000 | n/a | 2.00x | 89.91% | 3.00 GiB | "
+                       "25.0% | n/a | 4.00 GiB | n/a | n/a | 1 min 03 s | 50.0 s |"))
       << md;
   EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
   EXPECT_EQ(md.find("<script>"), std::string::npos);
@@ -310,14 +375,14 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
 
 TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const auto rows = parse_csv(read_text(written.csv_path));
   ASSERT_EQ(rows.size(), 4u);
   const std::vector<std::string> header = {
-      "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "peak_allocated_bytes_per_gpu",
-      "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu", "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds",
-      "train_wall_seconds", "images_per_second", "steady_images_per_second", "final_test_accuracy", "speedup_vs_baseline",
-      "memory_saved_vs_baseline_fraction", "diverged_at_step"};
+      "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "images_per_second",
+      "steady_images_per_second", "speedup_vs_baseline", "final_test_accuracy", "peak_allocated_bytes_per_gpu",
+      "memory_saved_vs_baseline_fraction", "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu",
+      "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds", "train_wall_seconds", "diverged_at_step"};
   EXPECT_EQ(rows[0], header);
   for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
 
@@ -350,7 +415,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
 
 TEST(BenchReport, HtmlHasEveryChartWithItsMarksEscapedAndSelfContained) {
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const std::string html = read_text(written.html_path);
 
   const auto charts = charts_of(html);
@@ -398,7 +463,7 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
   ddp.epochs_detail.clear();
   write_json(scratch.path() / "runs" / "a-ddp.json", metrics::to_json(ddp));
   write_json(scratch.path() / "runs" / "b-pytorch.json", metrics::to_json(pytorch_bf16()));
-  const auto written = bench::write_report({(scratch.path() / "runs").string()},
+  const auto written = report::write_report({(scratch.path() / "runs").string()},
                                            (scratch.path() / "out").string(), "fallback");
 
   EXPECT_TRUE(has_line(written.markdown,
@@ -406,10 +471,11 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
                        "batch 128/device), the first ptrain run, is the baseline."))
       << written.markdown;
   EXPECT_TRUE(has_line(written.markdown,
-                       "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 4.00 GiB | n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | "
-                       "1 min 40 s | 1800 | 1200 | n/a | 1.00x | 0.0% |"))
+                       "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 1800 | 1200 | 1.00x | n/a | 4.00 GiB | 0.0% | n/a | "
+                       "5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s |"))
       << written.markdown;
-  EXPECT_NE(written.markdown.find("| 2000 | n/a | 89.91% | 1.11x | 25.0% |"), std::string::npos) << written.markdown;
+  EXPECT_NE(written.markdown.find("| 2000 | n/a | 1.11x | 89.91% | 3.00 GiB | 25.0% |"), std::string::npos)
+      << written.markdown;
 
   const std::string html = read_text(written.html_path);
   const auto charts = charts_of(html);
@@ -426,9 +492,9 @@ TEST(BenchReport, MissingOrEmptyDirectoryIsAnErrorNamingIt) {
   fs::create_directories(empty);
   std::ofstream(empty / "notes.txt") << "not a record";
   const std::string out = (scratch.path() / "out").string();
-  expect_error_naming([&] { bench::write_report({empty.string()}, out, "t"); }, {empty.string(), "no run record"});
+  expect_error_naming([&] { report::write_report({empty.string()}, out, "t"); }, {empty.string(), "no run record"});
   const fs::path missing = scratch.path() / "missing";
-  expect_error_naming([&] { bench::write_report({missing.string()}, out, "t"); }, {missing.string(), "does not exist"});
+  expect_error_naming([&] { report::write_report({missing.string()}, out, "t"); }, {missing.string(), "does not exist"});
   EXPECT_FALSE(fs::exists(out)) << "a failed report must not leave a half-written directory";
 }
 
@@ -439,27 +505,27 @@ TEST(BenchReport, MalformedRecordIsAnErrorNamingTheFileAndTheKey) {
   json wrong_type = metrics::to_json(fp32_baseline());
   wrong_type["images_per_second"] = "fast";
   write_json(runs / "wrong-type.json", wrong_type);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "wrong-type.json").string(), "'images_per_second'"});
 
   ptrain::testing::remove_tree(runs);
   json unknown_framework = metrics::to_json(fp32_baseline());
   unknown_framework["framework"] = "tensorflow";
   write_json(runs / "tf.json", unknown_framework);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "tf.json").string(), "'framework'", "tensorflow"});
 
   ptrain::testing::remove_tree(runs);
   json ptrain_without_version = metrics::to_json(fp32_baseline());
   ptrain_without_version.erase("ptrain_version");
   write_json(runs / "no-version.json", ptrain_without_version);
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "no-version.json").string(), "'ptrain_version'"});
 
   ptrain::testing::remove_tree(runs);
   fs::create_directories(runs);
   std::ofstream(runs / "truncated.json") << "{\"schema_version\": 1, \"model\": ";
-  expect_error_naming([&] { bench::write_report({runs.string()}, out, "t"); },
+  expect_error_naming([&] { report::write_report({runs.string()}, out, "t"); },
                       {(runs / "truncated.json").string(), "not valid JSON"});
 }
 
@@ -467,7 +533,7 @@ TEST(BenchReport, RunsOfTheSameNameInTwoDirectoriesAreTold) {
   ScratchDir scratch;
   write_json(scratch.path() / "monday" / "fp32.json", metrics::to_json(fp32_baseline()));
   write_json(scratch.path() / "tuesday" / "fp32.json", metrics::to_json(ptrain_bf16()));
-  const auto runs = bench::read_runs({(scratch.path() / "monday").string(), (scratch.path() / "tuesday/").string()});
+  const auto runs = report::read_runs({(scratch.path() / "monday").string(), (scratch.path() / "tuesday/").string()});
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].name, "monday/fp32");
   EXPECT_EQ(runs[1].name, "tuesday/fp32");
@@ -526,7 +592,7 @@ void write_speed_runs(const fs::path& runs) {
 TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAndPeaks) {
   ScratchDir scratch;
   write_speed_runs(scratch.path() / "runs");
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
                                            "speed");
   const std::string& md = written.markdown;
   EXPECT_TRUE(has_line(md, "## ptrain beside PyTorch")) << md;
@@ -584,7 +650,7 @@ TEST(BenchReport, SideBySideNoteNamesTheCompileModeTheRecordsRan) {
   json compiled = json::parse(read_text(compiled_path.string()));
   compiled["extra"]["compile"] = {{"mode", "reduce-overhead"}, {"graphs", 2}};
   write_json(compiled_path, compiled);
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, (scratch.path() / "out").string(),
                                            "speed");
   const std::string note = "PyTorch compiled is torch.compile (mode reduce-overhead: forward and backward replayed "
                            "as CUDA graphs)";
@@ -609,7 +675,7 @@ TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
   compiled.compiled = true;
   compiled.diverged_at_step = 5;
   write_json(runs / "pytorch-compiled" / "gpt-small" / "fp16.json", metrics::to_json(compiled));
-  const auto written = bench::write_report({runs.string()}, (scratch.path() / "out").string(), "fp16");
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "fp16");
   const std::string& md = written.markdown;
 
   std::string eager_row, ptrain_row;
@@ -657,7 +723,7 @@ TEST(BenchReport, WithoutPytorchRunsThereIsNoSideBySideAndAnOldFileGoes) {
   const fs::path out = scratch.path() / "out";
   fs::create_directories(out);
   std::ofstream(out / "side-by-side.csv") << "left from another report\n";
-  const auto written = bench::write_report({(scratch.path() / "runs").string()}, out.string(), "alone");
+  const auto written = report::write_report({(scratch.path() / "runs").string()}, out.string(), "alone");
   EXPECT_EQ(written.markdown.find("beside PyTorch"), std::string::npos) << written.markdown;
   EXPECT_TRUE(written.side_by_side_csv_path.empty());
   EXPECT_FALSE(fs::exists(out / "side-by-side.csv"));
@@ -670,7 +736,7 @@ TEST(BenchReport, HeadlessBrowserRendersEveryMarkOfEveryChart) {
       << "chromium-headless-shell not found (PATH, /usr/lib/chromium, or $PTRAIN_HEADLESS_BROWSER): run "
          "scripts/setup-debian.sh, which installs Debian's chromium-headless-shell (CI runs it too)";
   ScratchDir scratch;
-  const bench::WrittenReport written = write_three_run_report(scratch.path());
+  const report::WrittenReport written = write_three_run_report(scratch.path());
   const fs::path errors = scratch.path() / "browser-stderr.txt";
   const std::string command = "timeout 120 '" + browser.string() +
                               "' --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom 'file://" +
@@ -694,4 +760,60 @@ TEST(BenchReport, HeadlessBrowserRendersEveryMarkOfEveryChart) {
     EXPECT_EQ(charts.at(name).marks, expected) << name;
     EXPECT_EQ(attributes.at("data-rendered-marks"), std::to_string(expected)) << name;
   }
+}
+
+// The runs' table has 18 columns: at 1,400 pixels it scrolls sideways. Throughput and accuracy come right after
+// the run's description, in view before any scrolling, and the run's name stays in view while it scrolls.
+TEST(BenchReport, AtFourteenHundredPixelsThroughputAndAccuracyShowAndTheRunColumnStaysWhileTheTableScrolls) {
+  const fs::path browser = find_headless_browser();
+  ASSERT_FALSE(browser.empty()) << "chromium-headless-shell not found: run scripts/setup-debian.sh";
+  ScratchDir scratch;
+  const report::WrittenReport written = write_three_run_report(scratch.path());
+  std::string html = read_text(written.html_path);
+  html.insert(html.rfind("</body>"), kTableLayoutProbe);
+  const fs::path probed = scratch.path() / "probed.html";
+  std::ofstream(probed) << html;
+
+  auto m = body_measures(rendered_dom(browser, probed, 1400, scratch.path() / "browser-stderr.txt"));
+  ASSERT_EQ(m.count("first-on-top"), 1u) << "the probe did not run";
+  EXPECT_EQ(m["viewport"], 1400);
+  ASSERT_GT(m["overflow"], 0) << "the table fits at 1,400 px: nothing here scrolls";
+  EXPECT_LE(m["throughput-hidden"], 0) << "pixels of the throughput column beyond the visible table";
+  EXPECT_LE(m["accuracy-hidden"], 0) << "pixels of the accuracy column beyond the visible table";
+  EXPECT_GT(m["scrolled"], 0);
+  EXPECT_LT(m["second-left"], 0) << "the second column scrolled out of view";
+  EXPECT_NEAR(m["first-left"], 0, 1) << "the run's cell scrolled away with the table";
+  EXPECT_NEAR(m["first-head-left"], 0, 1) << "the run's heading scrolled away with the table";
+  EXPECT_EQ(m["first-on-top"], 1) << "the columns scrolling under the run's cell are drawn over it";
+  EXPECT_GT(m["first-width"], 40);
+}
+
+// Memory on a CPU is the host's: no column, note or chart of a report with a CPU run says "per GPU" of it.
+TEST(BenchReport, MemoryIsPerDeviceUnlessEveryRunTrainedOnCuda) {
+  ScratchDir scratch;
+  const fs::path cpu_runs = scratch.path() / "cpu";
+  write_json(cpu_runs / "fp32.json", metrics::to_json(cpu_record("fp32")));
+  write_json(cpu_runs / "bf16.json", metrics::to_json(cpu_record("amp-bf16")));
+  const auto cpu = report::write_report({cpu_runs.string()}, (scratch.path() / "cpu-report").string(), "cpu");
+  EXPECT_NE(cpu.markdown.find("| peak allocated/device | memory saved vs baseline | predicted peak/device |"),
+            std::string::npos)
+      << cpu.markdown;
+  EXPECT_NE(cpu.markdown.find("allocator-allocated bytes per device over the baseline's"), std::string::npos);
+  const std::string cpu_html = read_text(cpu.html_path);
+  EXPECT_NE(cpu_html.find("<th>peak allocated/device</th>"), std::string::npos);
+  EXPECT_NE(cpu_html.find("<figcaption>Peak memory per device</figcaption>"), std::string::npos);
+  for (const std::string& text : {cpu.markdown, cpu_html}) {
+    EXPECT_EQ(text.find("allocated/GPU"), std::string::npos);
+    EXPECT_EQ(text.find("per GPU"), std::string::npos);
+  }
+  // The CSV's names are its readers' keys and stay as they were.
+  EXPECT_EQ(parse_csv(read_text(cpu.csv_path))[0][10], "peak_allocated_bytes_per_gpu");
+
+  // One CUDA run beside the CPU ones: still per device. Every run on CUDA: per GPU.
+  write_json(cpu_runs / "cuda.json", metrics::to_json(ptrain_bf16()));
+  const auto mixed = report::write_report({cpu_runs.string()}, (scratch.path() / "mixed-report").string(), "mixed");
+  EXPECT_NE(mixed.markdown.find("| peak allocated/device |"), std::string::npos) << mixed.markdown;
+  const auto cuda = write_three_run_report(scratch.path() / "cuda");
+  EXPECT_NE(cuda.markdown.find("| peak allocated/GPU |"), std::string::npos) << cuda.markdown;
+  EXPECT_NE(read_text(cuda.html_path).find("<figcaption>Peak GPU memory per GPU</figcaption>"), std::string::npos);
 }

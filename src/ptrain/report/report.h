@@ -12,7 +12,7 @@
 
 #include "ptrain/metrics/run_record.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 struct ReportRun {
   std::string name;    // the record's path below its run directory, without ".json": the user's name for the run
@@ -84,4 +84,4 @@ struct WrittenReport {
 WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
                            const std::string& title);
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

@@ -1,4 +1,4 @@
-#include "ptrain/bench/estimate.h"
+#include "ptrain/estimate/estimate.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,15 +6,15 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/bench/preflight.h"
 #include "ptrain/core/error.h"
+#include "ptrain/estimate/run_length.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
-namespace ptrain::bench {
+namespace ptrain::estimate {
 
 namespace {
 
@@ -283,4 +283,4 @@ nlohmann::json to_json(const MemoryEstimate& e) {
           {"advice", e.advice}};
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::estimate

@@ -7,10 +7,10 @@
 #include <set>
 #include <sstream>
 
-#include "ptrain/bench/report.h"
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report.h"
+#include "ptrain/report/report_table.h"
 
-namespace ptrain::bench {
+namespace ptrain::report {
 
 using namespace table;
 using metrics::RunRecord;
@@ -317,6 +317,12 @@ th { background: #f3f4f6; text-align: left; white-space: normal; vertical-align:
 td.number { text-align: right; font-variant-numeric: tabular-nums; }
 tr.baseline td { background: #eff6ff; }
 .table-wrap { overflow-x: auto; }
+/* The first column (the run, the model) stays in view while a wide table scrolls sideways; a long name wraps
+   rather than widen it. Collapsed borders scroll away with their cells, so it draws its own right edge. */
+.table-wrap th:first-child, .table-wrap td:first-child { position: sticky; left: 0; z-index: 1; background: #fff;
+  white-space: normal; min-width: 8em; max-width: 16em; box-shadow: inset -1px 0 0 #9ca3af; }
+.table-wrap th:first-child { background: #f3f4f6; z-index: 2; }
+.table-wrap tr.baseline td:first-child { background: #eff6ff; }
 p.note { color: #4b5563; margin: 4px 0; font-size: 13px; }
 figure { margin: 18px 0 26px; }
 figcaption { font-weight: 600; margin-bottom: 4px; }
@@ -360,7 +366,7 @@ std::string render_html(const Report& report) {
        << escape_html(report.title) << "</h1>\n<p>" << escape_html(job_summary(report)) << "</p>\n";
 
   html << "<div class=\"table-wrap\"><table>\n<thead><tr>";
-  for (const auto& column : table_columns()) html << "<th>" << escape_html(column.title) << "</th>";
+  for (const auto& column : table_columns()) html << "<th>" << escape_html(column_title(column, report)) << "</th>";
   html << "</tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
     html << "<tr" << (i == report.baseline ? " class=\"baseline\"" : "") << " title=\""
@@ -377,7 +383,7 @@ std::string render_html(const Report& report) {
   if (!side_rows.empty()) {
     html << "<h2>" << escape_html(kSideBySideHeading) << "</h2>\n<div class=\"table-wrap\"><table class=\"side-by-side\">\n"
          << "<thead><tr>";
-    for (const char* title : side_by_side_titles()) html << "<th>" << escape_html(title) << "</th>";
+    for (const auto& title : side_by_side_titles(report)) html << "<th>" << escape_html(title) << "</th>";
     html << "</tr></thead>\n<tbody>\n";
     for (const auto& row : side_rows) {
       html << "<tr>";
@@ -413,8 +419,8 @@ std::string render_html(const Report& report) {
                            plain_value,
                            number_tick));
   html << figure(
-      "Peak GPU memory per GPU",
-      bar_chart(report, "peak-memory", "peak GPU memory per GPU by run",
+      memory_unit(report) == "GPU" ? "Peak GPU memory per GPU" : "Peak memory per device",
+      bar_chart(report, "peak-memory", "peak memory per " + memory_unit(report) + " by run",
                 {{"allocator peak allocated", [&](const RunRecord& r) { return in_gib(r.peak_allocated_bytes); }, 1.0},
                  {"NVML peak used", [&](const RunRecord& r) { return in_gib(r.peak_nvml_used_bytes); }, 0.45}},
                 gib_value, gib_tick),
@@ -449,4 +455,4 @@ std::string render_html(const Report& report) {
   return html.str();
 }
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::report

@@ -21,7 +21,7 @@
 #include "ptrain/strategies/strategy_spec.h"
 #include "ptrain/train/plan.h"
 
-namespace ptrain::bench {
+namespace ptrain::estimate {
 
 // The arithmetic is the strategies' own (strategies/model_state_arithmetic.h).
 using strategies::ModelStates;
@@ -72,4 +72,4 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
 std::string render_estimate(const MemoryEstimate& estimate);
 nlohmann::json to_json(const MemoryEstimate& estimate);
 
-}  // namespace ptrain::bench
+}  // namespace ptrain::estimate

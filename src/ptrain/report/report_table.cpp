@@ -1,11 +1,12 @@
-#include "ptrain/bench/report_table.h"
+#include "ptrain/report/report_table.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <set>
 
-namespace ptrain::bench::table {
+namespace ptrain::report::table {
 
 using metrics::RunRecord;
 
@@ -118,11 +119,35 @@ const std::vector<Column>& columns() {
         same([](const Report& r, size_t i) { return std::to_string(record_of(r, i).devices); }));
     add("batch/device", "batch_size_per_device", true,
         same([](const Report& r, size_t i) { return std::to_string(record_of(r, i).batch_size_per_device); }));
-    add("peak allocated/GPU", "peak_allocated_bytes_per_gpu", true,
+    add("throughput img/s", "images_per_second", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).images_per_second); },
+               throughput_text));
+    add("steady img/s", "steady_images_per_second", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).steady_images_per_second); },
+               throughput_text));
+    add("speed-up vs baseline", "speedup_vs_baseline", true,
+        number(speedup_vs_baseline, [](std::optional<double> v) {
+          return v ? printf_string("%.2fx", *v) : std::string(kNotAvailable);
+        }));
+    add("test accuracy", "final_test_accuracy", true,
+        std::make_pair(
+            std::function<std::string(const Report&, size_t)>([](const Report& r, size_t i) {
+              const RunRecord& record = record_of(r, i);
+              if (const auto diverged = divergence_text(record)) return *diverged;
+              return fraction_as_percent_text(measured(record.final_test_accuracy));
+            }),
+            std::function<std::string(const Report&, size_t)>(
+                [](const Report& r, size_t i) { return csv_number(measured(record_of(r, i).final_test_accuracy)); })));
+    add("peak allocated", "peak_allocated_bytes_per_gpu", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_allocated_bytes); },
                gib_text));
-    add("predicted peak/GPU", "predicted_peak_allocated_bytes_per_gpu", true,
+    c.back().per_device = true;
+    add("memory saved vs baseline", "memory_saved_vs_baseline_fraction", true,
+        number(memory_saved_vs_baseline,
+               [](std::optional<double> v) { return percent_text(v ? std::optional(*v * 100.0) : v, "%.1f%%"); }));
+    add("predicted peak", "predicted_peak_allocated_bytes_per_gpu", true,
         number([](const Report& r, size_t i) { return predicted_peak(record_of(r, i)); }, gib_text));
+    c.back().per_device = true;
     add("peak NVML used/GPU", "peak_nvml_used_bytes_per_gpu", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).peak_nvml_used_bytes); },
                gib_text));
@@ -138,28 +163,6 @@ const std::vector<Column>& columns() {
     add("training time", "train_wall_seconds", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).train_wall_seconds); },
                duration_text));
-    add("throughput img/s", "images_per_second", true,
-        number([](const Report& r, size_t i) { return measured(record_of(r, i).images_per_second); },
-               throughput_text));
-    add("steady img/s", "steady_images_per_second", true,
-        number([](const Report& r, size_t i) { return measured(record_of(r, i).steady_images_per_second); },
-               throughput_text));
-    add("test accuracy", "final_test_accuracy", true,
-        std::make_pair(
-            std::function<std::string(const Report&, size_t)>([](const Report& r, size_t i) {
-              const RunRecord& record = record_of(r, i);
-              if (const auto diverged = divergence_text(record)) return *diverged;
-              return fraction_as_percent_text(measured(record.final_test_accuracy));
-            }),
-            std::function<std::string(const Report&, size_t)>(
-                [](const Report& r, size_t i) { return csv_number(measured(record_of(r, i).final_test_accuracy)); })));
-    add("speed-up vs baseline", "speedup_vs_baseline", true,
-        number(speedup_vs_baseline, [](std::optional<double> v) {
-          return v ? printf_string("%.2fx", *v) : std::string(kNotAvailable);
-        }));
-    add("memory saved vs baseline", "memory_saved_vs_baseline_fraction", true,
-        number(memory_saved_vs_baseline,
-               [](std::optional<double> v) { return percent_text(v ? std::optional(*v * 100.0) : v, "%.1f%%"); }));
     add("diverged at step", "diverged_at_step", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).diverged_at_step); },
                [](std::optional<double> v) { return v ? shortest_number(*v) : std::string(); }));
@@ -167,6 +170,16 @@ const std::vector<Column>& columns() {
     return c;
   }();
   return all;
+}
+
+std::string memory_unit(const Report& report) {
+  const bool all_cuda = std::all_of(report.runs.begin(), report.runs.end(),
+                                    [](const ReportRun& run) { return run.record.device.rfind("cuda", 0) == 0; });
+  return all_cuda && !report.runs.empty() ? "GPU" : "device";
+}
+
+std::string column_title(const Column& column, const Report& report) {
+  return column.per_device ? std::string(column.title) + "/" + memory_unit(report) : column.title;
 }
 
 const std::vector<Column>& table_columns() {
@@ -201,7 +214,8 @@ std::vector<std::string> table_notes(const Report& report) {
       "end of the record's steady_from_step on (10 steps, or a quarter of a shorter run), once kernels are tuned "
       "and memory pools grown. Speed-up: steady throughput over the baseline's where both have one, else "
       "throughput over the whole training. Memory saved: 1 - peak "
-      "allocator-allocated bytes per GPU over the baseline's; negative means more memory than the baseline.");
+      "allocator-allocated bytes per " + memory_unit(report) + " over the baseline's; negative means more memory than "
+      "the baseline.");
   notes.push_back(
       "n/a: not measured (GPU memory and utilisation on a CPU or without NVML, accuracy without evaluation).");
   std::string diverged;
@@ -279,11 +293,10 @@ std::string ratio_text(std::optional<double> ratio) {
 
 }  // namespace
 
-const std::vector<const char*>& side_by_side_titles() {
-  static const std::vector<const char*> titles{
-      "model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
-      "ptrain / eager", "ptrain / compiled", "ptrain peak/GPU", "eager peak/GPU", "compiled peak/GPU"};
-  return titles;
+std::vector<std::string> side_by_side_titles(const Report& report) {
+  const std::string per = "/" + memory_unit(report);
+  return {"model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
+          "ptrain / eager", "ptrain / compiled", "ptrain peak" + per, "eager peak" + per, "compiled peak" + per};
 }
 
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
@@ -339,7 +352,7 @@ std::string side_by_side_note(const Report& report) {
          "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
          "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
          "is torch.compile (" + mode + ") with channels-last for convolutional models and the fused optimizer step, "
-         "beside each memory format of ptrain's. Peak: allocator-allocated bytes per GPU.";
+         "beside each memory format of ptrain's. Peak: allocator-allocated bytes per " + memory_unit(report) + ".";
 }
 
-}  // namespace ptrain::bench::table
+}  // namespace ptrain::report::table
