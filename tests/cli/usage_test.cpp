@@ -201,7 +201,7 @@ void expect_usage_error(const std::string& command_line, const std::string& expe
 }
 
 TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
-  const std::string data = " --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --dry-run";
+  const std::string data = " --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 --dry-run";
   expect_usage_error(kPtrain + " train --batch-size 0", "--batch-size: must be greater than 0, not 0");
   expect_usage_error(kPtrain + " train --batch-sze 3", "ptrain train has no flag --batch-sze (did you mean --batch-size?)");
   expect_usage_error(kPtrain + " train --warmup=2", "(did you mean --warmup-epochs or --warmup-steps?)");
@@ -218,6 +218,10 @@ TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
   expect_usage_error("PTRAIN_LR=0.5 " + kPtrain + " train --lr abc" + data, "--lr: 'abc' is not a number");
   const Result overridden = run_shell("PTRAIN_LR=abc " + kPtrain + " train --lr 0.05" + data);
   EXPECT_EQ(overridden.exit_code, 0) << overridden.output;
+  // Another command than train reads no train variable (estimate's --lr refused PTRAIN_LR=abc for all).
+  const Result other = run_shell("PTRAIN_LR=abc " + kPtrain + " verify /nonexistent/step.safetensors");
+  EXPECT_EQ(other.output.find("PTRAIN_LR"), std::string::npos) << other.output;
+  EXPECT_EQ(other.output.find("--lr"), std::string::npos) << other.output;
   // A --config key, near a known one or not.
   const auto dir = scratch("errors");
   std::ofstream(dir / "typo.yaml") << "batch_sze: 8\n";

@@ -83,13 +83,11 @@ TEST(TrainOptions, UnknownYamlKeyIsNamedWithItsFile) {
 }
 
 TEST(TrainOptions, UnknownYamlKeyNearAKnownOneSaysWhichItMayMean) {
-  const auto typo = write_yaml("typo", "batch_sze: 32
-");
+  const auto typo = write_yaml("typo", "batch_sze: 32\n");
   const std::string message = error_of([&] { parse({"--config", typo}); });
   EXPECT_NE(message.find(typo + ": key 'batch_sze' is not a ptrain train option (did you mean batch-size?)"),
             std::string::npos) << message;
-  const auto prefix = write_yaml("prefix", "warmup: 2
-");
+  const auto prefix = write_yaml("prefix", "warmup: 2\n");
   const std::string both = error_of([&] { parse({"--config", prefix}); });
   EXPECT_NE(both.find("(did you mean warmup-epochs or warmup-steps?)"), std::string::npos) << both;
 }

@@ -120,6 +120,14 @@ void print_result(const metrics::RunRecord& r) {
             << percent(r.gpu_util_peak) << std::endl;
 }
 
+// A subcommand reads its options' PTRAIN_* variables only when it is the command given: CLI11 otherwise reads
+// and checks them for every subcommand at the end of the parse, so that a bad PTRAIN_LR failed `ptrain
+// bench` (in estimate's --lr) and `ptrain train --lr 0.1` alike. A subcommand with a parse-complete
+// callback processes its variables itself, once its own arguments are parsed.
+void read_variables_only_when_given(CLI::App& command) {
+  command.parse_complete_callback([] {});
+}
+
 // The subcommands, each its options (which CLI11 writes into, so they live as long as the parse) and
 // what it runs once the command line is parsed.
 
@@ -132,6 +140,7 @@ struct TrainCommand {
 void add_train_command(CLI::App& app, TrainCommand& command) {
   command.cmd = app.add_subcommand("train", "Train a model");
   command.config_file = config::add_train_options(*command.cmd, command.config);
+  read_variables_only_when_given(*command.cmd);
 }
 
 int run_train(TrainCommand& command, const std::string& command_line) {
@@ -330,6 +339,7 @@ void add_estimate_command(CLI::App& app, EstimateCommand& command) {
       "states by each strategy's arithmetic, activations measured by two short probe runs at small batches");
   command.cmd = estimate_cmd;
   command.config_file = config::add_train_options(*estimate_cmd, command.config);
+  read_variables_only_when_given(*estimate_cmd);
   estimate_cmd->add_option("--devices", command.devices,
                            "Devices the multi-device strategies spread over; unset: the visible GPUs, 2 on the CPU")
       ->check(config::positive_number());
