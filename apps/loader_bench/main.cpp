@@ -36,7 +36,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "Where batches go: cpu or cuda[:N] (pinned copies and normalisation there)")
       ->capture_default_str();
   app.add_flag("--eval", evaluation, "Evaluation crops (resize + centre crop) instead of random resized crops + flips");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help succeeds; a refused flag is one line and exit 2, as ptrain says it.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << "ptrain-loader-bench: error: " << e.what() << std::endl;
+    return 2;
+  }
   try {
     const auto dataset = ptrain::data::open_dataset(spec, /*train=*/!evaluation, threads);
     ptrain::data::LoaderOptions options;

@@ -85,7 +85,7 @@ TEST(Ranks, TwoCpuRanksShareTheCoresAndRecordTheirThreads) {
   const std::string run = "train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 "
                           "--device cpu --progress lines --max-steps 2 --test-limit 16 --strategy ddp --dist-timeout 30";
   const ShellResult r = shell_output("env -u OMP_NUM_THREADS " + kPtrain + " launch --nproc-per-node 2 --timeout 120 -- " +
-                             kPtrain + " " + run + " --metrics-out " + metrics);
+                             kPtrain + " " + run + " --log-all-ranks --metrics-out " + metrics);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t expected = std::max(1u, std::thread::hardware_concurrency() / 2);
   EXPECT_NE(r.output.find("ptrain launch: OMP_NUM_THREADS=" + std::to_string(expected)), std::string::npos) << r.output;
@@ -95,6 +95,36 @@ TEST(Ranks, TwoCpuRanksShareTheCoresAndRecordTheirThreads) {
         << r.output;
   const auto json = nlohmann::json::parse(std::ifstream(metrics));
   EXPECT_EQ(json["extra"]["config"]["run"]["threads"], expected) << json["extra"].dump();
+}
+
+// torchrun's habit: rank 0 alone prints the plan, progress and results; --log-all-ranks (flag or --config
+// key) gives every rank its say again.
+TEST(Ranks, OnlyRankZeroPrintsUnlessEveryRankIsAskedTo) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  const std::string run = "train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 --device cpu "
+                          "--threads 1 --progress lines --log-every 1 --max-steps 3 --test-limit 16 --dist-timeout 30 "
+                          "--strategy ddp";
+  const std::string launch = kPtrain + " launch --nproc-per-node 2 --timeout 120 -- " + kPtrain + " " + run;
+  const ShellResult quiet = shell_output(launch);
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  for (const char* printed : {"[rank 0] model resnet20", "[rank 0] epoch 1/1 step 3/", "[rank 0] result: "})
+    EXPECT_NE(quiet.output.find(printed), std::string::npos) << printed << "\n" << quiet.output;
+  EXPECT_EQ(quiet.output.find("[rank 1]"), std::string::npos) << quiet.output;
+
+  // An error on another rank still shows, with its rank.
+  const ShellResult failed = launch_two("export PTRAIN_STRATEGY=ddp; [ $RANK = 1 ] && export PTRAIN_PRECISION=tf32; true");
+  EXPECT_EQ(failed.exit_code, 2) << failed.output;
+  EXPECT_NE(failed.output.find("[rank 1] ptrain: error: --precision tf32 needs a CUDA device"), std::string::npos)
+      << failed.output;
+
+  const std::string dir = ptrain::testing::temp_dir("ranks_log_all");
+  std::ofstream(dir + "/all.yaml") << "log_all_ranks: true\n";
+  for (const std::string& ask : {std::string(" --log-all-ranks"), " --config " + dir + "/all.yaml"}) {
+    const ShellResult loud = shell_output(launch + ask);
+    ASSERT_EQ(loud.exit_code, 0) << loud.output;
+    for (const char* printed : {"[rank 0] model resnet20", "[rank 1] model resnet20", "[rank 1] epoch 1/1 step 3/"})
+      EXPECT_NE(loud.output.find(printed), std::string::npos) << printed << "\n" << loud.output;
+  }
 }
 
 }  // namespace

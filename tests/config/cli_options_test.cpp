@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "ptrain/config/cli_options.h"
+#include "ptrain/config/near_names.h"
 #include "ptrain/core/error.h"
 #include "test_support.h"  // tests/io
 
@@ -74,7 +75,36 @@ TEST(TrainOptions, UnknownYamlKeyIsNamedWithItsFile) {
   const std::string message = error_of([&] { parse({"--config", path}); });
   EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_NE(message.find("learning_rat"), std::string::npos) << message;
-  EXPECT_NE(message.find("known keys"), std::string::npos) << message;
+  // Far from every key: no guess, and not the list of all 140 of them either.
+  EXPECT_EQ(message.find("did you mean"), std::string::npos) << message;
+  EXPECT_EQ(message.find("batch-size"), std::string::npos) << message;
+  EXPECT_NE(message.find("ptrain train --help"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 200u) << message;
+}
+
+TEST(TrainOptions, UnknownYamlKeyNearAKnownOneSaysWhichItMayMean) {
+  const auto typo = write_yaml("typo", "batch_sze: 32\n");
+  const std::string message = error_of([&] { parse({"--config", typo}); });
+  EXPECT_NE(message.find(typo + ": key 'batch_sze' is not a ptrain train option (did you mean batch-size?)"),
+            std::string::npos) << message;
+  const auto prefix = write_yaml("prefix", "warmup: 2\n");
+  const std::string both = error_of([&] { parse({"--config", prefix}); });
+  EXPECT_NE(both.find("(did you mean warmup-epochs or warmup-steps?)"), std::string::npos) << both;
+}
+
+TEST(NearNames, TyposOfAFewEditsFindTheirNameAndOthersNone) {
+  using ptrain::config::did_you_mean;
+  using ptrain::config::edit_distance;
+  EXPECT_EQ(edit_distance("batch-size", "batch-size"), 0u);
+  EXPECT_EQ(edit_distance("batch-sze", "batch-size"), 1u);   // a letter missing
+  EXPECT_EQ(edit_distance("batch-szie", "batch-size"), 1u);  // two letters swapped
+  EXPECT_EQ(edit_distance("lr", "epochs"), 6u);
+  const std::vector<std::string> names{"lr", "epochs", "eps", "batch-size", "eval-batch-size", "seed"};
+  EXPECT_EQ(did_you_mean("batch-szie", names, "--"), " (did you mean --batch-size?)");
+  EXPECT_EQ(did_you_mean("epoch", names), " (did you mean epochs?)");
+  EXPECT_EQ(did_you_mean("ep", names), " (did you mean eps?)");
+  EXPECT_EQ(did_you_mean("learning-rate", names), "");
+  EXPECT_EQ(did_you_mean("x", {"lr"}), "");
 }
 
 TEST(TrainOptions, BadYamlValueIsNamedWithItsKey) {

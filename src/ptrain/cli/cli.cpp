@@ -1,5 +1,7 @@
 #include "ptrain/cli/cli.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,11 +15,14 @@
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/cli/dry_run.h"
+#include "ptrain/cli/rank_output.h"
 #include "ptrain/cli/stop_signals.h"
 #include "ptrain/cli/verify.h"
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
 #include "ptrain/config/deepspeed_config.h"
+#include "ptrain/config/help_format.h"
+#include "ptrain/config/near_names.h"
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
@@ -115,6 +120,14 @@ void print_result(const metrics::RunRecord& r) {
             << percent(r.gpu_util_peak) << std::endl;
 }
 
+// A subcommand reads its options' PTRAIN_* variables only when it is the command given: CLI11 otherwise reads
+// and checks them for every subcommand at the end of the parse, so that a bad PTRAIN_LR failed `ptrain
+// bench` (in estimate's --lr) and `ptrain train --lr 0.1` alike. A subcommand with a parse-complete
+// callback processes its variables itself, once its own arguments are parsed.
+void read_variables_only_when_given(CLI::App& command) {
+  command.parse_complete_callback([] {});
+}
+
 // The subcommands, each its options (which CLI11 writes into, so they live as long as the parse) and
 // what it runs once the command line is parsed.
 
@@ -127,12 +140,15 @@ struct TrainCommand {
 void add_train_command(CLI::App& app, TrainCommand& command) {
   command.cmd = app.add_subcommand("train", "Train a model");
   command.config_file = config::add_train_options(*command.cmd, command.config);
+  read_variables_only_when_given(*command.cmd);
 }
 
 int run_train(TrainCommand& command, const std::string& command_line) {
   config::TrainConfig& train_config = command.config;
   apply_config_sources(*command.cmd, command.config_file, train_config, [] { return dist::detect_environment(); });
   const train::Plan plan = train::make_plan(train_config);
+  // Errors any rank finds after this still show, prefixed by its rank under ptrain launch.
+  const RankOutput output(plan.launch.rank != 0 && !train_config.run.log_all_ranks);
   if (train_config.run.dry_run) {
     check_plan_on_data(plan);
     std::cout << train::describe(plan) << describe_layout(plan) << std::endl;
@@ -159,13 +175,13 @@ int run_train(TrainCommand& command, const std::string& command_line) {
     write_record(stopped.record());
     return stopped.exit_code();
   }
-  if (plan.launch.rank != 0) return record.diverged_at_step ? 2 : 0;  // rank 0 speaks for the job
+  if (plan.launch.rank != 0) return record.diverged_at_step ? kExitError : kExitSuccess;  // rank 0 speaks for the job
   print_result(record);
   write_record(record);
   if (record.diverged_at_step) {
     std::cerr << "ptrain: error: training diverged at step " << *record.diverged_at_step
               << " (--on-divergence warn trained on): its results mean nothing" << std::endl;
-    return 2;
+    return kExitError;
   }
   return 0;
 }
@@ -305,7 +321,7 @@ int run_bench(BenchCommand& command) {
                                            : std::string())
             << std::endl;
   for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
-  return outcome.failed > 0 ? 1 : 0;
+  return outcome.failed > 0 ? kExitFailedRuns : kExitSuccess;
 }
 
 struct EstimateCommand {
@@ -323,8 +339,9 @@ void add_estimate_command(CLI::App& app, EstimateCommand& command) {
       "states by each strategy's arithmetic, activations measured by two short probe runs at small batches");
   command.cmd = estimate_cmd;
   command.config_file = config::add_train_options(*estimate_cmd, command.config);
+  read_variables_only_when_given(*estimate_cmd);
   estimate_cmd->add_option("--devices", command.devices,
-                           "Devices the multi-device strategies spread over (default: the visible GPUs; 2 on the CPU)")
+                           "Devices the multi-device strategies spread over; unset: the visible GPUs, 2 on the CPU")
       ->check(config::positive_number());
   estimate_cmd->add_option("--json", command.json_path, "Also write the estimate as JSON to this file");
 }
@@ -365,36 +382,105 @@ void add_verify_command(CLI::App& app, VerifyCommand& command) {
   command.cmd->add_option("files", command.files, "Checkpoint files")->required();
 }
 
-// Runs command; an error it throws becomes one line on stderr and exit code 2 (3 for LibTorch's own).
+// Runs command; an error it throws becomes one line on stderr and kError (kLibTorchError for LibTorch's own).
 int with_errors_reported(const std::function<int()>& command) {
   try {
     return command();
   } catch (const Error& e) {
     std::cerr << "ptrain: error: " << e.what() << std::endl;
-    return 2;
+    return kExitError;
   } catch (const c10::Error& e) {
     std::cerr << "ptrain: LibTorch error: " << first_line(e.what_without_backtrace()) << std::endl;
-    return 3;
+    return kExitLibTorchError;
   } catch (const std::filesystem::filesystem_error& e) {
     // e.g. a directory to create under a regular file: the message names the paths.
     std::cerr << "ptrain: error: " << e.what() << std::endl;
-    return 2;
+    return kExitError;
   } catch (const std::bad_alloc&) {
     std::cerr << "ptrain: error: out of host memory" << std::endl;
-    return 2;
+    return kExitError;
   } catch (const std::exception& e) {
     std::cerr << "ptrain: error: " << e.what() << std::endl;
-    return 2;
+    return kExitError;
   } catch (...) {
     std::cerr << "ptrain: error: unknown exception" << std::endl;
-    return 2;
+    return kExitError;
   }
+}
+
+std::string joined_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : ", ") + names[i];
+  return text;
+}
+
+bool names_option(const CLI::Option& opt, const std::string& arg) {
+  for (const auto& name : opt.get_lnames()) {
+    const std::string flag = "--" + name;
+    if (arg == flag || arg.rfind(flag + "=", 0) == 0) return true;
+  }
+  for (const auto& name : opt.get_snames())
+    if (arg.rfind("-" + name, 0) == 0 && arg.rfind("--", 0) != 0) return true;
+  return false;
+}
+
+// CLI11 names the option whose value it refused ("--lr: 'abc' is not a number"); where the value came
+// from the option's PTRAIN_* variable, not the command line, the line names the variable.
+std::string naming_the_variable(const CLI::App& command, std::string message, const std::vector<std::string>& args) {
+  for (const CLI::Option* opt : command.get_options()) {
+    const std::string& variable = opt->get_envname();
+    if (variable.empty() || std::getenv(variable.c_str()) == nullptr) continue;
+    const std::string flag = opt->get_name();
+    const auto at = message.find(flag);
+    if (at == std::string::npos) continue;
+    const size_t end = at + flag.size();
+    if (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-')) continue;
+    if (std::any_of(args.begin(), args.end(), [&](const std::string& arg) { return names_option(*opt, arg); })) continue;
+    return message.replace(at, flag.size(), variable + "=" + std::getenv(variable.c_str())) +
+           " (the environment variable " + variable + " sets " + flag + ")";
+  }
+  return message;
+}
+
+// The one line a usage error CLI11 found says: a command or flag that does not exist (with the near
+// names of a typo), or the flag or PTRAIN_* variable whose value was refused.
+std::string usage_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const auto parsed = app.get_subcommands();
+  if (parsed.empty()) {
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) commands.push_back(sub->get_name());
+    const auto word = std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.rfind('-', 0) != 0; });
+    if (word != args.end() && std::find(commands.begin(), commands.end(), *word) == commands.end()) {
+      return "'" + *word + "' is not a ptrain command" + config::did_you_mean(*word, commands) + "; the commands: " +
+             joined_names(commands);
+    }
+    if (!args.empty()) return "ptrain has no option " + args.front() + " before its command (" + joined_names(commands) + ")";
+    return "a command is required: " + joined_names(commands) + " (ptrain --help says what each does)";
+  }
+  const CLI::App& command = *parsed.front();
+  const std::string name = "ptrain " + command.get_name();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const auto extras = app.remaining(true);
+    for (const auto& arg : args) {
+      if (arg.rfind("--", 0) != 0 || std::find(extras.begin(), extras.end(), arg) == extras.end()) continue;
+      const std::string flag = arg.substr(0, arg.find('='));
+      std::vector<std::string> flags;
+      for (const CLI::Option* opt : command.get_options())
+        for (const auto& long_name : opt->get_lnames()) flags.push_back(long_name);
+      const std::string near = config::did_you_mean(flag.substr(2), flags, "--");
+      return name + " has no flag " + flag + (near.empty() ? "; " + name + " --help lists its flags" : near);
+    }
+    if (!extras.empty()) return name + ": unexpected argument '" + extras.front() + "' (" + name + " --help)";
+  }
+  return naming_the_variable(command, e.what(), args);
 }
 
 }  // namespace
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"ptrain: train neural networks in every precision and strategy, and measure what each costs"};
+  app.formatter(std::make_shared<config::HelpFormatter>());  // the subcommands' too, added after it
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("ptrain 0.1.0, LibTorch ") + compat::torch_version());
   TrainCommand train_command;
@@ -416,13 +502,13 @@ int run_cli(int argc, char** argv) {
     // --help and --version end parsing as CLI11 "errors" that succeed; every other is a usage error, said
     // as every ptrain error is: one line, exit 2 (CLI11's own codes, 105 and up, told scripts nothing).
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-    std::cerr << "ptrain: error: " << e.what() << std::endl;
-    return 2;
+    std::cerr << "ptrain: error: " << usage_error(app, e, argc, argv) << std::endl;
+    return kExitError;
   }
   return with_errors_reported([&] {
     if (bench_command.cmd->parsed()) return run_bench(bench_command);
     if (estimate_command.cmd->parsed()) return run_estimate(estimate_command);
-    if (verify_command.cmd->parsed()) return verify_checkpoints(verify_command.files, std::cout) > 0 ? 2 : 0;
+    if (verify_command.cmd->parsed()) return verify_checkpoints(verify_command.files, std::cout) > 0 ? kExitError : kExitSuccess;
     if (report_command.cmd->parsed()) return run_report(report_command);
     if (launch_command.cmd->parsed()) return run_launch(launch_command);
     if (train_command.cmd->parsed()) return run_train(train_command, joined(argc, argv));

@@ -8,12 +8,23 @@
 #include <map>
 #include <sstream>
 
+#include "ptrain/config/help_format.h"
+#include "ptrain/config/near_names.h"
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::config {
+
+namespace {
+
+// A true/false flag (and its --no- form where names give one); help says its default: the value bound now.
+CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value, const std::string& description) {
+  return app.add_flag(names, value, description)->default_function([&value] { return value ? "true" : "false"; });
+}
+
+}  // namespace
 
 CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   const auto non_negative = non_negative_number();
@@ -29,12 +40,13 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--save-weights", c.model.save_weights,
                  "Write the trained weights here: a .pt/.pth state dict (torch.load) or a .safetensors file")
       ->group("Model");
-  app.add_flag("--activation-checkpointing,!--no-activation-checkpointing", c.model.activation_checkpointing,
-               "Recompute each residual block in backward instead of keeping its activations")
+  add_switch(app, "--activation-checkpointing,!--no-activation-checkpointing", c.model.activation_checkpointing,
+                 "Recompute each residual block in backward instead of keeping its activations")
       ->group("Model");
   app.add_flag("--channels-last{true},!--no-channels-last", c.model.channels_last,
-               "NHWC memory format (auto, the default: on for convolutional models on CUDA)")
-      ->group("Model")->check(CLI::IsMember({"auto", "true", "false"}))->capture_default_str();
+               "NHWC memory format: auto (on for convolutional models on CUDA), true or false (--channels-last=VALUE)")
+      ->group("Model")->check(CLI::IsMember({"auto", "true", "false"}))
+      ->default_function([&c] { return c.model.channels_last; });
   app.add_option("--gpt-layers", c.model.gpt_layers, "GPT models: transformer blocks; 0 keeps the named size's")
       ->group("Model")->check(non_negative);
   app.add_option("--gpt-width", c.model.gpt_width, "GPT models: embedding width; 0 keeps the named size's")
@@ -47,12 +59,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--dataset", c.data.dataset, "fashion-mnist | mnist | cifar10 | imagefolder | synthetic | synthetic-tokens | text")
       ->group("Data")->capture_default_str();
-  app.add_option("--data-path", c.data.path, "Dataset location (default: the dataset's usual place)")->group("Data");
+  app.add_option("--data-path", c.data.path, "Dataset location; unset: the dataset's usual place")->group("Data");
   app.add_option("--image-size", c.data.image_size, "Resize images to this square size; 0 keeps them")
       ->group("Data")->check(non_negative)->capture_default_str();
   app.add_option("--seq-len", c.data.seq_len, "Token datasets: tokens per sample; 0: the dataset's default")
       ->group("Data")->check(non_negative);
-  app.add_flag("--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
+  add_switch(app, "--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
       ->group("Data")->capture_default_str();
   app.add_option("--loader-threads", c.data.loader_threads,
                  "Threads decoding image folders: the whole folder at start, or each batch when streaming")
@@ -73,7 +85,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive_float_value)->capture_default_str();
   app.add_option("--momentum", c.optim.momentum, "SGD momentum")
       ->group("Optimizer")->check(number_in(0.0, 1.0))->capture_default_str();
-  app.add_flag("--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
+  add_switch(app, "--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
   app.add_option("--weight-decay", c.optim.weight_decay, "Weight decay (decoupled for adamw)")
       ->group("Optimizer")->check(non_negative_float_value)->capture_default_str();
   app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(number_in(0.0, 1.0));
@@ -98,8 +110,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Precision")
       ->check(CLI::IsMember(precision::precision_names()))
       ->capture_default_str();
-  app.add_flag("--master-weights,!--no-master-weights", c.precision.master_weights,
-               "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
+  add_switch(app, "--master-weights,!--no-master-weights", c.precision.master_weights,
+                 "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
       ->group("Precision");
   app.add_option("--loss-scale", c.precision.loss_scale, "auto | dynamic | none | a static scale")
       ->group("Precision")->capture_default_str();
@@ -111,9 +123,9 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--hysteresis", c.precision.hysteresis,
                  "Dynamic loss scaling: overflows tolerated before the scale halves (DeepSpeed; 1: GradScaler)")
       ->group("Precision")->check(positive)->capture_default_str();
-  app.add_flag("--consecutive-hysteresis,!--no-consecutive-hysteresis", c.precision.consecutive_hysteresis,
-               "The tolerated overflows refill after any clean step (default; else only when the scale grows, as "
-               "DeepSpeed's default)")
+  add_switch(app, "--consecutive-hysteresis,!--no-consecutive-hysteresis", c.precision.consecutive_hysteresis,
+                 "The tolerated overflows refill after any clean step (--no-consecutive-hysteresis: only when the "
+                 "scale grows, as DeepSpeed's default)")
       ->group("Precision");
   app.add_option("--min-loss-scale", c.precision.min_loss_scale, "Dynamic loss scaling: the scale's floor; 0: none")
       ->group("Precision")->check(non_negative_float_value)->capture_default_str();
@@ -140,24 +152,24 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
-  app.add_option("--backend", c.dist.backend, "Collectives: gloo or nccl (default: nccl on CUDA, gloo on the CPU)")
+  app.add_option("--backend", c.dist.backend, "Collectives: gloo or nccl; unset: nccl on CUDA, gloo on the CPU")
       ->group("Distributed")->check(CLI::IsMember({"gloo", "nccl"}));
   app.add_option("--dist-timeout", c.dist.timeout_seconds, "Seconds a collective or the rendezvous may take")
       ->group("Distributed")->check(positive)->capture_default_str();
   app.add_option("--bucket-cap-mb", c.dist.bucket_cap_mb, "DDP gradient bucket size in MiB")
       ->group("Distributed")->check(positive)->capture_default_str();
-  app.add_flag("--sync-batchnorm,!--no-sync-batchnorm", c.dist.sync_batchnorm,
-               "DDP: BatchNorm statistics over the global batch")
+  add_switch(app, "--sync-batchnorm,!--no-sync-batchnorm", c.dist.sync_batchnorm,
+                 "DDP: BatchNorm statistics over the global batch")
       ->group("Distributed");
   app.add_option("--replicas", c.dist.replicas,
                  "dp: devices this one process drives (cuda:0 ... cuda:N-1, or N replicas on the CPU); "
                  "0: every visible GPU")
       ->group("Distributed")->check(non_negative);
-  app.add_flag("--offload-optimizer,!--no-offload-optimizer", c.sharding.offload_optimizer,
-               "zero*: optimizer state and its update on the CPU")
+  add_switch(app, "--offload-optimizer,!--no-offload-optimizer", c.sharding.offload_optimizer,
+                 "zero*: optimizer state and its update on the CPU")
       ->group("Sharding");
-  app.add_flag("--offload-params,!--no-offload-params", c.sharding.offload_params,
-               "zero3, fsdp: parameter shards on the CPU between uses")
+  add_switch(app, "--offload-params,!--no-offload-params", c.sharding.offload_params,
+                 "zero3, fsdp: parameter shards on the CPU between uses")
       ->group("Sharding");
   app.add_option("--reduce-bucket-mb", c.sharding.reduce_bucket_mb, "zero1, zero2, fsdp no-shard: gradient group size in MiB")
       ->group("Sharding")->check(positive)->capture_default_str();
@@ -165,11 +177,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "DeepSpeed's all-gather bucket: refused unless at its default (ptrain all-gathers each gradient "
                  "group in one collective)")
       ->group("Sharding")->check(positive)->capture_default_str();
-  app.add_flag("--overlap-comm,!--no-overlap-comm", c.sharding.overlap_comm,
-               "ddp, zero*, fsdp: reduce gradients while backward still runs (--no-overlap-comm: after it)")
+  add_switch(app, "--overlap-comm,!--no-overlap-comm", c.sharding.overlap_comm,
+                 "ddp, zero*, fsdp: reduce gradients while backward still runs (--no-overlap-comm: after it)")
       ->group("Sharding");
-  app.add_flag("--contiguous-gradients,!--no-contiguous-gradients", c.sharding.contiguous_gradients,
-               "Gradients in one flat buffer a bucket or group (always; --no-contiguous-gradients is refused)")
+  add_switch(app, "--contiguous-gradients,!--no-contiguous-gradients", c.sharding.contiguous_gradients,
+                 "Gradients in one flat buffer a bucket or group (always; --no-contiguous-gradients is refused)")
       ->group("Sharding");
   app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding,
                  "full-shard | shard-grad-op | no-shard | hybrid-shard | hybrid-shard-zero2")
@@ -184,19 +196,21 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Sharding")->delimiter(',');
   app.add_option("--backward-prefetch", c.sharding.backward_prefetch, "fsdp: pre | post | none")
       ->group("Sharding")->check(CLI::IsMember({"pre", "post", "none"}))->capture_default_str();
-  app.add_flag("--forward-prefetch,!--no-forward-prefetch", c.sharding.forward_prefetch,
-               "fsdp: gather the next unit during this one's forward")
+  add_switch(app, "--forward-prefetch,!--no-forward-prefetch", c.sharding.forward_prefetch,
+                 "fsdp: gather the next unit during this one's forward")
       ->group("Sharding");
-  app.add_flag("--sync-module-states,!--no-sync-module-states", c.sharding.sync_module_states,
-               "Broadcast rank 0's parameters and buffers at start")
+  add_switch(app, "--sync-module-states,!--no-sync-module-states", c.sharding.sync_module_states,
+                 "Broadcast rank 0's parameters and buffers at start")
       ->group("Sharding");
   const auto dtype_names = CLI::IsMember(precision::dtype_names());
-  app.add_option("--param-dtype", c.sharding.param_dtype, "fsdp mixed precision: parameter dtype (fp32 | fp16 | bf16)")
+  app.add_option("--param-dtype", c.sharding.param_dtype,
+                 "fsdp mixed precision: parameter dtype (fp32 | fp16 | bf16); unset: the precision mode's")
       ->group("Sharding")->check(dtype_names);
   app.add_option("--reduce-dtype", c.sharding.reduce_dtype, "ddp: gradient compression (fp16 | bf16, as PyTorch's compress hooks); fsdp: the dtype "
-                 "gradients are reduced in (fp32 | fp16 | bf16)")
+                 "gradients are reduced in (fp32 | fp16 | bf16); unset: the parameters'")
       ->group("Sharding")->check(dtype_names);
-  app.add_option("--buffer-dtype", c.sharding.buffer_dtype, "fsdp mixed precision: buffer dtype (fp32 | fp16 | bf16)")
+  app.add_option("--buffer-dtype", c.sharding.buffer_dtype,
+                 "fsdp mixed precision: buffer dtype (fp32 | fp16 | bf16); unset: the parameters'")
       ->group("Sharding")->check(dtype_names);
   app.add_option("--state-dict", c.sharding.state_dict, "Checkpoints of sharded strategies: full | sharded")
       ->group("Sharding")->check(CLI::IsMember({"full", "sharded"}))->capture_default_str();
@@ -205,23 +219,23 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Sharding")->check(non_negative);
   app.add_option("--threads", c.run.threads, "CPU intra-op threads; 0: OMP_NUM_THREADS if set, else the cores divided among this node's processes")
       ->group("Run")->check(non_negative);
-  app.add_flag("--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,
-               "Evaluate on the test split after every epoch (else only after the last)")
+  add_switch(app, "--eval-each-epoch,!--no-eval-each-epoch", c.run.eval_each_epoch,
+                 "Evaluate on the test split after every epoch (else only after the last)")
       ->group("Run");
-  app.add_option("--checkpoint-dir", c.run.checkpoint_dir, "Directory for checkpoints")->group("Run");
+  app.add_option("--checkpoint-dir", c.run.checkpoint_dir, "Directory for checkpoints; unset: no checkpoints")->group("Run");
   app.add_option("--checkpoint-every", c.run.checkpoint_every, "Also checkpoint every N optimizer steps")
       ->group("Run")->check(non_negative);
   app.add_option("--keep-checkpoints", c.run.keep_checkpoints,
                  "Keep only the newest N checkpoints in --checkpoint-dir (and the one resumed from); 0: all")
       ->group("Run")->check(non_negative);
-  app.add_flag("--overwrite-checkpoints", c.run.overwrite_checkpoints,
-               "Start over in a --checkpoint-dir holding another run's checkpoints, removing them (without it such "
-               "a directory is refused unless the run resumes)")
+  add_switch(app, "--overwrite-checkpoints", c.run.overwrite_checkpoints,
+                 "Start over in a --checkpoint-dir holding another run's checkpoints, removing them (without it such "
+                 "a directory is refused unless the run resumes)")
       ->group("Run");
   app.add_option("--resume", c.run.resume, "Resume from a checkpoint file, or 'latest' in --checkpoint-dir")
       ->group("Run");
   app.add_option("--on-divergence", c.run.on_divergence,
-                 "A non-finite loss, or a loss scale at its floor: stop (the default: an error naming the step, "
+                 "A non-finite loss, or a loss scale at its floor: stop (an error naming the step, "
                  "nothing non-finite saved) or warn (report it, train on, exit non-zero at the end)")
       ->group("Run")->check(CLI::IsMember({"stop", "warn"}))->capture_default_str();
   app.add_option("--metrics-out", c.run.metrics_out, "Write the run's metrics JSON here")->group("Run");
@@ -229,23 +243,27 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Run")->check(positive)->capture_default_str();
   app.add_option("--progress", c.run.progress, "auto | bar | lines | none")
       ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}))->capture_default_str();
-  app.add_flag("--dry-run", c.run.dry_run, "Print the validated plan and exit")->group("Run");
+  add_switch(app, "--log-all-ranks,!--no-log-all-ranks", c.run.log_all_ranks,
+             "Several processes: every rank prints its progress and results (else rank 0 alone; errors from any rank "
+             "show either way)")
+      ->group("Run");
+  add_switch(app, "--dry-run", c.run.dry_run, "Print the validated plan and exit")->group("Run");
   app.add_option("--profile-out", c.run.profile_out,
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the steps --profile-steps names")
       ->group("Run");
   app.add_option("--profile-steps", c.run.profile_steps, "A:B, the optimizer steps A to B (from 1) --profile-out traces")
       ->group("Run")->capture_default_str();
-  app.add_flag("--cuda-graphs,!--no-cuda-graphs", c.run.cuda_graphs,
-               "Capture the whole training step as a CUDA graph once shapes are fixed (where the run allows it; "
-               "otherwise it says why and runs eagerly)")
+  add_switch(app, "--cuda-graphs,!--no-cuda-graphs", c.run.cuda_graphs,
+                 "Capture the whole training step as a CUDA graph once shapes are fixed (where the run allows it; "
+                 "otherwise it says why and runs eagerly)")
       ->group("Run")->capture_default_str();
-  app.add_flag("--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
-               "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
+  add_switch(app, "--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
+                 "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
       ->group("Run")->capture_default_str();
-  app.add_flag("--relu-recompute,!--no-relu-recompute", c.run.relu_recompute,
-               "With the fused kernels, a ResNet recomputes in the backward the output of each batch norm + ReLU "
-               "that feeds a convolution instead of keeping it: about a third less activation memory for one "
-               "elementwise pass")
+  add_switch(app, "--relu-recompute,!--no-relu-recompute", c.run.relu_recompute,
+                 "With the fused kernels, a ResNet recomputes in the backward the output of each batch norm + ReLU "
+                 "that feeds a convolution instead of keeping it: about a third less activation memory for one "
+                 "elementwise pass")
       ->group("Run")->capture_default_str();
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
@@ -254,10 +272,17 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   // Every option can also come from the environment (PTRAIN_<FLAG>, e.g. PTRAIN_STRATEGY): `ptrain launch
   // --config` hands an accelerate config's settings to the processes it starts this way. Flags win.
+  // Help shows each option's default as the value it is bound to now, c's, TrainConfig's own defaults.
   for (CLI::Option* opt : app.get_options()) {
     const auto& names = opt->get_lnames();
-    if (!names.empty() && names.front() != "help") opt->envname(env_name_of(names.front()));
+    if (names.empty() || names.front() == "help") continue;
+    opt->envname(env_name_of(names.front()));
+    opt->capture_default_str();
   }
+  app.formatter(std::make_shared<HelpFormatter>(/*every_default=*/true));
+  app.footer("Every flag is also read from its environment variable, PTRAIN_ and the flag's name in capitals "
+             "(--batch-size: PTRAIN_BATCH_SIZE), and from a --config YAML file as a key (batch-size or batch_size). "
+             "The command line wins over the variables, and both over the file.");
 
   return app.add_option("--config", "YAML file with the same keys as the flags (flags win)")->group("Run");
 }
@@ -299,17 +324,14 @@ std::vector<std::string> values_of(const YAML::Node& node, const std::string& wh
   return values;
 }
 
-std::string known_keys(CLI::App& app) {
+std::vector<std::string> known_keys(CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* opt : app.get_options()) {
     for (const auto& name : opt->get_lnames()) {
       if (name != "help" && name != "config") names.push_back(name);
     }
   }
-  std::sort(names.begin(), names.end());
-  std::ostringstream out;
-  for (size_t i = 0; i < names.size(); ++i) out << (i ? ", " : "") << names[i];
-  return out.str();
+  return names;
 }
 
 }  // namespace
@@ -346,7 +368,10 @@ void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
     std::replace(key.begin(), key.end(), '_', '-');
     const std::string where = yaml_path + ": key '" + entry.first.as<std::string>() + "'";
     CLI::Option* opt = (key == "config" || key == "help") ? nullptr : app.get_option_no_throw("--" + key);
-    if (opt == nullptr) throw Error(where + " is not a ptrain train option (known keys: " + known_keys(app) + ")");
+    if (opt == nullptr) {
+      throw Error(where + " is not a ptrain train option" + did_you_mean(key, known_keys(app)) +
+                  "; keys are the flags of ptrain train --help without their dashes");
+    }
     const int line = entry.first.Mark().line + 1;
     const auto [first, inserted] = seen.emplace(opt, std::make_pair(entry.first.as<std::string>(), line));
     check(inserted, where + " is given twice (line " + std::to_string(first->second.second) + " as '" +

@@ -40,7 +40,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"overwrite_checkpoints", c.run.overwrite_checkpoints},
                {"resume", c.run.resume}, {"on_divergence", c.run.on_divergence},
                {"metrics_out", c.run.metrics_out}, {"log_every", c.run.log_every},
-               {"progress", c.run.progress}, {"global_batch_size", c.run.global_batch_size},
+               {"progress", c.run.progress}, {"log_all_ranks", c.run.log_all_ranks}, {"global_batch_size", c.run.global_batch_size},
                {"deepspeed_config", c.run.deepspeed_config}, {"profile_out", c.run.profile_out},
                {"profile_steps", c.run.profile_steps}, {"cuda_graphs", c.run.cuda_graphs},
                {"fused_kernels", c.run.fused_kernels}, {"relu_recompute", c.run.relu_recompute}}},

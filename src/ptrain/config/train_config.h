@@ -88,6 +88,7 @@ struct RunConfig {
   std::string metrics_out;                 // the run's metrics JSON
   int64_t log_every = 50;                  // optimizer steps between progress reads of the loss
   std::string progress = "auto";           // auto | bar | lines | none
+  bool log_all_ranks = false;              // several processes: every rank prints (else rank 0 alone; errors always)
   bool dry_run = false;                    // print the plan and exit
   std::string on_divergence = "stop";      // stop | warn: a non-finite loss (train/divergence.h) ends the run, or
                                            // is reported and the run goes on (and still exits non-zero)

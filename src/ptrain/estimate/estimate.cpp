@@ -120,25 +120,58 @@ ModelStates model_states(const std::string& strategy, int64_t devices, int64_t p
   return model_states(layout, parameters, policy, config.optim, cpu);
 }
 
+namespace {
+// cuda_target: the arithmetic is a CUDA device's, wherever the plan's probes run.
+MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_target);
+}  // namespace
+
 MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t devices) {
   check(devices >= 1, "ptrain estimate: --devices must be at least 1");
   config::TrainConfig planned = config;
   // dp's replicas are the estimate's --devices: one is enough for the plan to check the rest.
   const auto spec = strategies::StrategySpec::parse(config.run.strategy, config.sharding.fsdp_sharding);
   if (spec.drives_several_devices() && planned.dist.replicas == 0) planned.dist.replicas = 1;
+  // Estimating needs no GPU: for a CUDA device this machine cannot use (a LibTorch without CUDA, no GPU
+  // visible) the model states are a CUDA device's arithmetic and the probes run on the CPU, in a mode of
+  // the same sizes the CPU has (bf16 for fp16, fp32 for tf32).
+  const bool cuda_elsewhere = config.run.device.rfind("cuda", 0) == 0 && !torch::cuda::is_available();
+  precision::PrecisionPolicy target;
+  if (cuda_elsewhere) {
+    target = precision::resolve_precision(config.precision.precision, config.precision.master_weights,
+                                          c10::DeviceType::CUDA, config.precision.loss_scale);
+    const auto half = precision::half_dtype(target.mode);
+    planned.run.device = "cpu";
+    planned.precision.precision = precision::to_string(
+        half ? precision::half_mode(c10::ScalarType::BFloat16, precision::autocasts(target.mode)) : precision::PrecisionMode::FP32);
+  }
   const train::Plan plan = train::make_plan(planned);
   // A run that cannot train on its data (a batch larger than it) has no memory to predict.
   run_length(plan.config, training_samples(plan.config), spec.multi_process() ? devices : 1,
              spec.drives_several_devices() ? devices : 1);
-  return estimate_memory(plan, devices);
+  if (!cuda_elsewhere) return estimate_memory(plan, devices);
+  MemoryEstimate e = estimate_for(plan, devices, /*cuda_target=*/true);
+  e.device = config.run.device;
+  e.precision = precision::record_name(target);
+  e.note = "estimated for " + config.run.device + ", which this machine cannot run (this LibTorch has no CUDA, "
+           "or no GPU is visible): the model states are a CUDA device's arithmetic, the activations were measured on the CPU" +
+           (plan.precision.mode == target.mode ? "" : " in " + plan.precision.name) +
+           " and may differ on the GPU (cuDNN workspaces); its memory is unknown here. --device cpu "
+           "estimates for this machine's CPU";
+  return e;
 }
 
 MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
+  return estimate_for(plan, devices, plan.device.is_cuda());
+}
+
+namespace {
+
+MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_target) {
   using strategies::StrategyKind;
   using strategies::StrategySpec;
   check(devices >= 1, "ptrain estimate: --devices must be at least 1");
   const auto& config = plan.config;
-  const bool cpu = !plan.device.is_cuda();
+  const bool cpu = !cuda_target;
   const StateLayout configured = configured_layout(plan, devices);
 
   MemoryEstimate e;
@@ -147,7 +180,7 @@ MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
   e.device = plan.device.str();
   e.batch_size = config.run.batch_size;
   e.configured_strategy = configured.label();
-  e.capacity_bytes = device_capacity(plan.device);
+  if (cuda_target == plan.device.is_cuda()) e.capacity_bytes = device_capacity(plan.device);
 
   // Two probes at small batches; their difference is what one more sample costs. Large enough that
   // activations, not gradients, set the peak; small enough to be quick. The first probe's model states
@@ -207,7 +240,9 @@ MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
   };
   const std::string where = cpu ? "the host" : "one GPU";
   std::ostringstream advice;
-  if (find(StrategyKind::single).fits) {
+  if (!e.capacity_bytes) {
+    advice << "The device's memory is unknown here: compare it with each strategy's per-device total.";
+  } else if (find(StrategyKind::single).fits) {
     advice << "Fits on " << where << " (" << gib(find(StrategyKind::single).total) << ")";
     if (n > 1) advice << "; with " << n << " devices, ddp is the fastest way to use them (" << gib(find(StrategyKind::ddp).total) << " each)";
     advice << ".";
@@ -230,12 +265,15 @@ MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
   return e;
 }
 
+}  // namespace
+
 std::string render_estimate(const MemoryEstimate& e) {
   std::ostringstream out;
   out << "memory estimate: " << e.model << " (" << e.parameters << " parameters), " << e.precision << ", batch "
       << e.batch_size << " per device, on " << e.device;
   if (e.capacity_bytes) out << " (" << gib(*e.capacity_bytes) << ")";
   out << "\n";
+  if (!e.note.empty()) out << "note: " << e.note << "\n";
   out << "measured: ";
   for (size_t i = 0; i < e.probes.size(); ++i)
     out << (i ? ", " : "") << "batch " << e.probes[i].first << " peaks at " << mib(e.probes[i].second);
@@ -246,7 +284,7 @@ std::string render_estimate(const MemoryEstimate& e) {
     out << "| " << s.strategy << (s.strategy == e.configured_strategy ? " (configured)" : "") << " | " << s.devices
         << " | " << mib(s.states.params) << " | " << mib(s.states.grads) << " | " << mib(s.states.optimizer) << " | "
         << mib(s.states.masters) << " | " << mib(s.states.buffers) << " | " << mib(s.activations) << " | "
-        << mib(s.fixed) << " | " << gib(s.total) << " | " << (s.fits ? "yes" : "no") << " |\n";
+        << mib(s.fixed) << " | " << gib(s.total) << " | " << (!e.capacity_bytes ? "?" : s.fits ? "yes" : "no") << " |\n";
   }
   out << "\n" << e.advice << "\n";
   return out.str();
@@ -280,7 +318,8 @@ nlohmann::json to_json(const MemoryEstimate& e) {
           {"fixed_bytes", e.fixed_bytes},
           {"configured_strategy", e.configured_strategy},
           {"strategies", strategies},
-          {"advice", e.advice}};
+          {"advice", e.advice},
+          {"note", e.note.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.note)}};
 }
 
 }  // namespace ptrain::estimate

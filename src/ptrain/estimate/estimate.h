@@ -50,6 +50,8 @@ struct MemoryEstimate {
   std::string configured_strategy;
   std::vector<StrategyEstimate> strategies;
   std::string advice;
+  // Set where the numbers are for a device this machine cannot run (a CUDA device, the probes on the CPU).
+  std::string note;
 };
 
 // The model states one device holds under `layout` (the arithmetic alone). parameters: the model's

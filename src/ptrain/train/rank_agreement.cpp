@@ -19,7 +19,7 @@ namespace {
 // node), how progress shows, a collective's patience, and outputs that only rank 0 writes or that each
 // rank writes for itself. --resume is compared as the checkpoint it resolved to.
 const std::set<std::string>& per_process_keys() {
-  static const std::set<std::string> keys{"run.device",        "run.threads",        "run.progress",
+  static const std::set<std::string> keys{"run.device",        "run.threads",        "run.progress",   "run.log_all_ranks",
                                           "run.metrics_out",   "run.profile_out",    "run.resume",
                                           "run.deepspeed_config", "data.loader_threads", "data.prefetch",
                                           "dist.timeout_seconds"};
@@ -90,7 +90,8 @@ Settings settings_to_agree(const Plan& plan) {
 
 std::string flag_of_setting(const std::string& key) {
   static const std::map<std::string, std::string> named_otherwise{
-      {"model.name", "--model"}, {"optimizer.name", "--optimizer"}, {"data.path", "--data-path"}};
+      {"model.name", "--model"}, {"optimizer.name", "--optimizer"}, {"data.path", "--data-path"},
+      {"dist.timeout_seconds", "--dist-timeout"}};
   if (const auto it = named_otherwise.find(key); it != named_otherwise.end()) return it->second;
   const auto dot = key.rfind('.');
   if (dot == std::string::npos || key.find(' ') != std::string::npos) return "";
