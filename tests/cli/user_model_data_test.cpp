@@ -292,6 +292,20 @@ TEST(UserData, BadNormalizeIsOneErrorLineNamingTheFlag) {
       << channels.output;
 }
 
+TEST(UserData, NormalizeIsAYamlKeyToo) {
+  Scratch scratch("yaml");
+  {
+    std::ofstream yaml(scratch.file("run.yaml"));
+    yaml << "dataset: synthetic\ndata_path: 64:3x8x8:4\nbatch_size: 16\ndevice: cpu\nnormalize: 0.5,0.25\n";
+  }
+  const Result r = run("train --config " + scratch.file("run.yaml") + " --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("augmented, normalised mean 0.5 std 0.25\n"), std::string::npos) << r.output;
+  const Result given = run("train --config " + scratch.file("run.yaml") + " --normalize none --dry-run");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_NE(given.output.find("normalised mean 0 std 1\n"), std::string::npos) << given.output;  // the flag wins
+}
+
 // The Python snippet of docs/your-model-and-data.md, as written there, on what ptrain saved: the weights into
 // torchvision's resnet18 with torch.load(weights_only=True), a checkpoint read and loaded too.
 TEST(UserModel, DocsPythonSnippetLoadsTheWeightsAndACheckpoint) {
