@@ -171,4 +171,69 @@ TEST(LibraryApi, Zero3GathersEachMarkedUnitAsOneProcessTrainsTheWholeBatch) {
   EXPECT_LT(whole.back(), whole.front());
 }
 
+// Keeps the first batch it trains on, as the model sees it.
+struct InputRecorder : nn::Module {
+  InputRecorder() { head = register_module("head", nn::Linear(3, 3)); }
+  torch::Tensor forward(torch::Tensor x) {
+    if (is_training() && !seen.defined()) seen = x.detach().clone();
+    return head(x.mean({2, 3}));
+  }
+  nn::Linear head{nullptr};
+  torch::Tensor seen;
+};
+
+// Every sample the same 3x8x8 image, so that the batch is known whatever the shuffle: pixel (c, y, x) is
+// 37c + 29y + 3x (mod 256).
+ptrain::Data identical_images() {
+  auto image = torch::empty({3, 8, 8}, torch::kUInt8);
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < 8; ++y)
+      for (int64_t x = 0; x < 8; ++x) image[c][y][x] = static_cast<uint8_t>((37 * c + 29 * y + 3 * x) % 256);
+  auto images = image.unsqueeze(0).repeat({16, 1, 1, 1});
+  auto labels = torch::arange(16, torch::kInt64).remainder(3);
+  return ptrain::tensor_data(images, labels, images.narrow(0, 0, 4), labels.narrow(0, 0, 4));
+}
+
+TEST(LibraryApi, NormalizeGivesTheModelPixelsMinusMeanOverStd) {
+  const std::vector<double> means{0.25, 0.5, 0.75}, stds{0.5, 0.25, 0.125};
+  for (const std::string normalize : {"0.25,0.5,0.75/0.5,0.25,0.125", "0.25,0.5"}) {
+    const bool per_channel = normalize.find('/') != std::string::npos;
+    auto c = config_for("single", 4);
+    c.run.max_steps = 1;
+    c.data.normalize = normalize;
+    auto net = std::make_shared<InputRecorder>();
+    const auto record = ptrain::fit(ptrain::wrap(net, "recorder"), identical_images(), c);
+    ASSERT_TRUE(net->seen.defined());
+    ASSERT_EQ(net->seen.sizes(), (std::vector<int64_t>{4, 3, 8, 8}));
+    const auto seen = net->seen.to(torch::kDouble);
+    double worst = 0;
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t ch = 0; ch < 3; ++ch)
+        for (int64_t y = 0; y < 8; ++y)
+          for (int64_t x = 0; x < 8; ++x) {
+            const double pixel = ((37 * ch + 29 * y + 3 * x) % 256) / 255.0;
+            const double mean = per_channel ? means[ch] : 0.25, std = per_channel ? stds[ch] : 0.5;
+            worst = std::max(worst, std::abs(seen[b][ch][y][x].item<double>() - (pixel - mean) / std));
+          }
+    EXPECT_LT(worst, 1e-5) << normalize;
+    const auto& stated = record.extra.at("data_transforms");
+    EXPECT_EQ(stated.at("normalize").at("mean").get<std::vector<double>>().size(), per_channel ? 3u : 1u);
+    EXPECT_NEAR(stated.at("normalize").at("std").at(0).get<double>(), 0.5, 1e-7);
+    EXPECT_NE(stated.at("train").get<std::string>().find("normalise mean 0.25"), std::string::npos) << stated;
+    EXPECT_EQ(stated.at("train").get<std::string>().find("random crop"), std::string::npos) << stated;  // augment off
+  }
+}
+
+TEST(LibraryApi, NormalizeValuesForAnotherChannelCountAreRefused) {
+  auto c = config_for("single", 4);
+  c.data.normalize = "0.1,0.2/0.3,0.4";
+  try {
+    ptrain::fit(ptrain::wrap(std::make_shared<InputRecorder>(), "recorder"), identical_images(), c);
+    FAIL() << "two channel values for three channels must be refused";
+  } catch (const ptrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--normalize"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3-channel images"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

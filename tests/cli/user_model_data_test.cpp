@@ -229,4 +229,114 @@ TEST(StreamedFolder, StreamingOptionsAreRefusedWhereTheyMeanNothing) {
   EXPECT_NE(no_size.output.find("--image-loading stream needs --image-size"), std::string::npos) << no_size.output;
 }
 
+TEST(UserModel, WarnsOnceAboutTheModeATraceRecorded) {
+  const std::string args = " --dataset imagefolder --data-path " + model("data") +
+                           " --batch-size 8 --device cpu --threads 1 --progress none --max-steps 1";
+  const Result traced = run("train --model " + model("bn_traced_train.pt") + args);
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  const std::string warning = "ptrain: warning: " + model("bn_traced_train.pt") + " was traced in training mode";
+  const auto first = traced.output.find(warning);
+  ASSERT_NE(first, std::string::npos) << traced.output;
+  EXPECT_EQ(traced.output.find(warning, first + 1), std::string::npos) << traced.output;
+  EXPECT_NE(traced.output.find("export with torch.jit.script(model)"), std::string::npos) << traced.output;
+
+  const Result scripted = run("train --model " + model("bn.pt") + args);
+  ASSERT_EQ(scripted.exit_code, 0) << scripted.output;
+  EXPECT_EQ(scripted.output.find("was traced in"), std::string::npos) << scripted.output;
+}
+
+TEST(UserData, HeaderAndRecordStateTheTransformsAndTheModel) {
+  Scratch scratch("transforms");
+  const Result r = run("train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 16 --device cpu "
+                       "--threads 1 --progress lines --max-steps 1 --normalize 0.25,0.5,0.75/0.5,0.25,0.125 "
+                       "--metrics-out " + scratch.file("run.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string normalised = "normalise mean 0.25,0.5,0.75 std 0.5,0.25,0.125";
+  EXPECT_NE(r.output.find("transforms: train random crop (padding 4), horizontal flip, scale to [0, 1], " + normalised +
+                          "; test scale to [0, 1], " + normalised),
+            std::string::npos)
+      << r.output;
+  const auto summary_line = r.output.find("\nmodel resnet20: ");
+  ASSERT_NE(summary_line, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" parameters (", summary_line), r.output.find(" ", summary_line + 17)) << r.output;
+  EXPECT_NE(r.output.find("model state: parameters "), std::string::npos) << r.output;
+  const auto json = record(scratch.file("run.json"));
+  const auto& transforms = json.at("extra").at("data_transforms");
+  EXPECT_EQ(transforms.at("normalize").at("mean"), nlohmann::json({0.25, 0.5, 0.75})) << transforms;
+  EXPECT_EQ(transforms.at("normalize").at("std"), nlohmann::json({0.5, 0.25, 0.125})) << transforms;
+  EXPECT_EQ(transforms.at("augment"), true);
+  EXPECT_EQ(json.at("extra").at("config").at("data").at("normalize"), "0.25,0.5,0.75/0.5,0.25,0.125");
+  const auto& summary = json.at("extra").at("model_summary");
+  EXPECT_EQ(summary.at("parameters"), summary.at("trainable"));
+  EXPECT_EQ(summary.at("parameter_bytes").get<int64_t>(), 4 * summary.at("parameters").get<int64_t>());
+
+  const Result off = run("train --model resnet20 --dataset synthetic --data-path 64:1x8x8:4 --batch-size 16 "
+                         "--device cpu --threads 1 --progress lines --max-steps 1 --no-augment --normalize none");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("transforms: train scale to [0, 1], normalise mean 0 std 1; test"), std::string::npos)
+      << off.output;
+}
+
+TEST(UserData, BadNormalizeIsOneErrorLineNamingTheFlag) {
+  for (const std::string bad : {"0.5", "0.5,0", "a,b", "0.1,0.2/0.3"}) {
+    const Result r = run("train --dataset synthetic --data-path 64:3x8x8:4 --device cpu --normalize " + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_EQ(r.output.rfind("ptrain: error: --normalize '" + bad + "'", 0), 0u) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  }
+  const Result channels = run("train --model resnet20 --dataset synthetic --data-path 64:1x8x8:4 --batch-size 16 "
+                              "--device cpu --threads 1 --progress none --max-steps 1 --normalize 0.1,0.2,0.3/1,1,1");
+  EXPECT_NE(channels.exit_code, 0);
+  EXPECT_NE(channels.output.find("ptrain: error: --normalize mean 0.1,0.2,0.3 std 1,1,1: 3 values a channel"),
+            std::string::npos)
+      << channels.output;
+}
+
+TEST(UserData, NormalizeIsAYamlKeyToo) {
+  Scratch scratch("yaml");
+  {
+    std::ofstream yaml(scratch.file("run.yaml"));
+    yaml << "dataset: synthetic\ndata_path: 64:3x8x8:4\nbatch_size: 16\ndevice: cpu\nnormalize: 0.5,0.25\n";
+  }
+  const Result r = run("train --config " + scratch.file("run.yaml") + " --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("augmented, normalised mean 0.5 std 0.25\n"), std::string::npos) << r.output;
+  const Result given = run("train --config " + scratch.file("run.yaml") + " --normalize none --dry-run");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_NE(given.output.find("normalised mean 0 std 1\n"), std::string::npos) << given.output;  // the flag wins
+}
+
+// The Python snippet of docs/your-model-and-data.md, as written there, on what ptrain saved: the weights into
+// torchvision's resnet18 with torch.load(weights_only=True), a checkpoint read and loaded too.
+TEST(UserModel, DocsPythonSnippetLoadsTheWeightsAndACheckpoint) {
+  Scratch scratch("python");
+  const Result trained = run("train --model resnet18-imagenet --dataset synthetic --data-path 32:3x32x32:10 "
+                             "--batch-size 16 --device cpu --threads 2 --progress none --max-steps 2 --epochs 1 "
+                             "--save-weights " + scratch.file("trained.pt") + " --checkpoint-dir " +
+                             scratch.file("checkpoints"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+
+  std::ifstream doc(std::string(PTRAIN_SOURCE_DIR) + "/docs/your-model-and-data.md");
+  const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  const auto section = text.find("## Loading ptrain's files in Python");
+  ASSERT_NE(section, std::string::npos);
+  const auto begin = text.find("```python\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  const auto end = text.find("```", begin + 10);
+  ASSERT_NE(end, std::string::npos);
+  {
+    std::ofstream snippet(scratch.file("snippet.py"));
+    snippet << text.substr(begin + 10, end - begin - 10);
+  }
+  const std::string command = "cd " + scratch.dir.string() + " && " + PTRAIN_ORACLE_PYTHON + " snippet.py 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_NE(output.find("checkpoints/step-00000002.safetensors step 2 epoch 1 optimizer sgd"), std::string::npos)
+      << output;
+}
+
 }  // namespace

@@ -203,4 +203,33 @@ TEST(TorchScriptModel, TheZooLoadsFilesEndingInPt) {
 }
 
 }  // namespace
+// torch.jit.trace records the module's mode in the graph (batch norm's and dropout's training argument as
+// a constant); torch.jit.script reads the module's training attribute. Only the former is warned about.
+TEST(TorchScriptModel, WarnsAboutTheModeATraceRecorded) {
+  const auto trained = TorchScriptModel::load(fixture("bn_traced_train.pt"), images());
+  const std::string train_warning = trained->recorded_mode_warning();
+  EXPECT_NE(train_warning.find("bn_traced_train.pt was traced in training mode"), std::string::npos) << train_warning;
+  EXPECT_NE(train_warning.find("1 batch norm on batch statistics and 1 dropout on in evaluation"), std::string::npos)
+      << train_warning;
+  EXPECT_NE(train_warning.find("torch.jit.script(model)"), std::string::npos) << train_warning;
+  EXPECT_EQ(train_warning.find("eval mode"), std::string::npos) << train_warning;
+
+  const auto evaluated = TorchScriptModel::load(fixture("bn_traced_eval.pt"), images());
+  const std::string eval_warning = evaluated->recorded_mode_warning();
+  EXPECT_NE(eval_warning.find("was traced in eval mode"), std::string::npos) << eval_warning;
+  EXPECT_NE(eval_warning.find("1 batch norm on running statistics (frozen: never updated) and 1 dropout off while "
+                              "training"),
+            std::string::npos)
+      << eval_warning;
+
+  // The warning is about behaviour: the eval-mode trace really keeps its running statistics in training.
+  evaluated->train(true);
+  const auto before = evaluated->named_buffers()["1.running_mean"].clone();
+  evaluated->forward(torch::rand({4, 3, 16, 16}));
+  EXPECT_TRUE(torch::equal(before, evaluated->named_buffers()["1.running_mean"]));
+
+  EXPECT_EQ(TorchScriptModel::load(fixture("bn.pt"), images())->recorded_mode_warning(), "");     // scripted
+  EXPECT_EQ(TorchScriptModel::load(fixture("traced.pt"), images())->recorded_mode_warning(), "");  // no mode to fix
+}
+
 }  // namespace ptrain::models

@@ -7,6 +7,9 @@ its training in PyTorch, step by step, for ptrain to match.
       DIR/traced.pt       torch.jit.trace of the same module
       DIR/tuple.pt        a scripted module whose forward returns a tuple (ptrain refuses it)
       DIR/bn.pt           a scripted nn.Sequential with BatchNorm (an int64 buffer) and dropout
+      DIR/bn_traced_train.pt, DIR/bn_traced_eval.pt
+                          the same module traced in training mode and in eval mode: batch norm and dropout
+                          fixed in the traced mode
       DIR/skip.pt         a scripted module with a skip connection around its blocks: no chain, no units
       DIR/tiny.pt         a scripted convnet of a few hundred parameters, for tests whose cost is the data
       DIR/eval_fails.pt   tiny.pt whose eval-mode forward fails once it has trained: a run that fails after
@@ -167,6 +170,10 @@ def make(root):
     torch.jit.trace(model, torch.zeros(2, 3, SIZE, SIZE)).save(os.path.join(root, "traced.pt"))
     torch.jit.script(TupleNet()).save(os.path.join(root, "tuple.pt"))
     torch.jit.script(bn_net()).save(os.path.join(root, "bn.pt"))
+    # Traced in training mode (the default) and in eval mode: the graph records the mode.
+    example = torch.zeros(2, 3, SIZE, SIZE)
+    torch.jit.trace(bn_net(), example, check_trace=False).save(os.path.join(root, "bn_traced_train.pt"))
+    torch.jit.trace(bn_net().eval(), example, check_trace=False).save(os.path.join(root, "bn_traced_eval.pt"))
     torch.jit.script(SkipNet()).save(os.path.join(root, "skip.pt"))
     torch.jit.script(tiny_net()).save(os.path.join(root, "tiny.pt"))
     torch.jit.script(EvalFailsNet()).save(os.path.join(root, "eval_fails.pt"))

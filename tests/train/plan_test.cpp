@@ -72,4 +72,44 @@ TEST(Plan, FsdpParamDtypeTurnsFp32IntoHalfComputeOnFp32Masters) {
   EXPECT_NE(plan_error(c).find("--buffer-dtype fp32"), std::string::npos) << plan_error(c);
 }
 
+TEST(Plan, NormalizeDefaultsToTheDatasetsValuesAndTakesOneOrPerChannelValues) {
+  auto c = cpu_config();
+  c.data.dataset = "cifar10";
+  auto plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.normalization.mean, (std::vector<float>{0.4914f, 0.4822f, 0.4465f}));
+  EXPECT_EQ(plan.normalization.std, (std::vector<float>{0.2470f, 0.2435f, 0.2616f}));
+  EXPECT_NE(ptrain::train::describe(plan).find("normalised mean 0.4914,0.4822,0.4465 std 0.247,0.2435,0.2616"),
+            std::string::npos) << ptrain::train::describe(plan);
+
+  c.data.normalize = "0.5,0.25";
+  plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.normalization.mean, std::vector<float>{0.5f});
+  EXPECT_EQ(plan.normalization.std, std::vector<float>{0.25f});
+
+  c.data.normalize = "0.485,0.456,0.406/0.229,0.224,0.225";
+  plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.normalization.mean, (std::vector<float>{0.485f, 0.456f, 0.406f}));
+  EXPECT_EQ(plan.normalization.std, (std::vector<float>{0.229f, 0.224f, 0.225f}));
+
+  c.data.normalize = "none";
+  plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.normalization.mean, std::vector<float>{0.0f});
+  EXPECT_EQ(plan.normalization.std, std::vector<float>{1.0f});
+}
+
+TEST(Plan, BadNormalizeValuesAreRefusedNamingTheFlag) {
+  for (const std::string bad : {"abc", "0.5", "0.5,0", "0.5,-1", "nan,1", "0.5,0.5,0.5", "0.1,0.2/0.3", "0.1,/0.2,0.3",
+                                "0.5,0.5x", "1/0"}) {
+    auto c = cpu_config();
+    c.data.normalize = bad;
+    const std::string message = plan_error(c);
+    EXPECT_EQ(message.rfind("--normalize '" + bad + "'", 0), 0u) << bad << ": " << message;
+  }
+  auto c = cpu_config();
+  c.model.name = "gpt-tiny";
+  c.data.dataset = "synthetic-tokens";
+  c.data.normalize = "0.5,0.5";
+  EXPECT_NE(plan_error(c).find("--normalize applies to image datasets"), std::string::npos) << plan_error(c);
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include "ptrain/data/registry.h"
 #include "ptrain/estimate/estimate.h"
 #include "ptrain/estimate/run_length.h"
+#include "ptrain/models/model_summary.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/strategies/ddp.h"
@@ -97,9 +98,10 @@ std::string describe_layout(const train::Plan& plan) {
   auto model = models::make_model(spec);
   // Buckets group by bytes, in the parameters' training dtype.
   if (plan.precision.param_dtype != torch::kFloat) model->to(plan.precision.param_dtype);
-  int64_t parameters = 0;
-  for (const auto& p : model->parameters()) parameters += p.numel();
+  const auto summary = models::summarize_model(*model);
+  const int64_t parameters = summary.parameters;
 
+  out << "\nmodel " << c.model.name << ": " << models::describe_model_summary(summary) << "\n";
   out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
   if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {

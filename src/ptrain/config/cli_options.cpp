@@ -66,6 +66,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Data")->check(non_negative);
   add_switch(app, "--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
       ->group("Data")->capture_default_str();
+  app.add_option("--normalize", c.data.normalize,
+                 "Subtract MEAN and divide by STD after scaling pixels to [0, 1]: MEAN,STD for every channel (0.5,0.5), "
+                 "MEANS/STDS per channel (0.485,0.456,0.406/0.229,0.224,0.225) or none; default: the dataset's "
+                 "(docs/your-model-and-data.md)")
+      ->group("Data");
   app.add_option("--loader-threads", c.data.loader_threads,
                  "Threads decoding image folders: the whole folder at start, or each batch when streaming")
       ->group("Data")->check(positive)->capture_default_str();

@@ -12,7 +12,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                  {"vocab_size", c.model.vocab_size}}},
       {"data", {{"dataset", c.data.dataset}, {"path", c.data.path}, {"image_size", c.data.image_size},
                 {"seq_len", c.data.seq_len},
-                {"augment", c.data.augment}, {"loader_threads", c.data.loader_threads},
+                {"augment", c.data.augment}, {"normalize", c.data.normalize}, {"loader_threads", c.data.loader_threads},
                 {"image_loading", c.data.image_loading},
                 {"prefetch", c.data.prefetch}, {"train_limit", c.data.train_limit},
                 {"test_limit", c.data.test_limit}}},

@@ -32,6 +32,9 @@ struct DataConfig {
   int64_t image_size = 0;                  // resize to this square size; 0: native size
   int64_t seq_len = 0;                     // token datasets: tokens per sample; 0: the dataset's default
   bool augment = true;                     // random crop with padding + horizontal flip on training batches
+  // Per-channel normalisation after scaling pixels to [0, 1]: "MEAN,STD", "MEANS/STDS" per channel or "none";
+  // empty: the dataset's default (data/registry.h's default_normalization).
+  std::string normalize;
   int64_t loader_threads = 2;              // decoding threads of image folders (loaded whole, or streamed)
   std::string image_loading = "auto";      // image folders: memory (decoded once) | stream (per batch) | auto
   int64_t prefetch = 2;                    // batches the loader keeps ready ahead of the step

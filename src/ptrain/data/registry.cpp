@@ -1,5 +1,7 @@
 #include "ptrain/data/registry.h"
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -126,6 +128,67 @@ Normalization default_normalization(const std::string& name) {
   if (name == "fashion-mnist") return {{0.2860f}, {0.3530f}};
   if (name == "mnist") return {{0.1307f}, {0.3081f}};
   return {{0.5f}, {0.5f}};
+}
+
+namespace {
+
+std::vector<float> normalization_values(const std::string& text, const std::string& whole) {
+  const auto syntax = [&](const std::string& what) {
+    return Error("--normalize '" + whole + "': " + what + "; expected MEAN,STD (one value for every channel, e.g. "
+                 "0.5,0.5), MEANS/STDS per channel (e.g. 0.485,0.456,0.406/0.229,0.224,0.225) or none");
+  };
+  std::vector<float> values;
+  for (const auto& field : split(text, ',')) {
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(field, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (field.empty() || used != field.size() || !std::isfinite(value)) throw syntax("'" + field + "' is not a number");
+    values.push_back(static_cast<float>(value));
+  }
+  return values;
+}
+
+}  // namespace
+
+Normalization parse_normalization(const std::string& text) {
+  if (text == "none") return {{0.0f}, {1.0f}};
+  const auto slash = text.find('/');
+  Normalization result;
+  if (slash == std::string::npos) {
+    const auto values = normalization_values(text, text);
+    check(values.size() == 2, "--normalize '" + text + "': expected MEAN,STD (two values, e.g. 0.5,0.5), got " +
+                                  std::to_string(values.size()) +
+                                  "; per channel, write the means, a slash and the standard deviations "
+                                  "(e.g. 0.485,0.456,0.406/0.229,0.224,0.225)");
+    result = {{values[0]}, {values[1]}};
+  } else {
+    result.mean = normalization_values(text.substr(0, slash), text);
+    result.std = normalization_values(text.substr(slash + 1), text);
+    check(result.mean.size() == result.std.size(),
+          "--normalize '" + text + "': " + std::to_string(result.mean.size()) + " means but " +
+              std::to_string(result.std.size()) + " standard deviations; give one of each a channel");
+  }
+  for (const float s : result.std) {
+    check(s > 0, "--normalize '" + text + "': a standard deviation must be greater than 0");
+  }
+  return result;
+}
+
+std::string describe_normalization(const Normalization& normalization) {
+  const auto list = [](const std::vector<float>& values) {
+    std::string text;
+    for (const float v : values) {
+      char number[32];
+      std::snprintf(number, sizeof(number), "%.4g", static_cast<double>(v));
+      text += (text.empty() ? "" : ",") + std::string(number);
+    }
+    return text;
+  };
+  return "mean " + list(normalization.mean) + " std " + list(normalization.std);
 }
 
 }  // namespace ptrain::data

@@ -15,8 +15,9 @@ namespace ptrain::io {
 // entries that are not tensors.
 NamedTensors read_pth(const std::string& path);
 
-// Written atomically (see atomic_file.h) with torch::pickle_save, whose dict Python's torch.load reads
-// as a plain dict; tensors are stored from the CPU.
+// Written atomically (see atomic_file.h) as Python's torch.save writes a state dict: an OrderedDict of
+// tensors that torch.load reads with weights_only=True (the default from PyTorch 2.6). Each tensor is stored
+// from the CPU as a dense copy of its own (a view keeps its values, not its base's storage).
 void write_pth(const std::string& path, const NamedTensors& tensors);
 
 }  // namespace ptrain::io

@@ -2,6 +2,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/shape_analysis.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
@@ -129,6 +130,74 @@ bool draws_random_numbers(const jit::Block* block, std::string* op, int depth = 
     }
   }
   return false;
+}
+
+// Batch norms and dropouts whose training flag the graph holds as a constant: what torch.jit.trace records
+// (the mode the module was in when traced), where torch.jit.script reads the module's `training` attribute.
+struct RecordedModes {
+  int batch_norm_train = 0, batch_norm_eval = 0, dropout_train = 0, dropout_eval = 0;
+};
+
+void count_recorded_modes(const jit::Block* block, RecordedModes& modes, int depth = 0) {
+  // The operator and the index of its training argument.
+  static const std::map<std::string, size_t> mode_ops = {
+      {"aten::batch_norm", 5},      {"aten::dropout", 2},          {"aten::dropout_", 2},
+      {"aten::feature_dropout", 2}, {"aten::feature_dropout_", 2}, {"aten::alpha_dropout", 2},
+      {"aten::alpha_dropout_", 2},  {"aten::feature_alpha_dropout", 2}, {"aten::feature_alpha_dropout_", 2}};
+  if (depth > 64) return;
+  for (const auto* node : block->nodes()) {
+    const auto op = mode_ops.find(node->kind().toQualString());
+    if (op != mode_ops.end() && node->inputs().size() > op->second) {
+      const auto flag = jit::toIValue(node->input(op->second));
+      if (flag && flag->isBool()) {
+        const bool batch_norm = op->first == "aten::batch_norm";
+        (flag->toBool() ? (batch_norm ? modes.batch_norm_train : modes.dropout_train)
+                        : (batch_norm ? modes.batch_norm_eval : modes.dropout_eval))++;
+      }
+    }
+    const jit::Graph* callee = nullptr;
+    if (node->kind() == c10::prim::CallMethod) {
+      if (const auto cls = node->input(0)->type()->cast<c10::ClassType>()) {
+        if (auto* method = cls->findMethod(node->s(c10::attr::name))) {
+          if (auto* graph_function = jit::tryToGraphFunction(*method)) callee = graph_function->graph().get();
+        }
+      }
+    } else if (node->kind() == c10::prim::CallFunction) {
+      if (const auto fn = node->input(0)->type()->cast<c10::FunctionType>()) {
+        if (auto* graph_function = jit::tryToGraphFunction(*fn->function())) callee = graph_function->graph().get();
+      }
+    }
+    if (callee != nullptr) count_recorded_modes(callee->block(), modes, depth + 1);
+    for (const auto* inner : node->blocks()) count_recorded_modes(inner, modes, depth + 1);
+  }
+}
+
+std::string counted(int n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// Empty when the module's batch norms and dropouts follow train() and eval(), as scripted ones do.
+std::string recorded_mode_text(const std::string& path, const RecordedModes& m) {
+  std::vector<std::string> problems;
+  if (m.batch_norm_train + m.dropout_train > 0) {
+    std::string fixed;
+    if (m.batch_norm_train > 0) fixed = counted(m.batch_norm_train, "batch norm") + " on batch statistics";
+    if (m.dropout_train > 0) fixed += (fixed.empty() ? "" : " and ") + counted(m.dropout_train, "dropout") + " on";
+    problems.push_back("was traced in training mode: its graph keeps " + fixed +
+                       " in evaluation too, so ptrain's test accuracy is not that of model.eval()");
+  }
+  if (m.batch_norm_eval + m.dropout_eval > 0) {
+    std::string fixed;
+    if (m.batch_norm_eval > 0)
+      fixed = counted(m.batch_norm_eval, "batch norm") + " on running statistics (frozen: never updated)";
+    if (m.dropout_eval > 0) fixed += (fixed.empty() ? "" : " and ") + counted(m.dropout_eval, "dropout") + " off";
+    problems.push_back("was traced in eval mode: its graph keeps " + fixed + " while training too");
+  }
+  if (problems.empty()) return "";
+  std::string text = path + " ";
+  for (size_t i = 0; i < problems.size(); ++i) text += (i ? "; and it " : "") + problems[i];
+  return text + ". torch.jit.trace records the mode the module was in; export with torch.jit.script(model), whose "
+                "batch norm and dropout follow train() and eval(), or trace in the mode the export will be used in";
 }
 
 // Thrown inside the splitter when the forward is not a chain of submodule calls.
@@ -487,6 +556,7 @@ struct TorchScriptModel::Graphs {
   };
   std::vector<Unit> units;
   std::string units_note;
+  std::string recorded_mode_warning;
 };
 
 bool is_torchscript_path(const std::string& name) {
@@ -502,6 +572,9 @@ TorchScriptModel::TorchScriptModel(std::string path, jit::Module module)
   std::map<std::string, std::shared_ptr<torch::nn::Module>> by_path;
   mirror(module_, *this, "", seen, by_path);
   torch::nn::Module::train(module_.is_training());
+  RecordedModes modes;
+  count_recorded_modes(module_.get_method("forward").graph()->block(), modes);
+  graphs_->recorded_mode_warning = recorded_mode_text(path_, modes);
 
   std::map<std::string, bool> expandable;
   std::vector<Segment> segments;
@@ -653,6 +726,8 @@ void TorchScriptModel::to(torch::Dtype dtype, bool non_blocking) {
 void TorchScriptModel::to(torch::Device device, bool non_blocking) { torch::nn::Module::to(device, non_blocking); }
 
 const std::string& TorchScriptModel::units_note() const { return graphs_->units_note; }
+
+const std::string& TorchScriptModel::recorded_mode_warning() const { return graphs_->recorded_mode_warning; }
 
 std::string TorchScriptModel::checkpointing_note() const {
   std::string note;

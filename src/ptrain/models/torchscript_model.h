@@ -66,6 +66,9 @@ class TorchScriptModel : public Model {
 
   // Why units() is empty ("" when it is not).
   const std::string& units_note() const;
+  // What a traced module's graph fixed when it was traced: batch norms and dropouts held in the training
+  // or the eval mode whatever train() says, naming how to export instead; "" when they follow train().
+  const std::string& recorded_mode_warning() const;
   // The units activation checkpointing leaves alone, and why ("" when it recomputes every one).
   std::string checkpointing_note() const;
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ptrain/core/error.h"
+#include "ptrain/models/model_summary.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 
@@ -35,14 +36,7 @@ std::string parent_of(const std::string& unit_name) {
   return dot == std::string::npos ? "" : unit_name.substr(0, dot);
 }
 
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
+using models::with_commas;
 
 }  // namespace
 

@@ -279,6 +279,11 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   plan.data.image_loading = c.data.image_loading;
   plan.data.image_size = c.data.image_size;
+  const bool token_dataset = c.data.dataset == "synthetic-tokens" || c.data.dataset == "text";
+  check(c.data.normalize.empty() || !token_dataset,
+        "--normalize applies to image datasets, not to the token dataset " + c.data.dataset);
+  plan.normalization =
+      c.data.normalize.empty() ? data::default_normalization(c.data.dataset) : data::parse_normalization(c.data.normalize);
 
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
@@ -333,7 +338,11 @@ std::string describe(const Plan& plan) {
       << "data " << c.data.dataset << (c.data.path.empty() ? "" : " from " + c.data.path)
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
       << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
-      << (c.data.augment && !tokens ? ", augmented" : "") << "\n"
+      << (c.data.augment && !tokens ? ", augmented" : "")
+      << (c.data.dataset == "synthetic-tokens" || c.data.dataset == "text"
+              ? ""
+              : ", normalised " + data::describe_normalization(plan.normalization))
+      << "\n"
       << "precision " << plan.precision.name
       << (plan.strategy.is_fsdp() && !c.sharding.param_dtype.empty() &&
                   precision::dtype_named(c.sharding.param_dtype) != torch::kFloat

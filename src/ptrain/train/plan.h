@@ -27,6 +27,8 @@ struct Plan {
   precision::PrecisionPolicy precision;
   strategies::StrategySpec strategy;
   data::DataSpec data;
+  // --normalize resolved: the given values, or the dataset's default.
+  data::Normalization normalization;
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
   // The processes training together: detected from the launch environment under ddp, one otherwise.
   dist::LaunchEnvironment launch;

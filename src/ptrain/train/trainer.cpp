@@ -14,6 +14,7 @@
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/memory.h"
+#include "ptrain/models/model_summary.h"
 #include "ptrain/models/state_dict.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
@@ -134,7 +135,22 @@ void TrainingRun::build_model() {
                      plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe, policy_,
                      device_);
   }
+  if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model_.get())) {
+    if (!scripted->recorded_mode_warning().empty() && strategy_->is_main())
+      std::cerr << "ptrain: warning: " << scripted->recorded_mode_warning() << std::endl;
+  }
   model_->train();
+  const auto summary = models::summarize_model(*model_);
+  model_summary_ = "model " + model_->name() + ": " + models::describe_model_summary(summary);
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& part : summary.parts)
+    parts.push_back({{"name", part.name}, {"parameters", part.parameters}, {"trainable", part.trainable}});
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const auto& [dtype, count] : summary.dtypes) dtypes[dtype] = count;
+  record_.extra["model_summary"] = {{"parameters", summary.parameters},       {"trainable", summary.trainable},
+                                    {"parameter_bytes", summary.parameter_bytes}, {"buffers", summary.buffers},
+                                    {"buffer_bytes", summary.buffer_bytes},     {"dtypes", dtypes},
+                                    {"modules", parts}};
   strategy_->prepare(*model_);
 }
 
@@ -161,6 +177,15 @@ void TrainingRun::build_optimizer() {
 
 void TrainingRun::announce(Progress& progress) {
   progress.message(describe(plan_));
+  progress.message(model_summary_);
+  if (record_.model_state_param_bytes) {
+    const int64_t params = *record_.model_state_param_bytes, grads = record_.model_state_grad_bytes.value_or(0),
+                  optimizer = record_.model_state_optimizer_bytes.value_or(0);
+    progress.message("model state" + std::string(strategy_->world_size() > 1 ? " on this rank" : "") +
+                     ": parameters " + models::byte_text(params) + ", gradients " + models::byte_text(grads) +
+                     ", optimizer " + models::byte_text(optimizer) + " = " +
+                     models::byte_text(params + grads + optimizer));
+  }
   if (plan_.profile_first_step > 0) {
     check(plan_.profile_first_step <= total_steps_,
           "--profile-steps " + c_.run.profile_steps + ": the run trains " + std::to_string(total_steps_) +
@@ -185,6 +210,9 @@ void TrainingRun::announce(Progress& progress) {
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
                    std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
                    " steps per epoch, " + std::to_string(total_steps_) + " in all");
+  const auto& transforms = record_.extra["data_transforms"];
+  progress.message("transforms: train " + transforms.at("train").get<std::string>() + "; test " +
+                   transforms.at("test").get<std::string>());
 }
 
 void TrainingRun::start_gpu_sampler() {

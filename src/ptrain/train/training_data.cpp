@@ -15,6 +15,28 @@ namespace {
 // "image folder /data/train" of "image folder /data/train (50000 images 3x32x32)": where a split comes from.
 std::string source_of(const data::Dataset& set) { return set.description.substr(0, set.description.find(" (")); }
 
+// What happens to a split's images between the file and the model, in order, as the run header and the run
+// record state it.
+std::string transforms_of(const data::Dataset& set, const data::AugmentOptions& options, bool train, int64_t size) {
+  std::vector<std::string> steps;
+  if (set.is_streamed()) {
+    const bool random = train && (options.random_crop || options.horizontal_flip);
+    steps.push_back(random ? "random resized crop to " + std::to_string(size) + " (scale 0.08-1, ratio 3/4-4/3)"
+                           : "resize (shorter side " + std::to_string(size) + "/0.875), centre crop to " +
+                                 std::to_string(size));
+    if (random) steps.push_back("horizontal flip");
+  } else {
+    if (train && options.random_crop) steps.push_back("random crop (padding " + std::to_string(options.crop_padding) + ")");
+    if (train && options.horizontal_flip) steps.push_back("horizontal flip");
+    if (options.resize > 0) steps.push_back("resize to " + std::to_string(options.resize));
+  }
+  steps.push_back("scale to [0, 1]");
+  steps.push_back("normalise " + data::describe_normalization({options.mean, options.std}));
+  std::string text;
+  for (const auto& step : steps) text += (text.empty() ? "" : ", ") + step;
+  return text;
+}
+
 }  // namespace
 
 void TrainingRun::load_data() {
@@ -35,7 +57,14 @@ void TrainingRun::load_data() {
         "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
             " replicas is larger than the " + std::to_string(train_set_.size()) + " training samples");
 
-  const auto norm = data::default_normalization(c_.data.dataset);
+  const auto& norm = plan_.normalization;
+  if (!train_set_.is_tokens()) {
+    const auto values = static_cast<int64_t>(norm.mean.size());
+    check(values == 1 || values == train_set_.channels(),
+          "--normalize " + data::describe_normalization(norm) + ": " + std::to_string(values) + " values a channel, but " +
+              source_of(train_set_) + " has " + std::to_string(train_set_.channels()) + "-channel images (give " +
+              std::to_string(train_set_.channels()) + " values, or one for all)");
+  }
   data::AugmentOptions eval_augment;
   eval_augment.resize = c_.data.image_size;
   eval_augment.mean = norm.mean;
@@ -67,6 +96,15 @@ void TrainingRun::load_data() {
   test_options.augment = eval_augment;
   test_options.train = false;
   test_loader_ = std::make_unique<data::Loader>(test_set_, test_options);
+  if (train_set_.is_tokens()) {
+    record_.extra["data_transforms"] = {{"normalize", nullptr}, {"train", "none (tokens)"}, {"test", "none (tokens)"}};
+  } else {
+    const int64_t size = c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
+    record_.extra["data_transforms"] = {{"normalize", {{"mean", norm.mean}, {"std", norm.std}}},
+                                        {"augment", c_.data.augment},
+                                        {"train", transforms_of(train_set_, train_augment, true, size)},
+                                        {"test", transforms_of(test_set_, eval_augment, false, size)}};
+  }
 
   steps_per_epoch_ = train_loader_->batches_per_epoch() / c_.optim.grad_accum;
   check(steps_per_epoch_ > 0, "--grad-accum " + std::to_string(c_.optim.grad_accum) + " x --batch-size " +
