@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "ptrain/core/error.h"
+#include "ptrain/io/atomic_file.h"
 
 namespace ptrain::io {
 
