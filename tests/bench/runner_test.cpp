@@ -92,6 +92,10 @@ TEST_F(Jobs, PtrainTrainsEachWorkloadFromItsOwnConfigAndKeepsFilesPerWorkload) {
       << job.command;
   EXPECT_EQ(job.metrics_path, "/out/runs/ptrain/gpt/amp-bf16-single-x1.json");
   EXPECT_EQ(job.log_path, "/out/logs/gpt/ptrain-amp-bf16-single-x1.log");
+  // The run logs its steps beside its record, where the report finds them for its curves.
+  EXPECT_TRUE(has(job.command, "'--metrics-out' '/out/runs/ptrain/gpt/amp-bf16-single-x1.json' "
+                               "'--log-jsonl' '/out/runs/ptrain/gpt/amp-bf16-single-x1.log.jsonl'"))
+      << job.command;
   EXPECT_TRUE(job.unavailable.empty());
   BenchOptions estimating = options();
   estimating.estimate = true;

@@ -422,6 +422,18 @@ TEST(Cli, BenchRunsEverySuiteRunInItsOwnProcessContinuesAndReports) {
   const auto ddp = nlohmann::json::parse(in);
   EXPECT_EQ(ddp["world_size"], 2);
   EXPECT_EQ(ddp["strategy"], "ddp");
+  // Each ptrain run logs its steps beside its record (--log-jsonl); the report's loss curve is drawn from them.
+  for (const char* id : {"fp32-single-x1", "fp32-ddp-x2", "fp32-dp-x2", "fp32-zero2-x2", "fp32-fsdp-x2"}) {
+    std::ifstream log_in(dir / "out" / "runs" / "ptrain" / (std::string(id) + ".log.jsonl"));
+    ASSERT_TRUE(log_in.good()) << id << "\n" << r.output;
+    size_t logged_steps = 0;
+    for (std::string line; std::getline(log_in, line);) logged_steps += nlohmann::json::parse(line)["kind"] == "step";
+    EXPECT_GT(logged_steps, 0u) << id;
+  }
+  std::ifstream html_in(dir / "out" / "report.html");
+  const std::string html((std::istreambuf_iterator<char>(html_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("Every logged step (--log-jsonl) of "), std::string::npos);
+  EXPECT_NE(html.find("data-chart=\"throughput-curve\""), std::string::npos);
   std::ifstream dp_in(dir / "out" / "runs" / "ptrain" / "fp32-dp-x2.json");
   const auto dp = nlohmann::json::parse(dp_in);
   EXPECT_EQ(dp["devices"], 2);

@@ -486,6 +486,45 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
   EXPECT_NE(html.find("No ptrain single-device fp32 run among these records"), std::string::npos);
 }
 
+// A ptrain run's --log-jsonl beside its record (as the runner writes it) gives its loss curve a point for
+// every logged step and a throughput curve; a run without one keeps a point an epoch, at the epoch's last step.
+TEST(BenchReport, LossAndThroughputCurvesComeFromTheStepLogBesideTheRecord) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  write_json(runs / "a-fp32.json", metrics::to_json(fp32_baseline()));
+  write_json(runs / "b-bf16.json", metrics::to_json(ptrain_bf16()));
+  {
+    std::ofstream log(runs / "a-fp32.log.jsonl");
+    log << R"({"kind":"step","step":50,"epoch":0.1,"wall_time":1.0,"train/loss":2.25,"train/images_per_s":900.5})"
+        << "\n"
+        << R"({"kind":"step","step":100,"epoch":0.2,"wall_time":2.0,"train/loss":1.75,"train/images_per_s":1100})"
+        << "\n"
+        << R"({"kind":"epoch","step":390,"epoch":1.0,"wall_time":3.0,"eval/loss":1.5,"eval/accuracy":0.5})" << "\n"
+        << R"({"kind":"step","step":440,"epoch":1.1,"wall_time":4.0,"train/loss":null,"train/images_per_s":1000})"
+        << "\n"
+        << R"({"kind":"step","step":490,"epoch":1.2,"wall_time":5.0,"train/loss":0.625,"train/images_per_s":1200})"
+        << "\n"
+        << R"({"kind":"step","st)";  // the line a kill cut short
+  }
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "logged");
+  const std::string html = read_text(written.html_path);
+  const auto charts = charts_of(html);
+  // a-fp32: its three finite logged losses, not its two epochs; b-bf16: its two epochs.
+  EXPECT_EQ(charts.at("loss-curve").marks, 3 + 2);
+  EXPECT_EQ(charts.at("throughput-curve").marks, 4) << "a-fp32's logged steps; b-bf16 logged none";
+  for (const char* point : {"a-fp32, step 50: 2.2500", "a-fp32, step 100: 1.7500", "a-fp32, step 490: 0.6250",
+                            "b-bf16, step 390 (epoch 0&#39;s mean): 1.2500", "b-bf16, step 781 (epoch 1&#39;s mean): 0.6200",
+                            "a-fp32, step 440 (images/s): "}) {
+    EXPECT_NE(html.find(point), std::string::npos) << point;
+  }
+  const size_t loss_chart = html.find("data-chart=\"loss-curve\"");
+  ASSERT_NE(loss_chart, std::string::npos);
+  const std::string loss_svg = html.substr(loss_chart, html.find("</svg>", loss_chart) - loss_chart);
+  EXPECT_EQ(loss_svg.find("a-fp32, step 390"), std::string::npos) << "a logged run's loss has no epoch points";
+  EXPECT_NE(loss_svg.find(">optimizer step</text>"), std::string::npos);
+  EXPECT_NE(html.find("Every logged step (--log-jsonl) of a-fp32"), std::string::npos);
+}
+
 TEST(BenchReport, MissingOrEmptyDirectoryIsAnErrorNamingIt) {
   ScratchDir scratch;
   const fs::path empty = scratch.path() / "empty";

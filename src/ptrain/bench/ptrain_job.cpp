@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "ptrain/bench/jobs.h"
+#include "ptrain/report/report_curves.h"
 #include "ptrain/metrics/run_record.h"
 
 namespace ptrain::bench {
@@ -11,7 +12,9 @@ namespace ptrain::bench {
 std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteRun& run, const std::string& out,
                                                 const std::string& metrics_path) {
   std::vector<std::string> train{"--config", workload_file_of(out, run), "--precision", run.precision,
-                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", metrics_path};
+                                 "--strategy", run.strategy, "--progress", "lines", "--metrics-out", metrics_path,
+                                 // The report's curves per step (report_curves.h) come from this log.
+                                 "--log-jsonl", report::step_log_path_of(metrics_path)};
   const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
   if (spec.is_fsdp()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});

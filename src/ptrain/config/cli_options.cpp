@@ -244,6 +244,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "nothing non-finite saved) or warn (report it, train on, exit non-zero at the end)")
       ->group("Run")->check(CLI::IsMember({"stop", "warn"}))->capture_default_str();
   app.add_option("--metrics-out", c.run.metrics_out, "Write the run's metrics JSON here")->group("Run");
+  app.add_option("--tensorboard", c.run.tensorboard,
+                 "Write TensorBoard event files into this directory (tensorboard --logdir DIR): loss, learning rate, "
+                 "loss scale, gradient norm, throughput and memory every --log-every steps, evaluation every epoch")
+      ->group("Run");
+  app.add_option("--log-jsonl", c.run.log_jsonl, "Write the same scalars to this file, one JSON object a line")
+      ->group("Run");
   app.add_option("--log-every", c.run.log_every, "Optimizer steps between progress updates")
       ->group("Run")->check(positive)->capture_default_str();
   app.add_option("--progress", c.run.progress, "auto | bar | lines | none")

@@ -89,6 +89,8 @@ struct RunConfig {
   bool overwrite_checkpoints = false;      // a fresh run may remove another run's checkpoints in checkpoint_dir
   std::string resume;                      // a checkpoint file, or "latest" in checkpoint_dir
   std::string metrics_out;                 // the run's metrics JSON
+  std::string tensorboard;                 // a directory for TensorBoard event files; empty: none
+  std::string log_jsonl;                   // the logged scalars as JSON lines; empty: none
   int64_t log_every = 50;                  // optimizer steps between progress reads of the loss
   std::string progress = "auto";           // auto | bar | lines | none
   bool log_all_ranks = false;              // several processes: every rank prints (else rank 0 alone; errors always)

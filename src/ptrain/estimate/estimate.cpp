@@ -51,6 +51,8 @@ metrics::RunRecord probe(const train::Plan& plan, int64_t batch) {
   probe.run.resume.clear();
   probe.run.metrics_out.clear();
   probe.run.profile_out.clear();
+  probe.run.tensorboard.clear();
+  probe.run.log_jsonl.clear();
   probe.run.progress = "none";
   probe.run.dry_run = false;
   probe.model.save_weights.clear();

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ptrain/report/report_curves.h"
 #include "ptrain/metrics/run_record.h"
 
 namespace ptrain::report {
@@ -18,6 +19,7 @@ struct ReportRun {
   std::string name;    // the record's path below its run directory, without ".json": the user's name for the run
   std::string source;  // the file it came from, for messages
   metrics::RunRecord record;
+  std::vector<LoggedStep> logged_steps;  // from the --log-jsonl file beside the record, if there is one
 };
 
 struct Report {

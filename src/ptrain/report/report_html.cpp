@@ -211,11 +211,6 @@ std::string bar_chart(const Report& report, const std::string& name, const std::
   return svg_open(name, description, height, marks) + body.str() + "</svg>";
 }
 
-struct CurvePoint {
-  double seconds, value;
-  int64_t epoch;
-};
-
 // Cumulative training time after each epoch against a per-epoch value. An epoch without a time ends the
 // curve: later points would sit at a made-up time.
 std::vector<CurvePoint> curve_of(const RunRecord& r, const std::function<std::optional<double>(const metrics::EpochRecord&)>& value) {
@@ -224,23 +219,25 @@ std::vector<CurvePoint> curve_of(const RunRecord& r, const std::function<std::op
   for (const auto& epoch : r.epochs_detail) {
     if (!std::isfinite(epoch.wall_seconds)) break;
     seconds += epoch.wall_seconds;
-    if (const auto v = value(epoch)) points.push_back({seconds, *v, epoch.epoch});
+    if (const auto v = value(epoch))
+      points.push_back({seconds, *v, "epoch " + std::to_string(epoch.epoch) + ", " + shortest_number(seconds) + " s"});
   }
   return points;
 }
 
+// Each run's curve (curve_of, or report_curves.h's per step) against x_title.
 std::string line_chart(const Report& report, const std::string& name, const std::string& description,
-                       const std::string& y_title, bool y_from_zero,
-                       const std::function<std::optional<double>(const metrics::EpochRecord&)>& value,
+                       const std::string& x_title, const std::string& y_title, bool y_from_zero,
+                       const std::function<std::vector<CurvePoint>(const ReportRun&)>& curve_of_run,
                        const Format& value_text, const Format& tick_text) {
   constexpr double kLeft = 70.0, kRight = 20.0, kPlotHeight = 240.0;
   std::vector<std::vector<CurvePoint>> curves;
   double max_seconds = 0.0, low = INFINITY, high = -INFINITY;
   size_t marks = 0;
   for (const auto& run : report.runs) {
-    curves.push_back(curve_of(run.record, value));
+    curves.push_back(curve_of_run(run));
     for (const auto& p : curves.back()) {
-      max_seconds = std::max(max_seconds, p.seconds);
+      max_seconds = std::max(max_seconds, p.x);
       low = std::min(low, p.value);
       high = std::max(high, p.value);
       ++marks;
@@ -273,7 +270,7 @@ std::string line_chart(const Report& report, const std::string& name, const std:
          << px(plot_bottom + 16) << "\" text-anchor=\"middle\">" << escape_html(shortest_number(t)) << "</text>\n";
   }
   body << "<text class=\"axis-title\" x=\"" << px((plot_left + plot_right) / 2) << "\" y=\"" << px(plot_bottom + 34)
-       << "\" text-anchor=\"middle\">training time (s, cumulative over epochs)</text>\n"
+       << "\" text-anchor=\"middle\">" << escape_html(x_title) << "</text>\n"
        << "<text class=\"axis-title\" transform=\"translate(14 " << px((plot_top + plot_bottom) / 2)
        << ") rotate(-90)\" text-anchor=\"middle\">" << escape_html(y_title) << "</text>\n"
        << "<rect class=\"frame\" x=\"" << px(plot_left) << "\" y=\"" << px(plot_top) << "\" width=\""
@@ -284,13 +281,12 @@ std::string line_chart(const Report& report, const std::string& name, const std:
     const bool pytorch = run.record.framework == metrics::kFrameworkPytorch;
     body << "<polyline class=\"line\" fill=\"none\" stroke=\"" << run_colour(i) << "\" stroke-width=\"2\""
          << (pytorch ? " stroke-dasharray=\"6 4\"" : "") << " points=\"";
-    for (const auto& p : curves[i]) body << px(x_of(p.seconds)) << "," << px(y_of(p.value)) << " ";
+    for (const auto& p : curves[i]) body << px(x_of(p.x)) << "," << px(y_of(p.value)) << " ";
     body << "\"/>\n";
     for (const auto& p : curves[i]) {
-      body << "<circle class=\"mark\" cx=\"" << px(x_of(p.seconds)) << "\" cy=\"" << px(y_of(p.value))
+      body << "<circle class=\"mark\" cx=\"" << px(x_of(p.x)) << "\" cy=\"" << px(y_of(p.value))
            << "\" r=\"3.5\" fill=\"" << run_colour(i) << "\"><title>"
-           << escape_html(run.name + ", epoch " + std::to_string(p.epoch) + ", " + shortest_number(p.seconds) +
-                          " s: " + value_text(p.value))
+           << escape_html(run.name + ", " + p.where + ": " + value_text(p.value))
            << "</title></circle>\n";
     }
   }
@@ -353,6 +349,32 @@ window.addEventListener('load', function () {
 std::string figure(const std::string& caption, const std::string& svg, const std::string& note = "") {
   return "<figure><figcaption>" + escape_html(caption) + "</figcaption>\n" + svg + "\n" +
          (note.empty() ? "" : "<p class=\"note\">" + escape_html(note) + "</p>\n") + "</figure>\n";
+}
+
+// Loss (and, where runs logged it, throughput) per optimizer step: each logged step of the runs' --log-jsonl
+// files, one point an epoch for runs without one.
+std::string step_curves(const Report& report, const Format& loss_value, const Format& tick_text,
+                        const Format& throughput_value) {
+  std::string with_log, without_any;
+  for (const auto& run : report.runs) {
+    if (!run.logged_steps.empty()) with_log += (with_log.empty() ? "" : ", ") + run.name;
+    if (loss_per_step(run).empty()) without_any += (without_any.empty() ? "" : ", ") + run.name;
+  }
+  std::string note = with_log.empty() ? "One point an epoch: its mean training loss, at its last step."
+                                      : "Every logged step (--log-jsonl) of " + with_log +
+                                            "; one point an epoch (its mean loss, at its last step) for the others.";
+  if (!without_any.empty()) note += " No curve for runs without epochs_detail or a log: " + without_any + ".";
+  std::string html = figure("Training loss per optimizer step",
+                            line_chart(report, "loss-curve", "training loss against the optimizer step", "optimizer step",
+                                       "train loss", true, loss_per_step, loss_value, tick_text),
+                            note);
+  if (!with_log.empty()) {
+    html += figure("Training throughput per logged step (over all devices, since the previous logged step)",
+                   line_chart(report, "throughput-curve", "training throughput against the optimizer step",
+                              "optimizer step", "images (or tokens) per second", true, throughput_per_step,
+                              throughput_value, tick_text));
+  }
+  return html;
 }
 
 
@@ -440,16 +462,14 @@ std::string render_html(const Report& report) {
 
   const std::string missing = runs_without_curves(report);
   const std::string no_curve_note = missing.empty() ? "" : "No curve for runs without epochs_detail: " + missing + ".";
-  html << figure("Training loss over training time",
-                 line_chart(report, "loss-curve", "training loss against cumulative training time", "train loss", true,
-                            [](const metrics::EpochRecord& e) { return measured(e.train_loss); }, loss_value,
-                            number_tick),
-                 no_curve_note);
+  html << step_curves(report, loss_value, number_tick, plain_value);
   html << figure("Test accuracy over training time",
                  line_chart(report, "accuracy-curve", "test accuracy against cumulative training time",
-                            "test accuracy", false,
-                            [](const metrics::EpochRecord& e) { return measured(e.test_accuracy); }, percent_value,
-                            percent_tick),
+                            "training time (s, cumulative over epochs)", "test accuracy", false,
+                            [](const ReportRun& run) {
+                              return curve_of(run.record, [](const metrics::EpochRecord& e) { return measured(e.test_accuracy); });
+                            },
+                            percent_value, percent_tick),
                  no_curve_note);
   html << "<script>" << kMarkCheckScript << "</script>\n</body>\n</html>\n";
   return html.str();

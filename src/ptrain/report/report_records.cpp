@@ -61,6 +61,7 @@ std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
       }
       run.name = file.lexically_relative(dir).replace_extension().string();
       run.source = file.string();
+      run.logged_steps = read_step_log(step_log_path_of(run.source));
       runs.push_back(std::move(run));
       directory_of_run.push_back(directory_name(dir));
     }

@@ -306,6 +306,8 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   // Outputs are checked now, not when the run first writes them after minutes or hours of training.
   if (!c.run.checkpoint_dir.empty()) io::check_writable_directory(c.run.checkpoint_dir, "--checkpoint-dir");
   if (!c.run.metrics_out.empty()) io::check_writable_file(c.run.metrics_out, "--metrics-out");
+  if (!c.run.tensorboard.empty()) io::check_writable_directory(c.run.tensorboard, "--tensorboard");
+  if (!c.run.log_jsonl.empty()) io::check_writable_file(c.run.log_jsonl, "--log-jsonl");
   if (!c.model.save_weights.empty()) io::check_writable_file(c.model.save_weights, "--save-weights");
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {

@@ -21,6 +21,7 @@ namespace {
 const std::set<std::string>& per_process_keys() {
   static const std::set<std::string> keys{"run.device",        "run.threads",        "run.progress",   "run.log_all_ranks",
                                           "run.metrics_out",   "run.profile_out",    "run.resume",
+                                          "run.tensorboard",   "run.log_jsonl",
                                           "run.deepspeed_config", "data.loader_threads", "data.prefetch",
                                           "dist.timeout_seconds"};
   return keys;

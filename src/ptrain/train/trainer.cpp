@@ -78,6 +78,7 @@ metrics::RunRecord TrainingRun::run() {
   build_model();
   build_optimizer();
   resume();
+  open_scalar_log();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
   Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
   announce(progress);
@@ -273,6 +274,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       epoch_record.test_accuracy = last_eval->accuracy;
     }
     record_.epochs_detail.push_back(epoch_record);
+    if (scalar_log_) log_epoch(epoch_record);
     progress.end_epoch(epoch_summary(epoch, epoch_record));
   }
   return last_eval;
@@ -346,6 +348,10 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
       collect_step_phases();  // the read above waited for the device
       const double seconds = window.elapsed_seconds();
+      if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
+        const double predictions = static_cast<double>(window_predictions * strategy_->world_size());
+        log_progress(mean_loss, seconds > 0 ? window_images / seconds : 0, seconds > 0 ? predictions / seconds : 0);
+      }
       check_divergence();
       progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
       totals_->window_loss.zero_();

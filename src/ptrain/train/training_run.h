@@ -6,6 +6,7 @@
 //   training_checkpoints.cpp     resume, checkpoints, --save-weights and the finiteness check they need,
 //                                and what a run that stops early or fails after training keeps
 //   training_record.cpp          the run's metrics record, assembled once training ends
+//   training_log.cpp             the scalars of --tensorboard and --log-jsonl, as progress is read
 // and the parts it owns, each with its own state: step_runner.h (eager steps, then a captured CUDA graph and
 // its static inputs), throughput_clock.h (training seconds, images, the steady rate).
 // Internal to train/: the library's callers use trainer.h.
@@ -27,6 +28,7 @@
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/metrics/gpu_sampler.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/metrics/scalar_log.h"
 #include "ptrain/metrics/step_phases.h"
 #include "ptrain/metrics/timer.h"
 #include "ptrain/models/zoo.h"
@@ -115,6 +117,8 @@ class TrainingRun {
   void resume();
   // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
   void announce(Progress& progress);
+  // --tensorboard and --log-jsonl opened by rank 0, after resume() knows the step the run continues from.
+  void open_scalar_log();
   void start_gpu_sampler();
   // Every epoch from the one resumed at; returns the last evaluation, if any ran. Each epoch's checkpoint,
   // and after the last one --save-weights, are written before its evaluation.
@@ -123,6 +127,11 @@ class TrainingRun {
   void finish_trace();
   void export_weights();
   void fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval);
+  // The scalars of a progress read (the window's mean loss and rates) and of an epoch's end, to scalar_log_.
+  void log_progress(double mean_loss, double samples_per_second, double predictions_per_second);
+  void log_epoch(const metrics::EpochRecord& epoch_record);
+  // Optimizer steps done, in epochs: fractional inside an epoch.
+  double epochs_done() const;
   // extra.run_end of the record: how the run ended ("completed", "interrupted", "failed") and where its
   // trained state is.
   nlohmann::json run_end(const std::string& status, const std::string& error) const;
@@ -215,6 +224,8 @@ class TrainingRun {
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
   bool tracing_ = false;
   std::optional<compat::ProfilerRange> traced_step_;  // ProfilerStep#N on the trace while step N runs
+  std::unique_ptr<metrics::ScalarLog> scalar_log_;  // rank 0, with --tensorboard or --log-jsonl
+  torch::Tensor last_grad_norm_;  // the last step's gradient norm before clipping, when logged
 };
 
 }  // namespace ptrain::train

@@ -100,7 +100,8 @@ void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const st
     (scaler_ ? scaler_->scale(scaled) : scaled).backward();
     phases_.end(StepPhase::kBackward);
   }
-  optimizer_step();
+  const torch::Tensor grad_norm = optimizer_step();
+  if (last_grad_norm_.defined() && grad_norm.defined()) last_grad_norm_.copy_(grad_norm);
 }
 
 std::string TrainingRun::capture_obstacle() const {
