@@ -7,6 +7,7 @@
 
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
+#include "command.h"
 #include "test_support.h"
 
 namespace ptrain::bench {
@@ -211,12 +212,8 @@ TEST(ProbePytorch, TellsTheTorchVersionAndWhetherItCompiles) {
 // Every process of a compound command sees only its GPUs: `ptrain estimate; ptrain train` included.
 TEST(CommandOnGpus, ReachesEveryCommandOfTheLine) {
   const std::string command = command_on_gpus("true && echo \"first=$CUDA_VISIBLE_DEVICES\"; echo \"second=$CUDA_VISIBLE_DEVICES\"", {1, 3});
-  FILE* shell = ::popen(("/bin/sh -c '" + command + "'").c_str(), "r");
-  ASSERT_NE(shell, nullptr);
-  std::string output;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof(buffer), shell) != nullptr) output += buffer;
-  ::pclose(shell);
+  const std::string output =
+      ptrain::testing::run_command("/bin/sh -c '" + command + "'", ptrain::testing::Stderr::Kept).output;
   EXPECT_EQ(output, "first=1,3\nsecond=1,3\n") << command;
   EXPECT_EQ(command_on_gpus("ptrain train", {}), "ptrain train");
 }

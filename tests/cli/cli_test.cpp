@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "multiprocess.h"
 #include "remove_tree.h"
 
@@ -18,20 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+using Result = ptrain::testing::CommandResult;
 
-Result run_shell(const std::string& command_line) {
-  const std::string command = command_line + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+Result run_shell(const std::string& command_line) { return ptrain::testing::run_command(command_line); }
 
 Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 

@@ -11,28 +11,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "remove_tree.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-  double seconds;
-};
+using Result = ptrain::testing::CommandResult;
 
 Result run_shell(const std::string& command_line) {
-  const std::string command = "bash -c '" + command_line + "' 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output, seconds};
+  return ptrain::testing::run_command("bash -c '" + command_line + "'");
 }
 
 Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUTABLE) + " " + args); }

@@ -11,23 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "multiprocess.h"
 
 namespace {
 
-struct ShellResult {
-  int exit_code;
-  std::string output;
-};
+using ShellResult = ptrain::testing::CommandResult;
 
-ShellResult shell_output(const std::string& command_line) {
-  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+ShellResult shell_output(const std::string& command_line) { return ptrain::testing::run_command(command_line); }
 
 const std::string kPtrain = PTRAIN_EXECUTABLE;
 const std::string kRun = "train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 "

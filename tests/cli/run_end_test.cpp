@@ -19,27 +19,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "remove_tree.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+using Result = ptrain::testing::CommandResult;
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-Result run(const std::string& args) {
-  const std::string command = std::string(PTRAIN_EXECUTABLE) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  return {exit_code_of(pclose(pipe)), output};
-}
+Result run(const std::string& args) { return ptrain::testing::run_command(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
 // `ptrain args` in the background, its output into log.
 pid_t start(const std::string& args, const std::string& log) {

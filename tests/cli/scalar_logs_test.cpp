@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "event_file_reader.h"
 #include "remove_tree.h"
 
@@ -22,20 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+using Result = ptrain::testing::CommandResult;
 
-Result run(const std::string& args) {
-  const std::string command = std::string(PTRAIN_EXECUTABLE) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+Result run(const std::string& args) { return ptrain::testing::run_command(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
 fs::path scratch(const std::string& name) {
   auto dir = fs::temp_directory_path() / ("ptrain_scalar_logs_" + name + "_" + std::to_string(::getpid()));

@@ -21,26 +21,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "remove_tree.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
+using Result = ptrain::testing::CommandResult;  // output: stdout and stderr together
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-Result run_shell(const std::string& command_line) {
-  FILE* pipe = popen((command_line + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  return {exit_code_of(pclose(pipe)), output};
-}
+Result run_shell(const std::string& command_line) { return ptrain::testing::run_command(command_line); }
 
 const std::string kPtrain = PTRAIN_EXECUTABLE;
 

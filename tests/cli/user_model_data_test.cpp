@@ -14,26 +14,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
 #include "remove_tree.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+using Result = ptrain::testing::CommandResult;
 
-Result run(const std::string& args) {
-  const std::string command = std::string(PTRAIN_EXECUTABLE) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+Result run(const std::string& args) { return ptrain::testing::run_command(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
 std::string model(const std::string& name) { return std::string(PTRAIN_TORCHSCRIPT_FIXTURES) + "/" + name; }
 std::string folder(const std::string& name) { return std::string(PTRAIN_FOLDER_FIXTURES) + "/" + name; }
@@ -328,13 +318,10 @@ TEST(UserModel, DocsPythonSnippetLoadsTheWeightsAndACheckpoint) {
     std::ofstream snippet(scratch.file("snippet.py"));
     snippet << text.substr(begin + 10, end - begin - 10);
   }
-  const std::string command = "cd " + scratch.dir.string() + " && " + PTRAIN_ORACLE_PYTHON + " snippet.py 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  const Result snippet_run =
+      ptrain::testing::run_command("cd " + scratch.dir.string() + " && " + PTRAIN_ORACLE_PYTHON + " snippet.py");
+  ASSERT_EQ(snippet_run.exit_code, 0) << snippet_run.output;
+  const std::string& output = snippet_run.output;
   EXPECT_NE(output.find("checkpoints/step-00000002.safetensors step 2 epoch 1 optimizer sgd"), std::string::npos)
       << output;
 }

@@ -7,7 +7,7 @@
 
 #include "ptrain/config/cli_options.h"
 #include "ptrain/core/error.h"
-#include "test_support.h"  // tests/io
+#include "test_support.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Helpers shared by the data tests: a scratch directory per test and the Python oracle.
+// Helpers shared by the data tests, over tests/support's TempDir and oracle runner.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,50 +12,30 @@
 #include <vector>
 
 #include "ptrain/core/error.h"
-#include "remove_tree.h"
+#include "oracle.h"
+#include "temp_dir.h"
 
 namespace ptrain::data::testing {
 
-// A fresh directory named after the running test, removed at the end of the test.
-class ScratchDir {
+// tests/support's TempDir, its path as a std::filesystem::path as the data tests use it.
+class ScratchDir : public ptrain::testing::TempDir {
  public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("ptrain_data_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    ptrain::testing::remove_tree(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() { ptrain::testing::remove_tree(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  std::filesystem::path path() const { return dir(); }
 };
 
-inline std::string oracle_script(const std::string& name) {
-  return std::string(PTRAIN_SOURCE_DIR) + "/tests/oracles/" + name;
-}
+using ptrain::testing::oracle_script;
 
 // Runs the oracle Python with a script from tests/oracles and its arguments; fails the test if it fails.
 inline void run_oracle(const std::string& script, const std::string& arguments) {
-  const std::string command = std::string(PTRAIN_ORACLE_PYTHON) + " " + oracle_script(script) + " " + arguments;
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const auto oracle = ptrain::testing::run_oracle(script, arguments);
+  ASSERT_EQ(oracle.exit_code, 0) << script << " " << arguments << "\n" << oracle.output;
 }
 
 // The oracle's standard output.
 inline std::string oracle_output(const std::string& script, const std::string& arguments) {
-  const std::string command = std::string(PTRAIN_ORACLE_PYTHON) + " " + oracle_script(script) + " " + arguments;
-  std::string output;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return output;
-  char buffer[4096];
-  size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, got);
-  EXPECT_EQ(pclose(pipe), 0) << command;
-  return output;
+  const auto oracle = ptrain::testing::run_oracle(script, arguments, ptrain::testing::Stderr::Kept);
+  EXPECT_EQ(oracle.exit_code, 0) << script << " " << arguments;
+  return oracle.output;
 }
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {

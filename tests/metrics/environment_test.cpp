@@ -11,16 +11,12 @@
 
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/metrics/environment.h"
+#include "command.h"
 
 namespace {
 
 std::string output_of(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen((command + " 2>/dev/null").c_str(), "r");
-  if (pipe == nullptr) return out;
-  std::array<char, 256> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) out += buffer.data();
-  ::pclose(pipe);
+  std::string out = ptrain::testing::run_command(command, ptrain::testing::Stderr::Dropped).output;
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
 }

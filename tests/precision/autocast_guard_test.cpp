@@ -9,6 +9,8 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
+#include "oracle.h"
+#include "temp_dir.h"
 
 using ptrain::precision::AutocastGuard;
 namespace compat = ptrain::compat;
@@ -113,16 +115,12 @@ TEST(AutocastGuard, NestingCounterReturnsToZeroAfterTheOuterGuard) {
 // The same conv/batch_norm/relu/linear/softmax sequence as tests/oracles/precision_autocast.py, under
 // our guard here and under torch.autocast("cpu", dtype=torch.bfloat16) there.
 TEST(AutocastGuard, OpDtypesAndValuesMatchTorchAutocast) {
-  char dir_template[] = "/tmp/ptrain_autocast_XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string out_path = std::string(dir_template) + "/oracle.json";
-  const std::string command = std::string(PTRAIN_ORACLE_PYTHON) + " " + PTRAIN_SOURCE_DIR +
-                              "/tests/oracles/precision_autocast.py " + out_path;
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  ptrain::testing::TempDir dir;
+  const std::string out_path = dir.file("oracle.json");
+  const auto oracle_run = ptrain::testing::run_oracle("precision_autocast.py", out_path);
+  ASSERT_EQ(oracle_run.exit_code, 0) << oracle_run.output;
   std::ifstream in(out_path);
   const auto oracle = nlohmann::json::parse(in);
-  std::remove(out_path.c_str());
-  rmdir(dir_template);
 
   namespace F = torch::nn::functional;
   const auto x = wave(2 * 3 * 8 * 8, 0.1, false, 1.0).reshape({2, 3, 8, 8});

@@ -11,6 +11,8 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
+#include "oracle.h"
+#include "temp_dir.h"
 
 #if PTRAIN_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -128,11 +130,6 @@ std::vector<double> run_against_reference(const LossScalerOptions& options, int6
   return sequence;
 }
 
-int run_shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 }  // namespace
 
 TEST(LossScaler, FiveThousandStepsWithGrowthIntervalThree) {
@@ -174,9 +171,8 @@ TEST(LossScaler, SequenceMatchesTorchGradScaler) {
   options.growth_interval = 3;
   const auto sequence = run_against_reference(options, 5000, scripted_fault);
   ASSERT_EQ(sequence.size(), 5000u);
-  char dir_template[] = "/tmp/ptrain_gradscaler_XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string path = std::string(dir_template) + "/sequence.txt";
+  ptrain::testing::TempDir dir;
+  const std::string path = dir.file("sequence.txt");
   {
     std::ofstream out(path);
     out.precision(17);
@@ -187,12 +183,9 @@ TEST(LossScaler, SequenceMatchesTorchGradScaler) {
       out << (fault == Grad::Ok ? "ok" : fault == Grad::Inf ? "inf" : "nan") << ' ' << sequence[step] << '\n';
     }
   }
-  const int rc = run_shell(std::string(PTRAIN_ORACLE_PYTHON) + " " + PTRAIN_SOURCE_DIR +
-                           "/tests/oracles/precision_gradscaler.py " + path);
-  std::remove(path.c_str());
-  rmdir(dir_template);
-  if (rc == 77) GTEST_SKIP() << "torch's GradScaler has no CPU path in the oracle's torch and no CUDA device";
-  EXPECT_EQ(rc, 0);
+  const auto oracle = ptrain::testing::run_oracle("precision_gradscaler.py", path);
+  if (oracle.exit_code == 77) GTEST_SKIP() << "torch's GradScaler has no CPU path in the oracle's torch and no CUDA device";
+  EXPECT_EQ(oracle.exit_code, 0) << oracle.output;
 }
 
 // The CUDA path uses the fused kernels (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_)

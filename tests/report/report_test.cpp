@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include "ptrain/core/error.h"
-#include "remove_tree.h"
+#include "command.h"
+#include "temp_dir.h"
 
 using namespace ptrain;
 using metrics::EpochRecord;
@@ -29,24 +30,10 @@ const std::string kHostileName = "amp-bf16 \"fast\", <script>alert(1)";
 const std::string kHostileTitle = "Nightly <b>bench</b> & co";
 
 // A fresh directory per test, kept when the test fails so that its report can be looked at.
-class ScratchDir {
+// tests/support's TempDir, its path as a std::filesystem::path.
+class ScratchDir : public ptrain::testing::TempDir {
  public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "ptrain_bench_XXXXXX").string();
-    EXPECT_NE(::mkdtemp(pattern.data()), nullptr);
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    if (::testing::Test::HasFailure()) {
-      std::fprintf(stderr, "kept %s for inspection\n", path_.c_str());
-    } else {
-      ptrain::testing::remove_tree(path_);
-    }
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  fs::path path() const { return dir(); }
 };
 
 RunRecord record(const std::string& framework, const std::string& strategy, const std::string& precision,
@@ -278,14 +265,9 @@ std::string rendered_dom(const fs::path& browser, const fs::path& html, int widt
   const std::string command = "timeout 120 '" + browser.string() + "' --no-sandbox --disable-gpu --hide-scrollbars " +
                               "--window-size=" + std::to_string(width) + ",900 --virtual-time-budget=5000 " +
                               "--dump-dom 'file://" + fs::absolute(html).string() + "' 2>'" + errors.string() + "'";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr) << command;
-  if (pipe == nullptr) return "";
-  std::string dom;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) dom.append(buffer, n);
-  EXPECT_EQ(::pclose(pipe), 0) << command << "\n" << read_text(errors);
-  return dom;
+  const auto browser_run = ptrain::testing::run_command(command, ptrain::testing::Stderr::Kept);
+  EXPECT_EQ(browser_run.exit_code, 0) << command << "\n" << read_text(errors);
+  return browser_run.output;
 }
 
 // Measures the runs' table where the browser laid it out, before and after scrolling it to its right end,
@@ -780,13 +762,9 @@ TEST(BenchReport, HeadlessBrowserRendersEveryMarkOfEveryChart) {
   const std::string command = "timeout 120 '" + browser.string() +
                               "' --no-sandbox --disable-gpu --virtual-time-budget=5000 --dump-dom 'file://" +
                               fs::absolute(written.html_path).string() + "' 2>'" + errors.string() + "'";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr) << command;
-  std::string dom;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) dom.append(buffer, n);
-  const int status = ::pclose(pipe);
-  ASSERT_EQ(status, 0) << command << "\n" << read_text(errors);
+  const auto browser_run = ptrain::testing::run_command(command, ptrain::testing::Stderr::Kept);
+  ASSERT_EQ(browser_run.exit_code, 0) << command << "\n" << read_text(errors);
+  const std::string& dom = browser_run.output;
 
   EXPECT_TRUE(std::regex_search(dom, std::regex(R"(<body\b[^>]*\bdata-charts-checked="1")")))
       << "the page's script did not run\n" << dom.substr(0, 2000);

@@ -5,7 +5,7 @@
 #include "ptrain/io/pth.h"
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/train/optimizer.h"
-#include "test_support.h"  // tests/io: temporary directories, oracles
+#include "test_support.h"  // tests/support: temporary directories, oracles
 
 namespace {
 

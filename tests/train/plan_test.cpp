@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ptrain/core/error.h"
-#include "test_support.h"  // tests/io
+#include "test_support.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/rank_agreement.h"
-#include "test_support.h"  // tests/io
+#include "test_support.h"
 
 namespace {
 

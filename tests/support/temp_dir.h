@@ -1,0 +1,45 @@
+// A private scratch directory per test.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+#include "remove_tree.h"
+
+namespace ptrain::testing {
+
+// Made fresh (mkdtemp) and removed with everything in it when the test ends; each ctest entry is its own
+// process, so tests running in parallel never share one.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ptrain_test_XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  // A failed test's directory is kept, and named, for inspection.
+  ~TempDir() {
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "kept %s for inspection\n", path_.c_str());
+    } else {
+      remove_tree(path_);
+    }
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::filesystem::path dir() const { return path_; }
+  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string operator/(const std::string& name) const { return file(name); }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace ptrain::testing
