@@ -96,6 +96,23 @@ bool is_module_type(const c10::TypePtr& type) {
   return cls != nullptr && cls->is_module();
 }
 
+// The graph a prim::CallMethod or prim::CallFunction node runs, for walks that look into what a block calls;
+// nullptr for any other node, or a callee without a graph.
+const jit::Graph* called_graph(const jit::Node* node) {
+  if (node->kind() == c10::prim::CallMethod) {
+    if (const auto cls = node->input(0)->type()->cast<c10::ClassType>()) {
+      if (auto* method = cls->findMethod(node->s(c10::attr::name))) {
+        if (auto* graph_function = jit::tryToGraphFunction(*method)) return graph_function->graph().get();
+      }
+    }
+  } else if (node->kind() == c10::prim::CallFunction) {
+    if (const auto fn = node->input(0)->type()->cast<c10::FunctionType>()) {
+      if (auto* graph_function = jit::tryToGraphFunction(*fn->function())) return graph_function->graph().get();
+    }
+  }
+  return nullptr;
+}
+
 // Operators that draw random numbers: a recomputation in backward would draw others. Looks through the
 // methods and functions the block calls.
 bool draws_random_numbers(const jit::Block* block, std::string* op, int depth = 0) {
@@ -112,18 +129,7 @@ bool draws_random_numbers(const jit::Block* block, std::string* op, int depth = 
       *op = kind;
       return true;
     }
-    const jit::Graph* callee = nullptr;
-    if (node->kind() == c10::prim::CallMethod) {
-      if (const auto cls = node->input(0)->type()->cast<c10::ClassType>()) {
-        if (auto* method = cls->findMethod(node->s(c10::attr::name))) {
-          if (auto* graph_function = jit::tryToGraphFunction(*method)) callee = graph_function->graph().get();
-        }
-      }
-    } else if (node->kind() == c10::prim::CallFunction) {
-      if (const auto fn = node->input(0)->type()->cast<c10::FunctionType>()) {
-        if (auto* graph_function = jit::tryToGraphFunction(*fn->function())) callee = graph_function->graph().get();
-      }
-    }
+    const jit::Graph* callee = called_graph(node);
     if (callee != nullptr && draws_random_numbers(callee->block(), op, depth + 1)) return true;
     for (const auto* inner : node->blocks()) {
       if (draws_random_numbers(inner, op, depth + 1)) return true;
@@ -155,18 +161,7 @@ void count_recorded_modes(const jit::Block* block, RecordedModes& modes, int dep
                         : (batch_norm ? modes.batch_norm_eval : modes.dropout_eval))++;
       }
     }
-    const jit::Graph* callee = nullptr;
-    if (node->kind() == c10::prim::CallMethod) {
-      if (const auto cls = node->input(0)->type()->cast<c10::ClassType>()) {
-        if (auto* method = cls->findMethod(node->s(c10::attr::name))) {
-          if (auto* graph_function = jit::tryToGraphFunction(*method)) callee = graph_function->graph().get();
-        }
-      }
-    } else if (node->kind() == c10::prim::CallFunction) {
-      if (const auto fn = node->input(0)->type()->cast<c10::FunctionType>()) {
-        if (auto* graph_function = jit::tryToGraphFunction(*fn->function())) callee = graph_function->graph().get();
-      }
-    }
+    const jit::Graph* callee = called_graph(node);
     if (callee != nullptr) count_recorded_modes(callee->block(), modes, depth + 1);
     for (const auto* inner : node->blocks()) count_recorded_modes(inner, modes, depth + 1);
   }
