@@ -123,6 +123,8 @@ DataSpec resolve_image_loading(DataSpec spec) {
   return spec;
 }
 
+bool is_token_dataset(const std::string& name) { return name == "synthetic-tokens" || name == "text"; }
+
 Normalization default_normalization(const std::string& name) {
   if (name == "cifar10") return {{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}};
   if (name == "fashion-mnist") return {{0.2860f}, {0.3530f}};

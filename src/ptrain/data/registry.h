@@ -41,6 +41,9 @@ DataSpec resolve_image_loading(DataSpec spec);
 // The names open_dataset knows.
 std::vector<std::string> dataset_names();
 
+// The datasets of tokens (synthetic-tokens, text), which language models train on; the others hold images.
+bool is_token_dataset(const std::string& name);
+
 // Per-channel mean and standard deviation of the training split's pixels in [0, 1] (the usual published values),
 // for AugmentOptions. One value stands for all channels.
 struct Normalization {

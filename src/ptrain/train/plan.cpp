@@ -260,7 +260,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
       check(value == 0, std::string(flag) + " applies to GPT models only, not to --model " + c.model.name);
     }
   }
-  check(c.data.seq_len == 0 || c.data.dataset == "synthetic-tokens" || c.data.dataset == "text",
+  check(c.data.seq_len == 0 || data::is_token_dataset(c.data.dataset),
         "--seq-len applies to token datasets (synthetic-tokens, text) only, not to --dataset " + c.data.dataset);
   if (!c.model.weights.empty())
     check(std::filesystem::is_regular_file(c.model.weights), "--weights: no such file: " + c.model.weights);
@@ -279,8 +279,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   plan.data.image_loading = c.data.image_loading;
   plan.data.image_size = c.data.image_size;
-  const bool token_dataset = c.data.dataset == "synthetic-tokens" || c.data.dataset == "text";
-  check(c.data.normalize.empty() || !token_dataset,
+  check(c.data.normalize.empty() || !data::is_token_dataset(c.data.dataset),
         "--normalize applies to image datasets, not to the token dataset " + c.data.dataset);
   plan.normalization =
       c.data.normalize.empty() ? data::default_normalization(c.data.dataset) : data::parse_normalization(c.data.normalize);
@@ -341,9 +340,7 @@ std::string describe(const Plan& plan) {
       << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
       << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
       << (c.data.augment && !tokens ? ", augmented" : "")
-      << (c.data.dataset == "synthetic-tokens" || c.data.dataset == "text"
-              ? ""
-              : ", normalised " + data::describe_normalization(plan.normalization))
+      << (data::is_token_dataset(c.data.dataset) ? "" : ", normalised " + data::describe_normalization(plan.normalization))
       << "\n"
       << "precision " << plan.precision.name
       << (plan.strategy.is_fsdp() && !c.sharding.param_dtype.empty() &&
