@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "ptrain/bench/jobs.h"
-#include "ptrain/report/report_curves.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/report/report_curves.h"
 
 namespace ptrain::bench {
 

@@ -183,7 +183,7 @@ int run_train(TrainCommand& command, const std::string& command_line) {
               << " (--on-divergence warn trained on): its results mean nothing" << std::endl;
     return kExitError;
   }
-  return 0;
+  return kExitSuccess;
 }
 
 struct LaunchCommand {
@@ -382,7 +382,7 @@ void add_verify_command(CLI::App& app, VerifyCommand& command) {
   command.cmd->add_option("files", command.files, "Checkpoint files")->required();
 }
 
-// Runs command; an error it throws becomes one line on stderr and kError (kLibTorchError for LibTorch's own).
+// Runs command; an error it throws becomes one line on stderr and kExitError (kExitLibTorchError for LibTorch's own).
 int with_errors_reported(const std::function<int()>& command) {
   try {
     return command();

@@ -34,7 +34,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--model", c.model.name, "Model: resnet18/34/50/101/152 (add -cifar or -imagenet to force a stem), resnet20/32/44/56, "
                  "gpt-tiny/small/medium/large/xl (token datasets), or a TorchScript file (.pt) of your own module")
-      ->group("Model")->capture_default_str();
+      ->group("Model");
   app.add_option("--weights", c.model.weights, "Initial weights, a torchvision .pth or a .safetensors file")
       ->group("Model");
   app.add_option("--save-weights", c.model.save_weights,
@@ -58,14 +58,14 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Model")->check(non_negative);
 
   app.add_option("--dataset", c.data.dataset, "fashion-mnist | mnist | cifar10 | imagefolder | synthetic | synthetic-tokens | text")
-      ->group("Data")->capture_default_str();
+      ->group("Data");
   app.add_option("--data-path", c.data.path, "Dataset location; unset: the dataset's usual place")->group("Data");
   app.add_option("--image-size", c.data.image_size, "Resize images to this square size; 0 keeps them")
-      ->group("Data")->check(non_negative)->capture_default_str();
+      ->group("Data")->check(non_negative);
   app.add_option("--seq-len", c.data.seq_len, "Token datasets: tokens per sample; 0: the dataset's default")
       ->group("Data")->check(non_negative);
   add_switch(app, "--augment,!--no-augment", c.data.augment, "Random crop (padding 4) and horizontal flip")
-      ->group("Data")->capture_default_str();
+      ->group("Data");
   app.add_option("--normalize", c.data.normalize,
                  "Subtract MEAN and divide by STD after scaling pixels to [0, 1]: MEAN,STD for every channel (0.5,0.5), "
                  "MEANS/STDS per channel (0.485,0.456,0.406/0.229,0.224,0.225) or none; default: the dataset's "
@@ -73,31 +73,31 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Data");
   app.add_option("--loader-threads", c.data.loader_threads,
                  "Threads decoding image folders: the whole folder at start, or each batch when streaming")
-      ->group("Data")->check(positive)->capture_default_str();
+      ->group("Data")->check(positive);
   app.add_option("--image-loading", c.data.image_loading,
                  "Image folders: memory (decoded once, all images of one size), stream (decoded per batch, any "
                  "sizes, ImageNet-style crops) or auto (memory for folders up to 1 GiB of images of one size)")
-      ->group("Data")->check(CLI::IsMember({"auto", "memory", "stream"}))->capture_default_str();
+      ->group("Data")->check(CLI::IsMember({"auto", "memory", "stream"}));
   app.add_option("--prefetch", c.data.prefetch, "Batches prepared ahead of the step")
-      ->group("Data")->check(positive)->capture_default_str();
+      ->group("Data")->check(positive);
   app.add_option("--train-limit", c.data.train_limit, "Train on N samples spread evenly over the training set only; 0: all")
       ->group("Data")->check(non_negative);
   app.add_option("--test-limit", c.data.test_limit, "Evaluate on N test samples spread evenly over the test set; 0: all")
       ->group("Data")->check(non_negative);
 
   app.add_option("--optimizer", c.optim.name, "sgd | adamw")
-      ->group("Optimizer")->check(CLI::IsMember({"sgd", "adamw"}))->capture_default_str();
-  app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive_float_value)->capture_default_str();
+      ->group("Optimizer")->check(CLI::IsMember({"sgd", "adamw"}));
+  app.add_option("--lr", c.optim.lr, "Peak learning rate")->group("Optimizer")->check(positive_float_value);
   app.add_option("--momentum", c.optim.momentum, "SGD momentum")
-      ->group("Optimizer")->check(number_in(0.0, 1.0))->capture_default_str();
+      ->group("Optimizer")->check(number_in(0.0, 1.0));
   add_switch(app, "--nesterov,!--no-nesterov", c.optim.nesterov, "Nesterov momentum")->group("Optimizer");
   app.add_option("--weight-decay", c.optim.weight_decay, "Weight decay (decoupled for adamw)")
-      ->group("Optimizer")->check(non_negative_float_value)->capture_default_str();
+      ->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive_float_value);
   app.add_option("--schedule", c.optim.schedule, "constant | step | cosine")
-      ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}))->capture_default_str();
+      ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}));
   app.add_option("--milestones", c.optim.milestones, "Step schedule: epochs where lr is multiplied by --gamma")
       ->group("Optimizer")->delimiter(',');
   app.add_option("--gamma", c.optim.gamma, "Step schedule factor")->group("Optimizer")->check(positive_float_value);
@@ -109,33 +109,32 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--clip-grad-norm", c.optim.clip_grad_norm, "Clip the global gradient L2 norm; 0: off")
       ->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")
-      ->group("Optimizer")->check(positive)->capture_default_str();
+      ->group("Optimizer")->check(positive);
 
   app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
       ->group("Precision")
-      ->check(CLI::IsMember(precision::precision_names()))
-      ->capture_default_str();
+      ->check(CLI::IsMember(precision::precision_names()));
   add_switch(app, "--master-weights,!--no-master-weights", c.precision.master_weights,
                  "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
       ->group("Precision");
   app.add_option("--loss-scale", c.precision.loss_scale, "auto | dynamic | none | a static scale")
-      ->group("Precision")->capture_default_str();
+      ->group("Precision");
   app.add_option("--initial-loss-scale", c.precision.initial_loss_scale, "Dynamic loss scaling: the first scale")
-      ->group("Precision")->check(positive_float_value)->capture_default_str();
+      ->group("Precision")->check(positive_float_value);
   app.add_option("--loss-scale-window", c.precision.loss_scale_window,
                  "Dynamic loss scaling: clean steps before the scale doubles")
-      ->group("Precision")->check(positive)->capture_default_str();
+      ->group("Precision")->check(positive);
   app.add_option("--hysteresis", c.precision.hysteresis,
                  "Dynamic loss scaling: overflows tolerated before the scale halves (DeepSpeed; 1: GradScaler)")
-      ->group("Precision")->check(positive)->capture_default_str();
+      ->group("Precision")->check(positive);
   add_switch(app, "--consecutive-hysteresis,!--no-consecutive-hysteresis", c.precision.consecutive_hysteresis,
                  "The tolerated overflows refill after any clean step (--no-consecutive-hysteresis: only when the "
                  "scale grows, as DeepSpeed's default)")
       ->group("Precision");
   app.add_option("--min-loss-scale", c.precision.min_loss_scale, "Dynamic loss scaling: the scale's floor; 0: none")
-      ->group("Precision")->check(non_negative_float_value)->capture_default_str();
+      ->group("Precision")->check(non_negative_float_value);
 
-  app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive)->capture_default_str();
+  app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive);
   app.add_option("--max-steps", c.run.max_steps,
                  "The run's length in optimizer steps, fewer than its epochs: training ends there and the learning-rate "
                  "schedule spans it (Hugging Face's max_steps); 0: all epochs")
@@ -145,24 +144,24 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "keeps the run's length, so --resume latest ends on the weights of a run never paused")
       ->group("Run")->check(non_negative);
   app.add_option("--batch-size", c.run.batch_size, "Samples per device per micro-batch")
-      ->group("Run")->check(positive)->capture_default_str();
+      ->group("Run")->check(positive);
   app.add_option("--eval-batch-size", c.run.eval_batch_size, "Evaluation batch; 0: --batch-size")
       ->group("Run")->check(non_negative);
   app.add_option("--device", c.run.device, "auto | cpu | cuda | cuda:N")
-      ->group("Run")->capture_default_str();
+      ->group("Run");
   app.add_option("--seed", c.run.seed, "Seed of initialisation, shuffling and augmentation")
-      ->group("Run")->check(seed_number())->capture_default_str();
+      ->group("Run")->check(seed_number());
   app.add_option("--strategy", c.run.strategy, "How devices share the work")
-      ->group("Run")->check(CLI::IsMember(strategies::StrategySpec::names()))->capture_default_str();
+      ->group("Run")->check(CLI::IsMember(strategies::StrategySpec::names()));
   app.add_option("--global-batch-size", c.run.global_batch_size,
                  "Samples per optimizer step over all devices (instead of --batch-size)")
       ->group("Run")->check(non_negative);
   app.add_option("--backend", c.dist.backend, "Collectives: gloo or nccl; unset: nccl on CUDA, gloo on the CPU")
       ->group("Distributed")->check(CLI::IsMember({"gloo", "nccl"}));
   app.add_option("--dist-timeout", c.dist.timeout_seconds, "Seconds a collective or the rendezvous may take")
-      ->group("Distributed")->check(positive)->capture_default_str();
+      ->group("Distributed")->check(positive);
   app.add_option("--bucket-cap-mb", c.dist.bucket_cap_mb, "DDP gradient bucket size in MiB")
-      ->group("Distributed")->check(positive)->capture_default_str();
+      ->group("Distributed")->check(positive);
   add_switch(app, "--sync-batchnorm,!--no-sync-batchnorm", c.dist.sync_batchnorm,
                  "DDP: BatchNorm statistics over the global batch")
       ->group("Distributed");
@@ -177,11 +176,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "zero3, fsdp: parameter shards on the CPU between uses")
       ->group("Sharding");
   app.add_option("--reduce-bucket-mb", c.sharding.reduce_bucket_mb, "zero1, zero2, fsdp no-shard: gradient group size in MiB")
-      ->group("Sharding")->check(positive)->capture_default_str();
+      ->group("Sharding")->check(positive);
   app.add_option("--allgather-bucket-mb", c.sharding.allgather_bucket_mb,
                  "DeepSpeed's all-gather bucket: refused unless at its default (ptrain all-gathers each gradient "
                  "group in one collective)")
-      ->group("Sharding")->check(positive)->capture_default_str();
+      ->group("Sharding")->check(positive);
   add_switch(app, "--overlap-comm,!--no-overlap-comm", c.sharding.overlap_comm,
                  "ddp, zero*, fsdp: reduce gradients while backward still runs (--no-overlap-comm: after it)")
       ->group("Sharding");
@@ -191,16 +190,15 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--fsdp-sharding", c.sharding.fsdp_sharding,
                  "full-shard | shard-grad-op | no-shard | hybrid-shard | hybrid-shard-zero2")
       ->group("Sharding")
-      ->check(CLI::IsMember(strategies::StrategySpec::fsdp_sharding_names()))
-      ->capture_default_str();
+      ->check(CLI::IsMember(strategies::StrategySpec::fsdp_sharding_names()));
   app.add_option("--auto-wrap", c.sharding.auto_wrap, "fsdp units: size | type | none")
-      ->group("Sharding")->check(CLI::IsMember({"size", "type", "none"}))->capture_default_str();
+      ->group("Sharding")->check(CLI::IsMember({"size", "type", "none"}));
   app.add_option("--min-num-params", c.sharding.min_num_params, "Size-based wrap: parameters a unit holds at least")
-      ->group("Sharding")->check(positive)->capture_default_str();
+      ->group("Sharding")->check(positive);
   app.add_option("--wrap-types", c.sharding.wrap_types, "Type-based wrap: module type names, comma-separated")
       ->group("Sharding")->delimiter(',');
   app.add_option("--backward-prefetch", c.sharding.backward_prefetch, "fsdp: pre | post | none")
-      ->group("Sharding")->check(CLI::IsMember({"pre", "post", "none"}))->capture_default_str();
+      ->group("Sharding")->check(CLI::IsMember({"pre", "post", "none"}));
   add_switch(app, "--forward-prefetch,!--no-forward-prefetch", c.sharding.forward_prefetch,
                  "fsdp: gather the next unit during this one's forward")
       ->group("Sharding");
@@ -218,7 +216,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "fsdp mixed precision: buffer dtype (fp32 | fp16 | bf16); unset: the parameters'")
       ->group("Sharding")->check(dtype_names);
   app.add_option("--state-dict", c.sharding.state_dict, "Checkpoints of sharded strategies: full | sharded")
-      ->group("Sharding")->check(CLI::IsMember({"full", "sharded"}))->capture_default_str();
+      ->group("Sharding")->check(CLI::IsMember({"full", "sharded"}));
   app.add_option("--hybrid-group-size", c.sharding.hybrid_group_size,
                  "hybrid-shard: ranks sharing one copy of the model; 0: the ranks of one node")
       ->group("Sharding")->check(non_negative);
@@ -242,7 +240,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--on-divergence", c.run.on_divergence,
                  "A non-finite loss, or a loss scale at its floor: stop (an error naming the step, "
                  "nothing non-finite saved) or warn (report it, train on, exit non-zero at the end)")
-      ->group("Run")->check(CLI::IsMember({"stop", "warn"}))->capture_default_str();
+      ->group("Run")->check(CLI::IsMember({"stop", "warn"}));
   app.add_option("--metrics-out", c.run.metrics_out, "Write the run's metrics JSON here")->group("Run");
   app.add_option("--tensorboard", c.run.tensorboard,
                  "Write TensorBoard event files into this directory (tensorboard --logdir DIR): loss, learning rate, "
@@ -251,9 +249,9 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--log-jsonl", c.run.log_jsonl, "Write the same scalars to this file, one JSON object a line")
       ->group("Run");
   app.add_option("--log-every", c.run.log_every, "Optimizer steps between progress updates")
-      ->group("Run")->check(positive)->capture_default_str();
+      ->group("Run")->check(positive);
   app.add_option("--progress", c.run.progress, "auto | bar | lines | none")
-      ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}))->capture_default_str();
+      ->group("Run")->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
   add_switch(app, "--log-all-ranks,!--no-log-all-ranks", c.run.log_all_ranks,
              "Several processes: every rank prints its progress and results (else rank 0 alone; errors from any rank "
              "show either way)")
@@ -263,19 +261,19 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "Write a Chrome trace (chrome://tracing, Perfetto) of the steps --profile-steps names")
       ->group("Run");
   app.add_option("--profile-steps", c.run.profile_steps, "A:B, the optimizer steps A to B (from 1) --profile-out traces")
-      ->group("Run")->capture_default_str();
+      ->group("Run");
   add_switch(app, "--cuda-graphs,!--no-cuda-graphs", c.run.cuda_graphs,
                  "Capture the whole training step as a CUDA graph once shapes are fixed (where the run allows it; "
                  "otherwise it says why and runs eagerly)")
-      ->group("Run")->capture_default_str();
+      ->group("Run");
   add_switch(app, "--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
                  "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
-      ->group("Run")->capture_default_str();
+      ->group("Run");
   add_switch(app, "--relu-recompute,!--no-relu-recompute", c.run.relu_recompute,
                  "With the fused kernels, a ResNet recomputes in the backward the output of each batch norm + ReLU "
                  "that feeds a convolution instead of keeping it: about a third less activation memory for one "
                  "elementwise pass")
-      ->group("Run")->capture_default_str();
+      ->group("Run");
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
                  "clipping, optimizer and scheduler become the keys above (flags and --config win)")

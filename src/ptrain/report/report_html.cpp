@@ -232,19 +232,19 @@ std::string line_chart(const Report& report, const std::string& name, const std:
                        const Format& value_text, const Format& tick_text) {
   constexpr double kLeft = 70.0, kRight = 20.0, kPlotHeight = 240.0;
   std::vector<std::vector<CurvePoint>> curves;
-  double max_seconds = 0.0, low = INFINITY, high = -INFINITY;
+  double max_x = 0.0, low = INFINITY, high = -INFINITY;
   size_t marks = 0;
   for (const auto& run : report.runs) {
     curves.push_back(curve_of_run(run));
     for (const auto& p : curves.back()) {
-      max_seconds = std::max(max_seconds, p.x);
+      max_x = std::max(max_x, p.x);
       low = std::min(low, p.value);
       high = std::max(high, p.value);
       ++marks;
     }
   }
   if (marks == 0) low = high = 0.0;
-  const Axis x_axis = nice_axis(0.0, max_seconds);
+  const Axis x_axis = nice_axis(0.0, max_x);
   const Axis y_axis = nice_axis(y_from_zero ? std::min(0.0, low) : low, high);
 
   std::vector<LegendEntry> legend;
