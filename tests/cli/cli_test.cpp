@@ -13,7 +13,7 @@
 
 #include "command.h"
 #include "multiprocess.h"
-#include "remove_tree.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -25,12 +25,7 @@ Result run_shell(const std::string& command_line) { return ptrain::testing::run_
 
 Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_cli_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return ptrain::testing::fresh_named_dir("cli_" + name); }
 
 const std::string kSmallRun =
     "train --model resnet20 --dataset synthetic --data-path 256:3x16x16:4 --batch-size 16 --epochs 2 "

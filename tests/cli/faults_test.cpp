@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "remove_tree.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -26,12 +26,7 @@ Result run_shell(const std::string& command_line) {
 
 Result run(const std::string& args) { return run_shell(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_faults_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return ptrain::testing::fresh_named_dir("faults_" + name); }
 
 // 4 steps of resnet20 on 8x8 images: a second or two.
 const std::string kTinyWithoutEpochs =

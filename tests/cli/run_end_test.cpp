@@ -21,6 +21,7 @@
 
 #include "command.h"
 #include "remove_tree.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -65,12 +66,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_run_end_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return ptrain::testing::fresh_named_dir("run_end_" + name); }
 
 std::string checkpoint(const fs::path& dir, int64_t step) {
   char name[64];

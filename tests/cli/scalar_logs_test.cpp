@@ -18,6 +18,7 @@
 #include "command.h"
 #include "event_file_reader.h"
 #include "remove_tree.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -27,12 +28,7 @@ using Result = ptrain::testing::CommandResult;
 
 Result run(const std::string& args) { return ptrain::testing::run_command(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_scalar_logs_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return ptrain::testing::fresh_named_dir("scalar_logs_" + name); }
 
 // 128 samples in batches of 16: 8 steps an epoch, progress (and the logs) every 4 steps and at each epoch's end.
 // The step schedule halves the rate after the first epoch.

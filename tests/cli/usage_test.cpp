@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "remove_tree.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -38,12 +38,7 @@ const std::string kPtrain = PTRAIN_EXECUTABLE;
 
 Result run(const std::string& args) { return run_shell(kPtrain + " " + args); }
 
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_usage_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch(const std::string& name) { return ptrain::testing::fresh_named_dir("usage_" + name); }
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;

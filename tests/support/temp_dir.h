@@ -1,8 +1,9 @@
-// A private scratch directory per test.
+// Scratch directories for tests: a private one per test, or one named for a test that keeps it after.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -41,5 +42,14 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The directory <tmp>/ptrain_<name>_<pid>, emptied and made anew: a test's named scratch space that stays
+// after it for the test (or a person) to read; the next run with the same name starts it over.
+inline std::filesystem::path fresh_named_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ptrain_" + name + "_" + std::to_string(::getpid()));
+  remove_tree(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 }  // namespace ptrain::testing

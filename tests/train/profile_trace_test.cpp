@@ -46,21 +46,28 @@ std::vector<Range> named(const std::vector<Range>& ranges, const std::string& pr
   return found;
 }
 
-TEST(ProfileTrace, MarksEachTracedStepAndTheOptimizersCallsInsideIt) {
-  ptrain::testing::TempDir dir;
+// A resnet20 run on synthetic CPU data with --profile-out and --profile-steps.
+config::TrainConfig profiled_run(const ptrain::testing::TempDir& dir, const std::string& samples, int64_t max_steps,
+                                 const std::string& profile_steps) {
   config::TrainConfig c;
   c.model.name = "resnet20";
   c.data.dataset = "synthetic";
-  c.data.path = "64:1x8x8:4";
+  c.data.path = samples + ":1x8x8:4";
   c.data.test_limit = 8;
   c.run.batch_size = 8;
   c.run.device = "cpu";
   c.run.threads = 1;
-  c.run.max_steps = 5;
+  c.run.max_steps = max_steps;
   c.run.progress = "none";
   c.run.eval_each_epoch = false;
   c.run.profile_out = dir.file("trace.json");
-  c.run.profile_steps = "2:4";
+  c.run.profile_steps = profile_steps;
+  return c;
+}
+
+TEST(ProfileTrace, MarksEachTracedStepAndTheOptimizersCallsInsideIt) {
+  ptrain::testing::TempDir dir;
+  const config::TrainConfig c = profiled_run(dir, "64", 5, "2:4");
   train(make_plan(c), "profile_trace_test");
 
   const auto ranges = ranges_of(c.run.profile_out);
@@ -87,20 +94,8 @@ TEST(ProfileTrace, MarksEachTracedStepAndTheOptimizersCallsInsideIt) {
 
 TEST(ProfileTrace, AdamWStepsAreNamedAsPyTorchNamesThem) {
   ptrain::testing::TempDir dir;
-  config::TrainConfig c;
-  c.model.name = "resnet20";
-  c.data.dataset = "synthetic";
-  c.data.path = "32:1x8x8:4";
-  c.data.test_limit = 8;
-  c.run.batch_size = 8;
-  c.run.device = "cpu";
-  c.run.threads = 1;
-  c.run.max_steps = 2;
-  c.run.progress = "none";
-  c.run.eval_each_epoch = false;
+  config::TrainConfig c = profiled_run(dir, "32", 2, "1:1");
   c.optim.name = "adamw";
-  c.run.profile_out = dir.file("trace.json");
-  c.run.profile_steps = "1:1";
   train(make_plan(c), "profile_trace_test");
 
   const auto ranges = ranges_of(c.run.profile_out);
