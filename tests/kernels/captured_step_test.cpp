@@ -2,7 +2,11 @@
 // losses step by step and the same weights, within the rounding of kernels cuDNN may pick differently.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "gpu.h"
+#include "ptrain/dist/ports.h"
+#include "ptrain/dist/process_group.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
@@ -37,12 +41,14 @@ ptrain::config::TrainConfig small_run(bool graphs, const std::string& precision,
   return c;
 }
 
-void compare(const std::string& precision, const std::string& model) {
+void compare(const std::string& precision, const std::string& model, const std::string& strategy = "single") {
+  auto graphed_config = small_run(true, precision, model), eager_config = small_run(false, precision, model);
+  graphed_config.run.strategy = eager_config.run.strategy = strategy;
   at::globalContext().setDeterministicCuDNN(true);
-  const auto graphed = ptrain::train::train(ptrain::train::make_plan(small_run(true, precision, model)), "test");
-  const auto eager = ptrain::train::train(ptrain::train::make_plan(small_run(false, precision, model)), "test");
+  const auto graphed = ptrain::train::train(ptrain::train::make_plan(graphed_config), "test");
+  const auto eager = ptrain::train::train(ptrain::train::make_plan(eager_config), "test");
   at::globalContext().setDeterministicCuDNN(false);
-  const std::string what = model + " " + precision;
+  const std::string what = model + " " + precision + " " + strategy;
   ASSERT_TRUE(graphed.cuda_graphs.has_value());
   EXPECT_TRUE(*graphed.cuda_graphs) << what << ": " << graphed.cuda_graphs_note;
   EXPECT_FALSE(*eager.cuda_graphs);
@@ -61,6 +67,20 @@ TEST(CapturedStep, TrainsLikeTheEagerStep) {
   compare("fp32", "resnet20");
   compare("amp-fp16", "resnet20");  // the loss scaler's skip decisions on the device
   compare("amp-bf16", "gpt-tiny");
+}
+
+// The multi-process strategies over NCCL at world size 1, their all-reduces, reduce-scatters, all-gathers and the
+// loss scaler's found-inf all-reduce recorded in the graph: each trains as its eager step does.
+TEST(CapturedStep, StrategiesOverNcclTrainLikeTheirEagerStep) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  if (!ptrain::dist::ProcessGroup::backend_available("nccl")) GTEST_SKIP() << "this build has no NCCL";
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  for (const std::string strategy : {"ddp", "zero1", "zero2", "zero3", "fsdp"}) {
+    setenv("MASTER_PORT", std::to_string(ptrain::dist::free_tcp_port()).c_str(), 1);
+    compare("amp-fp16", "resnet20", strategy);
+    setenv("MASTER_PORT", std::to_string(ptrain::dist::free_tcp_port()).c_str(), 1);
+    compare("amp-bf16", "gpt-tiny", strategy);
+  }
 }
 
 TEST(CapturedStep, CpuRunsSayWhyTheyRunEagerly) {

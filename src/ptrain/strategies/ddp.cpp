@@ -226,6 +226,12 @@ torch::Tensor DistributedDataParallel::all_reduce_sum(torch::Tensor t) {
   return t;
 }
 
+std::string DistributedDataParallel::capture_obstacle() const {
+  if (!group_->stream_ordered()) return "--strategy ddp over gloo waits for its all-reduces on the host";
+  if (!sync_norms_.empty()) return "--sync-batchnorm reads the batch's sample count on the host";
+  return "";
+}
+
 size_t DistributedDataParallel::reductions_started() const {
   if (!reducer_) return 0;
   std::lock_guard<std::mutex> lock(reducer_->mutex);

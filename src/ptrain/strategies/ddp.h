@@ -59,6 +59,9 @@ class DistributedDataParallel final : public Strategy {
   std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override {
     return group_->all_gather_text(name, text);
   }
+  // Over NCCL every collective of the step is ordered on the device (its buckets are fixed at prepare()), so the
+  // whole step, all-reduces included, can be recorded once and replayed.
+  std::string capture_obstacle() const override;
 
   // Parameter indices (in model.parameters() order) of each bucket, in all-reduce order.
   std::vector<std::vector<size_t>> bucket_layout() const;

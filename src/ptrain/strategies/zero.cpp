@@ -300,6 +300,14 @@ torch::Tensor Zero::all_reduce_sum(torch::Tensor t) {
   return t;
 }
 
+std::string Zero::capture_obstacle() const {
+  const auto& policy = state_->policy;
+  if (!state_->group->stream_ordered()) return "--strategy " + name() + " over gloo waits for its collectives on the host";
+  if (policy.offload_optimizer) return "--strategy " + name() + " steps its offloaded optimizer on the CPU";
+  if (policy.offload_params) return "--strategy " + name() + " brings its offloaded parameter shards from the CPU";
+  return "";
+}
+
 std::vector<std::string> Zero::all_gather_text(const std::string& name, const std::string& text) {
   return state_->group->all_gather_text(name, text);
 }

@@ -80,6 +80,10 @@ class Zero final : public Strategy {
   void finish_backward() override;
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
   std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override;
+  // Over NCCL the step's gathers, reductions and the found-inf and norm all-reduces are ordered on the device and
+  // its groups are fixed at prepare(): the whole step can be recorded once and replayed, unless a part of it runs
+  // on the host (an offloaded optimizer or parameter shards).
+  std::string capture_obstacle() const override;
   // This rank's shards: the optimizer's tensors are one flat shard per group, named "zero.<group>".
   std::unique_ptr<UpdateTarget> update_target(models::Model& model, bool master_weights) override;
   // Groups whose gradient reduction has started in this synchronised step (before finish_backward: the

@@ -27,4 +27,16 @@ class CapturedStep {
 // nullptr where there are no CUDA graphs: CPU builds, and CPU devices.
 std::unique_ptr<CapturedStep> make_captured_step(const torch::Device& device);
 
+// While it lives, the calling thread's device work on a CUDA device goes to a stream of the run's own instead
+// of the legacy default stream, ordered after what the default stream was given before and before what it is
+// given after. Autograd binds a parameter's gradient accumulator to the stream current when it is made, and the
+// data-parallel strategies keep theirs (their gradient hooks live there) from prepare() on: made on the legacy
+// stream, they would make every captured backward depend on it, which CUDA refuses. On the run's stream the
+// hooks, the eager steps, the capture and its replays all share one stream. Nothing on CPU devices or builds.
+class RunStream {
+ public:
+  virtual ~RunStream() = default;
+};
+std::unique_ptr<RunStream> use_run_stream(const torch::Device& device);
+
 }  // namespace ptrain::train

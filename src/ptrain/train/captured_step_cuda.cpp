@@ -10,6 +10,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <optional>
+
 #include "ptrain/core/error.h"
 #include "ptrain/train/captured_step.h"
 
@@ -19,8 +21,8 @@ namespace {
 
 class CudaCapturedStep final : public CapturedStep {
  public:
-  explicit CudaCapturedStep(c10::DeviceIndex device)
-      : device_(device), side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
+  // Captures on the current stream unless it is the legacy default stream, on which CUDA captures nothing.
+  explicit CudaCapturedStep(c10::DeviceIndex device) : device_(device), side_(capture_stream(device)) {}
 
   void run_on_capture_stream(const std::function<void()>& fn) override {
     c10::cuda::CUDAGuard device_guard(device_);
@@ -66,7 +68,13 @@ class CudaCapturedStep final : public CapturedStep {
   }
 
  private:
+  static c10::cuda::CUDAStream capture_stream(c10::DeviceIndex device) {
+    const auto current = c10::cuda::getCurrentCUDAStream(device);
+    return current == c10::cuda::getDefaultCUDAStream(device) ? c10::cuda::getStreamFromPool(false, device) : current;
+  }
+
   static void wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
+    if (waiter == on) return;
     at::cuda::CUDAEvent event;
     event.record(on);
     event.block(waiter);
@@ -88,7 +96,35 @@ class CudaCapturedStep final : public CapturedStep {
   bool captured_ = false;
 };
 
+class CudaRunStream final : public RunStream {
+ public:
+  explicit CudaRunStream(c10::DeviceIndex device)
+      : before_(c10::cuda::getCurrentCUDAStream(device)), run_(c10::cuda::getStreamFromPool(false, device)) {
+    order(run_, before_);
+    guard_.emplace(run_);
+  }
+  ~CudaRunStream() override {
+    guard_.reset();
+    order(before_, run_);
+  }
+
+ private:
+  static void order(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
+    at::cuda::CUDAEvent event;
+    event.record(on);
+    event.block(waiter);
+  }
+
+  c10::cuda::CUDAStream before_, run_;
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
+};
+
 }  // namespace
+
+std::unique_ptr<RunStream> use_run_stream(const torch::Device& device) {
+  if (!device.is_cuda()) return nullptr;
+  return std::make_unique<CudaRunStream>(device.has_index() ? device.index() : c10::cuda::current_device());
+}
 
 std::unique_ptr<CapturedStep> make_captured_step(const torch::Device& device) {
   if (!device.is_cuda()) return nullptr;

@@ -69,6 +69,7 @@ TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, cons
 
 metrics::RunRecord TrainingRun::run() {
   open_checkpoint_dir();
+  const auto run_stream = use_run_stream(device_);
   set_up_device();
   load_data_or_explain();
   if (device_.is_cpu()) {
