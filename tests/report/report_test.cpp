@@ -570,6 +570,7 @@ RunRecord speed_record(const std::string& framework, const std::string& model, c
   r.steady_images_per_second = steady;
   r.steady_from_step = 10;
   r.peak_allocated_bytes = peak_gib * kGiB;
+  r.peak_nvml_used_bytes = (peak_gib + 2) * kGiB;
   if (model == "gpt-small") {
     r.dataset = "synthetic-tokens";
     r.image_size = 0;
@@ -591,6 +592,7 @@ void write_speed_runs(const fs::path& runs) {
   write_json(runs / "pytorch" / "resnet50" / "amp-bf16.json", metrics::to_json(eager));
   RunRecord compiled = speed_record("pytorch", "resnet50", "amp-bf16+channels-last", 5500, 5);
   compiled.peak_allocated_bytes = static_cast<int64_t>(5.5 * kGiB);
+  compiled.peak_nvml_used_bytes = static_cast<int64_t>(3.25 * kGiB);  // below its allocated peak: sampled, it can miss it
   compiled.channels_last = true;
   compiled.compiled = true;
   compiled.fused_optimizer = true;
@@ -619,14 +621,16 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_TRUE(has_line(md, "## ptrain beside PyTorch")) << md;
   EXPECT_TRUE(has_line(md, "| model | data | precision | devices | memory format | ptrain | PyTorch eager | "
                            "PyTorch compiled | ptrain / eager | ptrain / compiled | ptrain peak/GPU | eager peak/GPU | "
-                           "compiled peak/GPU |"))
+                           "compiled peak/GPU | ptrain device/GPU | eager device/GPU | compiled device/GPU |"))
       << md;
   const std::string gpt = "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp32 | 1, single | - | "
-                          "20480 tokens/s | 16384 tokens/s | n/a | 1.25x | n/a | 9.00 GiB | 8.00 GiB | n/a |";
+                          "20480 tokens/s | 16384 tokens/s | n/a | 1.25x | n/a | 9.00 GiB | 8.00 GiB | n/a | 11.00 GiB | "
+                          "10.00 GiB | n/a |";
   const std::string nchw = "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | NCHW | n/a | 2200 img/s | "
-                           "5500 img/s | n/a | n/a | n/a | 7.00 GiB | 5.50 GiB |";
+                           "5500 img/s | n/a | n/a | n/a | 7.00 GiB | 5.50 GiB | n/a | 9.00 GiB | 3.25 GiB |";
   const std::string nhwc = "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | channels-last | 4400 img/s | "
-                           "4000 img/s | 5500 img/s | 1.10x | 0.80x | 5.00 GiB | 6.00 GiB | 5.50 GiB |";
+                           "4000 img/s | 5500 img/s | 1.10x | 0.80x | 5.00 GiB | 6.00 GiB | 5.50 GiB | 7.00 GiB | 8.00 GiB | "
+                           "3.25 GiB |";
   for (const auto& row : {gpt, nchw, nhwc}) EXPECT_TRUE(has_line(md, row)) << row << "\n" << md;
   EXPECT_LT(md.find(gpt), md.find(nchw));
   EXPECT_LT(md.find(nchw), md.find(nhwc));
@@ -646,6 +650,9 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager")), 1.1);
   EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_compiled")), 0.8);
   EXPECT_EQ(row.at("pytorch_compiled_peak_allocated_bytes"), std::to_string(static_cast<int64_t>(5.5 * kGiB)));
+  EXPECT_EQ(row.at("ptrain_peak_nvml_used_bytes"), std::to_string(7 * kGiB));
+  EXPECT_EQ(row.at("pytorch_eager_peak_nvml_used_bytes"), std::to_string(8 * kGiB));
+  EXPECT_EQ(row.at("pytorch_compiled_peak_nvml_used_bytes"), std::to_string(static_cast<int64_t>(3.25 * kGiB)));
   EXPECT_EQ(row.at("ptrain_run"), "ptrain/resnet50/amp-bf16");
   EXPECT_EQ(row.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
   const auto tokens = csv_row(rows, 1);
@@ -715,7 +722,7 @@ TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {
       << md;
   EXPECT_TRUE(has_line(md, "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp16 | 1, single | - | "
                            "20480 tokens/s | 16384 tokens/s (diverged at step 2) | 40960 tokens/s (diverged at step 5) | "
-                           "1.25x | 0.50x | 9.00 GiB | 8.00 GiB | 8.00 GiB |"))
+                           "1.25x | 0.50x | 9.00 GiB | 8.00 GiB | 8.00 GiB | 11.00 GiB | 10.00 GiB | 10.00 GiB |"))
       << md;
 
   const auto csv = parse_csv(read_text(written.csv_path));

@@ -296,7 +296,8 @@ std::string ratio_text(std::optional<double> ratio) {
 std::vector<std::string> side_by_side_titles(const Report& report) {
   const std::string per = "/" + memory_unit(report);
   return {"model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
-          "ptrain / eager", "ptrain / compiled", "ptrain peak" + per, "eager peak" + per, "compiled peak" + per};
+          "ptrain / eager", "ptrain / compiled", "ptrain peak" + per, "eager peak" + per, "compiled peak" + per,
+          "ptrain device" + per, "eager device" + per, "compiled device" + per};
 }
 
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
@@ -314,6 +315,9 @@ std::vector<std::string> side_by_side_cells(const Report& report, const SideBySi
   const auto peak = [&](std::optional<size_t> run) {
     return run ? gib_text(measured(record_of(report, *run).peak_allocated_bytes)) : std::string(kNotAvailable);
   };
+  const auto device = [&](std::optional<size_t> run) {
+    return run ? gib_text(measured(record_of(report, *run).peak_nvml_used_bytes)) : std::string(kNotAvailable);
+  };
   return {row.model,
           side_by_side_data(row),
           row.precision,
@@ -326,7 +330,10 @@ std::vector<std::string> side_by_side_cells(const Report& report, const SideBySi
           ratio(row.compiled),
           peak(row.ptrain),
           peak(row.eager),
-          peak(row.compiled)};
+          peak(row.compiled),
+          device(row.ptrain),
+          device(row.eager),
+          device(row.compiled)};
 }
 
 const char* const kSideBySideHeading = "ptrain beside PyTorch";
@@ -352,7 +359,9 @@ std::string side_by_side_note(const Report& report) {
          "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "
          "when ptrain is faster. PyTorch eager is the classic comparison in ptrain's memory format; PyTorch compiled "
          "is torch.compile (" + mode + ") with channels-last for convolutional models and the fused optimizer step, "
-         "beside each memory format of ptrain's. Peak: allocator-allocated bytes per " + memory_unit(report) + ".";
+         "beside each memory format of ptrain's. Peak: allocator-allocated bytes per " + memory_unit(report) +
+         "; device: the device memory in use as nvidia-smi shows it (NVML, sampled during the run), which adds the "
+         "allocator's cached blocks, CUDA graph pools and the CUDA context.";
 }
 
 }  // namespace ptrain::report::table

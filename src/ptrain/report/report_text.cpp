@@ -87,7 +87,8 @@ std::string render_side_by_side_csv(const Report& report) {
   csv << "model,dataset,image_size,seq_len,batch_size_per_device,precision,strategy,devices,channels_last,"
          "throughput_unit,ptrain_per_second,pytorch_eager_per_second,pytorch_compiled_per_second,"
          "ptrain_vs_pytorch_eager,ptrain_vs_pytorch_compiled,ptrain_peak_allocated_bytes,"
-         "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_run,pytorch_eager_run,"
+         "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_peak_nvml_used_bytes,"
+         "pytorch_eager_peak_nvml_used_bytes,pytorch_compiled_peak_nvml_used_bytes,ptrain_run,pytorch_eager_run,"
          "pytorch_compiled_run,ptrain_diverged_at_step,pytorch_eager_diverged_at_step,"
          "pytorch_compiled_diverged_at_step\n";
   for (const auto& row : rows) {
@@ -100,6 +101,9 @@ std::string render_side_by_side_csv(const Report& report) {
     const auto peak = [&](std::optional<size_t> run) {
       return run ? csv_number(measured(record_of(report, *run).peak_allocated_bytes)) : std::string();
     };
+    const auto device = [&](std::optional<size_t> run) {
+      return run ? csv_number(measured(record_of(report, *run).peak_nvml_used_bytes)) : std::string();
+    };
     const auto name = [&](std::optional<size_t> run) { return run ? report.runs[*run].name : std::string(); };
     const auto diverged = [&](std::optional<size_t> run) {
       return run ? csv_number(measured(record_of(report, *run).diverged_at_step)) : std::string();
@@ -110,7 +114,7 @@ std::string render_side_by_side_csv(const Report& report) {
         row.channels_last ? (*row.channels_last ? "true" : "false") : "",
         row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(row.compiled),
         ratio(row.eager), ratio(row.compiled), peak(row.ptrain), peak(row.eager), peak(row.compiled),
-        name(row.ptrain), name(row.eager), name(row.compiled), diverged(row.ptrain), diverged(row.eager),
+        device(row.ptrain), device(row.eager), device(row.compiled), name(row.ptrain), name(row.eager), name(row.compiled), diverged(row.ptrain), diverged(row.eager),
         diverged(row.compiled)};
     for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
     csv << "\n";
