@@ -449,8 +449,8 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
                                            (scratch.path() / "out").string(), "fallback");
 
   EXPECT_TRUE(has_line(written.markdown,
-                       "No ptrain single-device fp32 run among these records: a-ddp (ptrain, ddp, fp32, 2 devices, "
-                       "batch 128/device), the first ptrain run, is the baseline."))
+                       "Baseline: a-ddp (ptrain, ddp, fp32, 2 devices, batch 128/device; no ptrain single-device fp32 "
+                       "run among these records, so the first ptrain run)."))
       << written.markdown;
   EXPECT_TRUE(has_line(written.markdown,
                        "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 1800 | 1200 | 1.00x | n/a | 4.00 GiB | 0.0% | n/a | "
@@ -465,7 +465,55 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
   EXPECT_EQ(charts.at("accuracy-curve").marks, 1);
   EXPECT_EQ(charts.at("accuracy").marks, 1);
   EXPECT_NE(html.find("No curve for runs without epochs_detail: a-ddp."), std::string::npos);
-  EXPECT_NE(html.find("No ptrain single-device fp32 run among these records"), std::string::npos);
+  EXPECT_NE(html.find("no ptrain single-device fp32 run among these records"), std::string::npos);
+}
+
+// Two jobs in one report: each run's speed-up and memory saved are against its own job's baseline, a job without a
+// single-device fp32 run taking its first ptrain run and saying so, and both baselines are marked.
+TEST(BenchReport, EachJobIsMeasuredAgainstItsOwnBaseline) {
+  ScratchDir scratch;
+  const auto runs = scratch.path() / "runs";
+  write_json(runs / "resnet-fp32.json", metrics::to_json(fp32_baseline()));  // steady 1200, 4 GiB
+  write_json(runs / "resnet-bf16.json", metrics::to_json(ptrain_bf16()));    // steady 3000, 2 GiB
+  const auto gpt = [](const std::string& strategy, double steady, int64_t peak_gib) {
+    RunRecord r = record("ptrain", strategy, "amp-bf16", 1);
+    r.model = "gpt-small";
+    r.dataset = "synthetic-tokens";
+    r.image_size = 0;
+    r.seq_len = 1024;
+    r.batch_size_per_device = 16;
+    r.images_per_second = steady;
+    r.steady_images_per_second = steady;
+    r.steady_from_step = 10;
+    r.peak_allocated_bytes = peak_gib * kGiB;
+    return r;
+  };
+  write_json(runs / "gpt-single.json", metrics::to_json(gpt("single", 400, 10)));
+  write_json(runs / "gpt-zero3.json", metrics::to_json(gpt("zero3", 380, 8)));
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "two jobs");
+  const std::string& md = written.markdown;
+  const auto row_of = [&](const std::string& name) {
+    const auto at = md.find("| " + name + " |");
+    return at == std::string::npos ? std::string() : md.substr(at, md.find('\n', at) - at);
+  };
+  EXPECT_NE(row_of("resnet-fp32").find("| 1.00x |"), std::string::npos) << md;
+  EXPECT_NE(row_of("resnet-bf16").find("| 2.50x |"), std::string::npos) << md;
+  EXPECT_NE(row_of("resnet-bf16").find("| 50.0% |"), std::string::npos) << md;
+  EXPECT_NE(row_of("gpt-single").find("| 1.00x |"), std::string::npos) << md;
+  EXPECT_NE(row_of("gpt-zero3").find("| 0.95x |"), std::string::npos) << md;
+  EXPECT_NE(row_of("gpt-zero3").find("| 20.0% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("The runs train 2 jobs, and each run's speed-up and memory saved are against its own job's "
+                    "baseline: gpt-single (ptrain, single, amp-bf16, 1 device, batch 16/device; no ptrain single-device "
+                    "fp32 run of gpt-small on synthetic-tokens at 1024 tokens, so the first ptrain run); resnet-fp32 "
+                    "(the ptrain single-device fp32 run)."),
+            std::string::npos)
+      << md;
+  const std::string html = read_text(written.html_path);
+  size_t marked = 0;
+  for (auto at = html.find("<tr class=\"baseline\""); at != std::string::npos;
+       at = html.find("<tr class=\"baseline\"", at + 1))
+    ++marked;
+  EXPECT_EQ(marked, 2u);
 }
 
 // A ptrain run's --log-jsonl beside its record (as the runner writes it) gives its loss curve a point for

@@ -22,14 +22,19 @@ using table::is_language_model_run;
 using table::measured;
 using table::record_of;
 
-namespace {
-
 // A record's strategy and precision are its names as written (a PyTorch record's too): they are compared
 // with the names the strategy spec and the precision policy give their kinds, never with literals.
 bool is_single_device_fp32_ptrain(const RunRecord& r) {
   return r.framework == metrics::kFrameworkPtrain && r.strategy == strategies::StrategySpec().name() &&
          r.precision == precision::to_string(precision::PrecisionMode::FP32) && r.devices == 1;
 }
+
+std::string job_of(const RunRecord& r) {
+  return r.model + " on " + r.dataset + " at " +
+         (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px");
+}
+
+namespace {
 
 // Where a name stands in a list of known names; unknown ones after all of them, among themselves by name.
 size_t rank_in(const std::vector<std::string>& order, const std::string& name) {
@@ -89,23 +94,23 @@ Report make_report(std::vector<ReportRun> runs, std::string title) {
   report.title = std::move(title);
   report.runs = std::move(runs);
   std::stable_sort(report.runs.begin(), report.runs.end(), comes_before);
-  const auto it = std::find_if(report.runs.begin(), report.runs.end(),
-                               [](const ReportRun& run) { return is_single_device_fp32_ptrain(run.record); });
-  report.baseline_is_single_device_fp32 = it != report.runs.end();
-  if (report.baseline_is_single_device_fp32) {
-    report.baseline = static_cast<size_t>(it - report.runs.begin());
-  } else {
-    const auto first_ptrain = std::find_if(report.runs.begin(), report.runs.end(), [](const ReportRun& run) {
-      return run.record.framework == metrics::kFrameworkPtrain;
-    });
-    report.baseline = first_ptrain != report.runs.end() ? static_cast<size_t>(first_ptrain - report.runs.begin()) : 0;
+  // The best candidate of each job: a single-device fp32 ptrain run, else a ptrain run, else any; the first of the
+  // best kind in the table's order.
+  const auto preference = [](const RunRecord& r) {
+    return is_single_device_fp32_ptrain(r) ? 0 : r.framework == metrics::kFrameworkPtrain ? 1 : 2;
+  };
+  std::map<std::string, size_t> baseline_of_job;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    const auto [it, inserted] = baseline_of_job.emplace(job_of(report.runs[i].record), i);
+    if (!inserted && preference(report.runs[i].record) < preference(report.runs[it->second].record)) it->second = i;
   }
+  for (const auto& run : report.runs) report.baseline_of.push_back(baseline_of_job.at(job_of(run.record)));
   return report;
 }
 
 std::optional<double> speedup_vs_baseline(const Report& report, size_t run) {
   const RunRecord& r = record_of(report, run);
-  const RunRecord& b = record_of(report, report.baseline);
+  const RunRecord& b = record_of(report, report.baseline_of.at(run));
   const bool steady = measured(r.steady_images_per_second) && measured(b.steady_images_per_second);
   const auto mine = measured(steady ? *r.steady_images_per_second : r.images_per_second);
   const auto base = measured(steady ? *b.steady_images_per_second : b.images_per_second);
@@ -115,7 +120,7 @@ std::optional<double> speedup_vs_baseline(const Report& report, size_t run) {
 
 std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run) {
   const auto mine = measured(record_of(report, run).peak_allocated_bytes);
-  const auto base = measured(record_of(report, report.baseline).peak_allocated_bytes);
+  const auto base = measured(record_of(report, report.baseline_of.at(run)).peak_allocated_bytes);
   if (!mine || !base || *base <= 0.0) return std::nullopt;
   return 1.0 - *mine / *base;
 }

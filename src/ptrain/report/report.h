@@ -25,26 +25,31 @@ struct ReportRun {
 struct Report {
   std::string title;
   std::vector<ReportRun> runs;
-  size_t baseline = 0;
-  // False when no ptrain single-device fp32 run is among the runs and the first ptrain run (or, without
-  // one, the first run) stands in: every
-  // rendering says so, since speed-ups against another baseline mean something else.
-  bool baseline_is_single_device_fp32 = false;
+  // Per run, the run its speed-up and memory saving are measured against: the baseline of its job (the same
+  // model on the same data at the same input size, job_of()): the job's first ptrain single-device fp32 run,
+  // or where it has none its first ptrain run (or, without one, its first run), which every rendering names.
+  std::vector<size_t> baseline_of;
+  bool is_baseline(size_t run) const { return baseline_of.at(run) == run; }
 };
+
+// "resnet50 on cifar10 at 224 px", "gpt-small on synthetic-tokens at 1024 tokens": runs of one job compare
+// with each other; runs of different jobs only through the side-by-side table.
+std::string job_of(const metrics::RunRecord& r);
+// Whether a run is what a job's baseline should be: ptrain, single device, fp32.
+bool is_single_device_fp32_ptrain(const metrics::RunRecord& r);
 
 // Reads every *.json below each directory (recursively, in path order, so that reports are stable).
 // Throws ptrain::Error naming the directory when it is missing or holds no record, and naming the file
 // and the key when a record is not valid JSON or not a run record.
 std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs);
 
-// Orders the runs by devices, strategy (single, dp, ddp, zero1..3, fsdp) and precision (fp32 to amp-bf16),
-// ptrain before PyTorch, and picks the baseline: the first ptrain run with strategy single, precision fp32
-// and one device.
+// Orders the runs by job, devices, strategy (single, dp, ddp, zero1..3, fsdp) and precision (fp32 to amp-bf16),
+// ptrain before PyTorch, and picks each job's baseline (Report::baseline_of).
 Report make_report(std::vector<ReportRun> runs, std::string title);
 
-// Training throughput over the baseline's; nullopt when either is missing or the baseline's is zero.
+// Training throughput over its job's baseline's; nullopt when either is missing or the baseline's is zero.
 std::optional<double> speedup_vs_baseline(const Report& report, size_t run);
-// 1 - peak allocated bytes per GPU / the baseline's (negative: more memory than the baseline); nullopt
+// 1 - peak allocated bytes per GPU / its job's baseline's (negative: more memory than the baseline); nullopt
 // when either is missing. Allocator bytes rather than NVML's: NVML counts the CUDA context and other
 // processes too, which are not the training's doing.
 std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run);

@@ -391,7 +391,7 @@ std::string render_html(const Report& report) {
   for (const auto& column : table_columns()) html << "<th>" << escape_html(column_title(column, report)) << "</th>";
   html << "</tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < report.runs.size(); ++i) {
-    html << "<tr" << (i == report.baseline ? " class=\"baseline\"" : "") << " title=\""
+    html << "<tr" << (report.is_baseline(i) ? " class=\"baseline\"" : "") << " title=\""
          << escape_html(report.runs[i].source) << "\">";
     for (const auto& column : table_columns()) {
       html << "<td" << (column.numeric ? " class=\"number\"" : "") << ">" << escape_html(column.text(report, i))

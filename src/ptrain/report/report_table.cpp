@@ -201,13 +201,25 @@ std::string run_descriptor(const RunRecord& r) {
 
 std::vector<std::string> table_notes(const Report& report) {
   std::vector<std::string> notes;
-  const ReportRun& base = report.runs[report.baseline];
-  if (report.baseline_is_single_device_fp32) {
-    notes.push_back("Baseline: " + base.name + " (the ptrain single-device fp32 run).");
+  std::vector<size_t> baselines;
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    if (report.is_baseline(i)) baselines.push_back(i);
+  }
+  const auto describe_baseline = [&](size_t i) {
+    const ReportRun& base = report.runs[i];
+    if (is_single_device_fp32_ptrain(base.record)) return base.name + " (the ptrain single-device fp32 run)";
+    return base.name + " (" + run_descriptor(base.record) + "; no ptrain single-device fp32 run" +
+           (baselines.size() > 1 ? " of " + job_of(base.record) : std::string(" among these records")) + ", so the first " +
+           (base.record.framework == metrics::kFrameworkPtrain ? "ptrain run" : "run") + ")";
+  };
+  if (baselines.size() == 1) {
+    notes.push_back("Baseline: " + describe_baseline(baselines.front()) + ".");
   } else {
-    notes.push_back("No ptrain single-device fp32 run among these records: " + base.name + " (" +
-                    run_descriptor(base.record) + "), the first " +
-                    (base.record.framework == metrics::kFrameworkPtrain ? "ptrain run" : "run") + ", is the baseline.");
+    std::string list;
+    for (const size_t i : baselines) list += (list.empty() ? "" : "; ") + describe_baseline(i);
+    notes.push_back("The runs train " + std::to_string(baselines.size()) +
+                    " jobs, and each run's speed-up and memory saved are against its own job's baseline: " + list +
+                    (side_by_side(report).empty() ? "." : ". The side-by-side table below compares ptrain and PyTorch job by job."));
   }
   notes.push_back(
       "Throughput: training images per second over all devices, evaluation excluded; steady: the same from the "
@@ -227,18 +239,6 @@ std::vector<std::string> table_notes(const Report& report) {
                     ". From that step on the loss was not finite (or the loss scale sat at its floor) and the run "
                     "trained on: its accuracy and losses mean nothing, and its throughput is that of steps that no "
                     "longer learned.");
-  }
-  std::set<std::string> jobs;
-  for (const auto& run : report.runs) {
-    const RunRecord& r = run.record;
-    jobs.insert(r.model + " on " + r.dataset + " at " +
-                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px"));
-  }
-  if (jobs.size() > 1) {
-    std::string list;
-    for (const auto& job : jobs) list += (list.empty() ? "" : "; ") + job;
-    notes.push_back("The runs train different jobs (" + list + "): their comparisons with the baseline mix them" +
-                    (side_by_side(report).empty() ? "." : "; the side-by-side table below compares job by job."));
   }
   return notes;
 }
