@@ -3,7 +3,10 @@
 format on CUDA builds, the legacy profiler's event list on CPU builds) and prints, per traced step, the span,
 the time the GPU was busy (the union of its kernels' intervals), and the kernels or operators that took the
 most time, grouped into families (convolution, matrix multiply, normalisation, elementwise, reductions,
-optimizer, copies, attention, loss).
+optimizer, copies, attention, loss, collectives). Where kernels ran on several CUDA streams (the data-parallel
+strategies' reductions and all-gathers on streams of their own), the account of the overlap: per stream its busy
+time, how much of it ran while the compute stream (the busiest) was busy too, and how much ran alone, with the
+compute stream idle: communication the step waited for.
 
   python3 scripts/trace_summary.py trace.json [--steps N] [--top 25]
 """
@@ -16,6 +19,7 @@ import sys
 # First match wins. Inductor names a fused kernel after every op in it (a batch norm's backward often carries
 # "convolution_backward"), and ptrain's own kernels have short names: both are placed before the generic rules.
 FAMILIES = [
+    ("collective", r"nccl|allreduce|all_reduce|reducescatter|allgather"),
     ("attention", r"flash|fmha|attention|sdpa|softmax_warp"),
     ("pooling", r"max_pool|avg_pool"),
     ("normalization", r"^triton_\w*(batch_norm|layer_norm)|ptrain::kernels::cuda::.*::(stats_|apply_kernel|"
@@ -55,6 +59,71 @@ def union_length(intervals):
     return total
 
 
+def merged(intervals):
+    out = []
+    for b, e in sorted(intervals):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return out
+
+
+def intersection_length(a, b):
+    """Length of the intersection of two merged interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0.0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def stream_of(event):
+    args = event.get("args") or {}
+    return args.get("stream", event.get("tid"))
+
+
+def stream_account(kernels):
+    """Per CUDA stream: kernels, busy time, families, and (other than the compute stream, the busiest) the time it
+    ran beside the compute stream's kernels and the time it ran alone. Times in the trace's microseconds."""
+    by_stream = collections.defaultdict(list)
+    for e in kernels:
+        by_stream[stream_of(e)].append(e)
+    streams = []
+    for stream, events in by_stream.items():
+        intervals = merged([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events])
+        families = collections.Counter()
+        for e in events:
+            families[family(str(e.get("name", "?")))] += float(e["dur"])
+        streams.append({"stream": stream, "kernels": len(events), "intervals": intervals,
+                        "busy": sum(e - b for b, e in intervals), "families": families})
+    streams.sort(key=lambda s: -s["busy"])
+    compute = streams[0]
+    compute["compute"] = True
+    for s in streams[1:]:
+        s["compute"] = False
+        s["beside_compute"] = intersection_length(s["intervals"], compute["intervals"])
+        s["alone"] = s["busy"] - s["beside_compute"]
+    return streams
+
+
+def print_stream_account(streams, steps, per_step):
+    print("\nstreams (ms" + (" a step" if per_step else "") + "): the busiest is taken for the compute stream")
+    for s in streams:
+        fams = ", ".join(f"{f} {us / 1000 / steps:.2f}" for f, us in s["families"].most_common(3))
+        line = (f"  stream {s['stream']}{' (compute)' if s['compute'] else ''}: {s['kernels'] / steps:.0f} kernels "
+                f"({fams}), busy {s['busy'] / 1000 / steps:.2f}")
+        if not s["compute"]:
+            share = 100 * s["beside_compute"] / max(1e-9, s["busy"])
+            line += (f"; beside compute {s['beside_compute'] / 1000 / steps:.2f} ({share:.0f}%), alone with compute "
+                     f"idle {s['alone'] / 1000 / steps:.2f}")
+        print(line)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace")
@@ -82,6 +151,9 @@ def main():
               f"{(k_end - k_begin) / 1000 / steps:.2f} ms ({100 * busy / max(1e-9, k_end - k_begin):.0f}%)"
               + (" a step" if args.steps else ""))
         rows = kernels
+        streams = stream_account(kernels)
+        if len(streams) > 1:
+            print_stream_account(streams, steps, args.steps)
     else:
         print("no GPU kernels in the trace: CPU operators (self time not separated from children)")
         rows = [e for e in complete if not str(e.get("name", "")).startswith("ProfilerStep")]

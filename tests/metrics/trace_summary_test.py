@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""scripts/trace_summary.py's account of streams on synthetic Kineto traces: which stream is compute, how much of a
+communication stream's time ran beside compute kernels and how much alone, and the printed lines."""
+import importlib.util
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "trace_summary.py")
+spec = importlib.util.spec_from_file_location("trace_summary", SCRIPT)
+trace_summary = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(trace_summary)
+
+
+def kernel(name, stream, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": f"stream {stream}",
+            "args": {"stream": stream, "device": 0}}
+
+
+# Compute on stream 7 busy 0-100 and 150-250 (idle 100-150); collectives on stream 13: 50-90 (beside compute) and
+# 110-140 (alone: compute idle, the step waiting for it); an all-gather copy on stream 17 at 200-220 (beside).
+TRACE = [
+    kernel("sm90_xmma_gemm_bf16", 7, 0, 60), kernel("vectorized_elementwise_kernel", 7, 60, 40),
+    kernel("sm90_xmma_gemm_bf16", 7, 150, 100),
+    kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", 13, 50, 40),
+    kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 13, 110, 30),
+    kernel("ncclDevKernel_AllGather_RING_LL", 17, 200, 20),
+]
+
+
+class StreamAccount(unittest.TestCase):
+    def test_overlap_and_exposed_time_per_stream(self):
+        streams = trace_summary.stream_account(TRACE)
+        self.assertEqual([s["stream"] for s in streams], [7, 13, 17])
+        self.assertTrue(streams[0]["compute"])
+        self.assertAlmostEqual(streams[0]["busy"], 200.0)
+        self.assertAlmostEqual(streams[1]["busy"], 70.0)
+        self.assertAlmostEqual(streams[1]["beside_compute"], 40.0)
+        self.assertAlmostEqual(streams[1]["alone"], 30.0)
+        self.assertAlmostEqual(streams[2]["beside_compute"], 20.0)
+        self.assertAlmostEqual(streams[2]["alone"], 0.0)
+        self.assertEqual(streams[1]["families"].most_common(1)[0][0], "collective")
+
+    def test_printed_account(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"traceEvents": TRACE}, f)
+        out = io.StringIO()
+        sys.argv = ["trace_summary.py", f.name, "--steps", "1"]
+        with redirect_stdout(out):
+            self.assertEqual(trace_summary.main(), 0)
+        os.unlink(f.name)
+        text = out.getvalue()
+        self.assertIn("stream 7 (compute): 3 kernels (matmul 0.16, elementwise 0.04), busy 0.20", text)
+        self.assertIn("stream 13: 2 kernels (collective 0.07), busy 0.07; beside compute 0.04 (57%), alone with compute "
+                      "idle 0.03", text)
+        self.assertIn("collective", text)
+
+    def test_one_stream_has_no_account(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"traceEvents": TRACE[:3]}, f)
+        out = io.StringIO()
+        sys.argv = ["trace_summary.py", f.name]
+        with redirect_stdout(out):
+            trace_summary.main()
+        os.unlink(f.name)
+        self.assertNotIn("streams (ms", out.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()
