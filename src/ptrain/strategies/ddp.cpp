@@ -4,33 +4,35 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/gradient_hooks.h"
+#include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
 
 namespace ptrain::strategies {
 
+// DDP's buckets over the one GradientReducer: the hooks count each bucket's gradients, a full bucket is
+// marked ready (launched in bucket order), and finish() copies the averages back into .grad.
 struct DistributedDataParallel::Reducer {
   struct Bucket {
     torch::Tensor flat;
     std::vector<size_t> params;
     std::vector<int64_t> offsets;
     size_t pending = 0;
-    dist::Work work;
-    torch::Tensor travel;  // what the all-reduce sums when it is not flat itself (compression, gloo's dtypes)
   };
 
-  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o)
-      : group(std::move(g)), reduce_dtype(o.reduce_dtype), overlap(o.overlap) {}
+  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o, torch::Device device)
+      : group(std::move(g)),
+        streams(dist::make_comm_streams(group->stream_ordered() ? device : torch::Device(torch::kCPU))),
+        reducer({o.reduce_dtype, o.overlap}, streams) {}
 
   std::shared_ptr<dist::ProcessGroup> group;
-  std::optional<torch::ScalarType> reduce_dtype;
-  bool overlap = true;
+  std::shared_ptr<dist::CommStreams> streams;
+  GradientReducer reducer;  // one slot per bucket, in bucket order
   std::mutex mutex;
   std::vector<torch::Tensor> params;
   std::vector<size_t> bucket_of;
   std::vector<size_t> slot_of;  // position inside its bucket
   std::vector<bool> ready;
   std::vector<Bucket> buckets;
-  size_t next_to_launch = 0;
   bool sync = true;
   GradientHooks hooks;
 
@@ -40,50 +42,29 @@ struct DistributedDataParallel::Reducer {
     return bucket.flat.narrow(0, bucket.offsets[slot], params[index].numel());
   }
 
+  // The bucket's gradients into its flat buffer (zeros for parameters without one), when it launches.
+  torch::Tensor fill(size_t b, std::vector<torch::Tensor>* hold) {
+    for (const size_t index : buckets[b].params) {
+      auto view = view_of(index);
+      const auto& grad = params[index].grad();
+      if (grad.defined()) {
+        view.copy_(grad.reshape({-1}));
+        hold->push_back(grad);
+      } else {
+        view.zero_();
+      }
+    }
+    return buckets[b].flat;
+  }
+
   // Caller holds mutex.
   void mark_ready_locked(size_t index) {
     check(!ready[index], "ddp: parameter " + std::to_string(index) +
                              " received its gradient twice in one synchronised step (several backward calls "
                              "before finish_backward?)");
     ready[index] = true;
-    torch::NoGradGuard no_grad;
-    auto view = view_of(index);
-    const auto& grad = params[index].grad();
-    if (grad.defined()) {
-      view.copy_(grad.reshape({-1}));
-      if (!compressed(buckets[bucket_of[index]])) view.div_(group->world_size());
-    } else {
-      view.zero_();
-    }
-    auto& bucket = buckets[bucket_of[index]];
-    if (--bucket.pending == 0 && overlap) launch_ready_buckets_locked();
-  }
-
-  bool compressed(const Bucket& bucket) const {
-    return reduce_dtype.has_value() && *reduce_dtype != bucket.flat.scalar_type();
-  }
-
-  // Buckets start strictly in order, so every rank issues the same sequence of collectives whatever
-  // order its hooks fired in.
-  void launch_ready_buckets_locked() {
-    while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
-      auto& bucket = buckets[next_to_launch];
-      torch::NoGradGuard no_grad;
-      const auto flat_dtype = bucket.flat.scalar_type();
-      const auto wire = reduce_dtype.value_or(flat_dtype);
-      const auto summed_in = reduction_dtype(*group, wire);
-      if (wire == flat_dtype && summed_in == flat_dtype) {
-        std::vector<torch::Tensor> one{bucket.flat};
-        bucket.work = group->all_reduce_sum(one);
-      } else {
-        bucket.travel = bucket.flat.to(wire);
-        if (compressed(bucket)) bucket.travel.div_(group->world_size());
-        if (summed_in != wire) bucket.travel = bucket.travel.to(summed_in);
-        std::vector<torch::Tensor> one{bucket.travel};
-        bucket.work = group->all_reduce_sum(one);
-      }
-      ++next_to_launch;
-    }
+    const size_t b = bucket_of[index];
+    if (--buckets[b].pending == 0) reducer.mark_ready(b);
   }
 
   void on_gradient_accumulated(size_t index) {
@@ -95,19 +76,8 @@ struct DistributedDataParallel::Reducer {
   void finish() {
     std::lock_guard<std::mutex> lock(mutex);
     if (!sync) return;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!ready[i]) mark_ready_locked(i);
-    }
-    launch_ready_buckets_locked();
-    for (auto& bucket : buckets) {
-      bucket.work.wait();
-      if (bucket.travel.defined()) {
-        // Rounded to the dtype it travelled in first: a float32 sum standing in for a bfloat16 one.
-        torch::NoGradGuard no_grad;
-        bucket.flat.copy_(bucket.travel.to(reduce_dtype.value_or(bucket.flat.scalar_type())));
-        bucket.travel = torch::Tensor();
-      }
-    }
+    // The one wait for the reductions: the host (gloo) or the compute stream (NCCL).
+    reducer.finish();
     // Copy back rather than making .grad a view of the bucket: optimizers that reset gradients to
     // undefined (zero_grad(set_to_none)) would silently detach such views, and the copy is one memcpy.
     torch::NoGradGuard no_grad;
@@ -122,7 +92,6 @@ struct DistributedDataParallel::Reducer {
       ready[i] = false;
     }
     for (auto& bucket : buckets) bucket.pending = bucket.params.size();
-    next_to_launch = 0;
   }
 };
 
@@ -152,7 +121,7 @@ void DistributedDataParallel::prepare(models::Model& model) {
   for (const auto& b : model.buffers()) buffers.push_back(b);
   check_and_broadcast(*group_, params, buffers, device_, "ddp");
 
-  reducer_ = std::make_shared<Reducer>(group_, options_);
+  reducer_ = std::make_shared<Reducer>(group_, options_, device_);
   auto& r = *reducer_;
   r.params = params;
   r.bucket_of.assign(params.size(), 0);
@@ -175,6 +144,14 @@ void DistributedDataParallel::prepare(models::Model& model) {
     bucket.params = std::move(members);
     r.buckets.push_back(std::move(bucket));
   }
+  for (size_t b = 0; b < r.buckets.size(); ++b) {
+    ReductionSlot slot;
+    slot.all = group_;
+    slot.output = r.buckets[b].flat;
+    // The reducer outlives its slots' preparations: both die with it.
+    slot.prepare = [&r, b](std::vector<torch::Tensor>* hold) { return r.fill(b, hold); };
+    r.reducer.add_slot(std::move(slot));
+  }
 
   std::weak_ptr<Reducer> weak = reducer_;
   r.hooks.install(
@@ -193,7 +170,7 @@ torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch
     for (const auto& b : model.buffers()) buffers.push_back(as_movable(*group_, b));
     if (!buffers.empty()) {
       torch::NoGradGuard no_grad;
-      group_->broadcast(buffers, 0);
+      group_->broadcast(buffers, 0).wait();
     }
   }
   std::vector<int64_t> calls_before;
@@ -229,7 +206,13 @@ torch::Tensor DistributedDataParallel::all_reduce_sum(torch::Tensor t) {
 size_t DistributedDataParallel::reductions_started() const {
   if (!reducer_) return 0;
   std::lock_guard<std::mutex> lock(reducer_->mutex);
-  return reducer_->next_to_launch;
+  return reducer_->reducer.launched();
+}
+
+size_t DistributedDataParallel::reductions_completed() const {
+  if (!reducer_) return 0;
+  std::lock_guard<std::mutex> lock(reducer_->mutex);
+  return reducer_->reducer.completed();
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {

@@ -1,7 +1,7 @@
 // Data parallelism after PyTorch's DistributedDataParallel: one model replica per process, gradients
 // averaged over ranks during backward. Parameters are grouped into buckets (by dtype and device, in
 // reverse registration order, which approximates the order backward produces gradients); a hook on
-// each parameter's gradient accumulator copies the accumulated .grad into its bucket and a full bucket
+// each parameter's gradient accumulator counts its bucket's gradients and a full bucket (copied into one flat buffer)
 // starts its asynchronous all-reduce at once, so communication overlaps the rest of backward.
 #pragma once
 
@@ -30,7 +30,8 @@ struct DdpOptions {
   // bfloat16 once (for two ranks exactly a bfloat16 sum). Unset: buckets reduce in the gradients' dtype.
   std::optional<torch::ScalarType> reduce_dtype;
   // Start each bucket's all-reduce as soon as backward has filled it (false: all of them in
-  // finish_backward, after backward). Only the timing differs.
+  // finish_backward, after backward). Only the timing differs. Either way the one wait is in
+  // finish_backward (gradient_reducer.h).
   bool overlap = true;
 };
 
@@ -65,6 +66,8 @@ class DistributedDataParallel final : public Strategy {
   // Buckets whose all-reduce has started in this synchronised step (before finish_backward: the
   // overlap with backward).
   size_t reductions_started() const;
+  // Of those, the ones whose all-reduce has completed, asked without waiting (tests: reductions in flight).
+  size_t reductions_completed() const;
   dist::ProcessGroup& group() { return *group_; }
 
   struct Reducer;

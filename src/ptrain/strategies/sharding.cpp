@@ -243,7 +243,8 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
     shape_hash %= (int64_t{1} << 40);
   }
   const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
-  const auto everyone = group.all_gather(mine.to(group.needs_host_tensors() ? torch::Device(torch::kCPU) : device));
+  std::vector<torch::Tensor> everyone;
+  group.all_gather(mine.to(group.needs_host_tensors() ? torch::Device(torch::kCPU) : device), &everyone).wait();
   for (size_t r = 0; r < everyone.size(); ++r) {
     check(torch::equal(everyone[r].cpu(), mine), who + ": rank " + std::to_string(r) +
                                                      " has a different model than rank " +
@@ -255,7 +256,7 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
   std::vector<torch::Tensor> state;
   for (const auto& p : params) state.push_back(as_movable(group, p));
   for (const auto& b : buffers) state.push_back(as_movable(group, b));
-  if (!state.empty()) group.broadcast(state, 0);
+  if (!state.empty()) group.broadcast(state, 0).wait();
 }
 
 }  // namespace ptrain::strategies
