@@ -133,6 +133,11 @@ size_t Zero::groups_reduced() const {
   return state_->reducer.launched();
 }
 
+size_t Zero::group_count() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->groups.size();
+}
+
 size_t Zero::reductions_completed() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->reducer.completed();

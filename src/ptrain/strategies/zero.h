@@ -87,6 +87,8 @@ class Zero final : public Strategy {
   size_t groups_reduced() const;
   // Of those, the ones whose collective has completed, asked without waiting (tests: reductions in flight).
   size_t reductions_completed() const;
+  // How many flat groups (and so reductions) a step has.
+  size_t group_count() const;
 
   struct State;
 
