@@ -1,5 +1,6 @@
 #include "ptrain/strategies/ddp.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "ptrain/core/error.h"
@@ -36,10 +37,38 @@ struct DistributedDataParallel::Reducer {
   bool sync = true;
   GradientHooks hooks;
 
+  // Parameter index's place in its bucket, with the parameter's shape and (where its memory is dense) its strides:
+  // the gradient layout fused optimizers and autograd's in-place accumulation expect.
   torch::Tensor view_of(size_t index) {
     const auto& bucket = buckets[bucket_of[index]];
-    const size_t slot = slot_of[index];
-    return bucket.flat.narrow(0, bucket.offsets[slot], params[index].numel());
+    const auto& param = params[index];
+    const int64_t offset = bucket.offsets[slot_of[index]];
+    if (param.is_non_overlapping_and_dense())
+      return bucket.flat.as_strided(param.sizes(), param.strides(), bucket.flat.storage_offset() + offset);
+    return bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
+  }
+  static bool is_view(const torch::Tensor& grad, const torch::Tensor& view) {
+    return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides();
+  }
+
+  // Gradients live in their buckets, as PyTorch DDP's gradient_as_bucket_view: before a step's first backward every
+  // parameter without a gradient gets its bucket view, zeroed, so that autograd accumulates into the bucket in
+  // place, the all-reduce averages it there and the optimizer reads it there. No copy in or out, and no gradient
+  // memory beside the buckets. A gradient that is not its view (set by someone else) is copied in and out instead.
+  void bind_gradients() {
+    std::lock_guard<std::mutex> lock(mutex);
+    torch::NoGradGuard no_grad;
+    for (auto& bucket : buckets) {
+      const bool none_bound = std::none_of(bucket.params.begin(), bucket.params.end(),
+                                           [&](size_t index) { return params[index].grad().defined(); });
+      if (none_bound) bucket.flat.zero_();
+      for (const size_t index : bucket.params) {
+        auto& grad = params[index].mutable_grad();
+        if (grad.defined()) continue;
+        grad = view_of(index);
+        if (!none_bound) grad.zero_();
+      }
+    }
   }
 
   // The bucket's gradients into its flat buffer (zeros for parameters without one), when it launches.
@@ -47,8 +76,9 @@ struct DistributedDataParallel::Reducer {
     for (const size_t index : buckets[b].params) {
       auto view = view_of(index);
       const auto& grad = params[index].grad();
+      if (is_view(grad, view)) continue;
       if (grad.defined()) {
-        view.copy_(grad.reshape({-1}));
+        view.copy_(grad);
         hold->push_back(grad);
       } else {
         view.zero_();
@@ -78,16 +108,14 @@ struct DistributedDataParallel::Reducer {
     if (!sync) return;
     // The one wait for the reductions: the host (gloo) or the compute stream (NCCL).
     reducer.finish();
-    // Copy back rather than making .grad a view of the bucket: optimizers that reset gradients to
-    // undefined (zero_grad(set_to_none)) would silently detach such views, and the copy is one memcpy.
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
-      auto view = view_of(i).view(params[i].sizes());
+      auto view = view_of(i);
       auto& grad = params[i].mutable_grad();
-      if (grad.defined()) {
+      if (!grad.defined()) {
+        grad = view;
+      } else if (!is_view(grad, view)) {
         grad.copy_(view);
-      } else {
-        grad = view.clone();
       }
       ready[i] = false;
     }
@@ -165,6 +193,7 @@ void DistributedDataParallel::prepare(models::Model& model) {
 torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {
   check(reducer_ != nullptr, "ddp: forward() before prepare()");
   if (!model.is_training()) return model.forward(inputs);
+  if (torch::GradMode::is_enabled()) reducer_->bind_gradients();
   if (options_.broadcast_buffers && world_size() > 1) {
     std::vector<torch::Tensor> buffers;
     for (const auto& b : model.buffers()) buffers.push_back(as_movable(*group_, b));

@@ -1,8 +1,9 @@
 // Data parallelism after PyTorch's DistributedDataParallel: one model replica per process, gradients
 // averaged over ranks during backward. Parameters are grouped into buckets (by dtype and device, in
 // reverse registration order, which approximates the order backward produces gradients); a hook on
-// each parameter's gradient accumulator counts its bucket's gradients and a full bucket (copied into one flat buffer)
-// starts its asynchronous all-reduce at once, so communication overlaps the rest of backward.
+// each parameter's gradient accumulator counts its bucket's gradients and a full bucket starts its asynchronous
+// all-reduce at once, so communication overlaps the rest of backward. Each parameter's .grad is a view of its
+// bucket (gradient_as_bucket_view): autograd accumulates into the bucket, which is averaged in place.
 #pragma once
 
 #include <memory>
@@ -51,7 +52,8 @@ class DistributedDataParallel final : public Strategy {
   // With false, backward communicates nothing and gradients accumulate locally; the next synchronised
   // backward then reduces the accumulated sums.
   void set_gradient_sync(bool enabled) override;
-  // Waits for every bucket and writes the averaged gradients back into each parameter's .grad. A
+  // Waits for every bucket; each parameter's .grad is then its averaged bucket view (a gradient someone set to a
+  // tensor of its own gets the average copied into it). A
   // parameter that received no gradient in this step contributes zeros (or its gradient accumulated in
   // earlier unsynchronised micro-steps): that approximates find_unused_parameters=True without its
   // graph traversal, and keeps every rank issuing the same collectives.
