@@ -161,3 +161,43 @@ TEST(ShardingPolicy, EachStrategyAnswersWhatItShardsAndWhenItReleases) {
 
 }  // namespace
 }  // namespace ptrain::strategies
+
+namespace ptrain::strategies {
+namespace {
+
+// A model's buffers become views of one flat buffer per dtype, keeping their values and the tensor objects the
+// modules hold: batch norm's in-place running statistics land in the flat buffer, and what is written into the
+// flat buffer (a broadcast) lands in the module.
+TEST(FlattenInPlace, BuffersBecomeViewsOfOneFlatBufferPerDtype) {
+  torch::manual_seed(7);
+  torch::nn::Module model;
+  auto three = model.register_module("three", torch::nn::BatchNorm2d(3));
+  auto five = model.register_module("five", torch::nn::BatchNorm2d(5));
+  model.train();
+  three->forward(torch::randn({4, 3, 2, 2}));
+  auto buffers = model.buffers();
+  ASSERT_EQ(buffers.size(), 6u);  // running_mean, running_var, num_batches_tracked, twice
+  std::vector<torch::Tensor> before;
+  std::vector<const c10::TensorImpl*> objects;
+  for (const auto& b : buffers) {
+    before.push_back(b.clone());
+    objects.push_back(b.unsafeGetTensorImpl());
+  }
+  const auto flats = flatten_in_place(buffers);
+  ASSERT_EQ(flats.size(), 2u);  // float32 statistics, int64 counters
+  EXPECT_EQ(flats[0].numel(), 3 + 3 + 5 + 5);
+  EXPECT_EQ(flats[1].numel(), 2);
+  const auto after = model.buffers();
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].unsafeGetTensorImpl(), objects[i]) << i;
+    EXPECT_TRUE(torch::equal(after[i], before[i])) << i;
+  }
+  three->forward(torch::randn({4, 3, 2, 2}));
+  EXPECT_FALSE(torch::equal(flats[0].narrow(0, 0, 3), before[0])) << "the running mean's update missed the flat buffer";
+  EXPECT_EQ(flats[1][0].item<int64_t>(), before[2].item<int64_t>() + 1);
+  flats[0].fill_(0.5);
+  EXPECT_TRUE(torch::equal(five->running_mean, torch::full({5}, 0.5)));
+}
+
+}  // namespace
+}  // namespace ptrain::strategies

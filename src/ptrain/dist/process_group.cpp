@@ -69,6 +69,11 @@ std::vector<PackedGroup> pack(const std::vector<torch::Tensor>& tensors) {
     }
   }
   for (auto& g : groups) {
+    // A contiguous tensor alone in its group (a flat buffer already) travels as it is: nothing to pack or unpack.
+    if (g.members.size() == 1 && g.members.front().is_contiguous()) {
+      g.flat = g.members.front().view({-1});
+      continue;
+    }
     std::vector<torch::Tensor> flat_views;
     flat_views.reserve(g.members.size());
     for (const auto& t : g.members) flat_views.push_back(t.reshape({-1}));
@@ -80,6 +85,7 @@ std::vector<PackedGroup> pack(const std::vector<torch::Tensor>& tensors) {
 void unpack(std::vector<PackedGroup>& groups) {
   torch::NoGradGuard no_grad;
   for (auto& g : groups) {
+    if (g.members.size() == 1 && g.flat.data_ptr() == g.members.front().data_ptr()) continue;  // travelled itself
     int64_t offset = 0;
     for (auto& t : g.members) {
       t.copy_(g.flat.narrow(0, offset, t.numel()).view(t.sizes()));

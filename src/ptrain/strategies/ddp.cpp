@@ -148,6 +148,7 @@ void DistributedDataParallel::prepare(models::Model& model) {
   std::vector<torch::Tensor> buffers;
   for (const auto& b : model.buffers()) buffers.push_back(b);
   check_and_broadcast(*group_, params, buffers, device_, "ddp");
+  buffer_flats_ = flatten_in_place(buffers);
 
   reducer_ = std::make_shared<Reducer>(group_, options_, device_);
   auto& r = *reducer_;
@@ -194,13 +195,12 @@ torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch
   check(reducer_ != nullptr, "ddp: forward() before prepare()");
   if (!model.is_training()) return model.forward(inputs);
   if (torch::GradMode::is_enabled()) reducer_->bind_gradients();
-  if (options_.broadcast_buffers && world_size() > 1) {
+  // At every world size, as PyTorch's DDP: one broadcast a flat buffer, in place.
+  if (options_.broadcast_buffers && !buffer_flats_.empty()) {
     std::vector<torch::Tensor> buffers;
-    for (const auto& b : model.buffers()) buffers.push_back(as_movable(*group_, b));
-    if (!buffers.empty()) {
-      torch::NoGradGuard no_grad;
-      group_->broadcast(buffers, 0).wait();
-    }
+    for (const auto& flat : buffer_flats_) buffers.push_back(as_movable(*group_, flat));
+    torch::NoGradGuard no_grad;
+    group_->broadcast(buffers, 0).wait();
   }
   std::vector<int64_t> calls_before;
   for (const auto& norm : sync_norms_) calls_before.push_back(norm.module->calls());

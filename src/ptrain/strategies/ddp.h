@@ -80,6 +80,7 @@ class DistributedDataParallel final : public Strategy {
   DdpOptions options_;
   std::shared_ptr<Reducer> reducer_;
   std::vector<ConvertedNorm> sync_norms_;
+  std::vector<torch::Tensor> buffer_flats_;  // the model's buffers are views of these (sharding.h's flatten_in_place)
 };
 
 }  // namespace ptrain::strategies

@@ -35,6 +35,7 @@ struct Zero::State {
   std::vector<std::string> names;
   std::vector<torch::Tensor> frozen;  // parameters that need no gradient: replicated, as they are
   std::vector<torch::Tensor> buffers;
+  std::vector<torch::Tensor> buffer_flats;  // broadcast_buffers: the buffers are views of these
   // In reduction order (the order backward should complete them).
   std::vector<std::unique_ptr<FlatParamGroup>> groups;
   std::vector<size_t> pending;        // per group, members whose gradient backward has not produced yet
@@ -163,6 +164,7 @@ void Zero::prepare(models::Model& model) {
   check(!s.params.empty(), name() + ": the model has no trainable parameters");
   for (const auto& b : model.buffers()) s.buffers.push_back(b);
   check_and_broadcast(*s.group, all, s.buffers, s.device, name(), options_.sync_module_states);
+  if (options_.broadcast_buffers) s.buffer_flats = flatten_in_place(s.buffers);
 
   s.mesh = ShardMesh::of(s.group, s.policy.hybrid ? options_.hybrid_group_size : 0, name());
 
@@ -212,10 +214,11 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   auto& s = *state_;
   check(s.prepared, name() + ": forward() before prepare()");
   const bool training = model.is_training() && torch::GradMode::is_enabled();
-  if (model.is_training() && options_.broadcast_buffers && world_size() > 1 && !s.buffers.empty()) {
+  // At every world size, as ddp: one broadcast a flat buffer, in place.
+  if (model.is_training() && options_.broadcast_buffers && !s.buffer_flats.empty()) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> buffers;
-    for (const auto& b : s.buffers) buffers.push_back(as_movable(*s.group, b));
+    for (const auto& flat : s.buffer_flats) buffers.push_back(as_movable(*s.group, flat));
     s.group->broadcast(buffers, 0).wait();
   }
   if (training) s.begin_micro_step();
