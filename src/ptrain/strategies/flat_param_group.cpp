@@ -73,7 +73,11 @@ void FlatParamGroup::start_gather() {
 
 void FlatParamGroup::gather() {
   start_gather();
+  // gloo: the host waits for the all-gather. NCCL: the compute stream waits for this all-gather only,
+  // and for what the gather stream did before it (the shard's copy from the CPU with --offload-params),
+  // which also joins that stream back into a CUDA graph being captured.
   gather_work_.wait();
+  streams_->compute_waits(dist::CommLane::gather);
   gather_source_ = torch::Tensor();
 }
 
