@@ -64,6 +64,9 @@ class ProcessGroup {
   bool supports_bf16() const { return kind_ != Kind::gloo; }
   // whether waiting on work orders the current CUDA stream after it (NCCL) instead of blocking the host (gloo).
   bool stream_ordered() const { return kind_ == Kind::nccl; }
+  // whether an all-gather may read each rank's input from its own slot of the output (NCCL's in-place
+  // all-gather); gloo copies through its input, which then needs storage of its own.
+  bool gathers_in_place() const { return kind_ == Kind::nccl; }
 
   // Each tensor becomes its sum over all ranks, in place. Tensors of different sizes and dtypes are
   // fine (they are packed into one flat buffer per dtype); one contiguous tensor goes as it is.

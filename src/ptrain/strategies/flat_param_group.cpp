@@ -111,13 +111,31 @@ ReductionSlot FlatParamGroup::reduction() {
   return slot;
 }
 
+void FlatParamGroup::bind_gradients() {
+  if (policy_.shards_gradients) return;
+  torch::NoGradGuard no_grad;
+  const bool zero_all = grads_taken_;
+  if (zero_all) grad_full_.zero_();
+  grads_taken_ = false;
+  const auto views = flat_->split(grad_full_);
+  for (size_t i = 0; i < views.size(); ++i) {
+    auto param = flat_->params()[i];
+    auto& grad = param.mutable_grad();
+    if (grad.defined()) continue;
+    if (!zero_all) views[i].zero_();
+    grad = views[i];
+  }
+}
+
 void FlatParamGroup::take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold) {
   torch::NoGradGuard no_grad;
+  if (into.is_same(grad_full_)) grads_taken_ = true;
   into.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
   const auto views = flat_->split(into);
   for (size_t i = 0; i < views.size(); ++i) {
     auto param = flat_->params()[i];
     auto& grad = param.mutable_grad();
+    if (grad.defined() && grad.data_ptr() == views[i].data_ptr() && grad.strides() == views[i].strides()) continue;
     if (grad.defined()) {
       views[i].copy_(grad);
       hold->push_back(grad);
@@ -138,8 +156,9 @@ torch::Tensor FlatParamGroup::grad_shard() const {
 
 void FlatParamGroup::gather_updated_parameters() {
   torch::NoGradGuard no_grad;
-  auto shard = flat_->shard().clone();
-  mesh_.shard->all_gather_into(as_movable(*mesh_.shard, flat_->full()), as_movable(*mesh_.shard, shard)).wait();
+  auto& shards = *mesh_.shard;
+  const auto shard = shards.gathers_in_place() ? flat_->shard() : flat_->shard().clone();
+  shards.all_gather_into(as_movable(shards, flat_->full()), as_movable(shards, shard)).wait();
 }
 
 void FlatParamGroup::load_full(const torch::Tensor& joined) {

@@ -89,6 +89,12 @@ class FlatParamGroup {
   // parameters whole.
   void release();
 
+  // Replicated gradients (the policy does not shard them) live in the flat buffer they are all-reduced in, as
+  // DDP's gradient_as_bucket_view: before a step's first backward each parameter without a gradient gets its
+  // view of that buffer, zeroed once the last step's reduction was read, so that autograd accumulates there
+  // and the reduction takes it without a copy. Nothing when gradients are sharded.
+  void bind_gradients();
+
   // This group's slot of the strategy's GradientReducer: the parameters' .grad() (cleared as they are read)
   // averaged over every rank into this rank's reduced gradients, all-reduced whole, or reduce-scattered
   // into the shard (then all-reduced across hybrid replicas).
@@ -116,7 +122,7 @@ class FlatParamGroup {
 
  private:
   // The parameters' gradients (zeros where there are none) into `into`, a tensor of the flat layout;
-  // clears them and holds them in *hold.
+  // clears them and holds them in *hold. Gradients that are views of `into` already are left in place.
   void take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold);
 
   ShardingPolicy policy_;
@@ -125,6 +131,7 @@ class FlatParamGroup {
   std::shared_ptr<dist::CommStreams> streams_;
   std::unique_ptr<FlatParams> flat_;
   torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place
+  bool grads_taken_ = true;    // the reduction has read grad_full_ since bind_gradients last zeroed it
   torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients
   torch::Tensor param_shard_;  // shards_parameters: this rank's shard of the parameters, kept between uses
   dist::Work gather_work_;     // an all-gather in flight (prefetch)

@@ -67,6 +67,7 @@ struct Zero::State {
   void begin_micro_step() {
     std::lock_guard<std::mutex> lock(mutex);
     reset_pending();
+    for (auto& g : groups) g->bind_gradients();
     // An accumulation micro-step whose backward skipped some parameter leaves its group gathered.
     release_all();
   }
