@@ -67,19 +67,20 @@ void collectives_body(int rank, int world, int port) {
   auto b1 = torch::full({3}, rank, torch::kFloat);
   auto b2 = torch::full({2}, rank * 100, torch::kLong);
   std::vector<torch::Tensor> bcast{b1, b2};
-  group.broadcast(bcast, world - 1);
+  group.broadcast(bcast, world - 1).wait();
   require_equal(b1, torch::full({3}, world - 1, torch::kFloat), "broadcast float");
   require_equal(b2, torch::full({2}, (world - 1) * 100, torch::kLong), "broadcast long");
 
   // all_gather: shard r holds r*10 + [0, 1, 2].
   const auto shard = torch::arange(3, torch::kFloat) + rank * 10;
-  const auto gathered = group.all_gather(shard.reshape({3, 1}));
+  std::vector<torch::Tensor> gathered;
+  group.all_gather(shard.reshape({3, 1}), &gathered).wait();
   require(static_cast<int>(gathered.size()) == world, "all_gather count");
   for (int r = 0; r < world; ++r) {
     require_equal(gathered[r], (torch::arange(3, torch::kFloat) + r * 10).reshape({3, 1}), "all_gather rank " + std::to_string(r));
   }
   auto flat = torch::empty({3 * world});
-  group.all_gather_into(flat, shard);
+  group.all_gather_into(flat, shard).wait();
   std::vector<torch::Tensor> expected_parts;
   for (int r = 0; r < world; ++r) expected_parts.push_back(torch::arange(3, torch::kFloat) + r * 10);
   require_equal(flat, torch::cat(expected_parts), "all_gather_into");
@@ -88,17 +89,20 @@ void collectives_body(int rank, int world, int port) {
   const auto input = torch::arange(2 * world, torch::kFloat) + rank;
   const auto input_copy = input.clone();
   auto out = torch::empty({2});
-  group.reduce_scatter_sum(out, input);
+  auto scatter = group.reduce_scatter_sum(out, input);
+  require_equal(input, input_copy, "reduce_scatter_sum leaves its input alone while in flight");
+  scatter.wait();
+  require(scatter.completed(), "a waited work is completed");
   const auto expected = (torch::arange(2 * world, torch::kFloat) * w + ranks_sum).narrow(0, 2 * rank, 2);
   require_equal(out, expected, "reduce_scatter_sum");
   require_equal(input, input_copy, "reduce_scatter_sum leaves its input alone");
 
-  group.barrier();
+  group.barrier().wait();
 
   bool threw = false;
   try {
     auto wrong = torch::empty({3});
-    group.all_gather_into(wrong, shard);
+    group.all_gather_into(wrong, shard).wait();
   } catch (const Error& e) {
     threw = std::string(e.what()).find("all_gather_into") != std::string::npos;
   }
@@ -157,7 +161,7 @@ TEST(ProcessGroup, DeadPeerMakesCollectiveFail) {
       2,
       [&](int rank) {
         ProcessGroup group(loopback(rank, 2, port), "gloo", 3s);
-        group.barrier();
+        group.barrier().wait();
         if (rank == 1) ::_exit(0);  // dies without joining the next collective
         std::vector<torch::Tensor> t{torch::ones({1000})};
         group.all_reduce_sum(t).wait();
@@ -178,7 +182,7 @@ TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
       2,
       [&](int rank) {
         ProcessGroup group(loopback(rank, 2, port), "gloo", 3s);
-        group.barrier();
+        group.barrier().wait();
         if (rank == 1) {
           std::this_thread::sleep_for(8s);  // alive and connected, but never joins: only the timeout helps
           return;

@@ -131,6 +131,84 @@ TEST(DdpCommunication, NoOverlapHoldsEveryReductionUntilBackwardEnds) {
   for (size_t i = 0; i + 1 < held.size(); ++i) EXPECT_TRUE(torch::equal(held[i], overlapped[i])) << i;
 }
 
+// Gradients live in their buckets (gradient_as_bucket_view): after a step each parameter's .grad is a view of its
+// bucket, the members of a bucket back to back in bucket order; the next step, after the optimizer reset them,
+// accumulates into the same memory from zero; a gradient someone set to a tensor of its own gets the average copied
+// into it. Rank 0 saves: per step the gradients, then whether each check held.
+void bucket_view_rank(int rank, int port, const std::string& dir) {
+  torch::set_num_threads(1);
+  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
+  torch::manual_seed(100 + rank);
+  auto model = std::make_shared<Chain>();
+  DdpOptions options;
+  options.first_bucket_mb = options.bucket_cap_mb = 100.0 / (1 << 20);  // two buckets: fc2's tensors, fc1's
+  DistributedDataParallel ddp(group, torch::kCPU, options);
+  ddp.prepare(*model);
+  const auto params = model->parameters();
+  const auto batch = global_batch(0, false);
+  const auto step = [&] {
+    torch::mse_loss(ddp.forward(*model, rank_rows(batch.x, rank)), rank_rows(batch.y, rank)).backward();
+    ddp.finish_backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad());
+    return grads;
+  };
+  const auto reset = [&] {
+    for (auto p : params) p.mutable_grad().reset();
+  };
+  std::vector<torch::Tensor> saved;
+  const auto first = step();
+  std::vector<const void*> where;
+  for (const auto& g : first) where.push_back(g.data_ptr());
+  bool back_to_back = true;
+  for (const auto& bucket : ddp.bucket_layout()) {
+    for (size_t k = 1; k < bucket.size(); ++k) {
+      const auto& before = first[bucket[k - 1]];
+      back_to_back = back_to_back && static_cast<const char*>(where[bucket[k]]) ==
+                                         static_cast<const char*>(where[bucket[k - 1]]) + before.numel() * before.element_size();
+    }
+  }
+  for (const auto& g : first) saved.push_back(g.clone());
+  reset();
+  const auto second = step();
+  bool same_memory = true;
+  for (size_t i = 0; i < second.size(); ++i) {
+    same_memory = same_memory && second[i].data_ptr() == where[i];
+    saved.push_back(second[i].clone());
+  }
+  reset();
+  auto own = torch::zeros_like(params[0]);
+  torch::Tensor(params[0]).mutable_grad() = own;
+  const auto third = step();
+  saved.push_back(third[0].clone());
+  saved.push_back(torch::tensor({back_to_back, same_memory, third[0].data_ptr() == own.data_ptr(),
+                                 third[1].data_ptr() == where[1]}));
+  if (rank == 0) torch::save(saved, dir + "/views.pt");
+}
+
+TEST(DdpCommunication, GradientsAreViewsOfTheirBuckets) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  const int port = testing::free_port();
+  const std::string dir = testing::temp_dir("views");
+  ASSERT_TRUE(ranks_succeeded(testing::run_world(kWorld, [&](int r) { bucket_view_rank(r, port, dir); }, 60)));
+  std::vector<torch::Tensor> saved;
+  torch::load(saved, dir + "/views.pt");
+  const size_t n = 4;  // fc1 and fc2, weight and bias
+  ASSERT_EQ(saved.size(), 2 * n + 2);
+  const auto checks = saved.back();
+  EXPECT_TRUE(checks[0].item<bool>()) << "a bucket's gradients are not back to back in it";
+  EXPECT_TRUE(checks[1].item<bool>()) << "the second step's gradients moved";
+  EXPECT_TRUE(checks[2].item<bool>()) << "a gradient set to a tensor of its own was replaced";
+  EXPECT_TRUE(checks[3].item<bool>()) << "the others left their buckets";
+  const auto local = local_gradients(torch::kFloat);
+  for (size_t i = 0; i < n; ++i) {
+    const auto average = (local[0][i] + local[1][i]) / kWorld;
+    EXPECT_TRUE(torch::allclose(saved[i], average, 1e-6, 1e-7)) << "step 1, parameter " << i;
+    EXPECT_TRUE(torch::equal(saved[n + i], saved[i])) << "step 2 accumulated onto step 1, parameter " << i;
+  }
+  EXPECT_TRUE(torch::equal(saved[2 * n], saved[0])) << "the average did not reach a gradient of its own";
+}
+
 void zero_rank(int rank, int port, const std::string& dir, bool overlap) {
   auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
   torch::manual_seed(100);

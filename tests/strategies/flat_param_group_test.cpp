@@ -49,6 +49,14 @@ void set_grads(std::vector<torch::Tensor>& params, int rank) {
   params[1].mutable_grad() = torch::tensor({4.0f, 5.0f, 6.0f, 7.0f}).reshape({2, 2}) * times;
 }
 
+// The group as the only slot of a gradient reducer, reduced at once.
+void reduce_alone(FlatParamGroup& group, std::optional<torch::ScalarType> reduce_dtype) {
+  GradientReducer reducer({reduce_dtype, true}, dist::make_comm_streams(torch::kCPU));
+  reducer.add_slot(group.reduction());
+  reducer.mark_ready(0);
+  reducer.finish();
+}
+
 void run_two_ranks(const std::function<void(int, const ShardMesh&)>& body) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
@@ -66,7 +74,7 @@ TEST(FlatParamGroup, ShardedParametersAreSplitGatheredReleasedAndTheirGradientsR
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero3));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU);
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
     // The initial split keeps this rank's 4 of the 8 padded elements and frees the buffer.
     expect_true(!group.gathered(), "the buffer is freed after the split", rank);
     expect_values(group.param_shard(), rank == 0 ? std::vector<float>{1, 2, 3, 4} : std::vector<float>{15, 16, 17, 0},
@@ -84,8 +92,7 @@ TEST(FlatParamGroup, ShardedParametersAreSplitGatheredReleasedAndTheirGradientsR
     expect_values(params[1], {4, 15, 16, 17}, "b after a second gather", rank);
     // Reduce: the average, scattered; the parameters' gradients are handed over.
     set_grads(params, rank);
-    group.reduce(std::nullopt);
-    group.wait_reduce();
+    reduce_alone(group, std::nullopt);
     expect_values(group.grad_shard(), rank == 0 ? std::vector<float>{1.5, 3, 4.5, 6} : std::vector<float>{7.5, 9, 10.5, 0},
                   "grad_shard", rank);
     expect_true(!params[0].grad().defined() && !params[1].grad().defined(), "reduce clears .grad()", rank);
@@ -100,14 +107,13 @@ TEST(FlatParamGroup, ReplicatedParametersAreAllReducedAndGatheredAfterTheStep) {
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero1));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU);
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
     expect_true(group.gathered(), "replicated parameters stay whole", rank);
     group.release();
     expect_true(group.gathered(), "release leaves replicated parameters alone", rank);
     expect_true(group.grad_bytes() == 8 * 4, "zero1 keeps the whole flat gradients", rank);
     set_grads(params, rank);
-    group.reduce(std::nullopt);
-    group.wait_reduce();
+    reduce_alone(group, std::nullopt);
     expect_values(group.grad_shard(), rank == 0 ? std::vector<float>{1.5, 3, 4.5, 6} : std::vector<float>{7.5, 9, 10.5, 0},
                   "this rank's slice of the all-reduced gradients", rank);
     // A step on this rank's shard only, then every rank's updated shard into every rank's parameters.
@@ -125,12 +131,11 @@ TEST(FlatParamGroup, NoShardKeepsOneShardOfEverythingAndSumsInTheReduceDtype) {
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::fsdp, FsdpSharding::no_shard));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU);
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
     expect_true(group.shard_index() == 0 && group.shard_count() == 1, "one shard", rank);
     set_grads(params, rank);
     // float16 holds 1.5 * [1 .. 7] exactly; the sum comes back in the parameters' float32.
-    group.reduce(torch::kHalf);
-    group.wait_reduce();
+    reduce_alone(group, torch::kHalf);
     expect_true(group.grad_shard().scalar_type() == torch::kFloat, "gradients back in float32", rank);
     expect_values(group.grad_shard(), {1.5, 3, 4.5, 6, 7.5, 9, 10.5}, "the whole averaged gradients", rank);
   });
@@ -152,6 +157,46 @@ TEST(ShardingPolicy, EachStrategyAnswersWhatItShardsAndWhenItReleases) {
   const auto hybrid = ShardingPolicy::of(StrategySpec(StrategyKind::fsdp, FsdpSharding::hybrid_shard_zero2));
   EXPECT_TRUE(hybrid.hybrid && hybrid.shards_parameters && !hybrid.reshards_after_forward);
   EXPECT_THROW(ShardingPolicy::of(StrategySpec(StrategyKind::ddp)), Error);
+}
+
+}  // namespace
+}  // namespace ptrain::strategies
+
+namespace ptrain::strategies {
+namespace {
+
+// A model's buffers become views of one flat buffer per dtype, keeping their values and the tensor objects the
+// modules hold: batch norm's in-place running statistics land in the flat buffer, and what is written into the
+// flat buffer (a broadcast) lands in the module.
+TEST(FlattenInPlace, BuffersBecomeViewsOfOneFlatBufferPerDtype) {
+  torch::manual_seed(7);
+  torch::nn::Module model;
+  auto three = model.register_module("three", torch::nn::BatchNorm2d(3));
+  auto five = model.register_module("five", torch::nn::BatchNorm2d(5));
+  model.train();
+  three->forward(torch::randn({4, 3, 2, 2}));
+  auto buffers = model.buffers();
+  ASSERT_EQ(buffers.size(), 6u);  // running_mean, running_var, num_batches_tracked, twice
+  std::vector<torch::Tensor> before;
+  std::vector<const c10::TensorImpl*> objects;
+  for (const auto& b : buffers) {
+    before.push_back(b.clone());
+    objects.push_back(b.unsafeGetTensorImpl());
+  }
+  const auto flats = flatten_in_place(buffers);
+  ASSERT_EQ(flats.size(), 2u);  // float32 statistics, int64 counters
+  EXPECT_EQ(flats[0].numel(), 3 + 3 + 5 + 5);
+  EXPECT_EQ(flats[1].numel(), 2);
+  const auto after = model.buffers();
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].unsafeGetTensorImpl(), objects[i]) << i;
+    EXPECT_TRUE(torch::equal(after[i], before[i])) << i;
+  }
+  three->forward(torch::randn({4, 3, 2, 2}));
+  EXPECT_FALSE(torch::equal(flats[0].narrow(0, 0, 3), before[0])) << "the running mean's update missed the flat buffer";
+  EXPECT_EQ(flats[1][0].item<int64_t>(), before[2].item<int64_t>() + 1);
+  flats[0].fill_(0.5);
+  EXPECT_TRUE(torch::equal(five->running_mean, torch::full({5}, 0.5)));
 }
 
 }  // namespace

@@ -199,7 +199,7 @@ void train_rank(const ZeroSetup& s, int rank, int world, int port, const std::st
     nlohmann::json layout;
     const auto shards = target->local_shards(optimizer->state(), &layout);
     train::save_shard(save_to, rank, world, shards, layout);
-    group->barrier();
+    group->barrier().wait();
     if (rank == 0) {
       train::Checkpoint ckpt;
       ckpt.shards = world;

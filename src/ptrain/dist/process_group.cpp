@@ -69,6 +69,11 @@ std::vector<PackedGroup> pack(const std::vector<torch::Tensor>& tensors) {
     }
   }
   for (auto& g : groups) {
+    // A contiguous tensor alone in its group (a flat buffer already) travels as it is: nothing to pack or unpack.
+    if (g.members.size() == 1 && g.members.front().is_contiguous()) {
+      g.flat = g.members.front().view({-1});
+      continue;
+    }
     std::vector<torch::Tensor> flat_views;
     flat_views.reserve(g.members.size());
     for (const auto& t : g.members) flat_views.push_back(t.reshape({-1}));
@@ -80,6 +85,7 @@ std::vector<PackedGroup> pack(const std::vector<torch::Tensor>& tensors) {
 void unpack(std::vector<PackedGroup>& groups) {
   torch::NoGradGuard no_grad;
   for (auto& g : groups) {
+    if (g.members.size() == 1 && g.flat.data_ptr() == g.members.front().data_ptr()) continue;  // travelled itself
     int64_t offset = 0;
     for (auto& t : g.members) {
       t.copy_(g.flat.narrow(0, offset, t.numel()).view(t.sizes()));
@@ -135,6 +141,11 @@ void Work::wait() {
   }
   if (impl_->after) impl_->after();
   impl_.reset();
+}
+
+bool Work::completed() const {
+  if (!impl_) return true;
+  return std::all_of(impl_->works.begin(), impl_->works.end(), [](const auto& work) { return work->isCompleted(); });
 }
 
 std::optional<ProcessGroup::Kind> ProcessGroup::backend_kind(const std::string& name) {
@@ -327,13 +338,13 @@ Work ProcessGroup::all_reduce_sum(std::vector<torch::Tensor>& tensors) {
       [packed] { unpack(*packed); });
 }
 
-void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) {
+Work ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) {
   check(root >= 0 && root < world_size_, "dist: broadcast root " + std::to_string(root) + " is outside [0, " +
                                              std::to_string(world_size_) + ")");
-  if (tensors.empty()) return;
+  if (tensors.empty()) return {};
   auto packed = std::make_shared<std::vector<PackedGroup>>(pack(tensors));
   auto& group = impl_->group;
-  start(
+  return start(
       new_work("broadcast from rank " + std::to_string(root)),
       [&](auto& works) {
         for (auto& g : *packed) {
@@ -344,30 +355,22 @@ void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int64_t root) 
           works.push_back(group->broadcast(one, options));
         }
       },
-      [packed] { unpack(*packed); })
-      .wait();
+      [packed] { unpack(*packed); });
 }
 
-void ProcessGroup::barrier() {
+Work ProcessGroup::barrier() {
   auto& group = impl_->group;
-  start(new_work("barrier"), [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); })
-      .wait();
+  return start(new_work("barrier"), [&](auto& works) { works.push_back(group->barrier(c10d::BarrierOptions())); });
 }
 
-std::vector<torch::Tensor> ProcessGroup::all_gather(const torch::Tensor& input) {
+Work ProcessGroup::all_gather(const torch::Tensor& input, std::vector<torch::Tensor>* per_rank) {
   auto flat = torch::empty({world_size_ * input.numel()}, input.options());
-  all_gather_into(flat, input);
-  std::vector<torch::Tensor> per_rank;
-  per_rank.reserve(static_cast<size_t>(world_size_));
-  for (int64_t r = 0; r < world_size_; ++r) per_rank.push_back(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
-  return per_rank;
+  per_rank->clear();
+  for (int64_t r = 0; r < world_size_; ++r) per_rank->push_back(flat.narrow(0, r * input.numel(), input.numel()).view(input.sizes()));
+  return all_gather_into(flat, input);
 }
 
-void ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
-  all_gather_into_async(output_flat, input_shard).wait();
-}
-
-Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
+Work ProcessGroup::all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard) {
   const int64_t n = input_shard.numel();
   check(output_flat.numel() == world_size_ * n,
         "dist: all_gather_into needs an output of world_size * shard = " + std::to_string(world_size_ * n) +
@@ -390,7 +393,7 @@ Work ProcessGroup::all_gather_into_async(const torch::Tensor& output_flat, const
   });
 }
 
-void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat) {
+Work ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat) {
   const int64_t n = output_shard.numel();
   check(input_flat.numel() == world_size_ * n,
         "dist: reduce_scatter_sum needs an input of world_size * shard = " + std::to_string(world_size_ * n) +
@@ -398,19 +401,34 @@ void ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const t
   check(output_shard.scalar_type() == input_flat.scalar_type(), "dist: reduce_scatter_sum output and input dtypes differ");
   auto& group = impl_->group;
   if (kind_ == Kind::nccl) {
-    auto output = output_shard.is_contiguous() ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
+    const bool direct = output_shard.is_contiguous();
+    auto output = direct ? output_shard.view({-1}) : torch::empty({n}, output_shard.options());
     auto input = input_flat.contiguous().view({-1});
-    start(new_work("reduce_scatter_sum"), [&](auto& works) {
-      works.push_back(group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions()));
-    }).wait();
-    if (!output_shard.is_contiguous()) output_shard.copy_(output.view(output_shard.sizes()));
-    return;
+    std::function<void()> copy_back;
+    if (!direct) {
+      copy_back = [output, output_shard] {
+        torch::NoGradGuard no_grad;
+        torch::Tensor(output_shard).copy_(output.view(output_shard.sizes()));
+      };
+    }
+    return start(
+        new_work("reduce_scatter_sum"),
+        [&](auto& works) { works.push_back(group->_reduce_scatter_base(output, input, c10d::ReduceScatterOptions())); },
+        std::move(copy_back));
   }
+  // gloo: every rank sums the whole buffer; the wait copies this rank's slice out.
   auto summed = input_flat.reshape({-1}).clone();
-  std::vector<torch::Tensor> one{summed};
-  all_reduce_sum(one).wait();
-  torch::NoGradGuard no_grad;
-  output_shard.copy_(summed.narrow(0, rank_ * n, n).view(output_shard.sizes()));
+  const int64_t offset = rank_ * n;
+  return start(
+      new_work("reduce_scatter_sum"),
+      [&](auto& works) {
+        std::vector<at::Tensor> one{summed};
+        works.push_back(group->allreduce(one, c10d::AllreduceOptions()));
+      },
+      [summed, output_shard, offset, n] {
+        torch::NoGradGuard no_grad;
+        torch::Tensor(output_shard).copy_(summed.narrow(0, offset, n).view(output_shard.sizes()));
+      });
 }
 
 }  // namespace ptrain::dist

@@ -18,13 +18,19 @@ namespace ptrain::dist {
 
 class ProcessGroup;
 
-// An operation in flight. wait() blocks until it completes (gloo) or until the current CUDA stream is
-// ordered after it (NCCL), then runs the copy-back the operation needs. Waiting twice is harmless.
-class Work {
+// An operation in flight: every collective returns one and none waits inside, so the caller waits
+// where it needs the result, in plain sight. wait() blocks until it completes (gloo, bounded by the
+// group's timeout) or until the current CUDA stream is ordered after it (NCCL), then runs the
+// completion the operation needs (a copy-back from packed buffers, gloo's reduce-scatter slice) on
+// that stream. Waiting twice is harmless.
+class [[nodiscard]] Work {
  public:
   Work() = default;
   void wait();
   bool pending() const { return static_cast<bool>(impl_); }
+  // Whether the backend has finished the operation, without waiting (true once waited, or for no work).
+  // A query for tests and diagnostics: under NCCL it asks the device, which a captured step must not.
+  bool completed() const;
 
   struct Impl;  // defined in process_group.cpp; holds the c10d work items
   explicit Work(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -58,24 +64,26 @@ class ProcessGroup {
   bool supports_bf16() const { return kind_ != Kind::gloo; }
   // whether waiting on work orders the current CUDA stream after it (NCCL) instead of blocking the host (gloo).
   bool stream_ordered() const { return kind_ == Kind::nccl; }
+  // whether an all-gather may read each rank's input from its own slot of the output (NCCL's in-place
+  // all-gather); gloo copies through its input, which then needs storage of its own.
+  bool gathers_in_place() const { return kind_ == Kind::nccl; }
 
   // Each tensor becomes its sum over all ranks, in place. Tensors of different sizes and dtypes are
   // fine (they are packed into one flat buffer per dtype); one contiguous tensor goes as it is.
   Work all_reduce_sum(std::vector<torch::Tensor>& tensors);
   // Every rank's tensors take root's values, in place.
-  void broadcast(std::vector<torch::Tensor>& tensors, int64_t root);
-  void barrier();
-  // One tensor per rank, in rank order.
-  std::vector<torch::Tensor> all_gather(const torch::Tensor& input);
+  Work broadcast(std::vector<torch::Tensor>& tensors, int64_t root);
+  Work barrier();
+  // *per_rank gets one tensor per rank, in rank order, views of one flat buffer filled once the work
+  // is waited on.
+  Work all_gather(const torch::Tensor& input, std::vector<torch::Tensor>* per_rank);
   // output_flat (world_size * input_shard.numel() elements) gets every rank's shard, in rank order.
-  void all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
-  // The same, in flight until the returned work is waited on (prefetching); both tensors must stay
-  // alive until then.
-  Work all_gather_into_async(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
+  // Both tensors must stay alive until the work is waited on.
+  Work all_gather_into(const torch::Tensor& output_flat, const torch::Tensor& input_shard);
   // output_shard gets this rank's slice of the sum over ranks of input_flat. gloo has no reduce-scatter
-  // in LibTorch 1.13, so there it is an all-reduce of a copy followed by a narrow: correct, but it
-  // moves world_size times the data a real reduce-scatter would.
-  void reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat);
+  // in LibTorch 1.13, so there it is an all-reduce of a copy whose slice the wait copies out: correct,
+  // but it moves world_size times the data a real reduce-scatter would.
+  Work reduce_scatter_sum(const torch::Tensor& output_shard, const torch::Tensor& input_flat);
 
   // Every rank's text, in rank order, exchanged through the rendezvous store under `name` (one name a
   // call): settings and other small strings, whatever the backend. Collective; rank 0, which hosts the

@@ -1,43 +1,90 @@
 #include "ptrain/strategies/ddp.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/gradient_hooks.h"
+#include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
 
 namespace ptrain::strategies {
 
+// DDP's buckets over the one GradientReducer: the hooks count each bucket's gradients, a full bucket is
+// marked ready (launched in bucket order), and finish() copies the averages back into .grad.
 struct DistributedDataParallel::Reducer {
   struct Bucket {
     torch::Tensor flat;
     std::vector<size_t> params;
     std::vector<int64_t> offsets;
     size_t pending = 0;
-    dist::Work work;
-    torch::Tensor travel;  // what the all-reduce sums when it is not flat itself (compression, gloo's dtypes)
   };
 
-  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o)
-      : group(std::move(g)), reduce_dtype(o.reduce_dtype), overlap(o.overlap) {}
+  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o, torch::Device device)
+      : group(std::move(g)),
+        streams(dist::make_comm_streams(group->stream_ordered() ? device : torch::Device(torch::kCPU))),
+        reducer({o.reduce_dtype, o.overlap}, streams) {}
 
   std::shared_ptr<dist::ProcessGroup> group;
-  std::optional<torch::ScalarType> reduce_dtype;
-  bool overlap = true;
+  std::shared_ptr<dist::CommStreams> streams;
+  GradientReducer reducer;  // one slot per bucket, in bucket order
   std::mutex mutex;
   std::vector<torch::Tensor> params;
   std::vector<size_t> bucket_of;
   std::vector<size_t> slot_of;  // position inside its bucket
   std::vector<bool> ready;
   std::vector<Bucket> buckets;
-  size_t next_to_launch = 0;
   bool sync = true;
   GradientHooks hooks;
 
+  // Parameter index's place in its bucket, with the parameter's shape and (where its memory is dense) its strides:
+  // the gradient layout fused optimizers and autograd's in-place accumulation expect.
   torch::Tensor view_of(size_t index) {
     const auto& bucket = buckets[bucket_of[index]];
-    const size_t slot = slot_of[index];
-    return bucket.flat.narrow(0, bucket.offsets[slot], params[index].numel());
+    const auto& param = params[index];
+    const int64_t offset = bucket.offsets[slot_of[index]];
+    if (param.is_non_overlapping_and_dense())
+      return bucket.flat.as_strided(param.sizes(), param.strides(), bucket.flat.storage_offset() + offset);
+    return bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
+  }
+  static bool is_view(const torch::Tensor& grad, const torch::Tensor& view) {
+    return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides();
+  }
+
+  // Gradients live in their buckets, as PyTorch DDP's gradient_as_bucket_view: before a step's first backward every
+  // parameter without a gradient gets its bucket view, zeroed, so that autograd accumulates into the bucket in
+  // place, the all-reduce averages it there and the optimizer reads it there. No copy in or out, and no gradient
+  // memory beside the buckets. A gradient that is not its view (set by someone else) is copied in and out instead.
+  void bind_gradients() {
+    std::lock_guard<std::mutex> lock(mutex);
+    torch::NoGradGuard no_grad;
+    for (auto& bucket : buckets) {
+      const bool none_bound = std::none_of(bucket.params.begin(), bucket.params.end(),
+                                           [&](size_t index) { return params[index].grad().defined(); });
+      if (none_bound) bucket.flat.zero_();
+      for (const size_t index : bucket.params) {
+        auto& grad = params[index].mutable_grad();
+        if (grad.defined()) continue;
+        grad = view_of(index);
+        if (!none_bound) grad.zero_();
+      }
+    }
+  }
+
+  // The bucket's gradients into its flat buffer (zeros for parameters without one), when it launches.
+  torch::Tensor fill(size_t b, std::vector<torch::Tensor>* hold) {
+    for (const size_t index : buckets[b].params) {
+      auto view = view_of(index);
+      const auto& grad = params[index].grad();
+      if (is_view(grad, view)) continue;
+      if (grad.defined()) {
+        view.copy_(grad);
+        hold->push_back(grad);
+      } else {
+        view.zero_();
+      }
+    }
+    return buckets[b].flat;
   }
 
   // Caller holds mutex.
@@ -46,44 +93,8 @@ struct DistributedDataParallel::Reducer {
                              " received its gradient twice in one synchronised step (several backward calls "
                              "before finish_backward?)");
     ready[index] = true;
-    torch::NoGradGuard no_grad;
-    auto view = view_of(index);
-    const auto& grad = params[index].grad();
-    if (grad.defined()) {
-      view.copy_(grad.reshape({-1}));
-      if (!compressed(buckets[bucket_of[index]])) view.div_(group->world_size());
-    } else {
-      view.zero_();
-    }
-    auto& bucket = buckets[bucket_of[index]];
-    if (--bucket.pending == 0 && overlap) launch_ready_buckets_locked();
-  }
-
-  bool compressed(const Bucket& bucket) const {
-    return reduce_dtype.has_value() && *reduce_dtype != bucket.flat.scalar_type();
-  }
-
-  // Buckets start strictly in order, so every rank issues the same sequence of collectives whatever
-  // order its hooks fired in.
-  void launch_ready_buckets_locked() {
-    while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
-      auto& bucket = buckets[next_to_launch];
-      torch::NoGradGuard no_grad;
-      const auto flat_dtype = bucket.flat.scalar_type();
-      const auto wire = reduce_dtype.value_or(flat_dtype);
-      const auto summed_in = reduction_dtype(*group, wire);
-      if (wire == flat_dtype && summed_in == flat_dtype) {
-        std::vector<torch::Tensor> one{bucket.flat};
-        bucket.work = group->all_reduce_sum(one);
-      } else {
-        bucket.travel = bucket.flat.to(wire);
-        if (compressed(bucket)) bucket.travel.div_(group->world_size());
-        if (summed_in != wire) bucket.travel = bucket.travel.to(summed_in);
-        std::vector<torch::Tensor> one{bucket.travel};
-        bucket.work = group->all_reduce_sum(one);
-      }
-      ++next_to_launch;
-    }
+    const size_t b = bucket_of[index];
+    if (--buckets[b].pending == 0) reducer.mark_ready(b);
   }
 
   void on_gradient_accumulated(size_t index) {
@@ -95,34 +106,20 @@ struct DistributedDataParallel::Reducer {
   void finish() {
     std::lock_guard<std::mutex> lock(mutex);
     if (!sync) return;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (!ready[i]) mark_ready_locked(i);
-    }
-    launch_ready_buckets_locked();
-    for (auto& bucket : buckets) {
-      bucket.work.wait();
-      if (bucket.travel.defined()) {
-        // Rounded to the dtype it travelled in first: a float32 sum standing in for a bfloat16 one.
-        torch::NoGradGuard no_grad;
-        bucket.flat.copy_(bucket.travel.to(reduce_dtype.value_or(bucket.flat.scalar_type())));
-        bucket.travel = torch::Tensor();
-      }
-    }
-    // Copy back rather than making .grad a view of the bucket: optimizers that reset gradients to
-    // undefined (zero_grad(set_to_none)) would silently detach such views, and the copy is one memcpy.
+    // The one wait for the reductions: the host (gloo) or the compute stream (NCCL).
+    reducer.finish();
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
-      auto view = view_of(i).view(params[i].sizes());
+      auto view = view_of(i);
       auto& grad = params[i].mutable_grad();
-      if (grad.defined()) {
+      if (!grad.defined()) {
+        grad = view;
+      } else if (!is_view(grad, view)) {
         grad.copy_(view);
-      } else {
-        grad = view.clone();
       }
       ready[i] = false;
     }
     for (auto& bucket : buckets) bucket.pending = bucket.params.size();
-    next_to_launch = 0;
   }
 };
 
@@ -151,8 +148,9 @@ void DistributedDataParallel::prepare(models::Model& model) {
   std::vector<torch::Tensor> buffers;
   for (const auto& b : model.buffers()) buffers.push_back(b);
   check_and_broadcast(*group_, params, buffers, device_, "ddp");
+  buffer_flats_ = flatten_in_place(buffers);
 
-  reducer_ = std::make_shared<Reducer>(group_, options_);
+  reducer_ = std::make_shared<Reducer>(group_, options_, device_);
   auto& r = *reducer_;
   r.params = params;
   r.bucket_of.assign(params.size(), 0);
@@ -175,6 +173,14 @@ void DistributedDataParallel::prepare(models::Model& model) {
     bucket.params = std::move(members);
     r.buckets.push_back(std::move(bucket));
   }
+  for (size_t b = 0; b < r.buckets.size(); ++b) {
+    ReductionSlot slot;
+    slot.all = group_;
+    slot.output = r.buckets[b].flat;
+    // The reducer outlives its slots' preparations: both die with it.
+    slot.prepare = [&r, b](std::vector<torch::Tensor>* hold) { return r.fill(b, hold); };
+    r.reducer.add_slot(std::move(slot));
+  }
 
   std::weak_ptr<Reducer> weak = reducer_;
   r.hooks.install(
@@ -188,13 +194,13 @@ void DistributedDataParallel::prepare(models::Model& model) {
 torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {
   check(reducer_ != nullptr, "ddp: forward() before prepare()");
   if (!model.is_training()) return model.forward(inputs);
-  if (options_.broadcast_buffers && world_size() > 1) {
+  if (torch::GradMode::is_enabled()) reducer_->bind_gradients();
+  // At every world size, as PyTorch's DDP: one broadcast a flat buffer, in place.
+  if (options_.broadcast_buffers && !buffer_flats_.empty()) {
     std::vector<torch::Tensor> buffers;
-    for (const auto& b : model.buffers()) buffers.push_back(as_movable(*group_, b));
-    if (!buffers.empty()) {
-      torch::NoGradGuard no_grad;
-      group_->broadcast(buffers, 0);
-    }
+    for (const auto& flat : buffer_flats_) buffers.push_back(as_movable(*group_, flat));
+    torch::NoGradGuard no_grad;
+    group_->broadcast(buffers, 0).wait();
   }
   std::vector<int64_t> calls_before;
   for (const auto& norm : sync_norms_) calls_before.push_back(norm.module->calls());
@@ -235,7 +241,13 @@ std::string DistributedDataParallel::capture_obstacle() const {
 size_t DistributedDataParallel::reductions_started() const {
   if (!reducer_) return 0;
   std::lock_guard<std::mutex> lock(reducer_->mutex);
-  return reducer_->next_to_launch;
+  return reducer_->reducer.launched();
+}
+
+size_t DistributedDataParallel::reductions_completed() const {
+  if (!reducer_) return 0;
+  std::lock_guard<std::mutex> lock(reducer_->mutex);
+  return reducer_->reducer.completed();
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {

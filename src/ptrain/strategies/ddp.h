@@ -1,8 +1,9 @@
 // Data parallelism after PyTorch's DistributedDataParallel: one model replica per process, gradients
 // averaged over ranks during backward. Parameters are grouped into buckets (by dtype and device, in
 // reverse registration order, which approximates the order backward produces gradients); a hook on
-// each parameter's gradient accumulator copies the accumulated .grad into its bucket and a full bucket
-// starts its asynchronous all-reduce at once, so communication overlaps the rest of backward.
+// each parameter's gradient accumulator counts its bucket's gradients and a full bucket starts its asynchronous
+// all-reduce at once, so communication overlaps the rest of backward. Each parameter's .grad is a view of its
+// bucket (gradient_as_bucket_view): autograd accumulates into the bucket, which is averaged in place.
 #pragma once
 
 #include <memory>
@@ -30,7 +31,8 @@ struct DdpOptions {
   // bfloat16 once (for two ranks exactly a bfloat16 sum). Unset: buckets reduce in the gradients' dtype.
   std::optional<torch::ScalarType> reduce_dtype;
   // Start each bucket's all-reduce as soon as backward has filled it (false: all of them in
-  // finish_backward, after backward). Only the timing differs.
+  // finish_backward, after backward). Only the timing differs. Either way the one wait is in
+  // finish_backward (gradient_reducer.h).
   bool overlap = true;
 };
 
@@ -50,7 +52,8 @@ class DistributedDataParallel final : public Strategy {
   // With false, backward communicates nothing and gradients accumulate locally; the next synchronised
   // backward then reduces the accumulated sums.
   void set_gradient_sync(bool enabled) override;
-  // Waits for every bucket and writes the averaged gradients back into each parameter's .grad. A
+  // Waits for every bucket; each parameter's .grad is then its averaged bucket view (a gradient someone set to a
+  // tensor of its own gets the average copied into it). A
   // parameter that received no gradient in this step contributes zeros (or its gradient accumulated in
   // earlier unsynchronised micro-steps): that approximates find_unused_parameters=True without its
   // graph traversal, and keeps every rank issuing the same collectives.
@@ -68,6 +71,8 @@ class DistributedDataParallel final : public Strategy {
   // Buckets whose all-reduce has started in this synchronised step (before finish_backward: the
   // overlap with backward).
   size_t reductions_started() const;
+  // Of those, the ones whose all-reduce has completed, asked without waiting (tests: reductions in flight).
+  size_t reductions_completed() const;
   dist::ProcessGroup& group() { return *group_; }
 
   struct Reducer;
@@ -78,6 +83,7 @@ class DistributedDataParallel final : public Strategy {
   DdpOptions options_;
   std::shared_ptr<Reducer> reducer_;
   std::vector<ConvertedNorm> sync_norms_;
+  std::vector<torch::Tensor> buffer_flats_;  // the model's buffers are views of these (sharding.h's flatten_in_place)
 };
 
 }  // namespace ptrain::strategies

@@ -36,8 +36,9 @@ ShardMesh ShardMesh::of(std::shared_ptr<dist::ProcessGroup> group, int64_t hybri
 
 FlatParamGroup::FlatParamGroup(std::vector<torch::Tensor> params, std::vector<std::string> names,
                                const ShardingPolicy& policy, ShardMesh mesh, torch::Device device,
-                               torch::Device comm_device)
-    : policy_(policy), mesh_(std::move(mesh)), device_(device), comm_device_(comm_device) {
+                               torch::Device comm_device, std::shared_ptr<dist::CommStreams> streams)
+    : policy_(policy), mesh_(std::move(mesh)), device_(device), comm_device_(comm_device), streams_(std::move(streams)) {
+  check(streams_ != nullptr, "flat parameter group: needs the communication streams");
   torch::NoGradGuard no_grad;
   flat_ = policy_.shards_optimizer_state
               ? std::make_unique<FlatParams>(std::move(params), std::move(names), mesh_.shard->rank(),
@@ -61,15 +62,22 @@ FlatParamGroup::FlatParamGroup(std::vector<torch::Tensor> params, std::vector<st
 
 void FlatParamGroup::start_gather() {
   if (flat_->allocated()) return;
+  // Regrown on the compute stream, which uses and frees the buffer; the gather stream fills it after the
+  // compute stream's work so far.
   flat_->regrow();
+  const auto on_gather_stream = streams_->after_compute(dist::CommLane::gather);
   torch::NoGradGuard no_grad;
   gather_source_ = as_movable(*mesh_.shard, param_shard_.to(device_));
-  gather_work_ = mesh_.shard->all_gather_into_async(as_movable(*mesh_.shard, flat_->full()), gather_source_);
+  gather_work_ = mesh_.shard->all_gather_into(as_movable(*mesh_.shard, flat_->full()), gather_source_);
 }
 
 void FlatParamGroup::gather() {
   start_gather();
+  // gloo: the host waits for the all-gather. NCCL: the compute stream waits for this all-gather only,
+  // and for what the gather stream did before it (the shard's copy from the CPU with --offload-params),
+  // which also joins that stream back into a CUDA graph being captured.
   gather_work_.wait();
+  streams_->compute_waits(dist::CommLane::gather);
   gather_source_ = torch::Tensor();
 }
 
@@ -80,44 +88,62 @@ void FlatParamGroup::release() {
   flat_->free();
 }
 
-void FlatParamGroup::reduce(std::optional<torch::ScalarType> reduce_dtype) {
-  torch::NoGradGuard no_grad;
-  auto flat = flat_->flat_grads(1.0 / static_cast<double>(mesh_.all->world_size()));
-  for (const auto& p : flat_->params()) torch::Tensor(p).mutable_grad().reset();
-  // gloo sums no bfloat16: there the bfloat16 values are summed in float32 and the sum rounded to
-  // bfloat16 once (for two ranks exactly what a bfloat16 sum gives).
-  const auto wire = reduce_dtype.value_or(flat.scalar_type());
-  const auto travel = reduction_dtype(*mesh_.all, wire);
-  if (wire != flat.scalar_type() || travel != flat.scalar_type()) {
-    auto converted = flat.to(wire).to(travel);
-    if (!policy_.shards_gradients) {
-      std::vector<torch::Tensor> one{converted};
-      mesh_.all->all_reduce_sum(one).wait();
-      grad_full_ = converted.to(wire).to(flat.scalar_type());
-    } else {
-      auto shard = torch::empty({flat_->shard_numel()}, converted.options());
-      mesh_.shard->reduce_scatter_sum(shard, converted);
-      reduce_across_replicas(shard);
-      grad_shard_.copy_(shard.to(wire));
-    }
-  } else if (!policy_.shards_gradients) {
-    grad_full_ = flat;
-    std::vector<torch::Tensor> one{grad_full_};
-    work_ = mesh_.all->all_reduce_sum(one);
+ReductionSlot FlatParamGroup::reduction() {
+  ReductionSlot slot;
+  slot.all = mesh_.all;
+  if (policy_.shards_gradients) {
+    slot.scatter = mesh_.shard;
+    slot.replicas = mesh_.replica;
+    slot.output = grad_shard_;
+    slot.prepare = [this](std::vector<torch::Tensor>* hold) {
+      auto flat = torch::empty({flat_->padded_numel()}, flat_->full().options());
+      take_grads(flat, hold);
+      return flat;
+    };
   } else {
-    mesh_.shard->reduce_scatter_sum(grad_shard_, flat);
-    reduce_across_replicas(grad_shard_);
+    // Reduced in place, in the buffer it is read from between steps.
+    slot.output = grad_full_;
+    slot.prepare = [this](std::vector<torch::Tensor>* hold) {
+      take_grads(grad_full_, hold);
+      return grad_full_;
+    };
+  }
+  return slot;
+}
+
+void FlatParamGroup::bind_gradients() {
+  if (policy_.shards_gradients) return;
+  torch::NoGradGuard no_grad;
+  const bool zero_all = grads_taken_;
+  if (zero_all) grad_full_.zero_();
+  grads_taken_ = false;
+  const auto views = flat_->split(grad_full_);
+  for (size_t i = 0; i < views.size(); ++i) {
+    auto param = flat_->params()[i];
+    auto& grad = param.mutable_grad();
+    if (grad.defined()) continue;
+    if (!zero_all) views[i].zero_();
+    grad = views[i];
   }
 }
 
-void FlatParamGroup::wait_reduce() { work_.wait(); }
-
-// Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
-// shard sum theirs.
-void FlatParamGroup::reduce_across_replicas(const torch::Tensor& shard) {
-  if (!mesh_.replica) return;
-  std::vector<torch::Tensor> one{shard};
-  mesh_.replica->all_reduce_sum(one).wait();
+void FlatParamGroup::take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold) {
+  torch::NoGradGuard no_grad;
+  if (into.is_same(grad_full_)) grads_taken_ = true;
+  into.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
+  const auto views = flat_->split(into);
+  for (size_t i = 0; i < views.size(); ++i) {
+    auto param = flat_->params()[i];
+    auto& grad = param.mutable_grad();
+    if (grad.defined() && grad.data_ptr() == views[i].data_ptr() && grad.strides() == views[i].strides()) continue;
+    if (grad.defined()) {
+      views[i].copy_(grad);
+      hold->push_back(grad);
+      grad.reset();
+    } else {
+      views[i].zero_();
+    }
+  }
 }
 
 torch::Tensor FlatParamGroup::param_shard() const {
@@ -130,8 +156,9 @@ torch::Tensor FlatParamGroup::grad_shard() const {
 
 void FlatParamGroup::gather_updated_parameters() {
   torch::NoGradGuard no_grad;
-  auto shard = flat_->shard().clone();
-  mesh_.shard->all_gather_into(as_movable(*mesh_.shard, flat_->full()), as_movable(*mesh_.shard, shard));
+  auto& shards = *mesh_.shard;
+  const auto shard = shards.gathers_in_place() ? flat_->shard() : flat_->shard().clone();
+  shards.all_gather_into(as_movable(shards, flat_->full()), as_movable(shards, shard)).wait();
 }
 
 void FlatParamGroup::load_full(const torch::Tensor& joined) {
@@ -151,7 +178,7 @@ std::vector<torch::Tensor> FlatParamGroup::gather_split(const torch::Tensor& sha
   }
   auto& shards = *mesh_.shard;
   auto whole = torch::empty({flat_->padded_numel()}, shard.options().device(comm_device_));
-  shards.all_gather_into(as_movable(shards, whole), as_movable(shards, shard.to(comm_device_)));
+  shards.all_gather_into(as_movable(shards, whole), as_movable(shards, shard.to(comm_device_))).wait();
   for (const auto& part : flat_->split(whole)) out.push_back(part.to(torch::kCPU).clone());
   return out;
 }

@@ -1,8 +1,8 @@
 // One unit of the sharding engine (zero.h), as PyTorch FSDP2's FSDPParamGroup is one: the unit's
 // parameters in one flat buffer (sharding.h's FlatParams), this rank's shard of it, and the four things
 // done to them: shard (the initial split, in the constructor), gather (all-gather the whole buffer
-// before use), release (free it after use) and reduce (reduce-scatter or all-reduce the gradients into
-// this rank's shard). Where the shards rest (the device, or the CPU with --offload-params) is a property
+// before use, on the gather stream), release (free it after use) and reduce (its slot of the strategy's
+// GradientReducer: reduce-scatter or all-reduce the gradients into this rank's shard). Where the shards rest (the device, or the CPU with --offload-params) is a property
 // of the group, as FSDP2's offload policy is of its FSDPParam.
 //
 // What the ZeRO stages and FSDP's shardings differ in is ShardingPolicy, answered once from the
@@ -16,7 +16,9 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/dist/comm_streams.h"
 #include "ptrain/dist/process_group.h"
+#include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
 #include "ptrain/strategies/strategy_spec.h"
 
@@ -67,29 +69,36 @@ class FlatParamGroup {
   // Lays params (one dtype and device, in the order given) out in one flat buffer over mesh.shard (or
   // a layout of one shard when the policy shards nothing) and, when the policy shards parameters, keeps
   // this rank's shard (on the CPU with offload_params) and frees the buffer. comm_device: where
-  // collectives move tensors (the device for NCCL, the CPU for gloo).
+  // collectives move tensors (the device for NCCL, the CPU for gloo); streams: where all-gathers run.
   FlatParamGroup(std::vector<torch::Tensor> params, std::vector<std::string> names, const ShardingPolicy& policy,
-                 ShardMesh mesh, torch::Device device, torch::Device comm_device);
+                 ShardMesh mesh, torch::Device device, torch::Device comm_device,
+                 std::shared_ptr<dist::CommStreams> streams);
 
   const FlatParams& flat() const { return *flat_; }
   const std::vector<std::string>& names() const { return flat_->names(); }
 
-  // Starts gathering the whole buffer from every rank's shard, unless it is gathered or on its way
-  // (nothing to do when the policy keeps parameters whole).
+  // Starts gathering the whole buffer from every rank's shard on the gather stream, into its storage
+  // regrown in place, unless it is gathered or on its way (nothing to do when the policy keeps
+  // parameters whole): prefetching.
   void start_gather();
-  // ... and waits until it is there.
+  // ... and waits until it is there: the host (gloo) or the compute stream (NCCL), for this group's
+  // all-gather only.
   void gather();
   bool gathered() const { return flat_->allocated(); }
   // Frees the gathered buffer (waiting for a gather in flight); nothing when the policy keeps
   // parameters whole.
   void release();
 
-  // Averages the parameters' .grad() over every rank (clearing them) into this rank's reduced gradients:
-  // all-reduced whole, or reduce-scattered into the shard (then all-reduced across hybrid replicas).
-  // reduce_dtype: the gradients are rounded to it, summed in it and the sum rounded to it. An all-reduce
-  // in the gradients' own dtype may still be in flight on return: wait_reduce() waits for it.
-  void reduce(std::optional<torch::ScalarType> reduce_dtype);
-  void wait_reduce();
+  // Replicated gradients (the policy does not shard them) live in the flat buffer they are all-reduced in, as
+  // DDP's gradient_as_bucket_view: before a step's first backward each parameter without a gradient gets its
+  // view of that buffer, zeroed once the last step's reduction was read, so that autograd accumulates there
+  // and the reduction takes it without a copy. Nothing when gradients are sharded.
+  void bind_gradients();
+
+  // This group's slot of the strategy's GradientReducer: the parameters' .grad() (cleared as they are read)
+  // averaged over every rank into this rank's reduced gradients, all-reduced whole, or reduce-scattered
+  // into the shard (then all-reduced across hybrid replicas).
+  ReductionSlot reduction();
 
   // This rank's shard of the parameters (what the optimizer steps) and of the reduced gradients.
   torch::Tensor param_shard() const;
@@ -112,16 +121,19 @@ class FlatParamGroup {
   int64_t grad_bytes() const;
 
  private:
-  void reduce_across_replicas(const torch::Tensor& shard);
+  // The parameters' gradients (zeros where there are none) into `into`, a tensor of the flat layout;
+  // clears them and holds them in *hold. Gradients that are views of `into` already are left in place.
+  void take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold);
 
   ShardingPolicy policy_;
   ShardMesh mesh_;
   torch::Device device_, comm_device_;
+  std::shared_ptr<dist::CommStreams> streams_;
   std::unique_ptr<FlatParams> flat_;
-  torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced
+  torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place
+  bool grads_taken_ = true;    // the reduction has read grad_full_ since bind_gradients last zeroed it
   torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients
   torch::Tensor param_shard_;  // shards_parameters: this rank's shard of the parameters, kept between uses
-  dist::Work work_;            // the gradients' all-reduce in flight
   dist::Work gather_work_;     // an all-gather in flight (prefetch)
   torch::Tensor gather_source_;  // what it sends, alive until it is done
 };

@@ -224,6 +224,40 @@ std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& p
   return walk_by_size(params, first_cap_bytes, cap_bytes, /*close_before_overflow=*/false);
 }
 
+std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const std::vector<size_t>& g) {
+      const auto& first = tensors[g.front()];
+      return first.scalar_type() == tensors[i].scalar_type() && first.device() == tensors[i].device();
+    });
+    if (it == groups.end()) {
+      groups.push_back({i});
+    } else {
+      it->push_back(i);
+    }
+  }
+  std::vector<torch::Tensor> flats;
+  for (const auto& members : groups) {
+    int64_t numel = 0;
+    for (const size_t i : members) numel += tensors[i].numel();
+    auto flat = torch::empty({numel}, tensors[members.front()].options());
+    int64_t offset = 0;
+    for (const size_t i : members) {
+      torch::Tensor t = tensors[i];
+      const auto sizes = t.sizes().vec();
+      std::vector<int64_t> strides(sizes.size(), 1);
+      for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
+      flat.narrow(0, offset, t.numel()).view(sizes).copy_(t);
+      t.set_(flat.storage(), flat.storage_offset() + offset, sizes, strides);
+      offset += t.numel();
+    }
+    flats.push_back(flat);
+  }
+  return flats;
+}
+
 torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 && !group.supports_bf16() ? t.view(torch::kHalf) : t;
 }
@@ -243,7 +277,8 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
     shape_hash %= (int64_t{1} << 40);
   }
   const auto mine = torch::tensor({static_cast<int64_t>(params.size()), total, shape_hash}, torch::kLong);
-  const auto everyone = group.all_gather(mine.to(group.needs_host_tensors() ? torch::Device(torch::kCPU) : device));
+  std::vector<torch::Tensor> everyone;
+  group.all_gather(mine.to(group.needs_host_tensors() ? torch::Device(torch::kCPU) : device), &everyone).wait();
   for (size_t r = 0; r < everyone.size(); ++r) {
     check(torch::equal(everyone[r].cpu(), mine), who + ": rank " + std::to_string(r) +
                                                      " has a different model than rank " +
@@ -255,7 +290,7 @@ void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Ten
   std::vector<torch::Tensor> state;
   for (const auto& p : params) state.push_back(as_movable(group, p));
   for (const auto& b : buffers) state.push_back(as_movable(group, b));
-  if (!state.empty()) group.broadcast(state, 0);
+  if (!state.empty()) group.broadcast(state, 0).wait();
 }
 
 }  // namespace ptrain::strategies

@@ -91,6 +91,12 @@ UnitLayout unit_layout(models::Model& model, const std::vector<torch::Tensor>& p
 std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,
                                              int64_t cap_bytes);
 
+// Makes the tensors (a model's buffers: batch-norm running statistics) views of one flat buffer per dtype and
+// device, keeping their values and the tensor objects the model holds, and returns those flat buffers: one
+// collective over them then moves every tensor, with nothing to pack or unpack (ddp's and zero's per-step
+// buffer broadcast). Tensors replaced later (rather than written in place) would leave their flat buffer.
+std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors);
+
 // --bucket-cap-mb and the other MiB flags, in bytes.
 int64_t megabytes_to_bytes(double mb);
 

@@ -7,25 +7,35 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/strategies/gradient_hooks.h"
+#include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
 
 namespace ptrain::strategies {
 
 struct Zero::State {
   State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o, ShardingPolicy p)
-      : group(std::move(g)), device(d), options(std::move(o)), policy(p) {}
+      : group(std::move(g)),
+        device(d),
+        options(std::move(o)),
+        policy(p),
+        streams(dist::make_comm_streams(group->stream_ordered() ? device : torch::Device(torch::kCPU))),
+        reducer({options.reduce_dtype, options.overlap_comm}, streams) {}
 
   std::shared_ptr<dist::ProcessGroup> group;  // every rank
   ShardMesh mesh;                             // group, or its hybrid shard and replica parts
   torch::Device device;
   ZeroOptions options;
   ShardingPolicy policy;
+  std::shared_ptr<dist::CommStreams> streams;  // the reduce and gather streams beside the compute stream
+  // One slot per group, in the order of groups.
+  GradientReducer reducer;
   std::mutex mutex;
 
   std::vector<torch::Tensor> params;  // trainable parameters, in model order
   std::vector<std::string> names;
   std::vector<torch::Tensor> frozen;  // parameters that need no gradient: replicated, as they are
   std::vector<torch::Tensor> buffers;
+  std::vector<torch::Tensor> buffer_flats;  // broadcast_buffers: the buffers are views of these
   // In reduction order (the order backward should complete them).
   std::vector<std::unique_ptr<FlatParamGroup>> groups;
   std::vector<size_t> pending;        // per group, members whose gradient backward has not produced yet
@@ -35,7 +45,6 @@ struct Zero::State {
   std::vector<bool> seen;             // this micro-step's backward produced the parameter's gradient
   std::vector<int> unit_group;        // groups by units: per model unit, its group or -1 (the root)
   int rest_group = -1;                // groups by units: parameters outside every unit (or all, without units)
-  size_t next_to_reduce = 0;
   bool sync = true;
   bool prepared = false;
   GradientHooks hooks;
@@ -53,22 +62,14 @@ struct Zero::State {
   void reset_pending() {
     std::fill(seen.begin(), seen.end(), false);
     pending = members;
-    next_to_reduce = 0;
   }
 
   void begin_micro_step() {
     std::lock_guard<std::mutex> lock(mutex);
     reset_pending();
+    for (auto& g : groups) g->bind_gradients();
     // An accumulation micro-step whose backward skipped some parameter leaves its group gathered.
     release_all();
-  }
-
-  // Caller holds mutex. Groups are reduced strictly in order, so every rank issues the same collectives
-  // whatever order its hooks fired in.
-  void reduce_complete_groups_locked() {
-    while (next_to_reduce < groups.size() && pending[next_to_reduce] == 0) {
-      groups[next_to_reduce++]->reduce(options.reduce_dtype);
-    }
   }
 
   void on_gradient(size_t index) {
@@ -84,17 +85,16 @@ struct Zero::State {
     if (--pending[g] > 0) return;
     groups[g]->release();  // its backward is over: sharded parameters are freed
     if (options.backward_prefetch == Prefetch::backward_post) prefetch(before[g]);
-    if (sync && options.overlap_comm) reduce_complete_groups_locked();
+    // The reducer launches the group's reduction (with overlap, once those before it are launched) and
+    // waits for none.
+    if (sync) reducer.mark_ready(g);
   }
 
   void finish() {
     std::lock_guard<std::mutex> lock(mutex);
-    if (sync) {
-      // Parameters that received no gradient contribute zeros (or what earlier micro-steps accumulated).
-      std::fill(pending.begin(), pending.end(), 0);
-      reduce_complete_groups_locked();
-      for (auto& g : groups) g->wait_reduce();
-    }
+    // Parameters that received no gradient contribute zeros (or what earlier micro-steps accumulated).
+    // The one wait for the reductions: the host (gloo) or the compute stream (NCCL), before the optimizer.
+    if (sync) reducer.finish();
     release_all();
     reset_pending();
   }
@@ -132,7 +132,17 @@ Zero::~Zero() { state_->hooks.remove(); }
 
 size_t Zero::groups_reduced() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->next_to_reduce;
+  return state_->reducer.launched();
+}
+
+size_t Zero::group_count() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->groups.size();
+}
+
+size_t Zero::reductions_completed() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->reducer.completed();
 }
 
 int64_t Zero::rank() const { return state_->group->rank(); }
@@ -155,6 +165,7 @@ void Zero::prepare(models::Model& model) {
   check(!s.params.empty(), name() + ": the model has no trainable parameters");
   for (const auto& b : model.buffers()) s.buffers.push_back(b);
   check_and_broadcast(*s.group, all, s.buffers, s.device, name(), options_.sync_module_states);
+  if (options_.broadcast_buffers) s.buffer_flats = flatten_in_place(s.buffers);
 
   s.mesh = ShardMesh::of(s.group, s.policy.hybrid ? options_.hybrid_group_size : 0, name());
 
@@ -185,7 +196,8 @@ void Zero::prepare(models::Model& model) {
       names.push_back(s.names[i]);
     }
     s.groups.push_back(std::make_unique<FlatParamGroup>(std::move(params), std::move(names), s.policy, s.mesh, s.device,
-                                                        s.comm_device()));
+                                                        s.comm_device(), s.streams));
+    s.reducer.add_slot(s.groups.back()->reduction());
     s.members.push_back(members.size());
   }
   s.pending = s.members;
@@ -203,11 +215,12 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   auto& s = *state_;
   check(s.prepared, name() + ": forward() before prepare()");
   const bool training = model.is_training() && torch::GradMode::is_enabled();
-  if (model.is_training() && options_.broadcast_buffers && world_size() > 1 && !s.buffers.empty()) {
+  // At every world size, as ddp: one broadcast a flat buffer, in place.
+  if (model.is_training() && options_.broadcast_buffers && !s.buffer_flats.empty()) {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> buffers;
-    for (const auto& b : s.buffers) buffers.push_back(as_movable(*s.group, b));
-    s.group->broadcast(buffers, 0);
+    for (const auto& flat : s.buffer_flats) buffers.push_back(as_movable(*s.group, flat));
+    s.group->broadcast(buffers, 0).wait();
   }
   if (training) s.begin_micro_step();
   if (!s.policy.shards_parameters) return model.forward(inputs);

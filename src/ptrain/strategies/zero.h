@@ -89,6 +89,10 @@ class Zero final : public Strategy {
   // Groups whose gradient reduction has started in this synchronised step (before finish_backward: the
   // overlap with backward).
   size_t groups_reduced() const;
+  // Of those, the ones whose collective has completed, asked without waiting (tests: reductions in flight).
+  size_t reductions_completed() const;
+  // How many flat groups (and so reductions) a step has.
+  size_t group_count() const;
 
   struct State;
 

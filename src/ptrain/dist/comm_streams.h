@@ -1,0 +1,34 @@
+// The streams collectives run on beside the compute stream, as PyTorch FSDP2's FSDPCommContext and llm.c's
+// NCCL stream: a reduce lane (gradient reductions: their preparation, the collective, its copy-back) and a
+// gather lane (parameter all-gathers). Work enters a lane after an event recorded on the compute stream,
+// and the compute stream waits on the lane only where it needs the result: once at the end of backward for
+// the reductions, at a unit's use for its all-gather (there by waiting on the gather's dist::Work).
+// Events recorded and waited inside a CUDA graph capture are captured with it; nothing here syncs the host.
+// On the CPU (gloo) every call is a no-op: the host waits where a dist::Work is waited on.
+#pragma once
+
+#include <memory>
+
+#include <torch/torch.h>
+
+namespace ptrain::dist {
+
+enum class CommLane { reduce, gather };
+
+class CommStreams {
+ public:
+  virtual ~CommStreams() = default;
+  // The lane waits for everything the current (compute) stream has issued so far, and is the current
+  // stream until the returned scope is dropped.
+  [[nodiscard]] virtual std::shared_ptr<void> after_compute(CommLane lane) = 0;
+  // The lane is the current stream until the returned scope is dropped, with no new fence: to complete
+  // work issued there earlier.
+  [[nodiscard]] virtual std::shared_ptr<void> on(CommLane lane) = 0;
+  // The current (compute) stream waits for everything issued on the lane so far.
+  virtual void compute_waits(CommLane lane) = 0;
+};
+
+// Streams for collectives on `device`: a CUDA device's in CUDA builds, no-ops for the CPU.
+std::shared_ptr<CommStreams> make_comm_streams(const torch::Device& device);
+
+}  // namespace ptrain::dist

@@ -1,0 +1,95 @@
+#include "ptrain/strategies/gradient_reducer.h"
+
+#include "ptrain/core/error.h"
+#include "ptrain/strategies/sharding.h"
+
+namespace ptrain::strategies {
+
+GradientReducer::GradientReducer(Options options, std::shared_ptr<dist::CommStreams> streams)
+    : options_(options), streams_(std::move(streams)) {
+  check(streams_ != nullptr, "gradient reducer: needs the communication streams");
+}
+
+size_t GradientReducer::add_slot(ReductionSlot spec) {
+  check(spec.all != nullptr && spec.prepare && spec.output.defined(),
+        "gradient reducer: a slot needs its ranks, its preparation and its output");
+  Slot slot;
+  slot.spec = std::move(spec);
+  slots_.push_back(std::move(slot));
+  return slots_.size() - 1;
+}
+
+void GradientReducer::mark_ready(size_t slot) {
+  check(slot < slots_.size(), "gradient reducer: no slot " + std::to_string(slot));
+  slots_[slot].ready = true;
+  if (options_.overlap) launch_ready();
+}
+
+void GradientReducer::launch_ready() {
+  while (next_to_launch_ < slots_.size() && slots_[next_to_launch_].ready) launch(slots_[next_to_launch_++]);
+}
+
+// On the reduce stream, after the compute stream's work so far (the backward that produced the gradients).
+void GradientReducer::launch(Slot& slot) {
+  const auto on_reduce_stream = streams_->after_compute(dist::CommLane::reduce);
+  torch::NoGradGuard no_grad;
+  const auto& spec = slot.spec;
+  const auto input = spec.prepare(&slot.hold);
+  slot.wire = options_.reduce_dtype.value_or(input.scalar_type());
+  const auto travel = reduction_dtype(*spec.all, slot.wire);
+  auto summed = slot.wire == input.scalar_type() ? input : input.to(slot.wire);
+  if (spec.all->world_size() > 1) summed.div_(spec.all->world_size());
+  if (travel != slot.wire) summed = summed.to(travel);
+  if (spec.scatter) {
+    const auto& out = spec.output;
+    const bool into_output = out.scalar_type() == travel && travel == slot.wire && out.is_contiguous();
+    slot.result = into_output ? out : torch::empty({out.numel()}, summed.options());
+    slot.work = spec.scatter->reduce_scatter_sum(slot.result.view({-1}), summed);
+    slot.hold.push_back(summed);
+  } else {
+    slot.result = summed;
+    std::vector<torch::Tensor> one{summed};
+    slot.work = spec.all->all_reduce_sum(one);
+  }
+}
+
+void GradientReducer::finish() {
+  for (auto& slot : slots_) slot.ready = true;
+  launch_ready();
+  {
+    // gloo: the host blocks here; NCCL: the reduce stream is ordered after each collective.
+    const auto on_reduce_stream = streams_->on(dist::CommLane::reduce);
+    torch::NoGradGuard no_grad;
+    for (auto& slot : slots_) slot.work.wait();
+    // Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
+    // shard sum theirs, all in flight before the first is waited on.
+    for (auto& slot : slots_) {
+      if (!slot.spec.replicas) continue;
+      std::vector<torch::Tensor> one{slot.result};
+      slot.work = slot.spec.replicas->all_reduce_sum(one);
+    }
+    for (auto& slot : slots_) {
+      slot.work.wait();
+      if (slot.result.is_same(slot.spec.output)) continue;
+      // Rounded to the dtype it travelled in first: a float32 sum standing in for a bfloat16 one.
+      const auto rounded = slot.result.scalar_type() == slot.wire ? slot.result : slot.result.to(slot.wire);
+      slot.spec.output.copy_(rounded.view(slot.spec.output.sizes()));
+      slot.hold.push_back(rounded);
+    }
+  }
+  streams_->compute_waits(dist::CommLane::reduce);
+  for (auto& slot : slots_) {
+    slot.ready = false;
+    slot.result = torch::Tensor();
+    slot.hold.clear();
+  }
+  next_to_launch_ = 0;
+}
+
+size_t GradientReducer::completed() const {
+  size_t done = 0;
+  for (size_t i = 0; i < next_to_launch_; ++i) done += slots_[i].work.completed() ? 1 : 0;
+  return done;
+}
+
+}  // namespace ptrain::strategies
