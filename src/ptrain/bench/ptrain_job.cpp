@@ -35,7 +35,9 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
 }
 
 BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
-  BenchJob job{metrics::kFrameworkPtrain, run};
+  BenchJob job;
+  job.framework = metrics::kFrameworkPtrain;
+  job.run = run;
   const std::string workload_file = workload_file_of(out, run);
   job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";

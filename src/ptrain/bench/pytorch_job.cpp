@@ -91,7 +91,9 @@ std::string compiled_strategies() {
 BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
                      const std::string& out, const PytorchAbilities& abilities) {
   const bool compiled = variant == kPytorchCompiled;
-  BenchJob job{compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch, run};
+  BenchJob job;
+  job.framework = compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch;
+  job.run = run;
   job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
   // Checked as ptrain's run of the same job is: the same workload, data and schedule.
