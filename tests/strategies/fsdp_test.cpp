@@ -230,7 +230,9 @@ TEST(FsdpAutoWrap, SizeBasedFollowsPyTorchsPolicyOnResNet50) {
   const auto none = fsdp_auto_wrap(*model, o);
   EXPECT_EQ(std::set<int>(none.begin(), none.end()), std::set<int>{-1});
 
-  const std::string plan = describe_fsdp_units(*model, FsdpOptions{FsdpSharding::full_shard, AutoWrap::size, 1000000}, 2);
+  FsdpOptions sized;
+  sized.min_num_params = 1000000;
+  const std::string plan = describe_fsdp_units(*model, sized, 2);
   EXPECT_NE(plan.find("layer4.0    Bottleneck"), std::string::npos) << plan;
   EXPECT_NE(plan.find("per rank"), std::string::npos) << plan;
 }
