@@ -3,6 +3,14 @@
 #
 # Every archive reuses one precompiled header (LibTorch is most of the compile time on two cores).
 
+# ptrain's own C++ sources (components, apps, tests; not the .cu files nvcc compiles) build with -Wall
+# -Wextra, and a switch over an enum that misses one of its values does not compile. Dependencies'
+# headers (LibTorch's, GoogleTest's, ...) come in as system includes, so their warnings stay out.
+set(PTRAIN_WARNING_FLAGS "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra;-Werror=switch>")
+function(ptrain_warnings target)
+  target_compile_options(${target} PRIVATE ${PTRAIN_WARNING_FLAGS})
+endfunction()
+
 add_library(ptrain_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/pch_anchor.cpp)
 target_link_libraries(ptrain_pch PUBLIC ${TORCH_LIBRARIES} Threads::Threads)
 target_include_directories(ptrain_pch PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src> $<INSTALL_INTERFACE:include>)
@@ -13,6 +21,8 @@ if(PTRAIN_WITH_CUDA)
   target_compile_definitions(ptrain_pch PUBLIC PTRAIN_WITH_CUDA=1 USE_C10D_NCCL)
 endif()
 target_precompile_headers(ptrain_pch PRIVATE ${PROJECT_SOURCE_DIR}/src/ptrain/core/pch.h)
+# The targets that reuse the precompiled header compile with the same flags it was made with.
+ptrain_warnings(ptrain_pch)
 
 # A fresh build spends most of its time instantiating the same LibTorch templates in every translation
 # unit, even with the precompiled header: compiling a concern's files in batches (a unity build) costs about
@@ -22,6 +32,7 @@ set(PTRAIN_UNITY_BATCH_SIZE 8 CACHE STRING "Sources per unity batch")
 
 function(ptrain_use_pch target)
   target_precompile_headers(${target} REUSE_FROM ptrain_pch)
+  ptrain_warnings(${target})
   if(PTRAIN_UNITY_BUILD)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${PTRAIN_UNITY_BATCH_SIZE})
   endif()

@@ -10,13 +10,6 @@ namespace {
 using ptrain::config::ConfigOverlay;
 using ptrain::config::TrainConfig;
 
-bool mentions(const std::vector<std::string>& warnings, const std::string& text) {
-  for (const auto& w : warnings) {
-    if (w.find(text) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // The merge alone, on an overlay written by hand: the file's values land where no flag was given, a given
 // flag keeps its value and names the file's key it replaces, a default of the format is replaced silently.
 TEST(ConfigOverlay, FlagsWinAndEachReplacedValueOfTheFileIsNamed) {

@@ -270,8 +270,9 @@ TEST(DeepSpeedConfig, UnknownKeysAreRejectedByName) {
                            R"({"optimizer": {"type": "AdamW", "params": {"learning_rate": 0.1}}})"}) {
     const std::string message = error_of(file);
     for (const char* name : {"zero_optimisation", "overlap_communication", "initial_scale", "learning_rate"}) {
-      if (std::string(file).find(name) != std::string::npos)
+      if (std::string(file).find(name) != std::string::npos) {
         EXPECT_NE(message.find(name), std::string::npos) << message;
+      }
     }
   }
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);

@@ -74,7 +74,7 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
                                             0.1, 1e-5);
     }
     // The fused path must have run: a fallback to the reference would pass every comparison.
-    if (fused) EXPECT_NE(y.grad_fn()->name().find("Fused"), std::string::npos) << what << ": " << y.grad_fn()->name();
+    if (fused) { EXPECT_NE(y.grad_fn()->name().find("Fused"), std::string::npos) << what << ": " << y.grad_fn()->name(); }
     y.backward(dy.to(as));
     return y;
   };

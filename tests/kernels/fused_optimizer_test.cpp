@@ -46,7 +46,7 @@ void compare(const std::string& name, torch::ScalarType dtype) {
       EXPECT_LT(relative_error(fused_params[i], ref_params[i]), tolerance)
           << name << " " << c10::toString(dtype) << " step " << step << " " << names[i];
     }
-    if (step == 3) EXPECT_TRUE(torch::equal(before, fused_params[0])) << name << ": a skipped step changed the parameters";
+    if (step == 3) { EXPECT_TRUE(torch::equal(before, fused_params[0])) << name << ": a skipped step changed the parameters"; }
     const auto fs = fused->state(), rs = ref->state();
     ASSERT_EQ(fs.size(), rs.size());
     for (size_t k = 0; k < fs.size(); ++k)

@@ -40,9 +40,9 @@ void compare(int64_t rows, int64_t cols, torch::ScalarType branch_dtype, torch::
   const double out_tol = out_dtype == torch::kFloat ? 1e-5 : out_dtype == torch::kHalf ? 2e-3 : 1e-2;
   EXPECT_EQ(f.out.scalar_type(), out_dtype) << what;
   EXPECT_LT(relative_error(f.out, r.out), out_tol) << what << ": out";
-  if (with_branch) EXPECT_LT(relative_error(f.sum, r.sum), 1e-6) << what << ": sum";
+  if (with_branch) { EXPECT_LT(relative_error(f.sum, r.sum), 1e-6) << what << ": sum"; }
   EXPECT_LT(relative_error(f.x.grad(), r.x.grad()), 1e-4) << what << ": dx";
-  if (with_branch) EXPECT_LT(relative_error(f.b.grad(), r.b.grad()), branch_dtype == torch::kFloat ? 1e-4 : 1e-2) << what << ": dbranch";
+  if (with_branch) { EXPECT_LT(relative_error(f.b.grad(), r.b.grad()), branch_dtype == torch::kFloat ? 1e-4 : 1e-2) << what << ": dbranch"; }
   EXPECT_LT(relative_error(f.w.grad(), r.w.grad()), 1e-4) << what << ": dweight";
   EXPECT_LT(relative_error(f.c.grad(), r.c.grad()), 1e-4) << what << ": dbias";
 }

@@ -27,7 +27,7 @@ void compare_pool(int64_t n, int64_t c, int64_t h, int64_t w, int64_t kernel, in
   const auto run = [&](bool fused) {
     auto x = base.detach().clone().requires_grad_(true);
     auto y = max_pool2d(x, kernel, stride, padding, fused);
-    if (fused) EXPECT_NE(y.grad_fn()->name().find("FusedMaxPool2d"), std::string::npos) << what;
+    if (fused) { EXPECT_NE(y.grad_fn()->name().find("FusedMaxPool2d"), std::string::npos) << what; }
     torch::manual_seed(5);
     y.backward(torch::randn(y.sizes(), y.options()));
     return std::make_pair(y.detach(), x.grad());

@@ -44,7 +44,7 @@ void expect_same_behaviour(const torch::nn::BatchNormOptions& options) {
     (y1 * y1).sum().backward();
     (y2 * y2).sum().backward();
     EXPECT_TRUE(torch::allclose(x1.grad(), x2.grad(), 1e-4, 1e-5));
-    if (options.affine()) EXPECT_TRUE(torch::allclose(p.theirs->weight.grad(), p.ours->weight.grad(), 1e-4, 1e-5));
+    if (options.affine()) { EXPECT_TRUE(torch::allclose(p.theirs->weight.grad(), p.ours->weight.grad(), 1e-4, 1e-5)); }
   }
   expect_same_state(*p.theirs, *p.ours);
   p.theirs->eval();

@@ -128,7 +128,7 @@ TEST(ResNetVsTorchvision, InitialisationFollowsTorchvision) {
     const double ratio = tensor.std().item<double>() / theirs.std().item<double>();
     EXPECT_NEAR(ratio, 1.0, 0.1) << name;
     const double max_ratio = tensor.abs().max().item<double>() / theirs.abs().max().item<double>();
-    if (name.rfind("fc.", 0) == 0) EXPECT_NEAR(max_ratio, 1.0, 0.01) << name;  // uniform: max ~ bound
+    if (name.rfind("fc.", 0) == 0) { EXPECT_NEAR(max_ratio, 1.0, 0.01) << name; }  // uniform: max ~ bound
     ++compared;
   }
   EXPECT_GT(compared, 15);

@@ -443,7 +443,7 @@ TEST(LossScaler, StaticScaleNeverChanges) {
     std::vector<torch::Tensor> g{torch::full({2}, overflow ? std::numeric_limits<float>::infinity() : 256.0f)};
     scaler.unscale_(g);
     EXPECT_EQ(scaler.found_inf().item<float>(), overflow ? 1.0f : 0.0f);
-    if (!overflow) EXPECT_TRUE(torch::equal(g[0], torch::full({2}, 2.0f)));
+    if (!overflow) { EXPECT_TRUE(torch::equal(g[0], torch::full({2}, 2.0f))); }
     scaler.update();
     EXPECT_EQ(scaler.current_scale(), 128.0);
   }

@@ -214,10 +214,9 @@ void zero_rank(int rank, int port, const std::string& dir, bool overlap) {
   torch::manual_seed(100);
   auto model = std::make_shared<Chain>();
   ZeroOptions options;
-  options.stage = 2;
   options.reduce_bucket_mb = 100.0 / (1 << 20);
   options.overlap_comm = overlap;
-  Zero zero(group, torch::kCPU, options);
+  Zero zero(group, torch::kCPU, StrategySpec(StrategyKind::zero2), options);
   zero.prepare(*model);
   auto target = zero.update_target(*model, false);
   const auto batch = global_batch(0, false);

@@ -42,7 +42,7 @@ std::vector<torch::Tensor> train_dp(const RunSetup& s, int replicas) {
 void expect_parity(const RunSetup& s, int replicas) {
   int clipped_steps = 0;
   const auto reference = train_reference(s, &clipped_steps);
-  if (s.clip > 0) EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping";
+  if (s.clip > 0) { EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping"; }
   const auto state = train_dp(s, replicas);
   ASSERT_EQ(state.size(), reference.size());
   size_t worst = 0;

@@ -14,8 +14,8 @@ namespace {
 // stays in the root.
 FsdpOptions per_block(const std::string& sharding) {
   FsdpOptions o;
-  o.sharding = sharding;
-  o.auto_wrap = "size";
+  o.sharding = StrategySpec::parse_fsdp_sharding(sharding);
+  o.auto_wrap = AutoWrap::size;
   o.min_num_params = 50;
   return o;
 }
@@ -102,7 +102,7 @@ TEST(Fsdp, PrefetchingChangesNothing) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   for (const std::string prefetch : {"pre", "post", "none"}) {
     auto s = fsdp("full-shard", 2, 0.05);
-    s.fsdp.backward_prefetch = prefetch;
+    s.fsdp.backward_prefetch = parse_backward_prefetch(prefetch);
     s.fsdp.forward_prefetch = prefetch == "post";
     expect_zero_parity(s, 3);
   }
@@ -120,7 +120,7 @@ TEST(Fsdp, ParityWithOffloadedParametersAndAdamW) {
 TEST(Fsdp, WholeModelAsOneUnitParity) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   auto s = fsdp("full-shard");
-  s.fsdp.auto_wrap = "none";
+  s.fsdp.auto_wrap = AutoWrap::none;
   expect_zero_parity(s, 3);
 }
 
@@ -129,7 +129,7 @@ TEST(Fsdp, ZooResNetWrappedByTypeMatchesDdp) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   ZeroSetup s;
   s.zoo_resnet = true;
-  s.fsdp.auto_wrap = "type";
+  s.fsdp.auto_wrap = AutoWrap::type;
   s.fsdp.wrap_types = {"BasicBlock"};
   const int steps = 3;
   std::map<std::string, std::vector<torch::Tensor>> finals;
@@ -230,7 +230,9 @@ TEST(FsdpAutoWrap, SizeBasedFollowsPyTorchsPolicyOnResNet50) {
   const auto none = fsdp_auto_wrap(*model, o);
   EXPECT_EQ(std::set<int>(none.begin(), none.end()), std::set<int>{-1});
 
-  const std::string plan = describe_fsdp_units(*model, FsdpOptions{"full-shard", "size", 1000000}, 2);
+  FsdpOptions sized;
+  sized.min_num_params = 1000000;
+  const std::string plan = describe_fsdp_units(*model, sized, 2);
   EXPECT_NE(plan.find("layer4.0    Bottleneck"), std::string::npos) << plan;
   EXPECT_NE(plan.find("per rank"), std::string::npos) << plan;
 }
@@ -239,7 +241,7 @@ TEST(FsdpAutoWrap, TypeBasedWrapsTheNamedBlocksAndNamesWhatExists) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   auto model = resnet50();
   FsdpOptions o;
-  o.auto_wrap = "type";
+  o.auto_wrap = AutoWrap::type;
   o.wrap_types = {"Bottleneck"};
   const auto wrap = fsdp_auto_wrap(*model, o);
   EXPECT_EQ(wrap.front(), -1);  // stem

@@ -57,10 +57,10 @@ std::unique_ptr<Strategy> make_strategy(Kind kind, std::shared_ptr<dist::Process
   }
   ZeroOptions options;
   options.reduce_bucket_mb = kTinyMb;
-  if (kind == Kind::zero2) options.stage = 2;
-  if (kind == Kind::zero3) options.stage = 3;
-  if (kind == Kind::fsdp_shard_grad_op) options.fsdp_sharding = FsdpSharding::shard_grad_op;
-  return std::make_unique<Zero>(std::move(group), torch::kCPU, options);
+  const StrategySpec spec = kind == Kind::zero2   ? StrategySpec(StrategyKind::zero2)
+                            : kind == Kind::zero3 ? StrategySpec(StrategyKind::zero3)
+                                                  : StrategySpec(StrategyKind::fsdp, FsdpSharding::shard_grad_op);
+  return std::make_unique<Zero>(std::move(group), torch::kCPU, spec, options);
 }
 
 InFlight in_flight_of(Strategy& strategy) {

@@ -89,5 +89,65 @@ TEST(StrategySpec, CapabilitiesFollowWhatEachStrategyShards) {
   EXPECT_NE(StrategySpec::parse("fsdp", "no-shard"), StrategySpec::parse("fsdp"));
 }
 
+TEST(StrategySpec, OnlyDdpTakesBucketCapAndOnlyFsdpTakesFsdpsOptions) {
+  for (const auto& spec : StrategySpec::all(FsdpSharding::no_shard)) {
+    SCOPED_TRACE(spec.label());
+    EXPECT_EQ(spec.reduces_in_ddp_buckets(), spec.name() == "ddp");
+    EXPECT_EQ(spec.takes_fsdp_options(), spec.name() == "fsdp");
+    EXPECT_EQ(spec.offloads_optimizer_with_params(), spec.name() == "fsdp");
+  }
+}
+
+TEST(StrategySpec, AllListsEveryStrategyOnceInTheOrderOfItsNames) {
+  const auto all = StrategySpec::all(FsdpSharding::shard_grad_op);
+  ASSERT_EQ(all.size(), StrategySpec::names().size());
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].name(), StrategySpec::names()[i]);
+  EXPECT_EQ(all.back(), StrategySpec::parse("fsdp", "shard-grad-op"));
+}
+
+TEST(StrategyOptions, FlagNamesParseToTheirEnumsAndBack) {
+  for (const auto& name : auto_wrap_names()) EXPECT_EQ(name_of(parse_auto_wrap(name)), name);
+  for (const auto& name : backward_prefetch_names()) EXPECT_EQ(name_of(parse_backward_prefetch(name)), name);
+  for (const auto& name : state_dict_names()) EXPECT_EQ(name_of(parse_state_dict(name)), name);
+  EXPECT_EQ(parse_auto_wrap("type"), AutoWrap::type);
+  EXPECT_EQ(parse_backward_prefetch("pre"), Prefetch::backward_pre);
+  EXPECT_EQ(parse_backward_prefetch("post"), Prefetch::backward_post);
+  EXPECT_EQ(parse_state_dict("sharded"), StateDict::sharded);
+}
+
+TEST(StrategyOptions, UnknownNamesNameTheFlagAndTheKnownOnes) {
+  EXPECT_EQ(error_of([] { parse_auto_wrap("layer"); }), "--auto-wrap: unknown policy 'layer' (known: size, type, none)");
+  EXPECT_EQ(error_of([] { parse_backward_prefetch("early"); }),
+            "--backward-prefetch: unknown 'early' (known: none, pre, post)");
+  EXPECT_EQ(error_of([] { parse_state_dict("local"); }), "--state-dict: unknown 'local' (known: full, sharded)");
+}
+
+// The descriptor rows: what ptrain estimate advises and what the bench's PyTorch reference runs.
+TEST(StrategyDescriptor, EveryStrategyHasARowThatSaysWhatPyTorchRuns) {
+  for (const auto& spec : StrategySpec::all()) {
+    SCOPED_TRACE(spec.name());
+    const auto& row = descriptor(spec);
+    // A counterpart, or the reason there is none.
+    EXPECT_NE(std::string(row.pytorch_strategy).empty(), std::string(row.pytorch_missing).empty());
+    if (!std::string(row.pytorch_strategy).empty()) {
+      EXPECT_NO_THROW(StrategySpec::parse(row.pytorch_strategy));
+      // The reference wraps units exactly where it runs FSDP, which shards the parameters.
+      EXPECT_EQ(row.pytorch_wraps_units, StrategySpec::parse(row.pytorch_strategy).shards_parameters());
+    }
+    EXPECT_FALSE(row.pytorch_compiles && row.pytorch_wraps_units);
+    EXPECT_TRUE(std::string(row.advice_offloaded).empty() || row.estimate_offloaded);
+  }
+  EXPECT_EQ(std::string(descriptor(StrategySpec::parse("zero3")).pytorch_strategy), "fsdp");
+  EXPECT_EQ(std::string(descriptor(StrategySpec::parse("zero1")).pytorch_class), "ZeroRedundancyOptimizer");
+  EXPECT_NE(std::string(descriptor(StrategySpec::parse("zero2")).pytorch_missing).find("ZeRO-2"), std::string::npos);
+  // ptrain estimate's ladder: single, ddp, zero2, zero3, then zero3 with the optimizer state offloaded.
+  std::vector<std::string> advised;
+  for (const auto& spec : StrategySpec::all())
+    if (*descriptor(spec).advice) advised.push_back(spec.name());
+  for (const auto& spec : StrategySpec::all())
+    if (*descriptor(spec).advice_offloaded) advised.push_back(spec.name() + "+offload");
+  EXPECT_EQ(advised, (std::vector<std::string>{"single", "ddp", "zero2", "zero3", "zero3+offload"}));
+}
+
 }  // namespace
 }  // namespace ptrain::strategies

@@ -218,9 +218,7 @@ TEST(Zero2, FoundInfOfOneRankReachesEveryRank) {
       [&](int rank) {
         auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 3, port), "gloo", 20s);
         Mlp model;
-        ZeroOptions options;
-        options.stage = 2;
-        Zero zero(group, torch::kCPU, options);
+        Zero zero(group, torch::kCPU, StrategySpec(StrategyKind::zero2), ZeroOptions{});
         zero.prepare(model);
         auto target = zero.update_target(model, false);
         for (int overflowing = -1; overflowing < 3; ++overflowing) {

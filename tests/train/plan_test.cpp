@@ -36,6 +36,46 @@ TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {
   EXPECT_NE(plan_error(c).find("--warmup-steps"), std::string::npos);
 }
 
+// The strategy's flags reach the strategy typed, parsed once here; a config file's names are checked as the
+// command line's are.
+TEST(Plan, StrategyOptionsAreParsedAndCheckedOnce) {
+  auto c = cpu_config();
+  c.run.strategy = "fsdp";
+  c.sharding.fsdp_sharding = "hybrid-shard";
+  c.sharding.auto_wrap = "type";
+  c.sharding.wrap_types = {"Bottleneck"};
+  c.sharding.backward_prefetch = "post";
+  c.sharding.state_dict = "sharded";
+  c.sharding.hybrid_group_size = 2;
+  c.sharding.forward_prefetch = true;
+  const auto plan = ptrain::train::make_plan(c);
+  EXPECT_EQ(plan.strategy, ptrain::strategies::StrategySpec::parse("fsdp", "hybrid-shard"));
+  const auto& o = plan.strategy_options;
+  EXPECT_EQ(o.auto_wrap, ptrain::strategies::AutoWrap::type);
+  EXPECT_EQ(o.wrap_types, std::vector<std::string>{"Bottleneck"});
+  EXPECT_EQ(o.backward_prefetch, ptrain::strategies::Prefetch::backward_post);
+  EXPECT_EQ(o.state_dict, ptrain::strategies::StateDict::sharded);
+  EXPECT_EQ(o.hybrid_group_size, 2);
+  EXPECT_TRUE(o.forward_prefetch);
+
+  auto bad = c;
+  bad.sharding.auto_wrap = "layer";
+  EXPECT_EQ(plan_error(bad), "--auto-wrap: unknown policy 'layer' (known: size, type, none)");
+  bad = c;
+  bad.sharding.backward_prefetch = "early";
+  EXPECT_NE(plan_error(bad).find("--backward-prefetch: unknown 'early'"), std::string::npos) << plan_error(bad);
+  bad = c;
+  bad.sharding.wrap_types.clear();
+  EXPECT_NE(plan_error(bad).find("--auto-wrap type needs --wrap-types"), std::string::npos) << plan_error(bad);
+  bad = c;
+  bad.sharding.fsdp_sharding = "full-shard";
+  EXPECT_NE(plan_error(bad).find("--hybrid-group-size applies to --fsdp-sharding hybrid-shard only"), std::string::npos)
+      << plan_error(bad);
+  bad = c;
+  bad.sharding.state_dict = "local";
+  EXPECT_NE(plan_error(bad).find("--state-dict: unknown 'local'"), std::string::npos) << plan_error(bad);
+}
+
 TEST(Plan, FsdpSettingsAreRefusedUnderOtherStrategies) {
   auto c = cpu_config();
   c.run.strategy = "ddp";

@@ -75,7 +75,7 @@ TEST(ProfileTrace, MarksEachTracedStepAndTheOptimizersCallsInsideIt) {
   ASSERT_EQ(steps.size(), 3u) << "one range a traced step";
   for (size_t i = 0; i < steps.size(); ++i) {
     EXPECT_EQ(steps[i].name, "ProfilerStep#" + std::to_string(2 + i)) << "the global step, in order";
-    if (i > 0) EXPECT_GE(steps[i].begin, steps[i - 1].end) << "steps follow one another";
+    if (i > 0) { EXPECT_GE(steps[i].begin, steps[i - 1].end) << "steps follow one another"; }
   }
   for (const auto& [call, expected] : std::map<std::string, std::string>{
            {"Optimizer.step#", "Optimizer.step#SGD.step"}, {"Optimizer.zero_grad#", "Optimizer.zero_grad#SGD.zero_grad"}}) {

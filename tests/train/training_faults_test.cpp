@@ -247,7 +247,7 @@ TEST(TrainingFaults, DivergenceStopsTheRunNamingTheStepAndSavesNothingNonFinite)
   int checkpoints = 0;
   for (const auto& path : ptrain::train::list_checkpoints(tmp.path())) {
     for (const auto& [name, tensor] : ptrain::train::load_checkpoint(path).model) {
-      if (tensor.is_floating_point()) ASSERT_TRUE(torch::isfinite(tensor).all().item<bool>()) << path << " " << name;
+      if (tensor.is_floating_point()) { ASSERT_TRUE(torch::isfinite(tensor).all().item<bool>()) << path << " " << name; }
     }
     ++checkpoints;
   }

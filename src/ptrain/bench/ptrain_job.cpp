@@ -17,7 +17,7 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
                                  "--log-jsonl", report::step_log_path_of(metrics_path)};
   const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
-  if (spec.is_fsdp()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
+  if (spec.takes_fsdp_options()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   const bool gpu = suite.on_gpu;
   if (spec.drives_several_devices()) {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
@@ -35,7 +35,9 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
 }
 
 BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
-  BenchJob job{metrics::kFrameworkPtrain, run};
+  BenchJob job;
+  job.framework = metrics::kFrameworkPtrain;
+  job.run = run;
   const std::string workload_file = workload_file_of(out, run);
   job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";

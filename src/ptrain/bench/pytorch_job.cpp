@@ -76,12 +76,24 @@ bool ptrain_channels_last(const WorkloadKeys& workload, bool language_model, boo
   return value == "auto" ? on_gpu : truthy(value);
 }
 
+// "single, ddp and zero1": the strategies whose reference runs torch.compile can compile.
+std::string compiled_strategies() {
+  std::vector<std::string> names;
+  for (const auto& spec : strategies::StrategySpec::all())
+    if (strategies::descriptor(spec).pytorch_compiles) names.push_back(spec.name());
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) text += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return text;
+}
+
 }  // namespace
 
 BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
                      const std::string& out, const PytorchAbilities& abilities) {
   const bool compiled = variant == kPytorchCompiled;
-  BenchJob job{compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch, run};
+  BenchJob job;
+  job.framework = compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch;
+  job.run = run;
   job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
   // Checked as ptrain's run of the same job is: the same workload, data and schedule.
@@ -97,27 +109,26 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
     job.unavailable = "PyTorch's DataParallel runs the module once on the CPU, without replicas";
     return job;
   }
-  // PyTorch's own counterparts of the ZeRO stages: ZeroRedundancyOptimizer shards the optimizer state as
-  // zero1 does; FSDP's full-shard shards parameters, gradients and optimizer state as zero3 does.
-  strategies::StrategySpec reference = spec;  // the strategy the reference trains with
-  if (spec.shards_gradients() && !spec.shards_parameters()) {
-    job.unavailable = "PyTorch has no ZeRO-2 of its own (FSDP's shard-grad-op, the nearest, is not in the reference)";
+  // PyTorch's own counterpart of the strategy (its descriptor row): ZeroRedundancyOptimizer shards the
+  // optimizer state as zero1 does; FSDP's full-shard shards parameters, gradients and optimizer state as
+  // zero3 does.
+  const strategies::StrategyDescriptor& row = strategies::descriptor(spec);
+  if (std::string(row.pytorch_strategy).empty()) {
+    job.unavailable = row.pytorch_missing;
     return job;
   }
-  if (spec.shards_parameters()) {
-    if (!suite.on_gpu) {
-      job.unavailable = "PyTorch's FSDP in the reference needs CUDA";
-      return job;
-    }
-    if (models::is_torchscript_path(workload_value(suite.workload_of(run), "model"))) {
-      job.unavailable = "PyTorch's FSDP does not wrap TorchScript modules";
-      return job;
-    }
-    reference = strategies::StrategySpec(strategies::StrategyKind::fsdp);
+  if (row.pytorch_needs_cuda && !suite.on_gpu) {
+    job.unavailable = std::string("PyTorch's ") + row.pytorch_class + " in the reference needs CUDA";
+    return job;
   }
+  if (row.pytorch_wraps_units && models::is_torchscript_path(workload_value(suite.workload_of(run), "model"))) {
+    job.unavailable = std::string("PyTorch's ") + row.pytorch_class + " does not wrap TorchScript modules";
+    return job;
+  }
+  const std::string reference = row.pytorch_strategy;  // the strategy the reference trains with
   if (compiled) {
-    if (reference.drives_several_devices() || reference.is_fsdp()) {
-      job.unavailable = "the reference compiles single, ddp and zero1 runs, not " + reference.name();
+    if (!row.pytorch_compiles) {
+      job.unavailable = "the reference compiles " + compiled_strategies() + " runs, not " + reference;
       return job;
     }
     if (!abilities.known) {
@@ -133,10 +144,10 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
   const std::string model = workload_value(workload, "model");
   const bool language_model = models::is_language_model(model.empty() ? config::TrainConfig{}.model.name : model);
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
-  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", reference.name(),
+  std::vector<std::string> args{script, "--precision", run.precision, "--strategy", reference,
                                 "--metrics-out", job.metrics_path, "--device", suite.on_gpu ? "auto" : "cpu",
                                 "--cache-dir", out + "/pytorch-cache"};
-  if (reference.is_fsdp()) args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
+  if (row.pytorch_wraps_units) args.insert(args.end(), {"--fsdp-min-params", kFsdpMinNumParams});
   // Keys without a counterpart, or with values it cannot honour, make the run unavailable, never silently different.
   for (const auto& [key, flag] : pytorch_flags()) {
     const std::string value = workload_value(workload, key);

@@ -109,8 +109,8 @@ std::string describe_layout(const train::Plan& plan) {
     if (c.model.activation_checkpointing && !scripted->checkpointing_note().empty())
       out << "activation checkpointing, " << scripted->checkpointing_note() << "\n";
   }
-  if (plan.strategy.is_fsdp()) {
-    const auto options = strategies::fsdp_options(c.sharding);
+  if (plan.strategy.takes_fsdp_options()) {
+    const auto options = strategies::fsdp_options(plan.strategy, plan.strategy_options);
     const bool hybrid = plan.strategy.hybrid();
     const int64_t local = std::max<int64_t>(plan.launch.local_world_size, 1);
     const int64_t shard_ranks = hybrid ? (options.hybrid_group_size > 0 ? options.hybrid_group_size : local) : ranks;

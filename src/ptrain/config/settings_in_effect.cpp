@@ -21,12 +21,12 @@ void refuse_settings_without_effect(const TrainConfig& c) {
                             "; it applies to ddp (gradient compression) and fsdp");
   }
   if (c.dist.bucket_cap_mb != defaults.dist.bucket_cap_mb) {
-    check(spec.is(strategies::StrategyKind::ddp), "--bucket-cap-mb sizes ddp's gradient buckets" + under +
+    check(spec.reduces_in_ddp_buckets(), "--bucket-cap-mb sizes ddp's gradient buckets" + under +
                                                       (spec.reduces_in_size_groups() ? "; use --reduce-bucket-mb" : ""));
   }
   if (c.sharding.reduce_bucket_mb != defaults.sharding.reduce_bucket_mb) {
     std::string why;
-    if (spec.is(strategies::StrategyKind::ddp)) why = "; ddp's buckets take --bucket-cap-mb";
+    if (spec.reduces_in_ddp_buckets()) why = "; ddp's buckets take --bucket-cap-mb";
     if (spec.needs_units()) why = "; it reduces the gradients of one unit at a time";
     check(spec.reduces_in_size_groups(),
           "--reduce-bucket-mb sizes the gradient groups of zero1, zero2 and fsdp no-shard" + under + why);

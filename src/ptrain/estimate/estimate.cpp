@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -91,7 +92,7 @@ StateLayout configured_layout(const train::Plan& plan, int64_t devices) {
   layout.strategy = plan.strategy;
   layout.devices = plan.strategy.multi_process() || plan.strategy.drives_several_devices() ? devices : 1;
   layout.offload_optimizer = plan.strategy.can_offload_optimizer() && h.offload_optimizer;
-  layout.offload_params = plan.strategy.is_fsdp() && h.offload_params;
+  layout.offload_params = plan.strategy.can_offload_params() && h.offload_params;
   layout.shard_group = plan.strategy.hybrid() ? h.hybrid_group_size : 0;
   return layout;
 }
@@ -114,7 +115,7 @@ ModelStates model_states(const std::string& strategy, int64_t devices, int64_t p
         "ptrain estimate: no memory arithmetic for strategy '" + strategy + "'");
   layout.devices = devices;
   layout.offload_optimizer = offload;
-  layout.offload_params = layout.strategy.is_fsdp() && config.sharding.offload_params;
+  layout.offload_params = layout.strategy.can_offload_params() && config.sharding.offload_params;
   layout.shard_group = layout.strategy.hybrid() ? config.sharding.hybrid_group_size : 0;
   const auto policy = precision::resolve_precision(config.precision.precision, config.precision.master_weights,
                                                    cpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA,
@@ -169,7 +170,6 @@ MemoryEstimate estimate_memory(const train::Plan& plan, int64_t devices) {
 namespace {
 
 MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_target) {
-  using strategies::StrategyKind;
   using strategies::StrategySpec;
   check(devices >= 1, "ptrain estimate: --devices must be at least 1");
   const auto& config = plan.config;
@@ -199,24 +199,23 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
   const ModelStates single = model_states(StateLayout{}, e.parameters, plan.precision, config.optim, cpu);
   e.fixed_bytes = std::max<int64_t>(0, p1 - e.bytes_per_sample * b1 - single.total());
 
-  // Every strategy over n devices (fsdp with the plan's sharding), and the plan's own layout where it is
-  // none of them (zero2 with --offload-optimizer, say).
+  // Every strategy over n devices (fsdp with the plan's sharding), those whose descriptor asks for it with
+  // the optimizer state offloaded too, and the plan's own layout where it is none of them (zero2 with
+  // --offload-optimizer, say).
   const int64_t n = std::max<int64_t>(devices, 1);
-  const auto layout = [&](StrategyKind kind, bool offload = false) {
+  std::vector<StateLayout> layouts;
+  for (const auto& spec : StrategySpec::all(plan.strategy.fsdp_sharding())) {
     StateLayout l;
-    l.strategy = kind == StrategyKind::fsdp ? StrategySpec(kind, plan.strategy.fsdp_sharding()) : StrategySpec(kind);
-    l.devices = kind == StrategyKind::single ? 1 : n;
-    l.offload_optimizer = offload;
-    if (kind == StrategyKind::fsdp) {
-      l.offload_params = config.sharding.offload_params;
-      l.shard_group = l.strategy.hybrid() ? config.sharding.hybrid_group_size : 0;
+    l.strategy = spec;
+    l.devices = spec.multi_process() || spec.drives_several_devices() ? n : 1;
+    l.offload_params = spec.offloads_optimizer_with_params() && config.sharding.offload_params;
+    l.shard_group = spec.hybrid() ? config.sharding.hybrid_group_size : 0;
+    layouts.push_back(l);
+    if (strategies::descriptor(spec).estimate_offloaded) {
+      l.offload_optimizer = true;
+      layouts.push_back(l);
     }
-    return l;
-  };
-  std::vector<StateLayout> layouts{layout(StrategyKind::single), layout(StrategyKind::dp),
-                                   layout(StrategyKind::ddp),    layout(StrategyKind::zero1),
-                                   layout(StrategyKind::zero2),  layout(StrategyKind::zero3),
-                                   layout(StrategyKind::zero3, true), layout(StrategyKind::fsdp)};
+  }
   if (std::none_of(layouts.begin(), layouts.end(), [&](const StateLayout& l) { return l.label() == configured.label(); }))
     layouts.push_back(configured);
   for (const auto& l : layouts) {
@@ -232,33 +231,46 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
     e.strategies.push_back(s);
   }
 
-  // The usual decision flow: one device if it fits (ddp to go faster on several); when the model states
-  // do not fit, shard them (ZeRO-2, then ZeRO-3 or FSDP full-shard); then offload.
-  const auto find = [&](StrategyKind kind, bool offload = false) -> const StrategyEstimate& {
-    return e.strategies.at(static_cast<size_t>(
-        std::find_if(layouts.begin(), layouts.end(),
-                     [&](const StateLayout& l) { return l.strategy.is(kind) && l.offload_optimizer == offload; }) -
-        layouts.begin()));
-  };
+  // The usual decision flow, in the descriptors' order: one device if it fits (with several, the first
+  // multi-process row that fits goes faster); when the model states do not fit, shard them (ZeRO-2, then
+  // ZeRO-3 or FSDP full-shard); then offload.
   const std::string where = cpu ? "the host" : "one GPU";
+  const auto advice_of = [&](const StateLayout& l) -> std::string {
+    const auto& row = strategies::descriptor(l.strategy);
+    return l.offload_optimizer ? row.advice_offloaded : row.advice;
+  };
+  const auto filled = [&](std::string text, const StrategyEstimate& row) {
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"{where}", where},
+                                     {"{n}", std::to_string(n)},
+                                     {"{total}", gib(row.total)}}) {
+      for (auto at = text.find(key); at != std::string::npos; at = text.find(key)) text.replace(at, key.size(), value);
+    }
+    return text;
+  };
+  // The first advised row that fits, rows without offload first; layouts.size() when none does.
+  const auto first_fitting = [&](bool offloaded, const std::function<bool(const StateLayout&)>& also) {
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      const auto& l = layouts[i];
+      if (l.offload_optimizer == offloaded && !advice_of(l).empty() && e.strategies[i].fits && also(l)) return i;
+    }
+    return layouts.size();
+  };
+  const auto any = [](const StateLayout&) { return true; };
+  size_t chosen = first_fitting(false, any);
+  if (chosen == layouts.size()) chosen = first_fitting(true, any);
   std::ostringstream advice;
   if (!e.capacity_bytes) {
     advice << "The device's memory is unknown here: compare it with each strategy's per-device total.";
-  } else if (find(StrategyKind::single).fits) {
-    advice << "Fits on " << where << " (" << gib(find(StrategyKind::single).total) << ")";
-    if (n > 1) advice << "; with " << n << " devices, ddp is the fastest way to use them (" << gib(find(StrategyKind::ddp).total) << " each)";
-    advice << ".";
-  } else if (find(StrategyKind::ddp).fits) {
-    advice << "ddp fits (" << gib(find(StrategyKind::ddp).total) << " per device).";
-  } else if (find(StrategyKind::zero2).fits) {
-    advice << "Model states do not fit replicated: shard them with zero2 over " << n << " devices ("
-           << gib(find(StrategyKind::zero2).total) << " each).";
-  } else if (find(StrategyKind::zero3).fits) {
-    advice << "Shard the parameters too: zero3 (or fsdp full-shard) over " << n << " devices ("
-           << gib(find(StrategyKind::zero3).total) << " each).";
-  } else if (find(StrategyKind::zero3, true).fits) {
-    advice << "Even zero3 does not fit: offload the optimizer state to the CPU (zero3 --offload-optimizer, "
-           << gib(find(StrategyKind::zero3, true).total) << " per device).";
+  } else if (chosen < layouts.size()) {
+    advice << filled(advice_of(layouts[chosen]), e.strategies[chosen]);
+    const size_t faster = first_fitting(false, [](const StateLayout& l) { return l.strategy.multi_process(); });
+    if (n > 1 && !layouts[chosen].strategy.multi_process() && faster < layouts.size()) {
+      std::string text = advice.str();
+      text.pop_back();  // the sentence goes on
+      advice.str("");
+      advice << text << "; with " << n << " devices, " << e.strategies[faster].strategy
+             << " is the fastest way to use them (" << gib(e.strategies[faster].total) << " each).";
+    }
   } else {
     advice << "Nothing fits: activations take " << mib(e.bytes_per_sample) << " a sample; lower --batch-size, "
            << "turn on --activation-checkpointing, or use more devices.";

@@ -87,7 +87,7 @@ struct Recompute : torch::CustomClassHolder {
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // params are inputs only so that autograd gives them edges: the gradients come from the recomputed graph.
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Recompute> state, torch::Tensor input,
-                               at::TensorList params) {
+                               at::TensorList /*params*/) {
     torch::NoGradGuard no_grad;
     state->autocast = AutocastState::current();
     state->input_requires_grad = input.requires_grad();

@@ -26,15 +26,15 @@ class Model : public torch::nn::Module {
 
   // Recompute each block's activations in backward instead of keeping them (takes effect in training
   // mode with grad enabled).
-  virtual void set_activation_checkpointing(bool on) {}
+  virtual void set_activation_checkpointing(bool /*on*/) {}
 
   // Use the fused CUDA kernels of kernels/ where they apply (ResNet: batch norm + ReLU, + residual), or
   // LibTorch's unfused ops. Models without fusable parts ignore it.
-  virtual void set_fused_kernels(bool on) {}
+  virtual void set_fused_kernels(bool /*on*/) {}
 
   // With the fused kernels, recompute in the backward the output of each batch norm + ReLU that feeds a
   // convolution instead of keeping it (ResNet: kernels::batch_norm_relu_conv). Others ignore it.
-  virtual void set_relu_recompute(bool on) {}
+  virtual void set_relu_recompute(bool /*on*/) {}
 
   virtual std::string name() const = 0;
 
@@ -55,7 +55,7 @@ class Model : public torch::nn::Module {
   // ptrain::fully_shard, api/user_model.h), instead of being their composition: strategies then run
   // forward() with an observer set, and forward_unit is not offered.
   virtual bool units_run_themselves() const { return false; }
-  virtual void observe_units(UnitObserver* observer) {}
+  virtual void observe_units(UnitObserver* /*observer*/) {}
 };
 
 // As PyTorch's Module.to: floating-point parameters and buffers take dtype, the others (BatchNorm's

@@ -19,7 +19,7 @@ struct ModelSpec {
   int64_t seq_len = 0;  // language models: the longest sequence (learned positions)
   // GPT models: override the named size's shape; 0 keeps it.
   int64_t layers = 0, width = 0, heads = 0;
-  std::string data;     // the data it trains on, for messages (a TorchScript model is checked against it)
+  std::string data = "";  // the data it trains on, for messages (a TorchScript model is checked against it)
 };
 
 // resnet18/34/50/101/152 take the CIFAR stem (3x3 conv, no max-pool) for images up to 64 pixels and

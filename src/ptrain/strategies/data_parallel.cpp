@@ -18,13 +18,6 @@ namespace ptrain::strategies {
 
 namespace {
 
-// The tensor as it lies in memory, one element after another. Only dense tensors have such a view;
-// every parameter LibTorch creates is dense, in contiguous or channels-last order.
-torch::Tensor memory_order(const torch::Tensor& t) {
-  check(t.is_non_overlapping_and_dense(), "dp: a parameter or buffer is not dense in memory");
-  return t.as_strided({t.numel()}, {1});
-}
-
 // A view of flat[offset, offset + numel) with like's shape and strides.
 torch::Tensor view_like(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like) {
   return flat.narrow(0, offset, like.numel()).as_strided(like.sizes(), like.strides());

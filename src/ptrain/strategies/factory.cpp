@@ -13,13 +13,13 @@
 
 namespace ptrain::strategies {
 
-std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const config::TrainConfig& config,
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const StrategyOptions& options,
                                         const precision::PrecisionPolicy& precision, torch::Device device,
                                         const dist::LaunchEnvironment& launch) {
   const auto make_group = [&] {
-    const std::string backend = !config.dist.backend.empty() ? config.dist.backend : device.is_cuda() ? "nccl" : "gloo";
+    const std::string backend = !options.backend.empty() ? options.backend : device.is_cuda() ? "nccl" : "gloo";
     return std::make_shared<dist::ProcessGroup>(
-        launch, backend, std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_seconds * 1000)));
+        launch, backend, std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   };
   // Gradients travel in the policy's reduce dtype; unset where that is the parameters' own.
   const std::optional<torch::ScalarType> reduce_dtype =
@@ -29,50 +29,44 @@ std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const config::
     case StrategyKind::single:
       return std::make_unique<SingleDevice>(device);
     case StrategyKind::dp: {
-      check(config.dist.replicas > 0, "--strategy dp: --replicas is unresolved (the plan sets it)");
+      check(options.replicas > 0, "--strategy dp: --replicas is unresolved (the plan sets it)");
       std::vector<torch::Device> devices;
-      for (int64_t i = 0; i < config.dist.replicas; ++i)
+      for (int64_t i = 0; i < options.replicas; ++i)
         devices.push_back(device.is_cuda() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device.index() + i))
                                            : torch::Device(torch::kCPU));
       return std::make_unique<DataParallel>(std::move(devices));
     }
     case StrategyKind::ddp: {
       auto group = make_group();
-      DdpOptions options;
-      options.bucket_cap_mb = config.dist.bucket_cap_mb;
-      options.sync_batchnorm = config.dist.sync_batchnorm;
-      options.reduce_dtype = reduce_dtype;
-      options.overlap = config.sharding.overlap_comm;
-      return std::make_unique<DistributedDataParallel>(std::move(group), device, options);
+      DdpOptions ddp;
+      ddp.bucket_cap_mb = options.bucket_cap_mb;
+      ddp.sync_batchnorm = options.sync_batchnorm;
+      ddp.reduce_dtype = reduce_dtype;
+      ddp.overlap = options.overlap_comm;
+      return std::make_unique<DistributedDataParallel>(std::move(group), device, ddp);
     }
     case StrategyKind::zero1:
     case StrategyKind::zero2:
     case StrategyKind::zero3: {
-      ZeroOptions options;
-      options.stage = spec.zero_stage();
-      options.offload_optimizer = config.sharding.offload_optimizer;
-      options.offload_params = config.sharding.offload_params;
-      options.reduce_bucket_mb = config.sharding.reduce_bucket_mb;
-      options.overlap_comm = config.sharding.overlap_comm;
-      return std::make_unique<Zero>(make_group(), device, options);
+      ZeroOptions zero;
+      zero.offload_optimizer = options.offload_optimizer;
+      zero.offload_params = options.offload_params;
+      zero.reduce_bucket_mb = options.reduce_bucket_mb;
+      zero.overlap_comm = options.overlap_comm;
+      // zero3 gathers the next unit while the current one computes, forward and backward, as DeepSpeed's
+      // stage 3 prefetches (stage3_prefetch_bucket_size): the all-gather then hides behind compute instead of
+      // standing between units. FSDP's own flags (--backward-prefetch, --forward-prefetch) stay FSDP's.
+      zero.backward_prefetch = Prefetch::backward_pre;
+      zero.forward_prefetch = true;
+      return std::make_unique<Zero>(make_group(), device, spec, zero);
     }
     case StrategyKind::fsdp: {
-      auto options = fsdp_options(config.sharding);
-      options.reduce_dtype = reduce_dtype;
-      return make_fsdp(make_group(), device, options, launch.local_world_size);
+      auto fsdp = fsdp_options(spec, options);
+      fsdp.reduce_dtype = reduce_dtype;
+      return make_fsdp(make_group(), device, fsdp, launch.local_world_size);
     }
   }
   throw Error("--strategy: no factory case for '" + spec.name() + "'");
-}
-
-std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device,
-                                        const dist::LaunchEnvironment& launch) {
-  const auto spec = StrategySpec::parse(config.run.strategy, config.sharding.fsdp_sharding);
-  auto policy = precision::resolve_precision(config.precision.precision, config.precision.master_weights,
-                                             device.type(), config.precision.loss_scale);
-  if (!config.sharding.reduce_dtype.empty()) policy.reduce_dtype = precision::dtype_named(config.sharding.reduce_dtype);
-  else policy.reduce_dtype = policy.param_dtype;
-  return make_strategy(spec, config, policy, device, launch);
 }
 
 }  // namespace ptrain::strategies

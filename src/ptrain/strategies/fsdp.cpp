@@ -8,7 +8,6 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/models/model_summary.h"
-#include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
 
 namespace ptrain::strategies {
@@ -44,9 +43,8 @@ std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options
   const auto units = model.units();
   std::vector<int> wrap(units.size(), -1);
   int next = 0;
-  if (options.auto_wrap == "none") return wrap;
-  if (options.auto_wrap == "type") {
-    check(!options.wrap_types.empty(), "--auto-wrap type needs --wrap-types (the block class names to wrap)");
+  if (options.auto_wrap == AutoWrap::none) return wrap;
+  if (options.auto_wrap == AutoWrap::type) {
     std::set<std::string> seen;
     for (size_t u = 0; u < units.size(); ++u) {
       const std::string type = type_of(*units[u].second);
@@ -61,8 +59,6 @@ std::vector<int> fsdp_auto_wrap(models::Model& model, const FsdpOptions& options
     }
     return wrap;
   }
-  check(options.auto_wrap == "size", "--auto-wrap: unknown policy '" + options.auto_wrap + "' (known: size, type, none)");
-  check(options.min_num_params > 0, "--min-num-params must be positive");
   std::vector<int64_t> counts;
   for (const auto& [name, module] : units) counts.push_back(parameter_count(*module));
   // As PyTorch's size-based policy, innermost first: a block that alone holds enough is a unit; then
@@ -127,11 +123,12 @@ std::string describe_units(models::Model& model, const std::vector<int>& wrap, i
 std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks) {
   const auto wrap = fsdp_auto_wrap(model, options);
   std::set<int> units(wrap.begin(), wrap.end());
-  const bool sharded = StrategySpec(StrategyKind::fsdp, StrategySpec::parse_fsdp_sharding(options.sharding)).shards_parameters();
+  const StrategySpec spec(StrategyKind::fsdp, options.sharding);
+  const bool sharded = spec.shards_parameters();
   std::ostringstream out;
-  out << "fsdp " << options.sharding << ", auto-wrap " << options.auto_wrap;
-  if (options.auto_wrap == "size") out << " (min_num_params " << with_commas(options.min_num_params) << ")";
-  if (options.auto_wrap == "type") {
+  out << spec.label() << ", auto-wrap " << name_of(options.auto_wrap);
+  if (options.auto_wrap == AutoWrap::size) out << " (min_num_params " << with_commas(options.min_num_params) << ")";
+  if (options.auto_wrap == AutoWrap::type) {
     out << " (";
     for (size_t i = 0; i < options.wrap_types.size(); ++i) out << (i ? ", " : "") << options.wrap_types[i];
     out << ")";
@@ -142,44 +139,31 @@ std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options
   return out.str() + describe_units(model, wrap, shard_ranks, sharded);
 }
 
-FsdpOptions fsdp_options(const config::ShardingConfig& sharding) {
+FsdpOptions fsdp_options(const StrategySpec& spec, const StrategyOptions& options) {
   FsdpOptions o;
-  o.sharding = sharding.fsdp_sharding;
-  o.auto_wrap = sharding.auto_wrap;
-  o.min_num_params = sharding.min_num_params;
-  o.wrap_types = sharding.wrap_types;
-  o.backward_prefetch = sharding.backward_prefetch;
-  o.forward_prefetch = sharding.forward_prefetch;
-  o.offload_params = sharding.offload_params;
-  o.sync_module_states = sharding.sync_module_states;
-  if (!sharding.reduce_dtype.empty())
-    o.reduce_dtype = precision::dtype_named(sharding.reduce_dtype);
-  o.hybrid_group_size = sharding.hybrid_group_size;
-  o.bucket_mb = sharding.reduce_bucket_mb;
-  o.overlap_comm = sharding.overlap_comm;
+  o.sharding = spec.fsdp_sharding();
+  o.auto_wrap = options.auto_wrap;
+  o.min_num_params = options.min_num_params;
+  o.wrap_types = options.wrap_types;
+  o.backward_prefetch = options.backward_prefetch;
+  o.forward_prefetch = options.forward_prefetch;
+  o.offload_params = options.offload_params;
+  o.sync_module_states = options.sync_module_states;
+  o.hybrid_group_size = options.hybrid_group_size;
+  o.bucket_mb = options.reduce_bucket_mb;
+  o.overlap_comm = options.overlap_comm;
   return o;
 }
 
 ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size) {
-  const StrategySpec spec(StrategyKind::fsdp, StrategySpec::parse_fsdp_sharding(options.sharding));
   ZeroOptions z;
-  z.fsdp_sharding = spec.fsdp_sharding();
-  if (spec.hybrid()) {
+  if (StrategySpec(StrategyKind::fsdp, options.sharding).hybrid())
     z.hybrid_group_size = options.hybrid_group_size > 0 ? options.hybrid_group_size : local_world_size;
-  } else {
-    check(options.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");
-  }
-  check(!options.offload_params || spec.can_offload_params(), "--offload-params: --fsdp-sharding no-shard keeps every parameter on "
-                                                  "each rank's device; offload needs a strategy that shards them");
   z.offload_params = options.offload_params;
   z.offload_optimizer = options.offload_params;  // FSDP's CPU offload steps the optimizer on the CPU too
   const auto wrap = options;
   z.wrap = [wrap](models::Model& model) { return fsdp_auto_wrap(model, wrap); };
-  check(options.backward_prefetch == "pre" || options.backward_prefetch == "post" || options.backward_prefetch == "none",
-        "--backward-prefetch: unknown '" + options.backward_prefetch + "' (known: pre, post, none)");
-  z.backward_prefetch = options.backward_prefetch == "pre"    ? Prefetch::backward_pre
-                        : options.backward_prefetch == "post" ? Prefetch::backward_post
-                                                              : Prefetch::none;
+  z.backward_prefetch = options.backward_prefetch;
   z.forward_prefetch = options.forward_prefetch;
   z.sync_module_states = options.sync_module_states;
   z.reduce_dtype = options.reduce_dtype;
@@ -191,7 +175,8 @@ ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_
 
 std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
                                     const FsdpOptions& options, int64_t local_world_size) {
-  return std::make_unique<Zero>(std::move(group), device, fsdp_engine_options(options, local_world_size));
+  return std::make_unique<Zero>(std::move(group), device, StrategySpec(StrategyKind::fsdp, options.sharding),
+                                fsdp_engine_options(options, local_world_size));
 }
 
 }  // namespace ptrain::strategies

@@ -27,11 +27,11 @@
 namespace ptrain::strategies {
 
 struct FsdpOptions {
-  std::string sharding = "full-shard";  // see above
-  std::string auto_wrap = "size";       // size | type | none
+  FsdpSharding sharding = FsdpSharding::full_shard;  // see above
+  AutoWrap auto_wrap = AutoWrap::size;
   int64_t min_num_params = 100000000;   // size: a unit holds at least this many parameters
   std::vector<std::string> wrap_types;  // type: class names of blocks (e.g. Bottleneck, BasicBlock)
-  std::string backward_prefetch = "pre";  // pre | post | none
+  Prefetch backward_prefetch = Prefetch::backward_pre;
   bool forward_prefetch = false;
   bool offload_params = false;          // shards, their gradients and the optimizer step on the CPU
   bool sync_module_states = true;
@@ -41,8 +41,10 @@ struct FsdpOptions {
   bool overlap_comm = true;             // reduce a unit's gradients as soon as backward has produced them
 };
 
-// --fsdp-sharding, --auto-wrap and the other FSDP flags (accelerate's fsdp_config lands there too).
-FsdpOptions fsdp_options(const config::ShardingConfig& sharding);
+// fsdp's options as the plan resolved them (--fsdp-sharding in spec, --auto-wrap and the other FSDP
+// flags in options; accelerate's fsdp_config lands there too). reduce_dtype is the factory's, from the
+// precision policy.
+FsdpOptions fsdp_options(const StrategySpec& spec, const StrategyOptions& options);
 
 // The unit each of model.units() joins under the policy: an index shared by neighbouring blocks of one
 // unit, or -1 for the root.
@@ -55,7 +57,8 @@ std::string describe_units(models::Model& model, const std::vector<int>& wrap, i
 // The same under FSDP's policy, headed by the policy.
 std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options, int64_t shard_ranks);
 
-// The ZeRO machinery's options that behave as FSDP with these options. local_world_size: ranks per node.
+// The ZeRO machinery's options that behave as FSDP with these options (the sharding is the engine's
+// StrategySpec: fsdp with options.sharding). local_world_size: ranks per node.
 ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size);
 
 std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,

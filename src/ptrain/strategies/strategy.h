@@ -1,5 +1,5 @@
 // How devices share the work of one training step. The trainer calls these hooks and nothing else:
-// outside strategies/factory.cpp no code asks which strategy runs (what one can do, StrategySpec says).
+// outside strategies/ no code asks which strategy runs (what one can do, StrategySpec says).
 //
 // Order within one optimizer step:
 //   set_gradient_sync(false) ... backward of micro-batches 1..k-1 ... set_gradient_sync(true),
@@ -124,13 +124,11 @@ class Strategy {
 // The model's trainable parameters (or fp32 masters of them), identical on every rank.
 std::unique_ptr<UpdateTarget> replicated_update_target(models::Model& model, bool master_weights);
 
-// The strategy `spec` names, with its process group formed from the launch environment; gradients
-// travel in precision.reduce_dtype.
-std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const config::TrainConfig& config,
+// The strategy `spec` names with the options the plan resolved (train::Plan's strategy and
+// strategy_options), its process group formed from the launch environment; gradients travel in
+// precision.reduce_dtype.
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const StrategyOptions& options,
                                         const precision::PrecisionPolicy& precision, torch::Device device,
-                                        const dist::LaunchEnvironment& launch);
-// The same from the names in the config (a plan's spec and policy are what a run uses).
-std::unique_ptr<Strategy> make_strategy(const config::TrainConfig& config, torch::Device device,
                                         const dist::LaunchEnvironment& launch);
 
 }  // namespace ptrain::strategies

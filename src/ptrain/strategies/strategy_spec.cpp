@@ -7,9 +7,41 @@
 namespace ptrain::strategies {
 namespace {
 
-// The one table of strategy names, in the order of StrategyKind.
+// The one table of strategies, in the order of StrategyKind: the name --strategy takes and the
+// descriptor row (strategy_spec.h says what each field means).
+struct StrategyRow {
+  const char* name;
+  StrategyDescriptor descriptor;
+};
+
+const std::vector<StrategyRow>& strategy_table() {
+  static const std::vector<StrategyRow> rows{
+      {"single",
+       {false, "Fits on {where} ({total}).", "", "single", "", "", false, false, true}},
+      {"dp", {false, "", "", "dp", "", "DataParallel", false, false, false}},
+      {"ddp",
+       {false, "ddp fits ({total} per device).", "", "ddp", "", "DistributedDataParallel", false, false, true}},
+      {"zero1", {false, "", "", "zero1", "", "ZeroRedundancyOptimizer", false, false, true}},
+      {"zero2",
+       {false, "Model states do not fit replicated: shard them with zero2 over {n} devices ({total} each).", "", "",
+        "PyTorch has no ZeRO-2 of its own (FSDP's shard-grad-op, the nearest, is not in the reference)", "", false,
+        false, false}},
+      {"zero3",
+       {true, "Shard the parameters too: zero3 (or fsdp full-shard) over {n} devices ({total} each).",
+        "Even zero3 does not fit: offload the optimizer state to the CPU (zero3 --offload-optimizer, {total} per "
+        "device).",
+        "fsdp", "", "FSDP", true, true, false}},
+      {"fsdp", {false, "", "", "fsdp", "", "FSDP", true, true, false}},
+  };
+  return rows;
+}
+
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names{"single", "dp", "ddp", "zero1", "zero2", "zero3", "fsdp"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& row : strategy_table()) out.emplace_back(row.name);
+    return out;
+  }();
   return names;
 }
 
@@ -24,7 +56,52 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// The enum of position i in `names`, or an error naming the flag and the known names.
+template <typename Enum>
+Enum parse_named(const std::vector<std::string>& names, const std::string& name, const std::string& what) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<Enum>(i);
+  throw Error(what + " '" + name + "' (known: " + joined(names) + ")");
+}
+
 }  // namespace
+
+const std::vector<std::string>& auto_wrap_names() {
+  static const std::vector<std::string> names{"size", "type", "none"};
+  return names;
+}
+const std::vector<std::string>& backward_prefetch_names() {
+  static const std::vector<std::string> names{"none", "pre", "post"};
+  return names;
+}
+const std::vector<std::string>& state_dict_names() {
+  static const std::vector<std::string> names{"full", "sharded"};
+  return names;
+}
+
+AutoWrap parse_auto_wrap(const std::string& name) {
+  return parse_named<AutoWrap>(auto_wrap_names(), name, "--auto-wrap: unknown policy");
+}
+Prefetch parse_backward_prefetch(const std::string& name) {
+  return parse_named<Prefetch>(backward_prefetch_names(), name, "--backward-prefetch: unknown");
+}
+StateDict parse_state_dict(const std::string& name) {
+  return parse_named<StateDict>(state_dict_names(), name, "--state-dict: unknown");
+}
+
+std::string name_of(AutoWrap policy) { return auto_wrap_names().at(static_cast<size_t>(policy)); }
+std::string name_of(Prefetch prefetch) { return backward_prefetch_names().at(static_cast<size_t>(prefetch)); }
+std::string name_of(StateDict kind) { return state_dict_names().at(static_cast<size_t>(kind)); }
+
+const StrategyDescriptor& descriptor(const StrategySpec& spec) {
+  return strategy_table().at(static_cast<size_t>(spec.kind())).descriptor;
+}
+
+std::vector<StrategySpec> StrategySpec::all(FsdpSharding fsdp_sharding) {
+  std::vector<StrategySpec> specs;
+  for (size_t i = 0; i < strategy_table().size(); ++i) specs.emplace_back(static_cast<StrategyKind>(i), fsdp_sharding);
+  return specs;
+}
 
 StrategySpec::StrategySpec(StrategyKind kind, FsdpSharding sharding) : kind_(kind), sharding_(sharding) {}
 

@@ -100,13 +100,6 @@ struct Zero::State {
   }
 };
 
-StrategySpec ZeroOptions::spec() const {
-  if (fsdp_sharding) return StrategySpec(StrategyKind::fsdp, *fsdp_sharding);
-  check(stage >= 0 && stage <= 3, "zero: stage must be 0, 1, 2 or 3");
-  return stage == 0 ? StrategySpec(StrategyKind::fsdp, FsdpSharding::no_shard)
-                    : StrategySpec::from_zero_stage(stage, "zero: stage");
-}
-
 namespace {
 
 ShardingPolicy policy_of(const StrategySpec& spec, const ZeroOptions& options) {
@@ -120,9 +113,10 @@ ShardingPolicy policy_of(const StrategySpec& spec, const ZeroOptions& options) {
 
 }  // namespace
 
-Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options)
-    : options_(std::move(options)), spec_(options_.spec()) {
+Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options)
+    : options_(std::move(options)), spec_(spec) {
   check(group != nullptr, "zero: needs a process group");
+  check(spec_.uses_flat_groups(), "zero: --strategy " + spec_.name() + " does not run on flat parameter groups");
   const auto policy = policy_of(spec_, options_);
   check(options_.reduce_bucket_mb > 0, "--reduce-bucket-mb must be positive");
   state_ = std::make_shared<State>(std::move(group), device, options_, policy);

@@ -28,12 +28,8 @@
 
 namespace ptrain::strategies {
 
-enum class Prefetch { none, backward_pre, backward_post };
-
+// What the engine does besides what the strategy's StrategySpec says it shards.
 struct ZeroOptions {
-  int stage = 1;                // DeepSpeed's 1, 2 or 3 (0: nothing sharded, as FSDP's NO_SHARD)
-  // FSDP's sharding, which then stands for the stage (fsdp_engine_options sets it).
-  std::optional<FsdpSharding> fsdp_sharding;
   bool offload_optimizer = false;
   bool offload_params = false;  // strategies that shard parameters only
   double reduce_bucket_mb = 25.0;  // replicated parameters: the size of a group; sharded ones group by unit
@@ -53,14 +49,12 @@ struct ZeroOptions {
   // Hybrid shardings: shard within consecutive groups of this many ranks, each group a replica of the
   // others; gradients are reduce-scattered in the group, then all-reduced across replicas. 0: one group.
   int64_t hybrid_group_size = 0;
-
-  // The strategy these options run: fsdp with fsdp_sharding, else the stage's (0: fsdp no-shard).
-  StrategySpec spec() const;
 };
 
 class Zero final : public Strategy {
  public:
-  Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, ZeroOptions options);
+  // spec: zero1-3 or fsdp with its sharding.
+  Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options);
   ~Zero() override;
 
   std::string name() const override { return spec_.name(); }

@@ -17,7 +17,7 @@ namespace ptrain::train {
 struct CheckpointerOptions {
   std::string dir;
   int64_t keep = 0;           // --keep-checkpoints: the newest N stay; 0: all
-  std::string resumed_from;   // the checkpoint the run continues (never removed); empty: a fresh run
+  std::string resumed_from = "";  // the checkpoint the run continues (never removed); empty: a fresh run
   bool overwrite = false;     // --overwrite-checkpoints: a fresh run removes another run's checkpoints first
   // The rank that writes the checkpoint files others' shards hang off (rank 0) owns the directory: it
   // locks it, cleans it up and prunes it. The other ranks of its job only write their shard files there;

@@ -133,6 +133,31 @@ std::string multi_process_strategies() {
   return text;
 }
 
+// The strategy's flags in their types, checked here once: --auto-wrap, --backward-prefetch and the
+// numbers FSDP's policy needs (a config file reaches here without the command line's checks).
+void resolve_strategy_options(const config::TrainConfig& c, strategies::StrategyOptions& o) {
+  const auto& h = c.sharding;
+  o.backend = c.dist.backend;
+  o.timeout_seconds = c.dist.timeout_seconds;
+  o.bucket_cap_mb = c.dist.bucket_cap_mb;
+  o.sync_batchnorm = c.dist.sync_batchnorm;
+  o.overlap_comm = h.overlap_comm;
+  o.reduce_bucket_mb = h.reduce_bucket_mb;
+  o.offload_optimizer = h.offload_optimizer;
+  o.offload_params = h.offload_params;
+  o.auto_wrap = strategies::parse_auto_wrap(h.auto_wrap);
+  o.min_num_params = h.min_num_params;
+  o.wrap_types = h.wrap_types;
+  o.backward_prefetch = strategies::parse_backward_prefetch(h.backward_prefetch);
+  o.forward_prefetch = h.forward_prefetch;
+  o.sync_module_states = h.sync_module_states;
+  o.hybrid_group_size = h.hybrid_group_size;
+  check(o.auto_wrap != strategies::AutoWrap::type || !o.wrap_types.empty(),
+        "--auto-wrap type needs --wrap-types (the block class names to wrap)");
+  check(o.auto_wrap != strategies::AutoWrap::size || o.min_num_params > 0, "--min-num-params must be positive");
+  check(o.hybrid_group_size >= 0, "--hybrid-group-size must not be negative");
+}
+
 }  // namespace
 
 std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std::string& flag) {
@@ -159,20 +184,23 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   const std::string strategy = s.name();
   check(!c.sharding.offload_optimizer || s.can_offload_optimizer(),
         "--offload-optimizer applies to --strategy zero1, zero2 or zero3 only" +
-            std::string(s.is_fsdp() ? " (fsdp's --offload-params moves the optimizer step to the CPU too, as FSDP's CPU offload does)" : ""));
-  check(!c.sharding.offload_params || s.is(strategies::StrategyKind::zero3) || s.is_fsdp(),
-        "--offload-params applies to --strategy zero3 and fsdp only (the others keep every parameter on each rank)");
+            std::string(s.offloads_optimizer_with_params()
+                            ? " (fsdp's --offload-params moves the optimizer step to the CPU too, as FSDP's CPU offload does)"
+                            : ""));
   check(!c.sharding.offload_params || s.can_offload_params(),
-        "--offload-params: --fsdp-sharding " + s.fsdp_sharding_name() +
-            " keeps every parameter on each rank's device; offload needs a strategy that shards them");
+        s.takes_fsdp_options()
+            ? "--offload-params: --fsdp-sharding " + s.fsdp_sharding_name() +
+                  " keeps every parameter on each rank's device; offload needs a strategy that shards them"
+            : "--offload-params applies to --strategy zero3 and fsdp only (the others keep every parameter on each rank)");
   check(!s.uses_flat_groups() || !c.dist.sync_batchnorm, "--sync-batchnorm applies to --strategy ddp only");
-  check(s.saves_sharded() || c.sharding.state_dict == "full",
+  plan.strategy_options.state_dict = strategies::parse_state_dict(c.sharding.state_dict);
+  check(s.saves_sharded() || plan.strategy_options.state_dict == strategies::StateDict::full,
         "--state-dict " + c.sharding.state_dict + ": --strategy " + strategy +
             " holds every parameter whole and writes full checkpoints; sharded ones are for zero1-3 and fsdp");
   config::refuse_settings_without_effect(c);
-  check(!s.is_zero() || c.sharding.reduce_dtype.empty(),
+  check(s.takes_reduce_dtype() || c.sharding.reduce_dtype.empty(),
         "--reduce-dtype: --strategy " + strategy + " reduces gradients in the parameters' dtype (fsdp takes it)");
-  if (!s.is_fsdp()) {
+  if (!s.takes_fsdp_options()) {
     // FSDP's settings mean nothing to the other strategies: name the first one given.
     const config::ShardingConfig defaults;
     const auto& h = c.sharding;
@@ -190,6 +218,8 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     for (const auto& [given, flag] : fsdp_only)
       check(!given, std::string(flag) + " applies to --strategy fsdp only (this run's strategy is " + strategy + ")");
   }
+  resolve_strategy_options(c, plan.strategy_options);
+  check(s.hybrid() || c.sharding.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");
   if (s.multi_process()) {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
@@ -221,6 +251,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     }
   }
   const int64_t replicas = s.drives_several_devices() ? c.dist.replicas : 1;
+  plan.strategy_options.replicas = c.dist.replicas;
   c.run.threads = dist::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;
@@ -233,7 +264,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
   apply_loss_scaling_rules(c.precision, plan.precision);
-  if (s.is_fsdp()) apply_fsdp_mixed_precision(c, plan);
+  if (s.takes_fsdp_options()) apply_fsdp_mixed_precision(c, plan);
   // Gradients travel in --reduce-dtype where the strategy takes it, else in the parameters' dtype.
   plan.precision.reduce_dtype = c.sharding.reduce_dtype.empty() ? plan.precision.param_dtype
                                                                 : precision::dtype_named(c.sharding.reduce_dtype);
@@ -343,7 +374,7 @@ std::string describe(const Plan& plan) {
       << (data::is_token_dataset(c.data.dataset) ? "" : ", normalised " + data::describe_normalization(plan.normalization))
       << "\n"
       << "precision " << plan.precision.name
-      << (plan.strategy.is_fsdp() && !c.sharding.param_dtype.empty() &&
+      << (plan.strategy.takes_fsdp_options() && !c.sharding.param_dtype.empty() &&
                   precision::dtype_named(c.sharding.param_dtype) != torch::kFloat
               ? " (fsdp param_dtype " + c.sharding.param_dtype + ")"
               : "")

@@ -26,6 +26,8 @@ struct Plan {
   // resolved) and of what the strategy does: nothing after make_plan reads the names again.
   precision::PrecisionPolicy precision;
   strategies::StrategySpec strategy;
+  // The strategy's flags, parsed and checked: what strategies::make_strategy builds it from.
+  strategies::StrategyOptions strategy_options;
   data::DataSpec data;
   // --normalize resolved: the given values, or the dataset's default.
   data::Normalization normalization;

@@ -32,7 +32,7 @@ namespace {
 std::unique_ptr<strategies::Strategy> make_strategy_on_device(const Plan& plan) {
   const torch::Device& device = plan.device;
   if (device.is_cuda()) cuda_runtime::set_current_device(device.index());
-  return strategies::make_strategy(plan.strategy, plan.config, plan.precision, device, plan.launch);
+  return strategies::make_strategy(plan.strategy, plan.strategy_options, plan.precision, device, plan.launch);
 }
 
 void convert_to_channels_last(torch::nn::Module& module) {

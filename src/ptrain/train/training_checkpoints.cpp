@@ -146,7 +146,7 @@ void TrainingRun::save(TrainingPosition position) {
   const std::string path = checkpointer_->path_for(position.global_step);
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
-  if (c_.sharding.state_dict == "sharded") {
+  if (plan_.strategy_options.state_dict == strategies::StateDict::sharded) {
     // Every rank writes its shards; once all have, rank 0 writes the checkpoint that names them. The
     // sum's value read on the host is the barrier: it exists only once every rank has contributed (an
     // NCCL wait alone only orders the stream).
