@@ -55,7 +55,9 @@ double parity_gap(const RunSetup& s, int world) {
   }
   int clipped_steps = 0;
   const auto reference = train_reference(s, &clipped_steps);
-  if (s.clip > 0) EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping";
+  if (s.clip > 0) {
+    EXPECT_GT(clipped_steps, 0) << "the clip threshold never bit: the test would not check clipping";
+  }
   double worst = 0;
   for (int r = 0; r < world; ++r) {
     std::vector<torch::Tensor> state;

@@ -37,8 +37,8 @@ class TwoLayers : public models::Model {
   bool with_units_;
 };
 
-constexpr int kWorld = 2;
-constexpr int64_t kLocal = kGlobalBatch / kWorld;
+constexpr int kRanks = 2;
+constexpr int64_t kRowsPerRank = kGlobalBatch / kRanks;
 constexpr double kTinyMb = 100.0 / (1 << 20);  // 100 bytes: a bucket or group per parameter or two
 
 enum class Kind { ddp, zero2, zero3, fsdp_shard_grad_op };
@@ -87,14 +87,14 @@ bool has_units(Kind kind) { return kind == Kind::fsdp_shard_grad_op; }
 // backward returned and the whole parameters after the step.
 void rank_body(Kind kind, int rank, int port, const std::string& dir) {
   torch::set_num_threads(1);
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 60s);
+  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kRanks, port), "gloo", 60s);
   torch::manual_seed(100);
   auto model = std::make_shared<TwoLayers>(has_units(kind));
   auto strategy = make_strategy(kind, group);
   strategy->prepare(*model);
   auto target = strategy->update_target(*model, false);
   const auto batch = global_batch(0, false);
-  const auto rows = [&](const torch::Tensor& t) { return t.narrow(0, rank * kLocal, kLocal); };
+  const auto rows = [&](const torch::Tensor& t) { return t.narrow(0, rank * kRowsPerRank, kRowsPerRank); };
   const auto loss = torch::mse_loss(strategy->forward(*model, rows(batch.x)), rows(batch.y));
   const std::string rank0_looked = dir + "/rank0_backward_returned";
   if (rank == 1) wait_for_file(rank0_looked);  // its side of every reduction held back until then
@@ -134,7 +134,7 @@ void expect_reductions_in_flight(Kind kind) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
   const std::string dir = testing::temp_dir("inflight");
-  ASSERT_TRUE(ranks_succeeded(testing::run_world(kWorld, [&](int r) { rank_body(kind, r, port, dir); }, 120)));
+  ASSERT_TRUE(ranks_succeeded(testing::run_world(kRanks, [&](int r) { rank_body(kind, r, port, dir); }, 120)));
   torch::Tensor seen;
   torch::load(seen, dir + "/in_flight.pt");
   const auto launched = seen[0].item<int64_t>(), completed = seen[1].item<int64_t>(), slots = seen[2].item<int64_t>();

@@ -123,7 +123,9 @@ TEST(Zero3, ZooResNetWithActivationCheckpointingMatchesDdp) {
       std::vector<torch::Tensor> state;
       torch::load(state, rank_file(dir, "params", r));
       if (r == 0) finals[strategy] = state;
-      if (r == 1) EXPECT_LE(worst_relative_difference(state, finals[strategy]), 1e-6) << strategy << ": ranks differ";
+      if (r == 1) {
+        EXPECT_LE(worst_relative_difference(state, finals[strategy]), 1e-6) << strategy << ": ranks differ";
+      }
     }
   }
   ASSERT_EQ(finals["zero3"].size(), finals["ddp"].size());

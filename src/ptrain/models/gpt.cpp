@@ -16,7 +16,9 @@ namespace ptrain::models {
 
 namespace nn = torch::nn;
 
-namespace {
+// Named rather than anonymous: classes with external linkage below hold these types, which GCC warns about
+// (-Wsubobject-linkage) when a unity build includes this file into another.
+namespace gpt_parts {
 
 constexpr double kInitStd = 0.02;  // GPT-2's initialiser range
 constexpr double kLayerNormEps = 1e-5;
@@ -113,7 +115,8 @@ kernels::AddLayerNorm norm(nn::LayerNorm& ln, const torch::Tensor& x, const torc
   return kernels::add_layer_norm(x, branch, ln->weight, ln->bias, ln->options.eps(), compute_dtype(x), fused);
 }
 
-}  // namespace
+}  // namespace gpt_parts
+using namespace gpt_parts;
 
 // One pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
 class GptBlock : public nn::Module {

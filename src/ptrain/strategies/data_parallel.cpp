@@ -16,7 +16,9 @@
 
 namespace ptrain::strategies {
 
-namespace {
+// Named rather than anonymous: classes with external linkage below hold these types, which GCC warns about
+// (-Wsubobject-linkage) when a unity build includes this file into another.
+namespace data_parallel_parts {
 
 // A view of flat[offset, offset + numel) with like's shape and strides.
 torch::Tensor view_like(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like) {
@@ -78,7 +80,8 @@ std::vector<FlatGroup> flatten(const std::vector<std::vector<torch::Tensor>>& pe
   return result;
 }
 
-}  // namespace
+}  // namespace data_parallel_parts
+using namespace data_parallel_parts;
 
 // One thread per replica after the first, alive as long as the strategy: LibTorch 2.x caches cuDNN's
 // execution plans (and, in benchmark mode, the autotuning that picks them) per thread, so a fresh thread
