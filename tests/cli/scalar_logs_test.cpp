@@ -82,7 +82,9 @@ TEST(ScalarLogs, EventFileJsonLinesAndProgressAgreeStepByStepWithEvaluationEachE
     EXPECT_GT(s["train/images_per_s"].get<double>(), 0.0) << s.dump();
     EXPECT_GT(s["memory/peak_allocated_gib"].get<double>(), 0.0) << s.dump();
     EXPECT_FALSE(s.contains("train/loss_scale")) << "fp32 has no loss scaler: " << s.dump();
-    if (i > 0) EXPECT_GE(s["wall_time"].get<double>(), steps[i - 1]["wall_time"].get<double>());
+    if (i > 0) {
+      EXPECT_GE(s["wall_time"].get<double>(), steps[i - 1]["wall_time"].get<double>());
+    }
   }
 
   // Each epoch's evaluation, as the run record has it.

@@ -28,6 +28,15 @@ class CommStreams {
   virtual void compute_waits(CommLane lane) = 0;
 };
 
+// The CPU's lanes (and every lane of a CPU build): collectives run where they are issued, and waiting on their
+// work blocks the host.
+class HostOrderedStreams final : public CommStreams {
+ public:
+  std::shared_ptr<void> after_compute(CommLane) override { return nullptr; }
+  std::shared_ptr<void> on(CommLane) override { return nullptr; }
+  void compute_waits(CommLane) override {}
+};
+
 // Streams for collectives on `device`: a CUDA device's in CUDA builds, no-ops for the CPU.
 std::shared_ptr<CommStreams> make_comm_streams(const torch::Device& device);
 

@@ -10,13 +10,6 @@ namespace ptrain::dist {
 
 namespace {
 
-class HostOrdered final : public CommStreams {
- public:
-  std::shared_ptr<void> after_compute(CommLane) override { return nullptr; }
-  std::shared_ptr<void> on(CommLane) override { return nullptr; }
-  void compute_waits(CommLane) override {}
-};
-
 class CudaCommStreams final : public CommStreams {
  public:
   explicit CudaCommStreams(c10::DeviceIndex device)
@@ -47,7 +40,7 @@ class CudaCommStreams final : public CommStreams {
 }  // namespace
 
 std::shared_ptr<CommStreams> make_comm_streams(const torch::Device& device) {
-  if (!device.is_cuda()) return std::make_shared<HostOrdered>();
+  if (!device.is_cuda()) return std::make_shared<HostOrderedStreams>();
   return std::make_shared<CudaCommStreams>(device.has_index() ? device.index() : c10::cuda::current_device());
 }
 

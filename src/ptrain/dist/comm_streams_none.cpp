@@ -3,17 +3,6 @@
 
 namespace ptrain::dist {
 
-namespace {
-
-class HostOrdered final : public CommStreams {
- public:
-  std::shared_ptr<void> after_compute(CommLane) override { return nullptr; }
-  std::shared_ptr<void> on(CommLane) override { return nullptr; }
-  void compute_waits(CommLane) override {}
-};
-
-}  // namespace
-
-std::shared_ptr<CommStreams> make_comm_streams(const torch::Device&) { return std::make_shared<HostOrdered>(); }
+std::shared_ptr<CommStreams> make_comm_streams(const torch::Device&) { return std::make_shared<HostOrderedStreams>(); }
 
 }  // namespace ptrain::dist
