@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/dist/process_group.h"
+
 namespace ptrain::dist {
 
 enum class CommLane { reduce, gather };
@@ -39,5 +41,10 @@ class HostOrderedStreams final : public CommStreams {
 
 // Streams for collectives on `device`: a CUDA device's in CUDA builds, no-ops for the CPU.
 std::shared_ptr<CommStreams> make_comm_streams(const torch::Device& device);
+// The lanes for `group`'s collectives on `device`: streams where waiting on its work orders a stream (NCCL),
+// no-ops where it blocks the host (gloo, whatever the device).
+inline std::shared_ptr<CommStreams> make_comm_streams(const ProcessGroup& group, const torch::Device& device) {
+  return make_comm_streams(group.stream_ordered() ? device : torch::Device(torch::kCPU));
+}
 
 }  // namespace ptrain::dist

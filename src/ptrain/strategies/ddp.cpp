@@ -22,7 +22,7 @@ struct DistributedDataParallel::Reducer {
 
   Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o, torch::Device device)
       : group(std::move(g)),
-        streams(dist::make_comm_streams(group->stream_ordered() ? device : torch::Device(torch::kCPU))),
+        streams(dist::make_comm_streams(*group, device)),
         reducer({o.reduce_dtype, o.overlap}, streams) {}
 
   std::shared_ptr<dist::ProcessGroup> group;
@@ -46,9 +46,6 @@ struct DistributedDataParallel::Reducer {
     if (param.is_non_overlapping_and_dense())
       return bucket.flat.as_strided(param.sizes(), param.strides(), bucket.flat.storage_offset() + offset);
     return bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
-  }
-  static bool is_view(const torch::Tensor& grad, const torch::Tensor& view) {
-    return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides();
   }
 
   // Gradients live in their buckets, as PyTorch DDP's gradient_as_bucket_view: before a step's first backward every
@@ -76,7 +73,7 @@ struct DistributedDataParallel::Reducer {
     for (const size_t index : buckets[b].params) {
       auto view = view_of(index);
       const auto& grad = params[index].grad();
-      if (is_view(grad, view)) continue;
+      if (is_gradient_view(grad, view)) continue;
       if (grad.defined()) {
         view.copy_(grad);
         hold->push_back(grad);
@@ -114,7 +111,7 @@ struct DistributedDataParallel::Reducer {
       auto& grad = params[i].mutable_grad();
       if (!grad.defined()) {
         grad = view;
-      } else if (!is_view(grad, view)) {
+      } else if (!is_gradient_view(grad, view)) {
         grad.copy_(view);
       }
       ready[i] = false;

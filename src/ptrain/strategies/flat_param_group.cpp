@@ -105,6 +105,7 @@ ReductionSlot FlatParamGroup::reduction() {
     slot.output = grad_full_;
     slot.prepare = [this](std::vector<torch::Tensor>* hold) {
       take_grads(grad_full_, hold);
+      grads_taken_ = true;
       return grad_full_;
     };
   }
@@ -129,13 +130,12 @@ void FlatParamGroup::bind_gradients() {
 
 void FlatParamGroup::take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold) {
   torch::NoGradGuard no_grad;
-  if (into.is_same(grad_full_)) grads_taken_ = true;
   into.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
   const auto views = flat_->split(into);
   for (size_t i = 0; i < views.size(); ++i) {
     auto param = flat_->params()[i];
     auto& grad = param.mutable_grad();
-    if (grad.defined() && grad.data_ptr() == views[i].data_ptr() && grad.strides() == views[i].strides()) continue;
+    if (is_gradient_view(grad, views[i])) continue;
     if (grad.defined()) {
       views[i].copy_(grad);
       hold->push_back(grad);

@@ -48,19 +48,6 @@ torch::Tensor FlatParams::shard_of(const torch::Tensor& flat) const {
   return flat.narrow(0, rank_ * shard_numel_, shard_numel_);
 }
 
-torch::Tensor FlatParams::flat_grads(double scale) const {
-  torch::NoGradGuard no_grad;
-  auto flat = torch::zeros({padded_numel()}, full_.options());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& g = params_[i].grad();
-    if (!g.defined()) continue;
-    auto view = view_of(flat, i);
-    view.copy_(g);
-    if (scale != 1.0) view.mul_(scale);
-  }
-  return flat;
-}
-
 torch::Tensor FlatParams::join(const std::vector<torch::Tensor>& per_param, const torch::TensorOptions& options) const {
   check(per_param.size() == params_.size(), "sharding: join needs one tensor per parameter");
   torch::NoGradGuard no_grad;
@@ -224,6 +211,10 @@ std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& p
   return walk_by_size(params, first_cap_bytes, cap_bytes, /*close_before_overflow=*/false);
 }
 
+bool is_gradient_view(const torch::Tensor& grad, const torch::Tensor& view) {
+  return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides();
+}
+
 std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<size_t>> groups;
@@ -246,11 +237,9 @@ std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& te
     int64_t offset = 0;
     for (const size_t i : members) {
       torch::Tensor t = tensors[i];
-      const auto sizes = t.sizes().vec();
-      std::vector<int64_t> strides(sizes.size(), 1);
-      for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
-      flat.narrow(0, offset, t.numel()).view(sizes).copy_(t);
-      t.set_(flat.storage(), flat.storage_offset() + offset, sizes, strides);
+      const auto place = flat.narrow(0, offset, t.numel()).view(t.sizes());
+      place.copy_(t);
+      t.set_(place);
       offset += t.numel();
     }
     flats.push_back(flat);

@@ -41,9 +41,6 @@ class FlatParams {
   // This rank's slice of any tensor of the flat layout (padded_numel() elements).
   torch::Tensor shard_of(const torch::Tensor& flat) const;
 
-  // A new flat tensor (padding zero) holding each parameter's .grad() times scale; zeros where a
-  // parameter has no gradient.
-  torch::Tensor flat_grads(double scale) const;
   // The flat layout of per-parameter tensors (in params() order, each of its parameter's shape), and back:
   // split() returns views of flat with each parameter's shape and strides.
   torch::Tensor join(const std::vector<torch::Tensor>& per_param, const torch::TensorOptions& options) const;
@@ -90,6 +87,10 @@ UnitLayout unit_layout(models::Model& model, const std::vector<torch::Tensor>& p
 // later ones cap_bytes); members in the order backward fills them.
 std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& params, int64_t first_cap_bytes,
                                              int64_t cap_bytes);
+
+// Whether grad is `view` itself (the same memory, laid out the same): a gradient that lives in its reduction
+// buffer (ddp's buckets, the flat groups' replicated gradients), which autograd accumulated into in place.
+bool is_gradient_view(const torch::Tensor& grad, const torch::Tensor& view);
 
 // Makes the tensors (a model's buffers: batch-norm running statistics) views of one flat buffer per dtype and
 // device, keeping their values and the tensor objects the model holds, and returns those flat buffers: one

@@ -18,7 +18,7 @@ struct Zero::State {
         device(d),
         options(std::move(o)),
         policy(p),
-        streams(dist::make_comm_streams(group->stream_ordered() ? device : torch::Device(torch::kCPU))),
+        streams(dist::make_comm_streams(*group, device)),
         reducer({options.reduce_dtype, options.overlap_comm}, streams) {}
 
   std::shared_ptr<dist::ProcessGroup> group;  // every rank
