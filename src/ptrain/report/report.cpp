@@ -30,8 +30,7 @@ bool is_single_device_fp32_ptrain(const RunRecord& r) {
 }
 
 std::string job_of(const RunRecord& r) {
-  return r.model + " on " + r.dataset + " at " +
-         (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px");
+  return r.model + " on " + r.dataset + " at " + table::input_size_text(r);
 }
 
 namespace {

@@ -243,12 +243,15 @@ std::vector<std::string> table_notes(const Report& report) {
   return notes;
 }
 
+std::string input_size_text(const RunRecord& r) {
+  return r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px";
+}
+
 std::string job_summary(const Report& report) {
   std::set<std::string> jobs;
   for (const auto& run : report.runs) {
     const RunRecord& r = run.record;
-    jobs.insert(r.model + " on " + r.dataset + " (" +
-                (r.seq_len ? std::to_string(*r.seq_len) + " tokens" : std::to_string(r.image_size) + " px") + ")");
+    jobs.insert(r.model + " on " + r.dataset + " (" + input_size_text(r) + ")");
   }
   std::string list;
   for (const auto& job : jobs) list += (list.empty() ? "" : ", ") + job;

@@ -63,6 +63,8 @@ std::string column_title(const Column& column, const Report& report);
 std::vector<std::string> table_notes(const Report& report);
 // "3 runs: resnet20 on synthetic (8 px)."
 std::string job_summary(const Report& report);
+// A run's input size as its job is named by: "1024 tokens" for language models, "224 px" otherwise.
+std::string input_size_text(const metrics::RunRecord& r);
 
 // The side-by-side table: its heading, column titles, cells per row and the note under it.
 extern const char* const kSideBySideHeading;

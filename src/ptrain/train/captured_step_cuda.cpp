@@ -19,6 +19,14 @@ namespace ptrain::train {
 
 namespace {
 
+// `waiter`'s later work runs after what `on` was given so far (nothing to do when they are one stream).
+void order_after(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
+  if (waiter == on) return;
+  at::cuda::CUDAEvent event;
+  event.record(on);
+  event.block(waiter);
+}
+
 class CudaCapturedStep final : public CapturedStep {
  public:
   // Captures on the current stream unless it is the legacy default stream, on which CUDA captures nothing.
@@ -27,18 +35,18 @@ class CudaCapturedStep final : public CapturedStep {
   void run_on_capture_stream(const std::function<void()>& fn) override {
     c10::cuda::CUDAGuard device_guard(device_);
     const auto current = c10::cuda::getCurrentCUDAStream(device_);
-    wait(side_, current);
+    order_after(side_, current);
     {
       c10::cuda::CUDAStreamGuard on_side(side_);
       fn();
     }
-    wait(current, side_);
+    order_after(current, side_);
   }
 
   void capture(const std::function<void()>& fn) override {
     c10::cuda::CUDAGuard device_guard(device_);
     const auto current = c10::cuda::getCurrentCUDAStream(device_);
-    wait(side_, current);
+    order_after(side_, current);
     // The graph allocates from a pool of its own. The eager steps before it left their activations' and
     // cuDNN's autotuning workspaces' blocks cached in the default pool, where nothing would use them again:
     // kept, they held as much device memory beside the graph's pool as the step itself (ResNet-50 amp-bf16
@@ -58,7 +66,7 @@ class CudaCapturedStep final : public CapturedStep {
       throw Error(std::string("CUDA graph capture failed (rerun with --no-cuda-graphs to train without): ") +
                   e.what_without_backtrace());
     }
-    wait(current, side_);
+    order_after(current, side_);
     captured_ = true;
   }
 
@@ -71,13 +79,6 @@ class CudaCapturedStep final : public CapturedStep {
   static c10::cuda::CUDAStream capture_stream(c10::DeviceIndex device) {
     const auto current = c10::cuda::getCurrentCUDAStream(device);
     return current == c10::cuda::getDefaultCUDAStream(device) ? c10::cuda::getStreamFromPool(false, device) : current;
-  }
-
-  static void wait(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
-    if (waiter == on) return;
-    at::cuda::CUDAEvent event;
-    event.record(on);
-    event.block(waiter);
   }
 
   // A capture interrupted by an exception is still ended (the stream would stay in capture mode); the run
@@ -100,21 +101,15 @@ class CudaRunStream final : public RunStream {
  public:
   explicit CudaRunStream(c10::DeviceIndex device)
       : before_(c10::cuda::getCurrentCUDAStream(device)), run_(c10::cuda::getStreamFromPool(false, device)) {
-    order(run_, before_);
+    order_after(run_, before_);
     guard_.emplace(run_);
   }
   ~CudaRunStream() override {
     guard_.reset();
-    order(before_, run_);
+    order_after(before_, run_);
   }
 
  private:
-  static void order(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& on) {
-    at::cuda::CUDAEvent event;
-    event.record(on);
-    event.block(waiter);
-  }
-
   c10::cuda::CUDAStream before_, run_;
   std::optional<c10::cuda::CUDAStreamGuard> guard_;
 };
