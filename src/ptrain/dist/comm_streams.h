@@ -28,6 +28,9 @@ class CommStreams {
   [[nodiscard]] virtual std::shared_ptr<void> on(CommLane lane) = 0;
   // The current (compute) stream waits for everything issued on the lane so far.
   virtual void compute_waits(CommLane lane) = 0;
+  // Whether waiting on a collective's work orders streams (true) or blocks the host (false): where memory a
+  // collective read can go back to the compute stream as soon as that stream has waited for it.
+  virtual bool orders_streams() const = 0;
 };
 
 // The CPU's lanes (and every lane of a CPU build): collectives run where they are issued, and waiting on their
@@ -37,6 +40,7 @@ class HostOrderedStreams final : public CommStreams {
   std::shared_ptr<void> after_compute(CommLane) override { return nullptr; }
   std::shared_ptr<void> on(CommLane) override { return nullptr; }
   void compute_waits(CommLane) override {}
+  bool orders_streams() const override { return false; }
 };
 
 // Streams for collectives on `device`: a CUDA device's in CUDA builds, no-ops for the CPU.

@@ -29,6 +29,7 @@ class CudaCommStreams final : public CommStreams {
     done.record(stream(lane));
     done.block(c10::cuda::getCurrentCUDAStream(device_));
   }
+  bool orders_streams() const override { return true; }
 
  private:
   const c10::cuda::CUDAStream& stream(CommLane lane) const { return lane == CommLane::reduce ? reduce_ : gather_; }

@@ -14,7 +14,8 @@ namespace ptrain::strategies {
 // marked ready (launched in bucket order), and finish() copies the averages back into .grad.
 struct DistributedDataParallel::Reducer {
   struct Bucket {
-    torch::Tensor flat;
+    torch::Tensor flat;  // from the bucket's first gradient of a step to the end of its reduction
+    int64_t numel = 0;
     std::vector<size_t> params;
     std::vector<int64_t> offsets;
     size_t pending = 0;
@@ -48,28 +49,32 @@ struct DistributedDataParallel::Reducer {
     return bucket.flat.narrow(0, offset, param.numel()).view(param.sizes());
   }
 
-  // Gradients live in their buckets, as PyTorch DDP's gradient_as_bucket_view: before a step's first backward every
-  // parameter without a gradient gets its bucket view, zeroed, so that autograd accumulates into the bucket in
-  // place, the all-reduce averages it there and the optimizer reads it there. No copy in or out, and no gradient
-  // memory beside the buckets. A gradient that is not its view (set by someone else) is copied in and out instead.
-  void bind_gradients() {
-    std::lock_guard<std::mutex> lock(mutex);
+  // Gradients live in their buckets, as PyTorch DDP's gradient_as_bucket_view: autograd accumulates into the
+  // bucket in place, the all-reduce averages it there and the optimizer reads it there, with no copy in or out.
+  // A bucket exists only from the step's backward to its optimizer step, as a single device's gradients do: it
+  // is allocated when its first gradient arrives (that gradient copied in, the others' views bound, zeroed) and
+  // the next bucket with it, so that its gradients arrive in place; after the reduction the buckets live on
+  // only in the gradients, which the optimizer's zero_grad frees. Held between steps, they would add a whole
+  // copy of the gradients to the peak of the next forward. Caller holds mutex.
+  void ensure_bucket(size_t b) {
+    auto& bucket = buckets[b];
+    if (bucket.flat.defined()) return;
     torch::NoGradGuard no_grad;
-    for (auto& bucket : buckets) {
-      const bool none_bound = std::none_of(bucket.params.begin(), bucket.params.end(),
-                                           [&](size_t index) { return params[index].grad().defined(); });
-      if (none_bound) bucket.flat.zero_();
-      for (const size_t index : bucket.params) {
-        auto& grad = params[index].mutable_grad();
-        if (grad.defined()) continue;
-        grad = view_of(index);
-        if (!none_bound) grad.zero_();
+    bucket.flat = torch::empty({bucket.numel}, params[bucket.params.front()].options().requires_grad(false));
+    for (const size_t index : bucket.params) {
+      auto view = view_of(index);
+      auto& grad = params[index].mutable_grad();
+      if (grad.defined()) {
+        view.copy_(grad);
+      } else {
+        view.zero_();
       }
+      grad = view;
     }
   }
 
   // The bucket's gradients into its flat buffer (zeros for parameters without one), when it launches.
-  torch::Tensor fill(size_t b, std::vector<torch::Tensor>* hold) {
+  void fill(size_t b, std::vector<torch::Tensor>* hold) {
     for (const size_t index : buckets[b].params) {
       auto view = view_of(index);
       const auto& grad = params[index].grad();
@@ -81,7 +86,6 @@ struct DistributedDataParallel::Reducer {
         view.zero_();
       }
     }
-    return buckets[b].flat;
   }
 
   // Caller holds mutex.
@@ -91,6 +95,10 @@ struct DistributedDataParallel::Reducer {
                              "before finish_backward?)");
     ready[index] = true;
     const size_t b = bucket_of[index];
+    if (buckets[b].pending == buckets[b].params.size()) {  // the bucket's first gradient this step
+      ensure_bucket(b);
+      if (b + 1 < buckets.size()) ensure_bucket(b + 1);
+    }
     if (--buckets[b].pending == 0) reducer.mark_ready(b);
   }
 
@@ -116,7 +124,10 @@ struct DistributedDataParallel::Reducer {
       }
       ready[i] = false;
     }
-    for (auto& bucket : buckets) bucket.pending = bucket.params.size();
+    for (auto& bucket : buckets) {
+      bucket.pending = bucket.params.size();
+      bucket.flat = torch::Tensor();  // alive in the gradients until the optimizer is done with them
+    }
   }
 };
 
@@ -165,7 +176,7 @@ void DistributedDataParallel::prepare(models::Model& model) {
       bucket.offsets.push_back(numel);
       numel += params[members[slot]].numel();
     }
-    bucket.flat = torch::zeros({numel}, params[members.front()].options().requires_grad(false));
+    bucket.numel = numel;
     bucket.pending = members.size();
     bucket.params = std::move(members);
     r.buckets.push_back(std::move(bucket));
@@ -173,9 +184,12 @@ void DistributedDataParallel::prepare(models::Model& model) {
   for (size_t b = 0; b < r.buckets.size(); ++b) {
     ReductionSlot slot;
     slot.all = group_;
-    slot.output = r.buckets[b].flat;
-    // The reducer outlives its slots' preparations: both die with it.
-    slot.prepare = [&r, b](std::vector<torch::Tensor>* hold) { return r.fill(b, hold); };
+    // The reducer outlives its slots' functions: both die with it. Called under its mutex.
+    slot.buffers = [&r, b] {
+      r.ensure_bucket(b);
+      return ReductionBuffers{r.buckets[b].flat, r.buckets[b].flat};
+    };
+    slot.fill = [&r, b](const torch::Tensor&, std::vector<torch::Tensor>* hold) { r.fill(b, hold); };
     r.reducer.add_slot(std::move(slot));
   }
 
@@ -191,7 +205,6 @@ void DistributedDataParallel::prepare(models::Model& model) {
 torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {
   check(reducer_ != nullptr, "ddp: forward() before prepare()");
   if (!model.is_training()) return model.forward(inputs);
-  if (torch::GradMode::is_enabled()) reducer_->bind_gradients();
   // At every world size, as PyTorch's DDP: one broadcast a flat buffer, in place.
   if (options_.broadcast_buffers && !buffer_flats_.empty()) {
     std::vector<torch::Tensor> buffers;
@@ -245,6 +258,13 @@ size_t DistributedDataParallel::reductions_completed() const {
   if (!reducer_) return 0;
   std::lock_guard<std::mutex> lock(reducer_->mutex);
   return reducer_->reducer.completed();
+}
+
+size_t DistributedDataParallel::buckets_held() const {
+  if (!reducer_) return 0;
+  std::lock_guard<std::mutex> lock(reducer_->mutex);
+  return static_cast<size_t>(std::count_if(reducer_->buckets.begin(), reducer_->buckets.end(),
+                                           [](const Reducer::Bucket& b) { return b.flat.defined(); }));
 }
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {

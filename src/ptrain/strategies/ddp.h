@@ -73,6 +73,9 @@ class DistributedDataParallel final : public Strategy {
   size_t reductions_started() const;
   // Of those, the ones whose all-reduce has completed, asked without waiting (tests: reductions in flight).
   size_t reductions_completed() const;
+  // Buckets the strategy holds memory of: from their first gradient of a step to the end of its reduction, after
+  // which they live only in the gradients (tests: nothing held between steps).
+  size_t buckets_held() const;
   dist::ProcessGroup& group() { return *group_; }
 
   struct Reducer;

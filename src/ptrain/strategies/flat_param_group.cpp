@@ -44,12 +44,7 @@ FlatParamGroup::FlatParamGroup(std::vector<torch::Tensor> params, std::vector<st
               ? std::make_unique<FlatParams>(std::move(params), std::move(names), mesh_.shard->rank(),
                                              mesh_.shard->world_size())
               : std::make_unique<FlatParams>(std::move(params), std::move(names), 0, 1);
-  const auto options = flat_->full().options();
-  if (policy_.shards_gradients) {
-    grad_shard_ = torch::zeros({flat_->shard_numel()}, options);
-  } else {
-    grad_full_ = torch::zeros({flat_->padded_numel()}, options);
-  }
+  grad_options_ = flat_->full().options().requires_grad(false);
   if (policy_.shards_parameters) {
     param_shard_ = flat_->shard().clone();
     if (policy_.offload_params) {
@@ -62,10 +57,14 @@ FlatParamGroup::FlatParamGroup(std::vector<torch::Tensor> params, std::vector<st
 
 void FlatParamGroup::start_gather() {
   if (flat_->allocated()) return;
-  // Regrown on the compute stream, which uses and frees the buffer; the gather stream fills it after the
-  // compute stream's work so far.
+  // Regrown on the compute stream, which uses and frees the buffer.
   flat_->regrow();
-  const auto on_gather_stream = streams_->after_compute(dist::CommLane::gather);
+  // Issued from the compute stream: NCCL runs it on its own stream, after the compute stream's work so far and
+  // beside what follows. The gather lane stands in between only where the shard first crosses from the CPU, so
+  // that the copy does not hold the compute stream: a lane costs two more stream hops per unit, which inside a
+  // captured step split the graph into a branch per unit (zero3 on GPT-2 small, one H200: 0.88x single's
+  // throughput through the lane, 0.96x without; docs/results/2026-12-03-h200-strategies-world1.md).
+  const auto on_gather_stream = policy_.offload_params ? streams_->after_compute(dist::CommLane::gather) : nullptr;
   torch::NoGradGuard no_grad;
   gather_source_ = as_movable(*mesh_.shard, param_shard_.to(device_));
   gather_work_ = mesh_.shard->all_gather_into(as_movable(*mesh_.shard, flat_->full()), gather_source_);
@@ -77,7 +76,7 @@ void FlatParamGroup::gather() {
   // and for what the gather stream did before it (the shard's copy from the CPU with --offload-params),
   // which also joins that stream back into a CUDA graph being captured.
   gather_work_.wait();
-  streams_->compute_waits(dist::CommLane::gather);
+  if (policy_.offload_params) streams_->compute_waits(dist::CommLane::gather);
   gather_source_ = torch::Tensor();
 }
 
@@ -94,38 +93,51 @@ ReductionSlot FlatParamGroup::reduction() {
   if (policy_.shards_gradients) {
     slot.scatter = mesh_.shard;
     slot.replicas = mesh_.replica;
-    slot.output = grad_shard_;
-    slot.prepare = [this](std::vector<torch::Tensor>* hold) {
-      auto flat = torch::empty({flat_->padded_numel()}, flat_->full().options());
-      take_grads(flat, hold);
-      return flat;
+    // A transient flat buffer of the whole gradients, given back once reduce-scattered, and this rank's shard.
+    slot.buffers = [this] {
+      grad_shard_ = torch::empty({flat_->shard_numel()}, grad_options_);
+      return ReductionBuffers{torch::empty({flat_->padded_numel()}, grad_options_), grad_shard_};
     };
+    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   } else {
-    // Reduced in place, in the buffer it is read from between steps.
-    slot.output = grad_full_;
-    slot.prepare = [this](std::vector<torch::Tensor>* hold) {
-      take_grads(grad_full_, hold);
-      grads_taken_ = true;
-      return grad_full_;
+    // Reduced in place, in the buffer the gradients live in.
+    slot.buffers = [this] {
+      bind_gradients();
+      return ReductionBuffers{grad_full_, grad_full_};
     };
+    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   }
   return slot;
 }
 
 void FlatParamGroup::bind_gradients() {
-  if (policy_.shards_gradients) return;
+  if (policy_.shards_gradients || grad_full_.defined()) return;
   torch::NoGradGuard no_grad;
-  const bool zero_all = grads_taken_;
-  if (zero_all) grad_full_.zero_();
-  grads_taken_ = false;
+  grad_full_ = torch::empty({flat_->padded_numel()}, grad_options_);
+  grad_full_.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
   const auto views = flat_->split(grad_full_);
   for (size_t i = 0; i < views.size(); ++i) {
-    auto param = flat_->params()[i];
-    auto& grad = param.mutable_grad();
-    if (grad.defined()) continue;
-    if (!zero_all) views[i].zero_();
+    auto& grad = flat_->params()[i].mutable_grad();
+    if (grad.defined()) {
+      views[i].copy_(grad);
+    } else {
+      views[i].zero_();
+    }
     grad = views[i];
   }
+}
+
+void FlatParamGroup::release_gradients() {
+  torch::NoGradGuard no_grad;
+  if (grad_full_.defined()) {
+    const auto views = flat_->split(grad_full_);
+    for (size_t i = 0; i < views.size(); ++i) {
+      auto& grad = flat_->params()[i].mutable_grad();
+      if (is_gradient_view(grad, views[i])) grad.reset();
+    }
+  }
+  grad_full_ = torch::Tensor();
+  grad_shard_ = torch::Tensor();
 }
 
 void FlatParamGroup::take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold) {
@@ -192,7 +204,8 @@ int64_t FlatParamGroup::param_bytes() const {
   return policy_.shards_parameters ? bytes_of(param_shard_) : bytes_of(flat_->full());
 }
 int64_t FlatParamGroup::grad_bytes() const {
-  return policy_.shards_gradients ? bytes_of(grad_shard_) : bytes_of(grad_full_);
+  const int64_t numel = policy_.shards_gradients ? flat_->shard_numel() : flat_->padded_numel();
+  return numel * static_cast<int64_t>(c10::elementSize(c10::typeMetaToScalarType(grad_options_.dtype())));
 }
 
 }  // namespace ptrain::strategies

@@ -1,7 +1,7 @@
 // One unit of the sharding engine (zero.h), as PyTorch FSDP2's FSDPParamGroup is one: the unit's
 // parameters in one flat buffer (sharding.h's FlatParams), this rank's shard of it, and the four things
 // done to them: shard (the initial split, in the constructor), gather (all-gather the whole buffer
-// before use, on the gather stream), release (free it after use) and reduce (its slot of the strategy's
+// before use, issued from the compute stream), release (free it after use) and reduce (its slot of the strategy's
 // GradientReducer: reduce-scatter or all-reduce the gradients into this rank's shard). Where the shards rest (the device, or the CPU with --offload-params) is a property
 // of the group, as FSDP2's offload policy is of its FSDPParam.
 //
@@ -77,7 +77,7 @@ class FlatParamGroup {
   const FlatParams& flat() const { return *flat_; }
   const std::vector<std::string>& names() const { return flat_->names(); }
 
-  // Starts gathering the whole buffer from every rank's shard on the gather stream, into its storage
+  // Starts gathering the whole buffer from every rank's shard (NCCL: on its own stream), into its storage
   // regrown in place, unless it is gathered or on its way (nothing to do when the policy keeps
   // parameters whole): prefetching.
   void start_gather();
@@ -90,17 +90,22 @@ class FlatParamGroup {
   void release();
 
   // Replicated gradients (the policy does not shard them) live in the flat buffer they are all-reduced in, as
-  // DDP's gradient_as_bucket_view: before a step's first backward each parameter without a gradient gets its
-  // view of that buffer, zeroed once the last step's reduction was read, so that autograd accumulates there
-  // and the reduction takes it without a copy. Nothing when gradients are sharded.
+  // DDP's gradient_as_bucket_view: from the group's first gradient of a step (or just before it) each parameter
+  // gets its view of that buffer, holding what it had (zeros without a gradient), so that autograd accumulates
+  // there and the reduction takes it without a copy. Nothing when gradients are sharded, or bound already.
   void bind_gradients();
+  // After the optimizer step: the step's gradient buffers go (the parameters' views of them with them), so that
+  // the next forward does not carry a copy of the gradients, as a single device's does not.
+  void release_gradients();
+  bool holds_gradients() const { return grad_full_.defined() || grad_shard_.defined(); }
 
   // This group's slot of the strategy's GradientReducer: the parameters' .grad() (cleared as they are read)
   // averaged over every rank into this rank's reduced gradients, all-reduced whole, or reduce-scattered
   // into the shard (then all-reduced across hybrid replicas).
   ReductionSlot reduction();
 
-  // This rank's shard of the parameters (what the optimizer steps) and of the reduced gradients.
+  // This rank's shard of the parameters (what the optimizer steps) and of the reduced gradients (from the
+  // group's reduction to release_gradients()).
   torch::Tensor param_shard() const;
   torch::Tensor grad_shard() const;
   // After the optimizer stepped the shards of replicated parameters: every rank's shard into the whole
@@ -116,7 +121,7 @@ class FlatParamGroup {
   // Which shard of how many this rank holds (0 of 1 when nothing is sharded).
   int64_t shard_index() const;
   int64_t shard_count() const;
-  // What the parameters and the reduced gradients take on this rank between steps.
+  // What the parameters take on this rank between steps, and the reduced gradients during a step.
   int64_t param_bytes() const;
   int64_t grad_bytes() const;
 
@@ -130,9 +135,9 @@ class FlatParamGroup {
   torch::Device device_, comm_device_;
   std::shared_ptr<dist::CommStreams> streams_;
   std::unique_ptr<FlatParams> flat_;
-  torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place
-  bool grads_taken_ = true;    // the reduction has read grad_full_ since bind_gradients last zeroed it
-  torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients
+  torch::TensorOptions grad_options_;  // the gradients' dtype and device: the parameters'
+  torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place (during a step)
+  torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients (during a step)
   torch::Tensor param_shard_;  // shards_parameters: this rank's shard of the parameters, kept between uses
   dist::Work gather_work_;     // an all-gather in flight (prefetch)
   torch::Tensor gather_source_;  // what it sends, alive until it is done

@@ -11,8 +11,8 @@ GradientReducer::GradientReducer(Options options, std::shared_ptr<dist::CommStre
 }
 
 size_t GradientReducer::add_slot(ReductionSlot spec) {
-  check(spec.all != nullptr && spec.prepare && spec.output.defined(),
-        "gradient reducer: a slot needs its ranks, its preparation and its output");
+  check(spec.all != nullptr && spec.buffers && spec.fill,
+        "gradient reducer: a slot needs its ranks, its buffers and how to fill them");
   Slot slot;
   slot.spec = std::move(spec);
   slots_.push_back(std::move(slot));
@@ -29,23 +29,44 @@ void GradientReducer::launch_ready() {
   while (next_to_launch_ < slots_.size() && slots_[next_to_launch_].ready) launch(slots_[next_to_launch_++]);
 }
 
-// On the reduce stream, after the compute stream's work so far (the backward that produced the gradients).
+void GradientReducer::give_back_held_memory() {
+  if (!streams_->orders_streams()) return;  // the host waits in finish(); gloo's work holds what it reads
+  std::vector<Slot*> holding;
+  for (size_t i = 0; i < next_to_launch_; ++i) {
+    if (!slots_[i].hold.empty()) holding.push_back(&slots_[i]);
+  }
+  if (holding.empty()) return;
+  // The compute stream waits for their collectives (the backend lets go of their inputs, which the reduce
+  // stream prepared before them), then for the reduce stream's work so far.
+  for (Slot* slot : holding) slot->work.wait();
+  streams_->compute_waits(dist::CommLane::reduce);
+  for (Slot* slot : holding) slot->hold.clear();
+}
+
+// Buffers on the compute stream; preparation and collective on the reduce stream, after the compute stream's
+// work so far (the backward that produced the gradients).
 void GradientReducer::launch(Slot& slot) {
-  const auto on_reduce_stream = streams_->after_compute(dist::CommLane::reduce);
+  give_back_held_memory();
   torch::NoGradGuard no_grad;
   const auto& spec = slot.spec;
-  const auto input = spec.prepare(&slot.hold);
+  const ReductionBuffers buffers = spec.buffers();
+  check(buffers.input.defined() && buffers.output.defined(), "gradient reducer: a slot gave no buffers");
+  slot.output = buffers.output;
+  const auto on_reduce_stream = streams_->after_compute(dist::CommLane::reduce);
+  const auto& input = buffers.input;
+  spec.fill(input, &slot.hold);
+  if (!input.is_same(slot.output)) slot.hold.push_back(input);
   slot.wire = options_.reduce_dtype.value_or(input.scalar_type());
   const auto travel = reduction_dtype(*spec.all, slot.wire);
   auto summed = slot.wire == input.scalar_type() ? input : input.to(slot.wire);
   if (spec.all->world_size() > 1) summed.div_(spec.all->world_size());
   if (travel != slot.wire) summed = summed.to(travel);
   if (spec.scatter) {
-    const auto& out = spec.output;
+    const auto& out = slot.output;
     const bool into_output = out.scalar_type() == travel && travel == slot.wire && out.is_contiguous();
     slot.result = into_output ? out : torch::empty({out.numel()}, summed.options());
     slot.work = spec.scatter->reduce_scatter_sum(slot.result.view({-1}), summed);
-    slot.hold.push_back(summed);
+    if (!summed.is_same(input)) slot.hold.push_back(summed);
   } else {
     slot.result = summed;
     std::vector<torch::Tensor> one{summed};
@@ -70,16 +91,18 @@ void GradientReducer::finish() {
     }
     for (auto& slot : slots_) {
       slot.work.wait();
-      if (slot.result.is_same(slot.spec.output)) continue;
+      if (slot.result.is_same(slot.output)) continue;
       // Rounded to the dtype it travelled in first: a float32 sum standing in for a bfloat16 one.
       const auto rounded = slot.result.scalar_type() == slot.wire ? slot.result : slot.result.to(slot.wire);
-      slot.spec.output.copy_(rounded.view(slot.spec.output.sizes()));
+      slot.output.copy_(rounded.view(slot.output.sizes()));
       slot.hold.push_back(rounded);
     }
   }
   streams_->compute_waits(dist::CommLane::reduce);
   for (auto& slot : slots_) {
     slot.ready = false;
+    slot.work = dist::Work();  // the backend's work holds its tensors: the step's buffers would outlive it
+    slot.output = torch::Tensor();
     slot.result = torch::Tensor();
     slot.hold.clear();
   }

@@ -5,11 +5,14 @@
 //
 // The backward hook marks a slot ready once all its gradients are there; with overlap a ready slot is
 // launched at once, strictly in slot order, so every rank issues the same collectives whatever order its
-// hooks fire in. Nothing waits before finish(), which runs once at the end of backward: it launches what
-// is left, waits for every slot and copies the averages out. On CUDA the preparation (copy into the flat
-// buffer, division, dtype casts), the collective and the copy-back run on the reduce stream
+// hooks fire in. Nothing waits for a result before finish(), which runs once at the end of backward: it
+// launches what is left, waits for every slot and copies the averages out. On CUDA the preparation (copy into
+// the flat buffer, division, dtype casts), the collective and the copy-back run on the reduce stream
 // (dist/comm_streams.h) after an event of the compute stream, and finish() makes the compute stream wait
-// on the reduce stream, once.
+// on the reduce stream, once. What a launched reduction reads beside the gradients' own storage (a
+// reduce-scatter's transient flat buffer, the gradients copied into it) is given back one slot later, as
+// FSDP2 frees each reduce-scatter's input at the next: the compute stream waits for that slot's collective,
+// then drops it, so that backward reuses the memory instead of holding every group's copy until finish().
 #pragma once
 
 #include <functional>
@@ -24,18 +27,26 @@
 
 namespace ptrain::strategies {
 
+// What a slot reduces when it launches: its flat gradients in their own dtype, and where their average lands (a
+// tensor of the flat layout, or of this rank's shard with a scatter group); one tensor when reduced in place.
+struct ReductionBuffers {
+  torch::Tensor input;
+  torch::Tensor output;
+};
+
 struct ReductionSlot {
   // Gradients are averaged over these ranks (divided by its world size) and, without a scatter group,
   // all-reduced over it.
   std::shared_ptr<dist::ProcessGroup> all;
   std::shared_ptr<dist::ProcessGroup> scatter;   // set: reduce-scattered over it into this rank's shard
   std::shared_ptr<dist::ProcessGroup> replicas;  // set: the shard then all-reduced across these ranks
-  // Fills and returns the slot's flat gradients (in their own dtype) when the slot launches; what it reads
-  // that must outlive the reduction (the parameters' gradients) goes into *hold.
-  std::function<torch::Tensor(std::vector<torch::Tensor>* hold)> prepare;
-  // Where the average lands, in its own dtype: a tensor of the flat layout, or of the shard with a scatter
-  // group. It may be the tensor prepare returns (reduced in place when no cast is needed).
-  torch::Tensor output;
+  // On the compute stream, when the slot launches: its buffers, allocated there when they are new, so that their
+  // memory goes back to the compute stream (and, inside a CUDA graph capture, to the step's own pool) once it
+  // has waited for the reduction.
+  std::function<ReductionBuffers()> buffers;
+  // On the reduce stream, after the compute stream's work so far: the parameters' gradients into `input` (a
+  // no-op for gradients living there already); what it reads that must outlive the reduction goes into *hold.
+  std::function<void(const torch::Tensor& input, std::vector<torch::Tensor>* hold)> fill;
 };
 
 class GradientReducer {
@@ -75,12 +86,16 @@ class GradientReducer {
     ReductionSlot spec;
     bool ready = false;
     dist::Work work;            // the collective in flight
+    torch::Tensor output;       // this step's: where the average lands
     torch::Tensor result;       // what it reduces into: the output itself, or a tensor in the travel dtype
     torch::ScalarType wire = torch::kFloat;  // the dtype the sum is rounded to before the copy-out
     std::vector<torch::Tensor> hold;  // alive until the compute stream has waited on the reduction
   };
   void launch_ready();
   void launch(Slot& slot);
+  // Stream-ordered collectives: the compute stream waits for the launched slots that hold memory, which is
+  // then dropped.
+  void give_back_held_memory();
 
   Options options_;
   std::shared_ptr<dist::CommStreams> streams_;

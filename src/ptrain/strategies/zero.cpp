@@ -67,7 +67,6 @@ struct Zero::State {
   void begin_micro_step() {
     std::lock_guard<std::mutex> lock(mutex);
     reset_pending();
-    for (auto& g : groups) g->bind_gradients();
     // An accumulation micro-step whose backward skipped some parameter leaves its group gathered.
     release_all();
   }
@@ -82,6 +81,12 @@ struct Zero::State {
     if (seen[index]) return;
     seen[index] = true;
     const size_t g = group_of[index];
+    if (sync && pending[g] == members[g]) {
+      // The group's first gradient this step: replicated gradients get their buffer now, and the next group's
+      // with it, so that its gradients arrive in place (FlatParamGroup::bind_gradients).
+      groups[g]->bind_gradients();
+      if (g + 1 < groups.size()) groups[g + 1]->bind_gradients();
+    }
     if (--pending[g] > 0) return;
     groups[g]->release();  // its backward is over: sharded parameters are freed
     if (options.backward_prefetch == Prefetch::backward_post) prefetch(before[g]);
@@ -132,6 +137,12 @@ size_t Zero::groups_reduced() const {
 size_t Zero::group_count() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->groups.size();
+}
+
+size_t Zero::groups_holding_gradients() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return static_cast<size_t>(std::count_if(state_->groups.begin(), state_->groups.end(),
+                                           [](const auto& g) { return g->holds_gradients(); }));
 }
 
 size_t Zero::reductions_completed() const {
@@ -382,6 +393,7 @@ class ZeroTarget final : public UpdateTarget {
     torch::NoGradGuard no_grad;
     for (size_t g = 0; g < params_.size(); ++g) {
       if (separate_[g]) param_shard(g).copy_(params_[g]);
+      s.groups[g]->release_gradients();
     }
     if (!s.policy.gathers_after_step()) return;  // replicated; or gathered just in time, in forward
     for (auto& group : s.groups) group->gather_updated_parameters();

@@ -87,6 +87,9 @@ class Zero final : public Strategy {
   size_t reductions_completed() const;
   // How many flat groups (and so reductions) a step has.
   size_t group_count() const;
+  // Groups holding gradient memory (a replicated group's flat gradients, a sharded one's reduced shard): from
+  // the group's first gradient or reduction of a step to the end of its optimizer step (tests).
+  size_t groups_holding_gradients() const;
 
   struct State;
 
