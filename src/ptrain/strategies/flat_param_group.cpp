@@ -93,18 +93,12 @@ ReductionSlot FlatParamGroup::reduction() {
   if (policy_.shards_gradients) {
     slot.scatter = mesh_.shard;
     slot.replicas = mesh_.replica;
-    // The flat gradients the parameters' views filled, reduce-scattered into this rank's shard; the flat buffer
-    // then belongs to the reduction alone (given back once it is done), the parameters' views let go.
+    // A transient flat buffer of the whole gradients, given back once reduce-scattered, and this rank's shard.
     slot.buffers = [this] {
-      bind_gradients();
       grad_shard_ = torch::empty({flat_->shard_numel()}, grad_options_);
-      return ReductionBuffers{grad_full_, grad_shard_};
+      return ReductionBuffers{torch::empty({flat_->padded_numel()}, grad_options_), grad_shard_};
     };
-    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) {
-      take_grads(flat, hold);
-      drop_gradient_views(flat);
-      grad_full_ = torch::Tensor();
-    };
+    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   } else {
     // Reduced in place, in the buffer the gradients live in.
     slot.buffers = [this] {
@@ -117,7 +111,7 @@ ReductionSlot FlatParamGroup::reduction() {
 }
 
 void FlatParamGroup::bind_gradients() {
-  if (grad_full_.defined()) return;
+  if (policy_.shards_gradients || grad_full_.defined()) return;
   torch::NoGradGuard no_grad;
   grad_full_ = torch::empty({flat_->padded_numel()}, grad_options_);
   grad_full_.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
@@ -133,17 +127,15 @@ void FlatParamGroup::bind_gradients() {
   }
 }
 
-void FlatParamGroup::drop_gradient_views(const torch::Tensor& flat) {
-  const auto views = flat_->split(flat);
-  for (size_t i = 0; i < views.size(); ++i) {
-    auto& grad = flat_->params()[i].mutable_grad();
-    if (is_gradient_view(grad, views[i])) grad.reset();
-  }
-}
-
 void FlatParamGroup::release_gradients() {
   torch::NoGradGuard no_grad;
-  if (grad_full_.defined()) drop_gradient_views(grad_full_);
+  if (grad_full_.defined()) {
+    const auto views = flat_->split(grad_full_);
+    for (size_t i = 0; i < views.size(); ++i) {
+      auto& grad = flat_->params()[i].mutable_grad();
+      if (is_gradient_view(grad, views[i])) grad.reset();
+    }
+  }
   grad_full_ = torch::Tensor();
   grad_shard_ = torch::Tensor();
 }

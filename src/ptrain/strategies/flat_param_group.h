@@ -89,11 +89,10 @@ class FlatParamGroup {
   // parameters whole.
   void release();
 
-  // The gradients live in the flat buffer they are reduced from, as DDP's gradient_as_bucket_view: from the
-  // group's first gradient of a step (or just before it) each parameter gets its view of that buffer, holding
-  // what it had (zeros without a gradient), so that autograd accumulates there and the reduction takes it
-  // without a copy. Replicated gradients are all-reduced in place there; sharded ones reduce-scattered from it,
-  // after which the buffer goes with the reduction. Nothing when bound already.
+  // Replicated gradients (the policy does not shard them) live in the flat buffer they are all-reduced in, as
+  // DDP's gradient_as_bucket_view: from the group's first gradient of a step (or just before it) each parameter
+  // gets its view of that buffer, holding what it had (zeros without a gradient), so that autograd accumulates
+  // there and the reduction takes it without a copy. Nothing when gradients are sharded, or bound already.
   void bind_gradients();
   // After the optimizer step: the step's gradient buffers go (the parameters' views of them with them), so that
   // the next forward does not carry a copy of the gradients, as a single device's does not.
@@ -130,8 +129,6 @@ class FlatParamGroup {
   // The parameters' gradients (zeros where there are none) into `into`, a tensor of the flat layout;
   // clears them and holds them in *hold. Gradients that are views of `into` already are left in place.
   void take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold);
-  // Clears the parameters' gradients that are views of `flat`.
-  void drop_gradient_views(const torch::Tensor& flat);
 
   ShardingPolicy policy_;
   ShardMesh mesh_;
@@ -139,8 +136,7 @@ class FlatParamGroup {
   std::shared_ptr<dist::CommStreams> streams_;
   std::unique_ptr<FlatParams> flat_;
   torch::TensorOptions grad_options_;  // the gradients' dtype and device: the parameters'
-  torch::Tensor grad_full_;    // the flat gradients: from the group's first gradient to its reduction (sharded) or
-                               // to the end of the optimizer step (replicated, all-reduced in place)
+  torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place (during a step)
   torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients (during a step)
   torch::Tensor param_shard_;  // shards_parameters: this rank's shard of the parameters, kept between uses
   dist::Work gather_work_;     // an all-gather in flight (prefetch)

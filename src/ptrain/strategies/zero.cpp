@@ -82,8 +82,8 @@ struct Zero::State {
     seen[index] = true;
     const size_t g = group_of[index];
     if (sync && pending[g] == members[g]) {
-      // The group's first gradient this step: the group's flat gradients are allocated now, and the next
-      // group's with them, so that its gradients arrive in place (FlatParamGroup::bind_gradients).
+      // The group's first gradient this step: replicated gradients get their buffer now, and the next group's
+      // with it, so that its gradients arrive in place (FlatParamGroup::bind_gradients).
       groups[g]->bind_gradients();
       if (g + 1 < groups.size()) groups[g + 1]->bind_gradients();
     }
