@@ -309,11 +309,13 @@ TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
   }
 }
 
-// The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled exactly
-// once, AMP bf16 first; and a CPU variant that needs no GPU.
+// The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled (with CUDA
+// graphs: reduce-overhead) exactly once, AMP bf16 first and also in torch.compile's default mode; ResNet-50's
+// batch sweep in AMP bf16, every run of it 30 steps; and a CPU variant that needs no GPU.
 TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
   const Suite gpu = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
   ASSERT_EQ(gpu.workloads.size(), 2u);
+  EXPECT_EQ(gpu.pytorch_compile_mode, "reduce-overhead");
   std::map<std::string, int> jobs;
   for (const auto& run : gpu.runs) {
     EXPECT_EQ(run.strategy, "single");
@@ -325,12 +327,29 @@ TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
       const std::string id = std::string(workload) + "/" + precision + "-single-x1";
       for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
     }
+    EXPECT_EQ(jobs[std::string("compiled-default/") + workload + "/amp-bf16-single-x1"], 1) << workload;
   }
-  EXPECT_EQ(jobs.size(), 36u);
+  for (const char* batch : {"256", "400"}) {
+    const std::string id = std::string("resnet50/amp-bf16-single-x1-b") + batch;
+    for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
+  }
+  EXPECT_EQ(jobs.size(), 36u + 2u + 6u);
   ASSERT_GE(gpu.runs.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(gpu.runs[i].precision, "amp-bf16");
-    EXPECT_EQ(gpu.runs[i].pytorch, (std::vector<std::string>{"eager", "compiled"}));
+    EXPECT_EQ(gpu.runs[i].pytorch, (std::vector<std::string>{"eager", "compiled", "compiled-default"}));
+  }
+  const auto value = [](const WorkloadKeys& keys, const std::string& key) {
+    for (const auto& [k, v] : keys) {
+      if (k == key) return std::stoll(v);
+    }
+    return -1LL;
+  };
+  for (const auto& run : gpu.runs) {
+    if (run.workload != "resnet50") continue;
+    const WorkloadKeys keys = gpu.run_workload(run);
+    EXPECT_EQ(value(keys, "train-limit"), value(keys, "max-steps") * value(keys, "batch-size"))
+        << run.id() << ": every run trains its max-steps on distinct images";
   }
   const auto& resnet = gpu.workload_of(gpu.runs[0]);
   EXPECT_NE(std::find(resnet.begin(), resnet.end(), std::pair<std::string, std::string>{"channels-last", "true"}),
