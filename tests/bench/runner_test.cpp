@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "ptrain/bench/bench_record.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/metrics/run_record.h"
 #include "command.h"
 #include "test_support.h"
 
@@ -143,8 +145,88 @@ TEST_F(Jobs, CompiledIsTorchCompileWithChannelsLastAndTheFusedOptimizerSharingOn
   const BenchJob& gpt = job_of(jobs, "pytorch-compiled", "gpt/fp32-single-x1");
   EXPECT_TRUE(has(gpt.command, "'--compile' '--fused-optimizer'")) << gpt.command;
   EXPECT_FALSE(has(gpt.command, "--channels-last")) << gpt.command;
-  EXPECT_FALSE(has(gpt.command, "--compile-mode")) << "the default mode needs no flag: " << gpt.command;
+  EXPECT_TRUE(has(gpt.command, "'--compile-mode' 'default'")) << "the job names its mode: " << gpt.command;
+  EXPECT_EQ(gpt.compile_mode, "default");
   EXPECT_TRUE(gpt.unavailable.empty());
+}
+
+// compiled-MODE beside compiled: a job of its own, with its own record and log, the same inductor cache.
+TEST_F(Jobs, EachCompileModeIsAJobOfItsOwnWithItsOwnFilesAndOneInductorCache) {
+  std::ofstream(path_) << "pytorch-compile-mode: reduce-overhead\n"
+                       << kSuite << "  - {workload: resnet, precision: amp-bf16, ptrain: false, pytorch: compiled-default}\n";
+  const auto jobs = plan(options());
+  const BenchJob& graphs = job_of(jobs, "pytorch-compiled", "resnet/amp-bf16-single-x1");
+  const BenchJob& plain = job_of(jobs, "pytorch-compiled-default", "resnet/amp-bf16-single-x1");
+  EXPECT_EQ(graphs.compile_mode, "reduce-overhead");
+  EXPECT_EQ(plain.compile_mode, "default");
+  EXPECT_TRUE(has(graphs.command, "'--compile' '--fused-optimizer' '--compile-mode' 'reduce-overhead'")) << graphs.command;
+  EXPECT_TRUE(has(plain.command, "'--compile' '--fused-optimizer' '--compile-mode' 'default'")) << plain.command;
+  EXPECT_EQ(graphs.metrics_path, "/out/runs/pytorch-compiled/resnet/amp-bf16-single-x1.json");
+  EXPECT_EQ(plain.metrics_path, "/out/runs/pytorch-compiled-default/resnet/amp-bf16-single-x1.json");
+  EXPECT_EQ(plain.log_path, "/out/logs/resnet/pytorch-compiled-default-amp-bf16-single-x1.log");
+  EXPECT_NE(plain.log_path, graphs.log_path);
+  for (const auto* job : {&graphs, &plain}) {
+    EXPECT_EQ(job->command.rfind("'env' 'TORCHINDUCTOR_CACHE_DIR=/out/pytorch-cache/inductor' 'python3' ", 0), 0u)
+        << job->command;
+    EXPECT_TRUE(job->unavailable.empty()) << job->unavailable;
+  }
+  EXPECT_EQ(job_of(jobs, "pytorch", "resnet/amp-bf16-single-x1").compile_mode, "");
+}
+
+// A record left by a bench in another compile mode (the suite's pytorch-compile-mode changed) is not this
+// job's: it runs again instead of passing for a run done earlier.
+TEST(FinishedRecord, OfACompiledJobMustBeOfItsCompileMode) {
+  TempDir dir;
+  metrics::RunRecord record;
+  record.framework = metrics::kFrameworkPytorch;
+  record.compiled = true;
+  record.extra["compile"] = {{"mode", "default"}};
+  BenchJob job;
+  job.metrics_path = dir.file("record.json");
+  metrics::write_run_record(job.metrics_path, record);
+  job.compile_mode = "default";
+  EXPECT_TRUE(finished_record(job).has_value());
+  job.compile_mode = "reduce-overhead";
+  EXPECT_FALSE(finished_record(job).has_value());
+  record.extra.erase("compile");  // an older record: the default mode
+  metrics::write_run_record(job.metrics_path, record);
+  EXPECT_FALSE(finished_record(job).has_value());
+  job.compile_mode = "default";
+  EXPECT_TRUE(finished_record(job).has_value());
+  job.compile_mode.clear();  // an eager job
+  EXPECT_TRUE(finished_record(job).has_value());
+}
+
+// A batch-size sweep: each run trains its workload at its own batch, train-limit scaled so that the run keeps
+// its steps, ptrain (and its estimate) by flags over the workload file, PyTorch by its own flags.
+TEST_F(Jobs, ARunOfItsOwnBatchSizeTrainsItInEveryFrameworkWithTrainLimitScaled) {
+  std::ofstream(path_) << kSuite << "  - {workload: resnet, precision: amp-bf16, batch-size: 400, pytorch: [eager, compiled]}\n";
+  BenchOptions estimating = options();
+  estimating.estimate = true;
+  const auto jobs = plan(estimating);
+  const BenchJob& ptrain = job_of(jobs, "ptrain", "resnet/amp-bf16-single-x1-b400");
+  EXPECT_EQ(ptrain.metrics_path, "/out/runs/ptrain/resnet/amp-bf16-single-x1-b400.json");
+  EXPECT_EQ(ptrain.log_path, "/out/logs/resnet/ptrain-amp-bf16-single-x1-b400.log");
+  EXPECT_EQ(ptrain.estimate_path, "/out/estimates/resnet/amp-bf16-single-x1-b400.json");
+  const auto train_at = ptrain.command.find("'train' '--config' '/out/workloads/resnet.yaml'");
+  ASSERT_NE(train_at, std::string::npos) << ptrain.command;
+  EXPECT_TRUE(has(ptrain.command.substr(train_at), "'--batch-size' '400' '--train-limit' '12000'")) << ptrain.command;
+  const auto estimate_at = ptrain.command.find("'estimate'");
+  ASSERT_NE(estimate_at, std::string::npos);
+  EXPECT_TRUE(has(ptrain.command.substr(estimate_at, train_at - estimate_at), "'--batch-size' '400'")) << ptrain.command;
+  EXPECT_NE(std::find(ptrain.train_arguments.begin(), ptrain.train_arguments.end(), "12000"),
+            ptrain.train_arguments.end())
+      << "the preflight checks the run it will train";
+  for (const char* framework : {"pytorch", "pytorch-compiled"}) {
+    const BenchJob& job = job_of(jobs, framework, "resnet/amp-bf16-single-x1-b400");
+    EXPECT_EQ(job.metrics_path, std::string("/out/runs/") + framework + "/resnet/amp-bf16-single-x1-b400.json");
+    EXPECT_TRUE(has(job.command, "'--batch-size' '400'")) << job.command;
+    EXPECT_TRUE(has(job.command, "'--train-limit' '12000'")) << job.command;
+    EXPECT_FALSE(has(job.command, "'--batch-size' '128'")) << job.command;
+  }
+  const BenchJob& base = job_of(jobs, "ptrain", "resnet/amp-bf16-single-x1");
+  EXPECT_FALSE(has(base.command, "--batch-size")) << "the workload's own batch comes from its file: " << base.command;
+  EXPECT_TRUE(has(job_of(jobs, "pytorch", "resnet/amp-bf16-single-x1").command, "'--train-limit' '3840'"));
 }
 
 TEST_F(Jobs, TheSuitesCompileModeReachesTheCompiledRunsOnly) {

@@ -101,6 +101,104 @@ TEST(Suite, PytorchCompileModeIsDefaultUnlessTheSuiteNamesOne) {
   EXPECT_EQ(load_suite(write(dir, named), "/nonexistent", 2).pytorch_compile_mode, "reduce-overhead");
 }
 
+// compiled runs the suite's pytorch-compile-mode; compiled-MODE another mode, as a variant of its own.
+TEST(Suite, CompiledVariantsNameTheirCompileMode) {
+  TempDir dir;
+  const std::string suite = "pytorch-compile-mode: reduce-overhead\nworkload: {model: resnet20}\nruns:\n"
+                            "  - {precision: amp-bf16, pytorch: [eager, compiled, compiled-default]}\n"
+                            "  - {precision: fp32, pytorch: compiled-max-autotune}\n"
+                            "  - {precision: bf16, pytorch: [compiled-reduce-overhead]}\n";
+  const Suite loaded = load_suite(write(dir, suite), "/nonexistent", 1);
+  ASSERT_EQ(loaded.runs.size(), 3u);
+  EXPECT_EQ(loaded.runs[0].pytorch, (std::vector<std::string>{"eager", "compiled", "compiled-default"}));
+  EXPECT_EQ(loaded.runs[1].pytorch, std::vector<std::string>{"compiled-max-autotune"});
+  EXPECT_EQ(loaded.runs[2].pytorch, std::vector<std::string>{"compiled"}) << "the suite's own mode is compiled";
+  EXPECT_EQ(loaded.compile_mode_of("compiled"), "reduce-overhead");
+  EXPECT_EQ(loaded.compile_mode_of("compiled-default"), "default");
+  EXPECT_EQ(loaded.compile_mode_of("compiled-max-autotune"), "max-autotune");
+  EXPECT_EQ(loaded.compile_mode_of("eager"), "");
+  EXPECT_TRUE(is_compiled_variant("compiled-default"));
+  EXPECT_TRUE(is_compiled_variant("compiled"));
+  EXPECT_FALSE(is_compiled_variant("eager"));
+}
+
+TEST(Suite, BadCompiledVariantsAreNamedByFileAndRun) {
+  const std::string head = "pytorch-compile-mode: reduce-overhead\nworkload: {model: resnet20}\n";
+  expect_refused(head + "runs: [{precision: fp32, pytorch: [eager, compiled-fastest]}]\n",
+                 {"runs[0]", "'compiled-fastest'", "'fastest' is not a torch.compile mode", "reduce-overhead"});
+  expect_refused(head + "runs: [{precision: fp32}, {precision: fp16, pytorch: [compiled, compiled-reduce-overhead]}]\n",
+                 {"runs[1]", "'compiled' twice", "pytorch-compile-mode, reduce-overhead"});
+  expect_refused(head + "runs: [{precision: fp32, pytorch: compiled-default}, "
+                        "{precision: fp32, ptrain: false, pytorch: compiled-default}]\n",
+                 {"runs[1]", "same run", "pytorch compiled-default job"});
+  expect_refused(head + "runs: [{precision: fp32, pytorch: compiledish}]\n", {"runs[0]", "'compiledish'", "compiled-MODE"});
+  expect_refused("workloads: {pytorch-compiled-default: {model: resnet20}}\n"
+                 "runs: [{workload: pytorch-compiled-default, precision: fp32}]\n",
+                 {"reads as a framework"});
+}
+
+// A run's own batch-size: in its id and label, its workload's train-limit scaled with it so that the run
+// keeps its steps; the other runs keep the workload's batch.
+TEST(Suite, ARunsBatchSizeNamesItAndScalesTheTrainLimit) {
+  TempDir dir;
+  const std::string suite =
+      "workload: {model: resnet50, dataset: cifar10, batch-size: 128, max-steps: 30, train-limit: 3840}\nruns:\n"
+      "  - {precision: amp-bf16}\n"
+      "  - {precision: amp-bf16, batch-size: 256}\n"
+      "  - {precision: amp-bf16, batch-size: 400, pytorch: [eager, compiled]}\n"
+      "  - {precision: amp-bf16, batch-size: 100}\n";
+  const Suite loaded = load_suite(write(dir, suite), "/nonexistent", 1);
+  ASSERT_EQ(loaded.runs.size(), 4u);
+  EXPECT_EQ(loaded.runs[0].id(), "amp-bf16-single-x1");
+  EXPECT_EQ(loaded.runs[1].id(), "amp-bf16-single-x1-b256");
+  EXPECT_EQ(loaded.runs[2].id(), "amp-bf16-single-x1-b400");
+  EXPECT_EQ(loaded.runs[2].label(), "amp-bf16, single, 1 device, batch 400");
+  const auto value = [](const WorkloadKeys& keys, const std::string& key) {
+    for (const auto& [k, v] : keys) {
+      if (k == key) return v;
+    }
+    return std::string("(none)");
+  };
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[0]), "batch-size"), "128");
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[0]), "train-limit"), "3840");
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[1]), "batch-size"), "256");
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[1]), "train-limit"), "7680");
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[2]), "train-limit"), "12000");
+  EXPECT_EQ(value(loaded.run_workload(loaded.runs[3]), "train-limit"), "3000");
+  EXPECT_EQ(value(loaded.workload_of(loaded.runs[2]), "batch-size"), "128") << "the workload itself stays";
+
+  // Rounded up, never a step fewer; a workload without a train-limit (or 0: every sample) keeps it; a
+  // workload without a batch-size gains one.
+  const Suite odd = load_suite(write(dir, "workload: {model: resnet20, batch-size: 96, train-limit: 1000}\n"
+                                          "runs: [{precision: fp32, batch-size: 100}]\n"),
+                               "/nonexistent", 1);
+  EXPECT_EQ(value(odd.run_workload(odd.runs[0]), "train-limit"), "1042");
+  const Suite open = load_suite(write(dir, "workload: {model: resnet20, train-limit: 0}\n"
+                                           "runs: [{precision: fp32, batch-size: 64}]\n"),
+                                "/nonexistent", 1);
+  EXPECT_EQ(value(open.run_workload(open.runs[0]), "train-limit"), "0");
+  EXPECT_EQ(value(open.run_workload(open.runs[0]), "batch-size"), "64");
+}
+
+TEST(Suite, BadBatchSizesAreNamedByFileAndRun) {
+  const std::string head = "workload: {model: resnet20, batch-size: 128, train-limit: 3840}\n";
+  for (const char* bad : {"lots", "0", "-8", "2.5", "[1, 2]"}) {
+    SCOPED_TRACE(bad);
+    const bool list = std::string(bad).front() == '[';
+    expect_refused(head + "runs: [{precision: fp32}, {precision: fp32, batch-size: " + bad + "}]\n",
+                   list ? std::vector<std::string>{"runs[1]", "'batch-size'", "a single value"}
+                        : std::vector<std::string>{"runs[1]", "'batch-size'", std::string("'") + bad + "'",
+                                                   "not a positive whole number"});
+  }
+  expect_refused(head + "runs: [{precision: fp32, batch-size: 128}]\n",
+                 {"fp32-single-x1-b128", "batch-size 128 is its workload's own"});
+  expect_refused(head + "runs: [{precision: fp32, batch-size: 256}, {precision: fp32, batch-size: 256}]\n",
+                 {"runs[1]", "same run"});
+  expect_refused("workload: {model: resnet20, global-batch-size: 512}\nruns: [{precision: fp32, batch-size: 256}]\n",
+                 {"run fp32-single-x1-b256", "global-batch-size"});
+  expect_refused(head + "runs: [{precision: fp32, batch-sise: 256}]\n", {"runs[0]", "'batch-sise'", "is not a run key"});
+}
+
 TEST(Suite, UnknownSuiteNamesTheFileItLookedFor) {
   try {
     load_suite("nosuch", "/src", 0);
@@ -211,11 +309,13 @@ TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
   }
 }
 
-// The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled exactly
-// once, AMP bf16 first; and a CPU variant that needs no GPU.
+// The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled (with CUDA
+// graphs: reduce-overhead) exactly once, AMP bf16 first and also in torch.compile's default mode; ResNet-50's
+// batch sweep in AMP bf16, every run of it 30 steps; and a CPU variant that needs no GPU.
 TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
   const Suite gpu = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
   ASSERT_EQ(gpu.workloads.size(), 2u);
+  EXPECT_EQ(gpu.pytorch_compile_mode, "reduce-overhead");
   std::map<std::string, int> jobs;
   for (const auto& run : gpu.runs) {
     EXPECT_EQ(run.strategy, "single");
@@ -227,12 +327,29 @@ TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
       const std::string id = std::string(workload) + "/" + precision + "-single-x1";
       for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
     }
+    EXPECT_EQ(jobs[std::string("compiled-default/") + workload + "/amp-bf16-single-x1"], 1) << workload;
   }
-  EXPECT_EQ(jobs.size(), 36u);
+  for (const char* batch : {"256", "400"}) {
+    const std::string id = std::string("resnet50/amp-bf16-single-x1-b") + batch;
+    for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
+  }
+  EXPECT_EQ(jobs.size(), 36u + 2u + 6u);
   ASSERT_GE(gpu.runs.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(gpu.runs[i].precision, "amp-bf16");
-    EXPECT_EQ(gpu.runs[i].pytorch, (std::vector<std::string>{"eager", "compiled"}));
+    EXPECT_EQ(gpu.runs[i].pytorch, (std::vector<std::string>{"eager", "compiled", "compiled-default"}));
+  }
+  const auto value = [](const WorkloadKeys& keys, const std::string& key) {
+    for (const auto& [k, v] : keys) {
+      if (k == key) return std::stoll(v);
+    }
+    return -1LL;
+  };
+  for (const auto& run : gpu.runs) {
+    if (run.workload != "resnet50") continue;
+    const WorkloadKeys keys = gpu.run_workload(run);
+    EXPECT_EQ(value(keys, "train-limit"), value(keys, "max-steps") * value(keys, "batch-size"))
+        << run.id() << ": every run trains its max-steps on distinct images";
   }
   const auto& resnet = gpu.workload_of(gpu.runs[0]);
   EXPECT_NE(std::find(resnet.begin(), resnet.end(), std::pair<std::string, std::string>{"channels-last", "true"}),

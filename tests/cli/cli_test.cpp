@@ -478,6 +478,46 @@ TEST(Cli, BenchWithPytorchPutsBothFrameworksInOneReport) {
   EXPECT_NE(md.find("| ptrain/fp32-ddp-x2 | ptrain |"), std::string::npos) << md;
 }
 
+// A batch sweep: a run of its own batch-size trains in ptrain and in PyTorch at that batch, each with the
+// workload's train-limit scaled so that both batches take the same steps; a bad batch-size or compiled
+// variant is one error line naming the suite file and the run, before anything runs.
+TEST(Cli, BenchSweepsTheBatchSizeInBothFrameworksKeepingTheSteps) {
+  const auto dir = scratch("bench_batch");
+  const std::string workload = R"(workload: {model: resnet20, dataset: synthetic, data-path: "256:3x8x8:4", batch-size: 8, train-limit: 32, epochs: 1, threads: 1, test-limit: 16, augment: false}
+)";
+  std::ofstream(dir / "suite.yaml") << workload << "runs:\n  - {precision: fp32}\n  - {precision: fp32, batch-size: 16}\n";
+  const std::string bench = "bench --gpus 0 --no-estimate --pytorch --python " + std::string(PTRAIN_ORACLE_PYTHON) +
+                            " --source-dir " + PTRAIN_SOURCE_DIR + " --out " + (dir / "out").string() + " --suite ";
+  const Result r = run(bench + (dir / "suite.yaml").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "      done: "), 4u) << r.output;
+  EXPECT_NE(r.output.find("ptrain fp32, single, 1 device, batch 16"), std::string::npos) << r.output;
+  for (const char* framework : {"ptrain", "pytorch"}) {
+    for (const auto& [id, batch] : {std::pair<std::string, int>{"fp32-single-x1", 8}, {"fp32-single-x1-b16", 16}}) {
+      const auto record = nlohmann::json::parse(std::ifstream(dir / "out" / "runs" / framework / (id + ".json")));
+      EXPECT_EQ(record["batch_size_per_device"], batch) << framework << "/" << id;
+      EXPECT_EQ(record["steps"], 4) << framework << "/" << id << ": train-limit grows with the batch";
+    }
+  }
+  std::ifstream md_in(dir / "out" / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| resnet20 | synthetic, 8 px, batch 8 | fp32 | 1, single | NCHW |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| resnet20 | synthetic, 8 px, batch 16 | fp32 | 1, single | NCHW |"), std::string::npos) << md;
+
+  for (const auto& [run_line, expected] :
+       {std::pair<std::string, std::string>{"  - {precision: fp32, batch-size: lots}\n",
+                                            ": runs[0]: key 'batch-size': 'lots' is not a positive whole number"},
+        {"  - {precision: fp32, pytorch: [eager, compiled-fastest]}\n",
+         ": runs[0]: key 'pytorch': 'compiled-fastest': 'fastest' is not a torch.compile mode"}}) {
+    const fs::path bad = dir / "bad.yaml";
+    std::ofstream(bad) << workload << "runs:\n" << run_line;
+    const Result refused = run(bench + bad.string());
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_EQ(refused.output.rfind("ptrain: error: " + bad.string() + expected, 0), 0u) << refused.output;
+    EXPECT_EQ(count_of(refused.output, "\n"), 1u) << "one line: " << refused.output;
+  }
+}
+
 TEST(Cli, BenchKeepsGoingPastAFailingRunAndNamesIt) {
   const auto dir = scratch("bench_fail");
   std::ofstream(dir / "suite.yaml") << R"(workload: {model: resnet20, dataset: synthetic, data-path: "64:3x8x8:4", batch-size: 16, epochs: 1, threads: 1}

@@ -667,9 +667,11 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
                                            "speed");
   const std::string& md = written.markdown;
   EXPECT_TRUE(has_line(md, "## ptrain beside PyTorch")) << md;
+  // One compile mode: its columns name it (a record without extra.compile.mode ran the default).
   EXPECT_TRUE(has_line(md, "| model | data | precision | devices | memory format | ptrain | PyTorch eager | "
-                           "PyTorch compiled | ptrain / eager | ptrain / compiled | ptrain peak/GPU | eager peak/GPU | "
-                           "compiled peak/GPU | ptrain device/GPU | eager device/GPU | compiled device/GPU |"))
+                           "PyTorch compiled (default) | ptrain / eager | ptrain / compiled (default) | ptrain peak/GPU | "
+                           "eager peak/GPU | compiled (default) peak/GPU | ptrain device/GPU | eager device/GPU | "
+                           "compiled (default) device/GPU |"))
       << md;
   const std::string gpt = "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp32 | 1, single | - | "
                           "20480 tokens/s | 16384 tokens/s | n/a | 1.25x | n/a | 9.00 GiB | 8.00 GiB | n/a | 11.00 GiB | "
@@ -703,7 +705,10 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_EQ(row.at("pytorch_compiled_peak_nvml_used_bytes"), std::to_string(static_cast<int64_t>(3.25 * kGiB)));
   EXPECT_EQ(row.at("ptrain_run"), "ptrain/resnet50/amp-bf16");
   EXPECT_EQ(row.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
+  EXPECT_EQ(row.at("pytorch_compiled_mode"), "default");
+  EXPECT_EQ(rows[0].size(), 28u) << "one compile mode: no columns of another";
   const auto tokens = csv_row(rows, 1);
+  EXPECT_EQ(tokens.at("pytorch_compiled_mode"), "") << "no compiled run in the row";
   EXPECT_EQ(tokens.at("throughput_unit"), "tokens");
   EXPECT_EQ(tokens.at("seq_len"), "1024");
   EXPECT_EQ(tokens.at("ptrain_per_second"), "20480");
@@ -712,6 +717,7 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
 
   const std::string html = read_text(written.html_path);
   EXPECT_NE(html.find("<h2>ptrain beside PyTorch</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<th>PyTorch compiled (default)</th>"), std::string::npos);
   EXPECT_NE(html.find("<td class=\"number\">4400 img/s</td><td class=\"number\">4000 img/s</td><td class=\"number\">"
                       "5500 img/s</td><td class=\"number\">1.10x</td><td class=\"number\">0.80x</td>"),
             std::string::npos);
@@ -733,6 +739,129 @@ TEST(BenchReport, SideBySideNoteNamesTheCompileModeTheRecordsRan) {
   EXPECT_NE(written.markdown.find(note), std::string::npos) << written.markdown;
   EXPECT_EQ(written.markdown.find("default mode"), std::string::npos) << written.markdown;
   EXPECT_NE(read_text(written.html_path).find(note), std::string::npos);
+}
+
+// PyTorch compiled in two modes (the speed suite's reduce-overhead, and the default mode of its targets): the
+// table gains a throughput, ratio, peak and device column for the second mode, each named with its mode, the
+// mode with more records first; side-by-side.csv keeps its columns for that one and adds the second's.
+TEST(BenchReport, SideBySideGivesEachCompileModeItsOwnColumns) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  write_speed_runs(runs);
+  const fs::path graphs_path = runs / "pytorch-compiled" / "resnet50" / "amp-bf16.json";
+  json graphs = json::parse(read_text(graphs_path.string()));
+  graphs["extra"]["compile"] = {{"mode", "reduce-overhead"}, {"graphs", 2}};
+  write_json(graphs_path, graphs);
+  RunRecord gpt_graphs = speed_record("pytorch", "gpt-small", "fp32", 32, 10);
+  gpt_graphs.compiled = true;
+  gpt_graphs.extra["compile"] = {{"mode", "reduce-overhead"}};
+  write_json(runs / "pytorch-compiled" / "gpt-small" / "fp32.json", metrics::to_json(gpt_graphs));
+  RunRecord plain = speed_record("pytorch", "resnet50", "amp-bf16+channels-last", 5000, 6);
+  plain.channels_last = true;
+  plain.compiled = true;
+  plain.peak_nvml_used_bytes = static_cast<int64_t>(6.5 * kGiB);
+  plain.extra["compile"] = {{"mode", "default"}, {"graphs", 1}};
+  write_json(runs / "pytorch-compiled-default" / "resnet50" / "amp-bf16.json", metrics::to_json(plain));
+
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "modes");
+  const std::string& md = written.markdown;
+  EXPECT_TRUE(has_line(md, "| model | data | precision | devices | memory format | ptrain | PyTorch eager | "
+                           "PyTorch compiled (reduce-overhead) | PyTorch compiled (default) | ptrain / eager | "
+                           "ptrain / compiled (reduce-overhead) | ptrain / compiled (default) | ptrain peak/GPU | "
+                           "eager peak/GPU | compiled (reduce-overhead) peak/GPU | compiled (default) peak/GPU | "
+                           "ptrain device/GPU | eager device/GPU | compiled (reduce-overhead) device/GPU | "
+                           "compiled (default) device/GPU |"))
+      << md;
+  EXPECT_TRUE(has_line(md, "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | channels-last | "
+                           "4400 img/s | 4000 img/s | 5500 img/s | 5000 img/s | 1.10x | 0.80x | 0.88x | 5.00 GiB | "
+                           "6.00 GiB | 5.50 GiB | 6.00 GiB | 7.00 GiB | 8.00 GiB | 3.25 GiB | 6.50 GiB |"))
+      << md;
+  EXPECT_TRUE(has_line(md, "| gpt-small | synthetic-tokens, 1024 tokens, batch 16 | fp32 | 1, single | - | "
+                           "20480 tokens/s | 16384 tokens/s | 32768 tokens/s | n/a | 1.25x | 0.62x | n/a | 9.00 GiB | "
+                           "8.00 GiB | 10.00 GiB | n/a | 11.00 GiB | 10.00 GiB | 12.00 GiB | n/a |"))
+      << md;
+  EXPECT_NE(md.find("torch.compile (in the mode each of its columns names; reduce-overhead: forward and backward "
+                    "replayed as CUDA graphs)"),
+            std::string::npos)
+      << md;
+
+  const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].size(), 34u) << "six columns for the second mode";
+  const auto resnet = csv_row(rows, 3);
+  EXPECT_EQ(resnet.at("pytorch_compiled_mode"), "reduce-overhead");
+  EXPECT_EQ(resnet.at("pytorch_compiled_per_second"), "5500");
+  EXPECT_EQ(resnet.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
+  EXPECT_EQ(resnet.at("pytorch_compiled_default_per_second"), "5000");
+  EXPECT_DOUBLE_EQ(std::stod(resnet.at("ptrain_vs_pytorch_compiled_default")), 0.88);
+  EXPECT_EQ(resnet.at("pytorch_compiled_default_peak_allocated_bytes"), std::to_string(6 * kGiB));
+  EXPECT_EQ(resnet.at("pytorch_compiled_default_peak_nvml_used_bytes"), std::to_string(static_cast<int64_t>(6.5 * kGiB)));
+  EXPECT_EQ(resnet.at("pytorch_compiled_default_run"), "pytorch-compiled-default/resnet50/amp-bf16");
+  EXPECT_EQ(resnet.at("pytorch_compiled_default_diverged_at_step"), "");
+  const auto gpt = csv_row(rows, 1);
+  EXPECT_EQ(gpt.at("pytorch_compiled_mode"), "reduce-overhead");
+  EXPECT_EQ(gpt.at("pytorch_compiled_default_per_second"), "");
+  EXPECT_EQ(gpt.at("pytorch_compiled_default_run"), "");
+
+  const std::string html = read_text(written.html_path);
+  EXPECT_NE(html.find("<th>PyTorch compiled (reduce-overhead)</th><th>PyTorch compiled (default)</th>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=\"number\">5500 img/s</td><td class=\"number\">5000 img/s</td>"), std::string::npos);
+}
+
+// A batch-size sweep: each batch a row of its own, the rows of one mode one under the other, the batch in
+// the data cell and in side-by-side.csv; ratios within a batch.
+TEST(BenchReport, SideBySideKeepsEachBatchOfASweepInARowOfItsOwnUnderTheOthersOfItsMode) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  const auto at_batch = [](RunRecord r, int64_t batch) {
+    r.batch_size_per_device = batch;
+    r.global_batch_size = batch;
+    r.channels_last = true;
+    return r;
+  };
+  for (const auto& [precision, steady] : {std::pair<std::string, double>{"fp32", 1000}, {"amp-bf16", 4400}}) {
+    for (const int64_t batch : {128, 256}) {
+      const std::string name = precision + "-b" + std::to_string(batch) + ".json";
+      const double faster = batch == 256 ? 1.25 : 1.0;
+      write_json(runs / "ptrain" / name,
+                 metrics::to_json(at_batch(speed_record("ptrain", "resnet50", precision, steady * faster, 5), batch)));
+      RunRecord eager = at_batch(speed_record("pytorch", "resnet50", precision, steady * 0.8, 6), batch);
+      eager.compiled = false;
+      write_json(runs / "pytorch" / name, metrics::to_json(eager));
+    }
+  }
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "sweep");
+  const std::string& md = written.markdown;
+  const std::vector<std::string> expected{
+      "| resnet50 | cifar10, 224 px, batch 128 | fp32 | 1, single | channels-last | 1000 img/s | 800 img/s |",
+      "| resnet50 | cifar10, 224 px, batch 256 | fp32 | 1, single | channels-last | 1250 img/s | 800 img/s |",
+      "| resnet50 | cifar10, 224 px, batch 128 | amp-bf16 | 1, single | channels-last | 4400 img/s | 3520 img/s |",
+      "| resnet50 | cifar10, 224 px, batch 256 | amp-bf16 | 1, single | channels-last | 5500 img/s | 3520 img/s |"};
+  size_t previous = 0;
+  for (const auto& row : expected) {
+    const size_t at = md.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << md;
+    EXPECT_GT(at, previous) << "out of order: " << row << "\n" << md;
+    previous = at;
+  }
+  EXPECT_NE(md.find("| 5500 img/s | 3520 img/s | n/a | 1.56x |"), std::string::npos) << md;
+  // The runs' table says the batch of each run too.
+  EXPECT_NE(md.find("| ptrain/amp-bf16-b256 | ptrain | single | amp-bf16 | 1 | 256 |"), std::string::npos) << md;
+
+  const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(rows.size(), 5u);
+  std::vector<std::string> order;
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const auto row = csv_row(rows, r);
+    order.push_back(row.at("precision") + "/" + row.at("batch_size_per_device"));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"fp32/128", "fp32/256", "amp-bf16/128", "amp-bf16/256"}));
+  const auto b256 = csv_row(rows, 4);
+  EXPECT_EQ(b256.at("ptrain_per_second"), "5500");
+  EXPECT_EQ(b256.at("ptrain_run"), "ptrain/amp-bf16-b256");
+  EXPECT_EQ(b256.at("pytorch_eager_run"), "pytorch/amp-bf16-b256");
+  EXPECT_DOUBLE_EQ(std::stod(b256.at("ptrain_vs_pytorch_eager")), 5500.0 / 3520.0);
 }
 
 // PyTorch's reference trains on past a non-finite loss and records the step: its throughput and accuracy

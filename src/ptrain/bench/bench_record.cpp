@@ -112,6 +112,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   for (const auto& job : jobs) {
     j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
                              {"unavailable", job.unavailable}});
+    if (!job.compile_mode.empty()) j["commands"].back()["compile_mode"] = job.compile_mode;
   }
   io::write_file_atomically(path, j.dump(2) + "\n");
 }
@@ -119,12 +120,16 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
 
 std::optional<metrics::RunRecord> finished_record(const BenchJob& job) {
   if (!fs::is_regular_file(job.metrics_path)) return std::nullopt;
+  metrics::RunRecord record;
   try {
     std::ifstream in(job.metrics_path);
-    return metrics::run_record_from_json(nlohmann::json::parse(in));
+    record = metrics::run_record_from_json(nlohmann::json::parse(in));
   } catch (const std::exception&) {
     return std::nullopt;  // half a file from an interrupted run: run it again
   }
+  // Compiled in another mode (the suite's pytorch-compile-mode changed since): not this job's record.
+  if (!job.compile_mode.empty() && report::compile_mode_of(record) != job.compile_mode) return std::nullopt;
+  return record;
 }
 
 

@@ -25,7 +25,8 @@ void check_same_workload(const Suite& suite, const std::string& bench_record);
 void write_bench_record(const Suite& suite, const BenchOptions& o, const std::vector<BenchJob>& jobs,
                         const std::string& path);
 
-// The job's record when it is there and whole; nullopt otherwise (half a file from an interrupted run).
+// The job's record when it is there and whole, and for a compiled job compiled in the job's mode; nullopt
+// otherwise (half a file from an interrupted run, a record of another torch.compile mode).
 std::optional<metrics::RunRecord> finished_record(const BenchJob& job);
 
 // Puts the prediction `ptrain estimate` made for the run's strategy into the run's record (extra.estimate),

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "ptrain/core/error.h"
+#include "ptrain/metrics/run_record.h"
 
 namespace ptrain::bench {
 
@@ -32,6 +33,11 @@ int free_port() {
   ::close(fd);
   check(ok, "ptrain bench: cannot find a free port");
   return ntohs(address.sin_port);
+}
+
+std::string pytorch_framework_of(const std::string& variant) {
+  const std::string pytorch = metrics::kFrameworkPytorch;
+  return variant == kPytorchEager ? pytorch : pytorch + "-" + variant;
 }
 
 std::string workload_folder(const std::string& out, const std::string& folder, const SuiteRun& run) {

@@ -12,7 +12,9 @@
 
 namespace ptrain::bench {
 
-inline constexpr char kFrameworkPytorchCompiled[] = "pytorch-compiled";
+// Where a PyTorch variant's records go under runs/: pytorch (eager), pytorch-compiled (the suite's compile
+// mode), pytorch-compiled-MODE (compiled-MODE).
+std::string pytorch_framework_of(const std::string& variant);
 // FSDP's units as the PyTorch reference wraps its model (size-based, at least this many parameters), so
 // that both frameworks shard the same units.
 inline constexpr char kFsdpMinNumParams[] = "1000000";

@@ -9,6 +9,20 @@
 
 namespace ptrain::bench {
 
+namespace {
+
+// A run of its own batch-size trains its workload's file with the batch (and train-limit, scaled with it,
+// Suite::run_workload) as flags, which win over the file's keys.
+void append_batch_size(const Suite& suite, const SuiteRun& run, std::vector<std::string>& arguments) {
+  if (!run.batch_size) return;
+  const WorkloadKeys workload = suite.run_workload(run);
+  arguments.insert(arguments.end(), {"--batch-size", workload_value(workload, "batch-size")});
+  const std::string limit = workload_value(workload, "train-limit");
+  if (!limit.empty()) arguments.insert(arguments.end(), {"--train-limit", limit});
+}
+
+}  // namespace
+
 std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteRun& run, const std::string& out,
                                                 const std::string& metrics_path) {
   std::vector<std::string> train{"--config", workload_file_of(out, run), "--precision", run.precision,
@@ -18,6 +32,7 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
   const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
   if (spec.takes_fsdp_options()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
+  append_batch_size(suite, run, train);
   const bool gpu = suite.on_gpu;
   if (spec.drives_several_devices()) {
     train.insert(train.end(), {"--device", gpu ? "cuda:0" : "cpu", "--replicas", std::to_string(run.devices)});
@@ -58,6 +73,7 @@ BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions&
                                       run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",
                                       "--devices", std::to_string(run.devices), "--json", job.estimate_path};
     if (run.master_weights) estimate.push_back("--master-weights");
+    append_batch_size(suite, run, estimate);
     // A failed estimate leaves the run without a prediction, not without its measurement.
     job.command = join_command({"mkdir", "-p", workload_folder(out, "estimates", run)}) + " && " +
                   join_command({"rm", "-f", job.estimate_path}) + "; " + join_command(estimate) + "; " + job.command;

@@ -1,6 +1,7 @@
 // PyTorch's jobs: bench/pytorch_reference.py on the same workload, eager (the classic comparison) or
-// compiled (PyTorch at its best), under torchrun for the strategies of one process a device; where PyTorch
-// has no counterpart of the run, the job is unavailable with the reason.
+// compiled (PyTorch at its best, in the torch.compile mode the variant names), under torchrun for the
+// strategies of one process a device; where PyTorch has no counterpart of the run, the job is unavailable
+// with the reason.
 #include <array>
 #include <cstdio>
 #include <map>
@@ -90,9 +91,10 @@ std::string compiled_strategies() {
 
 BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
                      const std::string& out, const PytorchAbilities& abilities) {
-  const bool compiled = variant == kPytorchCompiled;
+  const bool compiled = is_compiled_variant(variant);
   BenchJob job;
-  job.framework = compiled ? kFrameworkPytorchCompiled : metrics::kFrameworkPytorch;
+  job.framework = pytorch_framework_of(variant);
+  job.compile_mode = suite.compile_mode_of(variant);
   job.run = run;
   job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
   job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
@@ -140,7 +142,7 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
       return job;
     }
   }
-  const WorkloadKeys& workload = suite.workload_of(run);
+  const WorkloadKeys workload = suite.run_workload(run);  // with the run's own batch-size
   const std::string model = workload_value(workload, "model");
   const bool language_model = models::is_language_model(model.empty() ? config::TrainConfig{}.model.name : model);
   const std::string script = o.source_dir + "/bench/pytorch_reference.py";
@@ -174,10 +176,8 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
   if (compiled ? !language_model : ptrain_channels_last(workload, language_model, suite.on_gpu)) {
     args.push_back("--channels-last");
   }
-  if (compiled) args.insert(args.end(), {"--compile", "--fused-optimizer"});
-  if (compiled && suite.pytorch_compile_mode != "default") {
-    args.insert(args.end(), {"--compile-mode", suite.pytorch_compile_mode});
-  }
+  // The mode named even where it is torch.compile's default: the job's command says what its record is.
+  if (compiled) args.insert(args.end(), {"--compile", "--fused-optimizer", "--compile-mode", job.compile_mode});
   std::vector<std::string> command;
   if (compiled) {
     // Every compiled run of the bench shares TorchInductor's cache (kernels, graphs), kept with the bench's
@@ -190,7 +190,7 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
                                    "--nproc_per_node",
                                    std::to_string(run.devices), "--redirects", "1", "--tee", "1", "--log_dir",
                                    workload_folder(out, "logs", run) + "/torchrun-" +
-                                       (compiled ? "compiled-" : "") + run.run_id()});
+                                       (compiled ? variant + "-" : "") + run.run_id()});
   } else if (spec.drives_several_devices()) {
     args.insert(args.end(), {"--gpus", std::to_string(run.devices)});
   }

@@ -71,13 +71,13 @@ void mark_skipped(std::vector<BenchJob>& jobs, const std::vector<std::string>& n
       if (listed.insert(run.id()).second) known += (known.empty() ? "" : ", ") + run.id();
     }
     throw Error("--skip " + *unmatched.begin() + ": no such run in suite " + suite.name + " (runs: " + known +
-                "; prefix ptrain/, pytorch/ or pytorch-compiled/ for one framework's)");
+                "; prefix ptrain/, pytorch/, pytorch-compiled/ or pytorch-compiled-MODE/ for one framework's)");
   }
 }
 
 bool asks_for_compiled(const Suite& suite) {
   return std::any_of(suite.runs.begin(), suite.runs.end(), [](const SuiteRun& run) {
-    return std::find(run.pytorch.begin(), run.pytorch.end(), kPytorchCompiled) != run.pytorch.end();
+    return std::any_of(run.pytorch.begin(), run.pytorch.end(), is_compiled_variant);
   });
 }
 

@@ -37,8 +37,8 @@ struct BenchOptions {
   // that one stuck run does not take the rest of the suite with it; 0: no limit.
   int64_t run_timeout_seconds = 0;
   // Runs left out, by id ("fp32-dp-x2": every framework) or by the path of their record under runs/
-  // ("pytorch/fp32-dp-x2": PyTorch eager's; "pytorch-compiled/..."; in a suite of several workloads the id
-  // is "WORKLOAD/RUN", e.g. "ptrain/gpt2-small/fp32-single-x1").
+  // ("pytorch/fp32-dp-x2": PyTorch eager's; "pytorch-compiled/...", "pytorch-compiled-default/..."; in a
+  // suite of several workloads the id is "WORKLOAD/RUN", e.g. "ptrain/gpt2-small/fp32-single-x1").
   std::vector<std::string> skip;
   std::string ptrain_executable;   // the binary that trains (normally this one)
   // No run starts after this many seconds of the bench, and one still going then is stopped and left for
@@ -66,12 +66,16 @@ PytorchAbilities probe_pytorch(const std::string& python);
 
 // One process of a bench: ptrain's run, or one PyTorch variant of it.
 struct BenchJob {
-  std::string framework;   // where its record goes under runs/: ptrain | pytorch (eager) | pytorch-compiled
+  // Where its record goes under runs/: ptrain | pytorch (eager) | pytorch-compiled | pytorch-compiled-MODE.
+  std::string framework;
   SuiteRun run;
   std::string command;     // shell command line; the GPUs it may see are set when it starts
   std::string metrics_path, log_path;
   std::string estimate_path;  // ptrain runs: where `ptrain estimate` leaves its prediction; empty: none
   std::string unavailable;    // why this job cannot run (PyTorch has no such mode); empty: it can
+  // torch.compile's mode of a compiled PyTorch job; empty for the others. A record left by an earlier bench
+  // in another mode is not this job's: it runs again.
+  std::string compile_mode;
   // The `ptrain train` arguments of the run (of a PyTorch job: those of ptrain's run of the same job), from
   // which the bench makes every run's plan before the first one starts (bench/preflight.h).
   std::vector<std::string> train_arguments;

@@ -9,6 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::bench {
@@ -62,15 +63,31 @@ bool read_bool(const YAML::Node& node, const std::string& where) {
   throw Error(where + ": '" + text + "' is not true or false");
 }
 
-std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std::string& where) {
+// eager, compiled, compiled-MODE; compiled-MODE of the suite's own mode is compiled (one job, one folder).
+std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std::string& where,
+                                               const std::string& suite_compile_mode) {
   std::vector<std::string> variants;
   const auto add = [&](const YAML::Node& item) {
-    check(item.IsScalar(), where + ": expected eager, compiled, a list of them, or none");
-    const std::string v = item.as<std::string>();
+    check(item.IsScalar(), where + ": expected eager, compiled, compiled-MODE, a list of them, or none");
+    std::string v = item.as<std::string>();
     if (v == "none" && node.IsScalar()) return;
-    check(v == kPytorchEager || v == kPytorchCompiled,
-          where + ": unknown PyTorch variant '" + v + "' (known: eager, compiled; none for ptrain alone)");
-    check(std::find(variants.begin(), variants.end(), v) == variants.end(), where + ": '" + v + "' twice");
+    if (v.rfind(kPytorchCompiledModePrefix, 0) == 0) {
+      const std::string mode = v.substr(std::string(kPytorchCompiledModePrefix).size());
+      const auto& modes = compile_modes();
+      std::string names;
+      for (const auto& m : modes) names += (names.empty() ? "" : ", ") + m;
+      check(std::find(modes.begin(), modes.end(), mode) != modes.end(),
+            where + ": '" + v + "': '" + mode + "' is not a torch.compile mode (" + names + ")");
+      if (mode == suite_compile_mode) v = kPytorchCompiled;
+    } else {
+      check(v == kPytorchEager || v == kPytorchCompiled,
+            where + ": unknown PyTorch variant '" + v +
+                "' (known: eager, compiled, compiled-MODE such as compiled-default; none for ptrain alone)");
+    }
+    check(std::find(variants.begin(), variants.end(), v) == variants.end(),
+          where + ": '" + v + "' twice" +
+              (v == kPytorchCompiled ? " (compiled runs the suite's pytorch-compile-mode, " + suite_compile_mode + ")"
+                                     : std::string()));
     variants.push_back(v);
   };
   if (node.IsSequence()) {
@@ -81,6 +98,20 @@ std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std
   return variants;
 }
 
+// A run's batch-size: a positive whole number.
+int64_t read_batch_size(const std::string& value, const std::string& where) {
+  int64_t batch = 0;
+  try {
+    size_t used = 0;
+    batch = std::stoll(value, &used);
+    check(used == value.size(), "");
+  } catch (const std::exception&) {
+    throw Error(where + ": '" + value + "' is not a positive whole number of samples per device");
+  }
+  check(batch > 0, where + ": '" + value + "' is not a positive whole number of samples per device");
+  return batch;
+}
+
 // Workload names prefix run ids ("resnet50/fp32-single-x1"), and run ids follow a framework in --skip
 // ("pytorch/resnet50/fp32-single-x1"): a name must be plain and must not read as a framework.
 void check_workload_name(const std::string& name, const std::string& where) {
@@ -88,12 +119,12 @@ void check_workload_name(const std::string& name, const std::string& where) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
   }) && name.front() != '.';
   check(plain, where + ": workload name '" + name + "' must be letters, digits, '-', '_' or '.'");
-  check(name != "ptrain" && name != "pytorch" && name != "pytorch-compiled",
+  check(name != "ptrain" && name != "pytorch" && name.rfind("pytorch-compiled", 0) != 0,
         where + ": workload name '" + name + "' reads as a framework in --skip; choose another");
 }
 
 std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where, int64_t available_gpus,
-                                const std::vector<std::string>& workload_names) {
+                                const std::vector<std::string>& workload_names, const std::string& compile_mode) {
   check(node.IsSequence() && node.size() > 0, where + ": expected a non-empty list of runs");
   std::vector<SuiteRun> runs;
   std::map<std::string, size_t> asked;  // "framework/id" -> the entry that asked for it
@@ -107,7 +138,7 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
       const std::string key = kv.first.as<std::string>();
       const std::string key_at = at + ": key '" + key + "'";
       if (key == "pytorch") {
-        run.pytorch = read_pytorch_variants(kv.second, key_at);
+        run.pytorch = read_pytorch_variants(kv.second, key_at, compile_mode);
         continue;
       }
       check(kv.second.IsScalar(), key_at + ": expected a single value");
@@ -118,6 +149,8 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         run.master_weights = read_bool(kv.second, key_at);
       } else if (key == "ptrain") {
         run.ptrain = read_bool(kv.second, key_at);
+      } else if (key == "batch-size" || key == "batch_size") {
+        run.batch_size = read_batch_size(value, key_at);
       } else if (key == "workload") {
         check(!workload_names.empty(),
               key_at + ": this suite has one workload (`workload:`); name workloads under `workloads:` to choose");
@@ -151,7 +184,7 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         }
       } else {
         throw Error(key_at + " is not a run key (known: precision, master-weights, strategy, devices, workload, "
-                             "ptrain, pytorch)");
+                             "batch-size, ptrain, pytorch)");
       }
     }
     check(workload_names.empty() || !run.workload.empty(),
@@ -178,14 +211,65 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
 }  // namespace
 
 std::string SuiteRun::run_id() const {
-  return precision + (master_weights ? "-master" : "") + "-" + strategy + "-x" + std::to_string(devices);
+  return precision + (master_weights ? "-master" : "") + "-" + strategy + "-x" + std::to_string(devices) +
+         (batch_size ? "-b" + std::to_string(*batch_size) : "");
 }
 
 std::string SuiteRun::id() const { return workload.empty() ? run_id() : workload + "/" + run_id(); }
 
 std::string SuiteRun::label() const {
   return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") + ", " +
-         strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices");
+         strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices") +
+         (batch_size ? ", batch " + std::to_string(*batch_size) : "");
+}
+
+bool is_compiled_variant(const std::string& variant) {
+  return variant == kPytorchCompiled || variant.rfind(kPytorchCompiledModePrefix, 0) == 0;
+}
+
+std::string Suite::compile_mode_of(const std::string& variant) const {
+  if (variant == kPytorchCompiled) return pytorch_compile_mode;
+  if (variant.rfind(kPytorchCompiledModePrefix, 0) == 0) {
+    return variant.substr(std::string(kPytorchCompiledModePrefix).size());
+  }
+  return "";
+}
+
+WorkloadKeys Suite::run_workload(const SuiteRun& run) const {
+  WorkloadKeys keys = workload_of(run);
+  if (!run.batch_size) return keys;
+  const std::string where = source + ": run " + run.id() + " (batch-size " + std::to_string(*run.batch_size) + ")";
+  const auto at = [&](const std::string& key) {
+    return std::find_if(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == key; });
+  };
+  check(at("global-batch-size") == keys.end(),
+        where + ": its workload sets global-batch-size, which a run's batch-size would contradict");
+  const auto number = [&](const std::string& key, const std::string& text) {
+    try {
+      size_t used = 0;
+      const int64_t value = std::stoll(text, &used);
+      check(used == text.size(), "");
+      return value;
+    } catch (const std::exception&) {
+      throw Error(where + ": the workload's " + key + " '" + text + "' is not a whole number");
+    }
+  };
+  const auto batch = at("batch-size");
+  const int64_t workload_batch =
+      batch == keys.end() ? config::TrainConfig{}.run.batch_size : number("batch-size", batch->second);
+  check(workload_batch > 0, where + ": the workload's batch-size is not positive");
+  const auto limit = at("train-limit");
+  if (limit != keys.end()) {
+    const int64_t samples = number("train-limit", limit->second);
+    // 0 trains on every sample; a limit keeps the run's steps an epoch: rounded up, never a step fewer.
+    if (samples > 0) limit->second = std::to_string((samples * *run.batch_size + workload_batch - 1) / workload_batch);
+  }
+  if (batch == keys.end()) {
+    keys.emplace_back("batch-size", std::to_string(*run.batch_size));
+  } else {
+    batch->second = std::to_string(*run.batch_size);
+  }
+  return keys;
 }
 
 const WorkloadKeys& Suite::workload_of(const SuiteRun& run) const {
@@ -263,7 +347,19 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
     const char* key = cpu_variant && root["cpu-workload"].IsDefined() ? "cpu-workload" : "workload";
     suite.workload = read_workload(root[key], path + ": " + key);
   }
-  suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus, workload_names);
+  suite.runs = read_runs(root[runs_key], path + ": " + runs_key, available_gpus, workload_names,
+                         suite.pytorch_compile_mode);
+  for (const auto& run : suite.runs) {
+    suite.run_workload(run);  // a batch-size its workload cannot take, named now
+    if (!run.batch_size) continue;
+    const WorkloadKeys& own = suite.workload_of(run);
+    const auto batch = std::find_if(own.begin(), own.end(), [](const auto& kv) { return kv.first == "batch-size"; });
+    const std::string own_batch =
+        batch == own.end() ? std::to_string(config::TrainConfig{}.run.batch_size) : batch->second;
+    check(own_batch != std::to_string(*run.batch_size),
+          path + ": " + runs_key + ": run " + run.id() + ": batch-size " + own_batch +
+              " is its workload's own; leave it out (the run without it trains the same)");
+  }
   return suite;
 }
 

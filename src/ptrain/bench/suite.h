@@ -12,8 +12,22 @@
 //     - {precision: fp16, master-weights: true}
 //     - {precision: amp-bf16, strategy: ddp, devices: all}  # every GPU --gpus allows
 //     - {precision: amp-bf16, pytorch: [eager, compiled]}   # with --pytorch: PyTorch eager and torch.compile
+//     - {precision: amp-bf16, pytorch: [compiled, compiled-default]}  # torch.compile in two modes
+//     - {precision: amp-bf16, batch-size: 256}              # another batch: the run "amp-bf16-single-x1-b256"
 //   cpu-workload: {...}   # replaces workload without GPUs (optional)
 //   cpu-runs: [...]       # replaces runs without GPUs (optional)
+//   pytorch-compile-mode: reduce-overhead   # torch.compile's mode for `compiled` (optional; default: default)
+//
+// PyTorch variants: `eager`, `compiled` (torch.compile in the suite's pytorch-compile-mode) and
+// `compiled-MODE` for torch.compile in another mode (compiled-default, compiled-reduce-overhead,
+// compiled-max-autotune, compiled-max-autotune-no-cudagraphs): each is a job of its own, its records under
+// runs/pytorch-compiled-MODE/ beside runs/pytorch-compiled/ (compiled-MODE naming the suite's own mode is
+// `compiled`), so that one report shows PyTorch compiled in both modes.
+//
+// A run's batch-size (samples per device) replaces its workload's for that run, for a sweep over batch sizes:
+// the run's id and label carry it ("amp-bf16-single-x1-b256"), and the workload's train-limit, where it has
+// one, grows or shrinks with the batch so that the run keeps its number of steps (30 steps of 128 from 3,840
+// images are 30 steps of 400 from 12,000).
 //
 // Several workloads: `workloads:` maps names to workloads and every run names its own; `cpu-workloads:`
 // replaces them without GPUs. The same run may appear again for jobs an earlier entry did not ask for
@@ -29,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +57,10 @@ namespace ptrain::bench {
 // channels-last for convolutional models, the fused optimizer).
 inline constexpr char kPytorchEager[] = "eager";
 inline constexpr char kPytorchCompiled[] = "compiled";
+// "compiled-MODE": torch.compile in MODE rather than the suite's pytorch-compile-mode.
+inline constexpr char kPytorchCompiledModePrefix[] = "compiled-";
+// Whether a PyTorch variant goes through torch.compile (compiled, compiled-MODE).
+bool is_compiled_variant(const std::string& variant);
 
 struct SuiteRun {
   std::string workload;             // its workload's name in a suite of several; empty in a suite of one
@@ -51,12 +70,16 @@ struct SuiteRun {
   int64_t devices = 1;              // resolved: "all" becomes the devices the machine offers
   bool ptrain = true;               // trained by ptrain (false: an entry of the same run elsewhere is)
   std::vector<std::string> pytorch{kPytorchEager};  // PyTorch variants beside it, in order
+  // Samples per device instead of the workload's batch-size (suite key batch-size on the run); empty: the
+  // workload's. Suite::run_workload gives the workload the run trains.
+  std::optional<int64_t> batch_size;
 
-  // Unique within a suite's workload and safe as a file name, e.g. "fp16-master-single-x1".
+  // Unique within a suite's workload and safe as a file name, e.g. "fp16-master-single-x1", or
+  // "amp-bf16-single-x1-b256" for a run with its own batch-size.
   std::string run_id() const;
   // run_id(), prefixed by the workload in a suite of several: "resnet50/fp16-master-single-x1".
   std::string id() const;
-  std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU"
+  std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU" (", batch 256")
   // What the strategy does (one process a device? several devices from one?), asked instead of its name.
   strategies::StrategySpec spec() const { return strategies::StrategySpec::parse(strategy); }
 };
@@ -73,12 +96,18 @@ struct Suite {
   bool on_gpu = false;
   // torch.compile's mode for the compiled variant (suite key pytorch-compile-mode): "default", or
   // "reduce-overhead" (forward and backward replayed as CUDA graphs, as ptrain replays its step), and the
-  // other modes of compile_modes().
+  // other modes of compile_modes(). Variants compiled-MODE name their own.
   std::string pytorch_compile_mode = "default";
 
   bool has_several_workloads() const { return !workloads.empty(); }
   // The run's workload keys; throws ptrain::Error for a workload the suite does not have.
   const WorkloadKeys& workload_of(const SuiteRun& run) const;
+  // The workload the run trains: workload_of(run) with the run's own batch-size, and train-limit scaled with
+  // it. Throws ptrain::Error naming the suite file and the run where the two cannot be combined (a workload
+  // of global-batch-size, a batch-size or train-limit that is not a number).
+  WorkloadKeys run_workload(const SuiteRun& run) const;
+  // torch.compile's mode of a compiled variant: pytorch_compile_mode for compiled, MODE for compiled-MODE.
+  std::string compile_mode_of(const std::string& variant) const;
 };
 
 // The torch.compile modes a suite's pytorch-compile-mode may name.

@@ -292,8 +292,8 @@ void add_bench_command(CLI::App& app, BenchCommand& command) {
       ->check(config::non_negative_number());
   bench_cmd->add_option("--skip", bench_options.skip,
                         "Leave a run out: its id (fp32-dp-x2, every framework) or its record's path under runs/ "
-                        "(ptrain/fp32-dp-x2, pytorch/..., pytorch-compiled/...; WORKLOAD/RUN ids in a suite of "
-                        "several workloads); repeatable");
+                        "(ptrain/fp32-dp-x2, pytorch/..., pytorch-compiled/..., pytorch-compiled-default/...; "
+                        "WORKLOAD/RUN ids in a suite of several workloads); repeatable");
   bench_cmd->add_option("--python", bench_options.python, "The Python with torch and torchvision for --pytorch")
       ->capture_default_str();
   bench_cmd->add_option("--source-dir", bench_options.source_dir,

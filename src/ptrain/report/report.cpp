@@ -134,33 +134,66 @@ std::optional<double> throughput_ratio(const Report& report, size_t a, size_t b)
   return *mine / *theirs;
 }
 
+std::string compile_mode_of(const RunRecord& r) {
+  const auto compile = r.extra.find("compile");
+  const bool named = compile != r.extra.end() && compile->is_object() && compile->contains("mode") &&
+                     compile->at("mode").is_string();
+  return named ? compile->at("mode").get<std::string>() : "default";
+}
+
+std::vector<std::string> side_by_side_compile_modes(const Report& report) {
+  std::map<std::string, size_t> records;
+  for (const auto& run : report.runs) {
+    if (run.record.framework != metrics::kFrameworkPtrain && run.record.compiled.value_or(false)) {
+      ++records[compile_mode_of(run.record)];
+    }
+  }
+  if (records.empty()) return {""};
+  static const std::vector<std::string> order{"default", "reduce-overhead", "max-autotune",
+                                              "max-autotune-no-cudagraphs"};
+  std::vector<std::string> modes;
+  for (const auto& [mode, count] : records) modes.push_back(mode);
+  std::stable_sort(modes.begin(), modes.end(), [&](const std::string& a, const std::string& b) {
+    return std::make_tuple(records.at(b), rank_in(order, a), a) < std::make_tuple(records.at(a), rank_in(order, b), b);
+  });
+  return modes;
+}
+
 std::vector<SideBySideRow> side_by_side(const Report& report) {
-  using Key = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, int64_t, size_t, std::string, size_t,
-                         std::string>;
+  // Devices, strategy and precision before the batch: a batch-size sweep's rows stay together.
+  using Key = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, size_t, std::string, size_t,
+                         std::string, int64_t>;
+  const std::vector<std::string> modes = side_by_side_compile_modes(report);
   struct Group {
     SideBySideRow shape;
-    std::vector<size_t> ptrain, eager, compiled;
+    std::vector<size_t> ptrain, eager;
+    std::vector<std::vector<size_t>> compiled;  // per mode
   };
   std::map<Key, Group> groups;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunRecord& r = report.runs[i].record;
     const std::string precision = base_precision(r.precision);
-    const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.batch_size_per_device, r.devices,
-                  strategy_rank(r.strategy), r.strategy, precision_rank(precision), precision};
+    const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.devices, strategy_rank(r.strategy),
+                  r.strategy, precision_rank(precision), precision, r.batch_size_per_device};
     Group& group = groups[key];
     group.shape = {r.model, r.dataset, precision, r.strategy, r.devices, r.batch_size_per_device, r.image_size,
-                   r.seq_len, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
+                   r.seq_len, std::nullopt, std::nullopt, std::nullopt, {}};
+    group.compiled.resize(modes.size());
     if (r.framework == metrics::kFrameworkPtrain) {
       group.ptrain.push_back(i);
     } else if (r.compiled.value_or(false)) {
-      group.compiled.push_back(i);
+      const auto mode = std::find(modes.begin(), modes.end(), compile_mode_of(r));
+      group.compiled[static_cast<size_t>(mode - modes.begin())].push_back(i);
     } else {
       group.eager.push_back(i);
     }
   }
   std::vector<SideBySideRow> rows;
   for (const auto& [key, group] : groups) {
-    if (group.eager.empty() && group.compiled.empty()) continue;  // nothing of PyTorch's to compare with
+    const auto any_compiled = std::find_if(group.compiled.begin(), group.compiled.end(),
+                                           [](const auto& runs) { return !runs.empty(); });
+    // Nothing of PyTorch's to compare with: no row.
+    if (group.eager.empty() && any_compiled == group.compiled.end()) continue;
     // One row per memory format of ptrain's and eager's runs (they compare like with like); compiled is PyTorch
     // at its best in whatever format, beside each.
     std::vector<std::optional<bool>> formats;
@@ -170,7 +203,7 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
         if (std::find(formats.begin(), formats.end(), format) == formats.end()) formats.push_back(format);
       }
     }
-    if (formats.empty()) formats.push_back(memory_format_of(report.runs[group.compiled.front()].record));
+    if (formats.empty()) formats.push_back(memory_format_of(report.runs[any_compiled->front()].record));
     std::sort(formats.begin(), formats.end());
     for (const auto& format : formats) {
       SideBySideRow row = group.shape;
@@ -183,7 +216,9 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
       };
       row.ptrain = first_in(group.ptrain);
       row.eager = first_in(group.eager);
-      if (!group.compiled.empty()) row.compiled = first_in(group.compiled).value_or(group.compiled.front());
+      for (const auto& runs : group.compiled) {
+        row.compiled.push_back(runs.empty() ? std::nullopt : std::optional(first_in(runs).value_or(runs.front())));
+      }
       rows.push_back(row);
     }
   }

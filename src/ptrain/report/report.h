@@ -54,15 +54,26 @@ std::optional<double> speedup_vs_baseline(const Report& report, size_t run);
 // processes too, which are not the training's doing.
 std::optional<double> memory_saved_vs_baseline(const Report& report, size_t run);
 
-// ptrain beside PyTorch: one row per job (model, data, batch, strategy, devices) and precision mode, holding
+// torch.compile's mode of a PyTorch record (extra.compile.mode); "default" where the record names none.
+std::string compile_mode_of(const metrics::RunRecord& r);
+
+// The torch.compile modes of the side-by-side table's compiled columns, a column each: the modes of the
+// report's compiled records, the mode with the most records first (then in compile_modes order: default,
+// reduce-overhead, max-autotune, ...); {""} where the report has no compiled record (one column, n/a).
+std::vector<std::string> side_by_side_compile_modes(const Report& report);
+
+// ptrain beside PyTorch: one row per job (model, data, strategy, devices), precision mode and batch, holding
 // ptrain's run, PyTorch eager's in the same memory format, and PyTorch compiled's (torch.compile, in
-// whatever format it ran). Rows only for jobs with a PyTorch run, ordered by model, data and mode.
+// whatever format it ran) in each compile mode. Rows only for jobs with a PyTorch run, ordered by model,
+// data, mode and batch (the rows of a batch-size sweep one under the other).
 struct SideBySideRow {
   std::string model, dataset, precision, strategy;  // precision without a "+channels-last" suffix
   int64_t devices = 1, batch_size_per_device = 0, image_size = 0;
   std::optional<int64_t> seq_len;      // language models
   std::optional<bool> channels_last;   // the memory format of the ptrain and eager runs; none for language models
-  std::optional<size_t> ptrain, eager, compiled;  // indices into Report::runs
+  std::optional<size_t> ptrain, eager;  // indices into Report::runs
+  // PyTorch compiled's run per side_by_side_compile_modes(report), in that order.
+  std::vector<std::optional<size_t>> compiled;
 };
 std::vector<SideBySideRow> side_by_side(const Report& report);
 

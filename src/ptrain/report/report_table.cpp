@@ -296,11 +296,22 @@ std::string ratio_text(std::optional<double> ratio) {
 
 }  // namespace
 
+std::string compiled_column_name(const std::string& mode) {
+  return mode.empty() ? "compiled" : "compiled (" + mode + ")";
+}
+
 std::vector<std::string> side_by_side_titles(const Report& report) {
   const std::string per = "/" + memory_unit(report);
-  return {"model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager", "PyTorch compiled",
-          "ptrain / eager", "ptrain / compiled", "ptrain peak" + per, "eager peak" + per, "compiled peak" + per,
-          "ptrain device" + per, "eager device" + per, "compiled device" + per};
+  const auto modes = side_by_side_compile_modes(report);
+  std::vector<std::string> titles{"model", "data", "precision", "devices", "memory format", "ptrain", "PyTorch eager"};
+  for (const auto& m : modes) titles.push_back("PyTorch " + compiled_column_name(m));
+  titles.push_back("ptrain / eager");
+  for (const auto& m : modes) titles.push_back("ptrain / " + compiled_column_name(m));
+  titles.insert(titles.end(), {"ptrain peak" + per, "eager peak" + per});
+  for (const auto& m : modes) titles.push_back(compiled_column_name(m) + " peak" + per);
+  titles.insert(titles.end(), {"ptrain device" + per, "eager device" + per});
+  for (const auto& m : modes) titles.push_back(compiled_column_name(m) + " device" + per);
+  return titles;
 }
 
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
@@ -321,42 +332,36 @@ std::vector<std::string> side_by_side_cells(const Report& report, const SideBySi
   const auto device = [&](std::optional<size_t> run) {
     return run ? gib_text(measured(record_of(report, *run).peak_nvml_used_bytes)) : std::string(kNotAvailable);
   };
-  return {row.model,
-          side_by_side_data(row),
-          row.precision,
-          std::to_string(row.devices) + ", " + row.strategy,
-          side_by_side_format(row),
-          throughput(row.ptrain),
-          throughput(row.eager),
-          throughput(row.compiled),
-          ratio(row.eager),
-          ratio(row.compiled),
-          peak(row.ptrain),
-          peak(row.eager),
-          peak(row.compiled),
-          device(row.ptrain),
-          device(row.eager),
-          device(row.compiled)};
+  std::vector<std::string> cells{row.model, side_by_side_data(row), row.precision,
+                                 std::to_string(row.devices) + ", " + row.strategy, side_by_side_format(row),
+                                 throughput(row.ptrain), throughput(row.eager)};
+  for (const auto& run : row.compiled) cells.push_back(throughput(run));
+  cells.push_back(ratio(row.eager));
+  for (const auto& run : row.compiled) cells.push_back(ratio(run));
+  cells.insert(cells.end(), {peak(row.ptrain), peak(row.eager)});
+  for (const auto& run : row.compiled) cells.push_back(peak(run));
+  cells.insert(cells.end(), {device(row.ptrain), device(row.eager)});
+  for (const auto& run : row.compiled) cells.push_back(device(run));
+  return cells;
 }
 
 const char* const kSideBySideHeading = "ptrain beside PyTorch";
 
 std::string side_by_side_note(const Report& report) {
-  std::set<std::string> modes;  // of the compiled records; records without one ran the default mode
-  for (const auto& run : report.runs) {
-    if (!run.record.compiled.value_or(false)) continue;
-    const auto compile = run.record.extra.find("compile");
-    const bool named = compile != run.record.extra.end() && compile->is_object() && compile->contains("mode") &&
-                       compile->at("mode").is_string();
-    modes.insert(named ? compile->at("mode").get<std::string>() : "default");
+  std::vector<std::string> modes = side_by_side_compile_modes(report);
+  if (modes == std::vector<std::string>{""}) modes = {"default"};
+  std::string graphs;  // the modes that replay CUDA graphs
+  for (const auto& m : modes) {
+    if (m == "reduce-overhead" || m == "max-autotune") graphs += (graphs.empty() ? "" : " and ") + m;
   }
-  std::string mode = "default mode";
-  if (!modes.empty() && modes != std::set<std::string>{"default"}) {
-    mode.clear();
-    for (const auto& m : modes) mode += (mode.empty() ? "mode " : ", ") + m;
-    if (modes.count("reduce-overhead") || modes.count("max-autotune")) {
-      mode += ": forward and backward replayed as CUDA graphs";
-    }
+  std::string mode;
+  if (modes == std::vector<std::string>{"default"}) {
+    mode = "default mode";
+  } else if (modes.size() == 1) {
+    mode = "mode " + modes.front() + (graphs.empty() ? "" : ": forward and backward replayed as CUDA graphs");
+  } else {
+    mode = "in the mode each of its columns names" +
+           (graphs.empty() ? std::string() : "; " + graphs + ": forward and backward replayed as CUDA graphs");
   }
   return "Steady throughput (from the end of each record's steady_from_step on; over the whole training where a run "
          "has no steady figure), in tokens per second for language models. Ratios: ptrain's over PyTorch's, above 1 "

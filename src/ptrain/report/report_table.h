@@ -70,7 +70,11 @@ std::string input_size_text(const metrics::RunRecord& r);
 extern const char* const kSideBySideHeading;
 // The note names torch.compile's mode from the compiled records (extra.compile.mode).
 std::string side_by_side_note(const Report& report);
+// PyTorch compiled's throughput, ratio, peak and device columns, one of each per compile mode
+// (side_by_side_compile_modes), each named with its mode: "PyTorch compiled (reduce-overhead)".
 std::vector<std::string> side_by_side_titles(const Report& report);
+// "compiled (reduce-overhead)"; "compiled" for a report without compiled records.
+std::string compiled_column_name(const std::string& mode);
 inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the numbers
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);
 // Steady throughput where measured, else over the whole training; in tokens for language models.

@@ -80,9 +80,12 @@ std::string render_csv(const Report& report) {
   return csv.str();
 }
 
+// The compiled columns of the first compile mode keep their names, with pytorch_compiled_mode saying the
+// mode; each further mode adds its own after every other column: pytorch_compiled_reduce_overhead_per_second.
 std::string render_side_by_side_csv(const Report& report) {
   const auto rows = side_by_side(report);
   if (rows.empty()) return "";
+  const auto modes = side_by_side_compile_modes(report);
   std::ostringstream csv;
   csv << "model,dataset,image_size,seq_len,batch_size_per_device,precision,strategy,devices,channels_last,"
          "throughput_unit,ptrain_per_second,pytorch_eager_per_second,pytorch_compiled_per_second,"
@@ -90,7 +93,14 @@ std::string render_side_by_side_csv(const Report& report) {
          "pytorch_eager_peak_allocated_bytes,pytorch_compiled_peak_allocated_bytes,ptrain_peak_nvml_used_bytes,"
          "pytorch_eager_peak_nvml_used_bytes,pytorch_compiled_peak_nvml_used_bytes,ptrain_run,pytorch_eager_run,"
          "pytorch_compiled_run,ptrain_diverged_at_step,pytorch_eager_diverged_at_step,"
-         "pytorch_compiled_diverged_at_step\n";
+         "pytorch_compiled_diverged_at_step,pytorch_compiled_mode";
+  for (size_t m = 1; m < modes.size(); ++m) {
+    std::string name = "pytorch_compiled_" + modes[m];
+    for (auto& c : name) c = c == '-' ? '_' : c;
+    csv << "," << name << "_per_second,ptrain_vs_" << name << "," << name << "_peak_allocated_bytes," << name
+        << "_peak_nvml_used_bytes," << name << "_run," << name << "_diverged_at_step";
+  }
+  csv << "\n";
   for (const auto& row : rows) {
     const auto throughput = [&](std::optional<size_t> run) {
       return run ? csv_number(shown_throughput(record_of(report, *run))) : std::string();
@@ -108,14 +118,19 @@ std::string render_side_by_side_csv(const Report& report) {
     const auto diverged = [&](std::optional<size_t> run) {
       return run ? csv_number(measured(record_of(report, *run).diverged_at_step)) : std::string();
     };
-    const std::vector<std::string> fields{
+    const std::optional<size_t> compiled = row.compiled.front();
+    std::vector<std::string> fields{
         row.model, row.dataset, std::to_string(row.image_size), row.seq_len ? std::to_string(*row.seq_len) : "",
         std::to_string(row.batch_size_per_device), row.precision, row.strategy, std::to_string(row.devices),
         row.channels_last ? (*row.channels_last ? "true" : "false") : "",
-        row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(row.compiled),
-        ratio(row.eager), ratio(row.compiled), peak(row.ptrain), peak(row.eager), peak(row.compiled),
-        device(row.ptrain), device(row.eager), device(row.compiled), name(row.ptrain), name(row.eager), name(row.compiled), diverged(row.ptrain), diverged(row.eager),
-        diverged(row.compiled)};
+        row.seq_len ? "tokens" : "images", throughput(row.ptrain), throughput(row.eager), throughput(compiled),
+        ratio(row.eager), ratio(compiled), peak(row.ptrain), peak(row.eager), peak(compiled),
+        device(row.ptrain), device(row.eager), device(compiled), name(row.ptrain), name(row.eager), name(compiled),
+        diverged(row.ptrain), diverged(row.eager), diverged(compiled), compiled ? modes.front() : ""};
+    for (size_t m = 1; m < modes.size(); ++m) {
+      const std::optional<size_t> run = row.compiled[m];
+      fields.insert(fields.end(), {throughput(run), ratio(run), peak(run), device(run), name(run), diverged(run)});
+    }
     for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
     csv << "\n";
   }
