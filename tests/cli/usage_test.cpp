@@ -313,7 +313,7 @@ TEST(Usage, EstimateForACudaDeviceWorksWithoutOne) {
   // activations probed in amp-bf16 here (measured in FP8 on the GPU).
   const std::string gpt = "estimate --model gpt-tiny --dataset synthetic-tokens --data-path 64:32:256 --batch-size 8 "
                           "--optimizer adamw --device cuda ";
-  const Result fp8 = run(gpt + "--precision fp8 --json " + json);
+  const Result fp8 = run(gpt + "--precision fp8 --fp8-head --json " + json);
   ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
   EXPECT_NE(fp8.output.find("measured on the CPU in amp-bf16"), std::string::npos) << fp8.output;
   const auto fp8_estimate = nlohmann::json::parse(std::ifstream(json));
