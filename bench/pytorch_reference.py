@@ -516,7 +516,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--precision", default="fp32",
-                   choices=["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"])
+                   choices=["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "fp8"])
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format (convolutional models)")
     p.add_argument("--compile", action="store_true",
                    help="train the model through torch.compile (default mode); PyTorch 2.x only")
@@ -628,8 +628,13 @@ def setup(p, a):
         p.error("--gpus applies to --strategy dp; ddp, fsdp and zero1 take one GPU per torchrun process "
                 "(torchrun --nproc_per_node N)")
     device = resolve_device(p, a)
-    if device.type == "cpu" and a.precision in ("tf32", "fp16", "amp-fp16"):
+    if device.type == "cpu" and a.precision in ("tf32", "fp16", "amp-fp16", "fp8"):
         p.error(f"--precision {a.precision} needs a CUDA device (on the CPU: fp32, bf16, amp-bf16)")
+    if a.precision == "fp8":
+        if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+            p.error(f"--precision fp8 needs torch._scaled_mm and float8 dtypes; this is torch {torch.__version__}")
+        if torch.cuda.get_device_capability(device) < (8, 9):
+            p.error("--precision fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper)")
 
     if a.strategy in PROCESS_PER_GPU:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -714,16 +719,58 @@ def is_language_model(name):
     return name.startswith("gpt-")
 
 
+def to_float8(x, dtype):
+    """Tensorwise dynamic scaling as torchao's Float8Linear (and ptrain's kernels/fp8_linear.cpp): x scaled by its
+    own amax into the format's range and cast; returns the FP8 data and the inverse scale _scaled_mm takes."""
+    fp8_max = torch.finfo(dtype).max
+    amax = x.abs().max().float()
+    scale = torch.full((), fp8_max, dtype=torch.float32, device=x.device) / amax.clamp(min=1e-12)
+    data = (x.contiguous().float() * scale).clamp(-fp8_max, fp8_max).to(dtype)
+    return data, scale.reciprocal()
+
+
+class Fp8Matmul(torch.autograd.Function):
+    """x [rows, in] @ w [out, in]^T through cuBLASLt's FP8 GEMMs: x and w in E4M3, the output gradient in E5M2,
+    each scaled by its own amax; the backward reuses the forward's FP8 x and w. _scaled_mm takes its first
+    operand row-major and its second column-major. ptrain's recipe, operand for operand."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        x8, x_inv = to_float8(x, torch.float8_e4m3fn)
+        w8, w_inv = to_float8(w, torch.float8_e4m3fn)
+        ctx.save_for_backward(x8, x_inv, w8, w_inv)
+        ctx.dtypes = (x.dtype, w.dtype)
+        return torch._scaled_mm(x8, w8.t(), scale_a=x_inv, scale_b=w_inv, out_dtype=torch.bfloat16,
+                                use_fast_accum=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x8, x_inv, w8, w_inv = ctx.saved_tensors
+        g8, g_inv = to_float8(grad, torch.float8_e5m2)
+        grad_x = torch._scaled_mm(g8, w8.t().contiguous().t(), scale_a=g_inv, scale_b=w_inv, out_dtype=ctx.dtypes[0])
+        grad_w = torch._scaled_mm(g8.t().contiguous(), x8.t().contiguous().t(), scale_a=g_inv, scale_b=x_inv,
+                                  out_dtype=ctx.dtypes[1])
+        return grad_x, grad_w
+
+
 class GptLinear(torch.nn.Module):
     """nn.Linear without the draw on construction, as ptrain's GPT Linear: the initialisation draws each weight
-    once, and the global generator must be where ptrain's is when it does."""
+    once, and the global generator must be where ptrain's is when it does. With fp8 (--precision fp8) its product
+    runs in FP8 where rows, in and out features are multiples of 16 (else in bf16 under autocast), the bias
+    added to the bf16 output, as ptrain does."""
 
     def __init__(self, fan_in, fan_out, bias=True):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.empty(fan_out, fan_in))
         self.bias = torch.nn.Parameter(torch.empty(fan_out)) if bias else None
+        self.fp8 = False
 
     def forward(self, x):
+        out_features, in_features = self.weight.shape
+        rows = x.numel() // in_features
+        if self.fp8 and x.is_cuda and rows % 16 == 0 and in_features % 16 == 0 and out_features % 16 == 0:
+            y = Fp8Matmul.apply(x.reshape(rows, in_features), self.weight).view(*x.shape[:-1], out_features)
+            return y + self.bias.to(y.dtype) if self.bias is not None else y
         return F.linear(x, self.weight, self.bias)
 
 
@@ -1031,10 +1078,17 @@ def main(argv=None):
     data = Data(a, ctx)
     data_seconds = time.time() - t0
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
-    amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}.get(a.precision)
+    # fp8: amp-bf16 around the FP8 products of GPT's projections (GptLinear); the head and convolutions in bf16.
+    amp = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16, "fp8": torch.bfloat16}.get(a.precision)
     in_dtype = half or torch.float32
     # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
     model = build_model(a, ctx, data, half)
+    fp8_layers = 0
+    if a.precision == "fp8":
+        for m in model.modules():
+            if isinstance(m, GptLinear):
+                m.fp8 = True
+                fp8_layers += 1
     # Training goes through the compiled module; evaluation through the module itself, which shares its
     # parameters: eval mode and a short last test batch would otherwise each compile again.
     train_model = torch.compile(model, mode=a.compile_mode) if a.compile else model
@@ -1216,6 +1270,9 @@ def main(argv=None):
     if a.strategy == "fsdp":
         extra["fsdp_min_params"] = int(a.fsdp_min_params)
         extra["fsdp_mixed_precision"] = str(half).replace("torch.", "") if half else None
+    if a.precision == "fp8":
+        # As ptrain's record: GPT's projections in FP8, its head (and any other model's layers) in bf16.
+        extra["fp8_layers"] = {"fp8": fp8_layers, "why": "lm_head and layers other than GPT's projections in bf16"}
     images_per_second = images / train_seconds if train_seconds else None
     record = {
         # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).

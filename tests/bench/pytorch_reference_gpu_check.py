@@ -12,6 +12,8 @@ fused optimizers, and `ptrain bench` running a suite of two workloads with both 
    pure bf16 compiled with the fused AdamW.
 3. The same GPT trained by ptrain and by the reference from the same seed, fp32 with TF32 off: the losses
    agree, so the reference draws ptrain's initialisation and data on LibTorch/PyTorch 2.x as well.
+4. That GPT in fp8 (Hopper/Ada): ptrain's and the compiled reference's records name 16 projections in FP8
+   and the head in bf16, and both end within 3% of ptrain's amp-bf16 loss.
 About two to three minutes on an H200, most of it torch.compile. Exits non-zero on failure.
 """
 import json
@@ -140,6 +142,31 @@ def same_gpt_as_ptrain(ptrain, out):
                                  f"(relative difference {difference:.2g})")
 
 
+def fp8_beside_amp_bf16(ptrain, out):
+    import torch
+    if torch.cuda.get_device_capability() < (8, 9):
+        print("skip fp8: the GPU's compute capability is below 8.9", flush=True)
+        return
+    common = GPT + ["--seed", "3"]
+    paths = {name: os.path.join(out, f"gpt-{name}.json") for name in ("ptrain-fp8", "ptrain-amp-bf16", "reference-fp8")}
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(out, "inductor"))
+    for mode in ("fp8", "amp-bf16"):
+        run([ptrain, "train", "--dataset", "synthetic-tokens", "--data-path", GPT_DATA, "--progress", "none",
+             "--precision", mode, "--metrics-out", paths[f"ptrain-{mode}"]] + common, f"ptrain gpt {mode}")
+    run([sys.executable, SCRIPT, "--dataset", "synthetic-tokens", "--data", GPT_DATA, "--precision", "fp8", "--compile",
+         "--metrics-out", paths["reference-fp8"]] + common, "reference gpt fp8 compiled", env)
+    if not check(all(os.path.exists(p) for p in paths.values()), "gpt fp8: every record written"):
+        return
+    records = {name: record(path) for name, path in paths.items()}
+    layers = records["ptrain-fp8"]["extra"].get("fp8_layers", {})
+    check(layers.get("fp8") == 16 and layers.get("kept_in_bf16") == 1, f"ptrain fp8: layers {layers}")
+    check(records["reference-fp8"]["extra"].get("fp8_layers", {}).get("fp8") == 16, "reference fp8: 16 projections")
+    base = records["ptrain-amp-bf16"]["epochs_detail"][-1]["train_loss"]
+    for name in ("ptrain-fp8", "reference-fp8"):
+        loss = records[name]["epochs_detail"][-1]["train_loss"]
+        check(abs(loss - base) / base < 0.03, f"{name}: train loss {loss:.4f} beside ptrain amp-bf16's {base:.4f}")
+
+
 def main():
     ptrain, out = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     cifar = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 and os.path.isdir(os.path.join(sys.argv[3], "train")) else ""
@@ -152,6 +179,7 @@ def main():
     bench(ptrain, out, cifar)
     reference_alone(out)
     same_gpt_as_ptrain(ptrain, out)
+    fp8_beside_amp_bf16(ptrain, out)
     print(f"{'FAILED' if failures else 'PASSED'}: {len(failures)} failure(s), {time.time() - t0:.0f}s")
     return 1 if failures else 0
 

@@ -344,6 +344,7 @@ def main():
             "ddp without torchrun": (COMMON + ["--strategy", "ddp"], "torchrun"),
             "channels-last GPT": (gpt + ["--channels-last"], "--channels-last: gpt-tiny has no convolutions"),
             "GPT on images": (COMMON + ["--model", "gpt-tiny"], "needs a token dataset"),
+            "fp8 on the CPU": (gpt + ["--precision", "fp8"], "--precision fp8 needs a CUDA device"),
             "a compile mode without --compile": (COMMON + ["--compile-mode", "reduce-overhead"],
                                                  "--compile-mode reduce-overhead needs --compile"),
         }

@@ -310,11 +310,12 @@ TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
 }
 
 // The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled (with CUDA
-// graphs: reduce-overhead) exactly once, AMP bf16 first and also in torch.compile's default mode; ResNet-50's
-// batch sweep in AMP bf16, every run of it 30 steps; and a CPU variant that needs no GPU.
+// graphs: reduce-overhead) exactly once, AMP bf16 first and also in torch.compile's default mode; fp8 for GPT-2
+// small and large beside their amp-bf16, by ptrain and PyTorch compiled; ResNet-50's batch sweep in AMP bf16,
+// every run of it 30 steps; and a CPU variant that needs no GPU.
 TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
   const Suite gpu = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
-  ASSERT_EQ(gpu.workloads.size(), 2u);
+  ASSERT_EQ(gpu.workloads.size(), 3u);
   EXPECT_EQ(gpu.pytorch_compile_mode, "reduce-overhead");
   std::map<std::string, int> jobs;
   for (const auto& run : gpu.runs) {
@@ -333,7 +334,10 @@ TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
     const std::string id = std::string("resnet50/amp-bf16-single-x1-b") + batch;
     for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
   }
-  EXPECT_EQ(jobs.size(), 36u + 2u + 6u);
+  for (const char* id : {"gpt2-small/fp8-single-x1", "gpt-large/fp8-single-x1", "gpt-large/amp-bf16-single-x1"}) {
+    for (const char* job : {"ptrain/", "compiled/"}) EXPECT_EQ(jobs[job + std::string(id)], 1) << job << id;
+  }
+  EXPECT_EQ(jobs.size(), 36u + 2u + 6u + 6u);
   ASSERT_GE(gpu.runs.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(gpu.runs[i].precision, "amp-bf16");

@@ -129,7 +129,7 @@ TEST(Cli, DryRunMastersAgreeWithTheFsdpParamDtype) {
 }
 
 TEST(Cli, BadInputIsNamed) {
-  const Result precision = run("train --precision fp8");
+  const Result precision = run("train --precision fp9");
   EXPECT_NE(precision.exit_code, 0);
   EXPECT_NE(precision.output.find("--precision"), std::string::npos) << precision.output;
 
@@ -367,7 +367,7 @@ TEST(Cli, LaunchFailsWhenARankFails) {
   const int port = 30000 + static_cast<int>(::getpid() % 1000);
   // Rank processes that cannot start training: a bad flag on every rank makes launch exit non-zero.
   const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 60 -- " +
-                       PTRAIN_EXECUTABLE + " train --strategy ddp --precision fp8");
+                       PTRAIN_EXECUTABLE + " train --strategy ddp --precision fp9");
   EXPECT_NE(r.exit_code, 0) << r.output;
 }
 

@@ -197,7 +197,13 @@ TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
   expect_usage_error(kPtrain + " trian --epochs 1", "'trian' is not a ptrain command (did you mean train?)");
   expect_usage_error(kPtrain, "a command is required: train, launch, report, bench, estimate, verify");
   expect_usage_error(kPtrain + " launch --nproc-per-node 0 -- true", "--nproc-per-node: must be greater than 0, not 0");
-  expect_usage_error(kPtrain + " train --precision fp8", "--precision");
+  expect_usage_error(kPtrain + " train --precision fp9", "--precision");
+  expect_usage_error(kPtrain + " train --precision fp8 --device cpu" + data,
+                     "--precision fp8 needs a CUDA GPU of compute capability 8.9 or later");
+  expect_usage_error(kPtrain + " estimate --precision fp8 --device cpu" + data.substr(0, data.size() - 10),
+                     "--precision fp8 needs a CUDA GPU");
+  expect_usage_error(kPtrain + " train --precision amp-bf16 --fp8-head" + data,
+                     "--fp8-head applies to --precision fp8 only, not to --precision amp-bf16");
   // A value from the environment names its variable; the command line's own value wins over it.
   expect_usage_error("PTRAIN_LR=abc " + kPtrain + " train" + data,
                      "PTRAIN_LR=abc: 'abc' is not a number (the environment variable PTRAIN_LR sets --lr)");
@@ -303,6 +309,24 @@ TEST(Usage, EstimateForACudaDeviceWorksWithoutOne) {
                                     [](const auto& s) { return s["strategy"] == "dp"; });
   ASSERT_NE(dp_cuda, estimate["strategies"].end());
   EXPECT_EQ((*dp_cuda)["params_bytes"].get<int64_t>(), 4 * parameters) << dp_cuda->dump();
+  // fp8 is estimated as trained: amp-bf16's model states (fp32 parameters, gradients and AdamW moments), the
+  // activations probed in amp-bf16 here (measured in FP8 on the GPU).
+  const std::string gpt = "estimate --model gpt-tiny --dataset synthetic-tokens --data-path 64:32:256 --batch-size 8 "
+                          "--optimizer adamw --device cuda ";
+  const Result fp8 = run(gpt + "--precision fp8 --fp8-head --json " + json);
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
+  EXPECT_NE(fp8.output.find("measured on the CPU in amp-bf16"), std::string::npos) << fp8.output;
+  const auto fp8_estimate = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(fp8_estimate["precision"], "fp8");
+  const Result bf16 = run(gpt + "--precision amp-bf16 --json " + json);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const auto bf16_estimate = nlohmann::json::parse(std::ifstream(json));
+  for (size_t i = 0; i < fp8_estimate["strategies"].size(); ++i) {
+    for (const char* key : {"params_bytes", "grads_bytes", "optimizer_bytes"}) {
+      EXPECT_EQ(fp8_estimate["strategies"][i][key], bf16_estimate["strategies"][i][key])
+          << fp8_estimate["strategies"][i]["strategy"] << " " << key;
+    }
+  }
   // Training still refuses a device it cannot use.
   const Result train = run("train --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --device cuda --dry-run");
   EXPECT_EQ(train.exit_code, 2) << train.output;

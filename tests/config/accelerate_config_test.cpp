@@ -74,7 +74,7 @@ TEST(AccelerateConfig, UnsupportedSettingsAreNamed) {
   EXPECT_NE(error_of(tpu).find("TPU"), std::string::npos);
   const auto uneven = write_yaml("uneven", kBase + "distributed_type: MULTI_GPU\nnum_processes: 3\nnum_machines: 2\n");
   EXPECT_NE(error_of(uneven).find("not divisible"), std::string::npos);
-  const auto precision = write_yaml("fp8", kBase + "mixed_precision: fp8\n");
+  const auto precision = write_yaml("fp4", kBase + "mixed_precision: fp4\n");
   const std::string message = error_of(precision);
   EXPECT_NE(message.find("'mixed_precision'"), std::string::npos) << message;
   EXPECT_NE(message.find(precision), std::string::npos) << message;
@@ -88,6 +88,17 @@ namespace {
 std::string env_of(const ptrain::config::AccelerateLaunch& launch, const std::string& name) {
   const auto it = launch.environment.find(name);
   return it == launch.environment.end() ? "<unset>" : it->second;
+}
+
+TEST(AccelerateConfig, Fp8IsThePrecisionModeFp8) {
+  const auto launch = read_accelerate_config(write_yaml("fp8", kBase + "distributed_type: MULTI_GPU\nnum_processes: 2\n"
+                                                                        "mixed_precision: fp8\n"));
+  EXPECT_EQ(env_of(launch, "PTRAIN_PRECISION"), "fp8");
+  EXPECT_EQ(env_of(launch, "PTRAIN_STRATEGY"), "ddp");
+  const auto deepspeed = write_yaml("fp8-ds", kBase + "distributed_type: DEEPSPEED\nmixed_precision: fp8\n");
+  const std::string message = error_of(deepspeed);
+  EXPECT_NE(message.find("'mixed_precision'"), std::string::npos) << message;
+  EXPECT_NE(message.find("Transformer Engine"), std::string::npos) << message;
 }
 
 TEST(AccelerateConfig, TheIssuesFsdpFileReadsUnchanged) {

@@ -272,3 +272,89 @@ TEST(GptZoo, SmallHasGpt2SmallsParameterCount) {
 }
 
 }  // namespace
+
+namespace {
+
+GptOptions fp8_options(int64_t width, int64_t vocab) {
+  GptOptions o;
+  o.vocab_size = vocab;
+  o.seq_len = 16;
+  o.layers = 3;
+  o.width = width;
+  o.heads = 4;
+  return o;
+}
+
+}  // namespace
+
+TEST(GptFp8, CountsTheProjectionsInFp8AndTheHeadKeptUnlessAsked) {
+  Gpt gpt(fp8_options(64, 256));
+  const auto off = gpt.set_fp8_linear(false, true);
+  EXPECT_EQ(off.fp8, 0);
+  EXPECT_EQ(off.kept, 0);
+  // Four projections a block (c_attn, attn.c_proj, c_fc, mlp.c_proj); the head stays bf16 by default.
+  const auto on = gpt.set_fp8_linear(true, false);
+  EXPECT_EQ(on.fp8, 12);
+  EXPECT_EQ(on.kept, 1);
+  EXPECT_NE(on.why.find("lm_head"), std::string::npos) << on.why;
+  EXPECT_NE(on.why.find("--fp8-head"), std::string::npos) << on.why;
+  const auto with_head = gpt.set_fp8_linear(true, true);
+  EXPECT_EQ(with_head.fp8, 13);
+  EXPECT_EQ(with_head.kept, 0);
+  EXPECT_TRUE(with_head.why.empty()) << with_head.why;
+  // Replicas (dp) run as their original.
+  const auto replica = std::dynamic_pointer_cast<Gpt>(gpt.make_replica());
+  ASSERT_TRUE(replica);
+  EXPECT_EQ(replica->set_fp8_linear(true, true).fp8, 13);
+}
+
+TEST(GptFp8, FeaturesNotMultiplesOf16KeepBf16AndSaySo) {
+  // Width 72: every projection has 72 input or output features (72 % 16 == 8).
+  Gpt gpt(fp8_options(72, 256));
+  const auto layers = gpt.set_fp8_linear(true, true);
+  EXPECT_EQ(layers.fp8, 0);
+  EXPECT_EQ(layers.kept, 13);
+  EXPECT_NE(layers.why.find("12 projections of width 72"), std::string::npos) << layers.why;
+  EXPECT_NE(layers.why.find("multiples of 16"), std::string::npos) << layers.why;
+  // An unaligned vocabulary without the fused kernels' padding keeps the head in bf16.
+  Gpt odd_vocab(fp8_options(64, 50));
+  const auto head = odd_vocab.set_fp8_linear(true, true);
+  EXPECT_EQ(head.fp8, 12);
+  EXPECT_EQ(head.kept, 1);
+  EXPECT_NE(head.why.find("lm_head: 50 x 64"), std::string::npos) << head.why;
+  // With them the head comes padded to 128 rows, which FP8 takes.
+  odd_vocab.set_fused_kernels(true);
+  EXPECT_EQ(odd_vocab.set_fp8_linear(true, true).fp8, 13);
+}
+
+TEST(GptFp8, OnTheCpuTheForwardIsUnchanged) {
+  // The FP8 products need a CUDA GPU: elsewhere every layer takes LibTorch's linear, bit for bit.
+  torch::manual_seed(3);
+  Gpt gpt(fp8_options(64, 256));
+  const auto tokens = torch::randint(256, {2, 16}, torch::kLong);
+  const auto plain = gpt.forward(tokens);
+  gpt.set_fp8_linear(true, true);
+  EXPECT_TRUE(torch::equal(gpt.forward(tokens), plain));
+}
+
+TEST(ModelFp8, ModelsWithoutAnFp8PathKeepEveryLayerAndSayWhy) {
+  ptrain::models::ModelSpec spec;
+  spec.name = "resnet20";
+  spec.num_classes = 10;
+  spec.in_channels = 3;
+  spec.image_size = 32;
+  const auto resnet = ptrain::models::make_model(spec);
+  int64_t convolutions = 0, linears = 0;
+  for (const auto& m : resnet->modules(false)) {
+    convolutions += m->as<torch::nn::Conv2dImpl>() != nullptr;
+    linears += m->as<torch::nn::LinearImpl>() != nullptr;
+  }
+  EXPECT_GE(convolutions, 19);  // He et al.'s 6n + 1 (n = 3), and any projection shortcuts
+  EXPECT_EQ(linears, 1);
+  const auto layers = resnet->set_fp8_linear(true, false);
+  EXPECT_EQ(layers.fp8, 0);
+  EXPECT_EQ(layers.kept, convolutions + linears);
+  EXPECT_NE(layers.why.find("resnet20"), std::string::npos) << layers.why;
+  EXPECT_NE(layers.why.find("bf16"), std::string::npos) << layers.why;
+  EXPECT_EQ(resnet->set_fp8_linear(false, false).kept, 0);
+}

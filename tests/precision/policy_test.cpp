@@ -108,13 +108,13 @@ TEST(PrecisionPolicy, BadLossScaleIsRefused) {
 }
 
 TEST(PrecisionPolicy, MasterWeightsOnlyWithPureHalf) {
-  for (const std::string name : {"fp32", "tf32", "amp-fp16", "amp-bf16"}) {
+  for (const std::string name : {"fp32", "tf32", "amp-fp16", "amp-bf16", "fp8"}) {
     expect_refused(name, true, kCuda, "auto", {"--master-weights", name});
   }
 }
 
 TEST(PrecisionPolicy, UnknownNameListsTheValidOnes) {
-  expect_refused("fp8", false, kCuda, "auto", {"--precision", "fp8", "amp-bf16"});
+  expect_refused("fp9", false, kCuda, "auto", {"--precision", "fp9", "amp-bf16", "fp8"});
   expect_refused("FP32", false, kCuda, "auto", {"--precision"});
   expect_refused("amp", false, kCuda, "auto", {"--precision"});
 }
@@ -147,4 +147,51 @@ TEST(PrecisionPolicy, NamesRoundTrip) {
   for (const auto& name : ptrain::precision::precision_names()) {
     EXPECT_EQ(ptrain::precision::to_string(resolve_precision(name, false, kCuda).mode), name);
   }
+}
+
+TEST(PrecisionPolicy, Fp8IsAmpBf16WithFp8MatrixProducts) {
+  const auto p = resolve_precision("fp8", false, kCuda);
+  EXPECT_EQ(p.mode, PrecisionMode::FP8);
+  EXPECT_EQ(p.name, "fp8");
+  EXPECT_EQ(ptrain::precision::record_name(p), "fp8");
+  EXPECT_TRUE(p.fp8_matmuls);
+  EXPECT_TRUE(p.autocast);
+  EXPECT_EQ(p.autocast_dtype, c10::kBFloat16);
+  // fp32 master parameters (the parameters themselves), fp32 gradients and optimizer, no loss scale.
+  EXPECT_EQ(p.param_dtype, c10::kFloat);
+  EXPECT_EQ(p.compute_dtype, c10::kFloat);
+  EXPECT_EQ(p.reduce_dtype, c10::kFloat);
+  EXPECT_EQ(p.master_dtype, c10::kFloat);
+  EXPECT_FALSE(p.master_weights || p.loss_scaling || p.dynamic_loss_scale || p.allow_tf32);
+  EXPECT_EQ(ptrain::precision::half_dtype(PrecisionMode::FP8), c10::kBFloat16);
+  EXPECT_TRUE(ptrain::precision::autocasts(PrecisionMode::FP8));
+  EXPECT_FALSE(ptrain::precision::half_parameters(PrecisionMode::FP8));
+  // The other modes never run FP8 products.
+  for (const std::string name : {"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"}) {
+    EXPECT_FALSE(resolve_precision(name, false, kCuda).fp8_matmuls) << name;
+  }
+}
+
+TEST(PrecisionPolicy, Fp8IsRefusedOnTheCpu) {
+  expect_refused("fp8", false, kCpu, "auto", {"--precision fp8", "compute capability 8.9", "cpu", "amp-bf16"});
+}
+
+TEST(PrecisionPolicy, Fp8IsRefusedWithoutAnFp8LibTorch) {
+  const auto p = resolve_precision("fp8", false, kCuda);
+  if (ptrain::compat::has_fp8_matmul()) GTEST_SKIP() << "this LibTorch has FP8 matrix products";
+  try {
+    ptrain::precision::require_fp8_device(p, c10::Device(kCuda, 0));
+    ADD_FAILURE() << "fp8 accepted on LibTorch " << ptrain::compat::torch_version();
+  } catch (const ptrain::Error& e) {
+    const std::string what = e.what();
+    for (const std::string& f : {std::string("--precision fp8"), "LibTorch " + ptrain::compat::torch_version(), std::string("2.5"), std::string("amp-bf16")})
+      EXPECT_NE(what.find(f), std::string::npos) << what;
+  }
+}
+
+TEST(PrecisionPolicy, DeviceCheckIgnoresModesWithoutFp8) {
+  // amp-bf16 asks nothing of the device: no CUDA query, even in a CPU build.
+  EXPECT_NO_THROW(ptrain::precision::require_fp8_device(resolve_precision("amp-bf16", false, kCuda),
+                                                        c10::Device(kCuda, 0)));
+  EXPECT_NO_THROW(ptrain::precision::require_fp8_device(resolve_precision("fp32", false, kCpu), c10::Device(kCpu)));
 }

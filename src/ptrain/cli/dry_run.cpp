@@ -102,6 +102,8 @@ std::string describe_layout(const train::Plan& plan) {
   const int64_t parameters = summary.parameters;
 
   out << "\nmodel " << c.model.name << ": " << models::describe_model_summary(summary) << "\n";
+  if (plan.precision.fp8_matmuls)
+    out << "fp8: " << models::describe_fp8_layers(model->set_fp8_linear(true, c.precision.fp8_head)) << "\n";
   out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
   if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {

@@ -214,7 +214,8 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   int num_processes = 1;
   bool use_cpu = false;
   std::string mixed_precision = "no";
-  std::optional<c10::ScalarType> half;  // mixed_precision's dtype; none: "no"
+  std::optional<c10::ScalarType> half;  // mixed_precision's dtype; none: "no" or fp8
+  bool fp8 = false;                     // mixed_precision: fp8
   YAML::Node fsdp_config, deepspeed_config;
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
@@ -236,8 +237,10 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
           {"no", std::nullopt}, {"fp16", c10::ScalarType::Half}, {"bf16", c10::ScalarType::BFloat16}};
       mixed_precision = text_of(value);
       const auto it = kMixedPrecision.find(mixed_precision);
-      check(it != kMixedPrecision.end(), where + ": '" + mixed_precision + "' is not supported (no, fp16, bf16)");
-      half = it->second;
+      // accelerate's "fp8" is spelled as ptrain's mode.
+      fp8 = precision::precision_mode_or_none(mixed_precision) == precision::PrecisionMode::FP8;
+      check(it != kMixedPrecision.end() || fp8, where + ": '" + mixed_precision + "' is not supported (no, fp16, bf16, fp8)");
+      if (it != kMixedPrecision.end()) half = it->second;
     } else if (key == "num_processes") {
       num_processes = integer_of(value, where);
       check(num_processes > 0, where + " must be positive");
@@ -307,6 +310,15 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
     set_option(launch, "strategy", strategies::StrategySpec(strategies::StrategyKind::ddp).name());
   }
   if (use_cpu || distributed_type == "MULTI_CPU") set_option(launch, "device", "cpu");
+  if (fp8) {
+    // accelerate's FP8 (torchao's Float8Linear, or Transformer Engine) is ptrain's --precision fp8: linear layers'
+    // matrix products in FP8, amp-bf16 around them. Under DeepSpeed, accelerate hands FP8 to Transformer Engine,
+    // whose recipe ptrain does not follow.
+    check(distributed_type != "DEEPSPEED",
+          path + ": key 'mixed_precision': fp8 under DEEPSPEED is Transformer Engine's recipe, which ptrain does not "
+                 "have; use --precision fp8 with --strategy zero1/zero2/zero3");
+    set_option(launch, "precision", precision::to_string(precision::PrecisionMode::FP8));
+  }
   if (half) {
     if (distributed_type == "DEEPSPEED") {
       // DeepSpeed keeps the model in half precision and fp32 master weights in the optimizer; with a

@@ -111,9 +111,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")
       ->group("Optimizer")->check(positive);
 
-  app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16")
+  app.add_option("--precision", c.precision.precision, "fp32 | tf32 | fp16 | bf16 | amp-fp16 | amp-bf16 | fp8 (linear layers in FP8, amp-bf16 around them; GPUs of compute capability 8.9+)")
       ->group("Precision")
       ->check(CLI::IsMember(precision::precision_names()));
+  add_switch(app, "--fp8-head,!--no-fp8-head", c.precision.fp8_head,
+             "--precision fp8: GPT's head (lm_head) in FP8 too (default: bf16)")
+      ->group("Precision");
   add_switch(app, "--master-weights,!--no-master-weights", c.precision.master_weights,
                  "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
       ->group("Precision");

@@ -18,4 +18,8 @@ void set_current_device(int device);
 // The calling thread's current CUDA device. CPU builds: throws ptrain::Error.
 int current_device();
 
+// The compute capability of CUDA device `device` as major * 10 + minor (90 for an H100 or H200). CPU builds:
+// throws ptrain::Error.
+int compute_capability(int device);
+
 }  // namespace ptrain::cuda_runtime

@@ -1,4 +1,5 @@
 // CUDA builds: the runtime calls of cuda_runtime.h on c10's CUDA functions.
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 
 #include "ptrain/core/cuda_runtime.h"
@@ -10,5 +11,10 @@ void require_cuda_build(const std::string&) {}
 void set_current_device(int device) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); }
 
 int current_device() { return static_cast<int>(c10::cuda::current_device()); }
+
+int compute_capability(int device) {
+  const cudaDeviceProp* properties = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+  return properties->major * 10 + properties->minor;
+}
 
 }  // namespace ptrain::cuda_runtime

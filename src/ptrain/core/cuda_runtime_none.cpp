@@ -16,4 +16,9 @@ int current_device() {
   return -1;
 }
 
+int compute_capability(int device) {
+  require_cuda_build("the compute capability of cuda:" + std::to_string(device));
+  return 0;
+}
+
 }  // namespace ptrain::cuda_runtime

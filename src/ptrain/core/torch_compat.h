@@ -202,6 +202,48 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
 #endif
 }
 
+// FP8 tensors (E4M3 for activations and weights, E5M2 for gradients) and cuBLASLt's FP8 matrix products. 2.5
+// and later have both (Float8 dtypes since 2.1; at::_scaled_mm's 2.4 signature, one output, scales required);
+// 1.13 has neither, and every call below fails there: --precision fp8 is refused before (precision/policy.h).
+constexpr bool has_fp8_matmul() { return PTRAIN_TORCH_AT_LEAST(2, 5); }
+
+// The largest finite value of the FP8 format (E4M3 448, E5M2 57344), what an amax is scaled to.
+constexpr double float8_max(bool e5m2) { return e5m2 ? 57344.0 : 448.0; }
+
+// The FP8 dtype: Float8_e5m2 for e5m2, else Float8_e4m3fn.
+inline c10::ScalarType float8_dtype(bool e5m2) {
+#if PTRAIN_TORCH_AT_LEAST(2, 5)
+  return e5m2 ? c10::ScalarType::Float8_e5m2 : c10::ScalarType::Float8_e4m3fn;
+#else
+  (void)e5m2;
+  TORCH_CHECK(false, "FP8 tensors need LibTorch 2.5 or later, this is " TORCH_VERSION);
+#endif
+}
+
+inline bool is_float8(c10::ScalarType dtype) {
+#if PTRAIN_TORCH_AT_LEAST(2, 5)
+  return dtype == c10::ScalarType::Float8_e5m2 || dtype == c10::ScalarType::Float8_e4m3fn;
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+// (a * inv_scale_a) @ (b * inv_scale_b) in out_dtype on cuBLASLt's FP8 GEMM: a [M, K] row-major, b [K, N]
+// column-major (the transpose of a contiguous [N, K]), K and N multiples of 16, FP8 both (not E5M2 twice);
+// the scales fp32 one-element tensors on the device (the inverses of the factors that cast each to FP8).
+// fast_accum: Hopper's faster, less exact accumulation (torchao uses it for the forward only).
+inline torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& inv_scale_a,
+                               const torch::Tensor& inv_scale_b, c10::ScalarType out_dtype, bool fast_accum) {
+#if PTRAIN_TORCH_AT_LEAST(2, 5)
+  return at::_scaled_mm(a, b, inv_scale_a, inv_scale_b, /*bias=*/std::nullopt, /*scale_result=*/std::nullopt,
+                        out_dtype, fast_accum);
+#else
+  (void)a, (void)b, (void)inv_scale_a, (void)inv_scale_b, (void)out_dtype, (void)fast_accum;
+  TORCH_CHECK(false, "FP8 matrix products (at::_scaled_mm) need LibTorch 2.5 or later, this is " TORCH_VERSION);
+#endif
+}
+
 }  // namespace ptrain::compat
 
 // c10d's concrete process groups (ProcessGroupGloo, ProcessGroupNCCL) derive from c10d::Backend since

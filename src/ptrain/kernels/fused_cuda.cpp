@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cuda/launch.h"
 #include "ptrain/kernels/fused.h"
 
@@ -225,6 +226,20 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, c
 }
 
 bool available(const torch::Device& device) { return device.is_cuda(); }
+
+Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2) {
+  const char* what = "fused fp8 cast";
+  check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const auto x = x_in.contiguous();
+  Fp8Cast out{torch::empty(x.sizes(), x.options().dtype(compat::float8_dtype(e5m2))),
+              torch::empty({3}, x.options().dtype(torch::kFloat))};
+  launch(what, [&] {
+    cuda::fp8_scaled_cast(dtype_of(x, what), x.data_ptr(), x.numel(), e5m2, static_cast<uint8_t*>(out.data.data_ptr()),
+                          out.stats.data_ptr<float>(), current_stream(x));
+  });
+  return out;
+}
 
 CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch::Tensor& labels_in, int64_t classes) {
   check_rows_and_labels(logits, labels_in, "fused cross_entropy");

@@ -9,6 +9,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"  // defines: causal_attention
+#include "ptrain/kernels/fp8_linear.h"             // defines: fp8_linear
 #include "ptrain/kernels/layer_norm.h"             // defines: add_layer_norm
 #include "ptrain/models/activation_checkpoint.h"  // defines: checkpoint
 
@@ -32,9 +33,16 @@ class Linear : public nn::Module {
     weight = register_parameter("weight", torch::empty({out, in}));
     if (with_bias) bias = register_parameter("bias", torch::empty({out}));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+  // With fp8 (--precision fp8), the product in FP8 where kernels::fp8_linear_applies (its casts on the fused
+  // kernel with fused_casts), else LibTorch's linear under the run's autocast.
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (fp8) return kernels::fp8_linear(x, weight, bias, fused_casts);
+    return torch::linear(x, weight, bias);
+  }
+  bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
 
   torch::Tensor weight, bias;
+  bool fp8 = false, fused_casts = false;
 };
 
 // Fills t with N(0, std^2) in fixed chunks, each from a generator of its own seeded by one draw from the
@@ -156,6 +164,53 @@ int64_t gpt_parameter_count(const GptOptions& o) {
 void Gpt::set_fused_kernels(bool on) {
   fused_ = on;
   for (auto& block : blocks_) block->fused_ = on;
+  configure_linears();
+}
+
+void Gpt::configure_linears() {
+  for (auto& block : blocks_) {
+    for (Linear* linear : {block->attn->c_attn.get(), block->attn->c_proj.get(), block->mlp->c_fc.get(),
+                           block->mlp->c_proj.get()}) {
+      linear->fp8 = fp8_;
+      linear->fused_casts = fused_;
+    }
+  }
+}
+
+Fp8Layers Gpt::set_fp8_linear(bool on, bool head) {
+  fp8_ = on;
+  fp8_head_ = on && head;
+  configure_linears();
+  Fp8Layers layers;
+  if (!on) return layers;
+  int64_t unaligned = 0;
+  for (auto& block : blocks_) {
+    for (const Linear* linear : {block->attn->c_attn.get(), block->attn->c_proj.get(), block->mlp->c_fc.get(),
+                                 block->mlp->c_proj.get()}) {
+      linear->fp8_shapes() ? ++layers.fp8 : ++unaligned;
+    }
+  }
+  std::vector<std::string> why;
+  if (unaligned > 0) {
+    layers.kept += unaligned;
+    why.push_back(std::to_string(unaligned) + " projections of width " + std::to_string(options_.width) +
+                  ": features not multiples of 16, which FP8 GEMMs need");
+  }
+  // The head's rows come padded to a multiple of kVocabPadding with the fused kernels (on CUDA, where FP8 runs).
+  const int64_t head_rows = fused_ ? (options_.vocab_size + kVocabPadding - 1) / kVocabPadding * kVocabPadding
+                                   : options_.vocab_size;
+  if (!fp8_head_) {
+    ++layers.kept;
+    why.push_back("lm_head: --fp8-head is off");
+  } else if (!kernels::fp8_shape_applies(16, options_.width, head_rows)) {
+    ++layers.kept;
+    why.push_back("lm_head: " + std::to_string(head_rows) + " x " + std::to_string(options_.width) +
+                  " not multiples of 16");
+  } else {
+    ++layers.fp8;
+  }
+  for (const auto& w : why) layers.why += (layers.why.empty() ? "" : "; ") + w;
+  return layers;
 }
 
 Gpt::Gpt(const GptOptions& options) : options_(options) {
@@ -206,6 +261,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   auto replica = std::make_shared<Gpt>(options_);
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_);
+  replica->set_fp8_linear(fp8_, fp8_head_);
   return replica;
 }
 
@@ -250,8 +306,9 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   // Measured on an H200 in amp-bf16 for GPT-2 small: 30.8 ms a step in the head's three matrix products at
   // 50,257 rows (cuBLAS falls back to an unaligned sm75 kernel), against a few at 50,304.
   const auto normalized = fused_ ? norm(ln_f, x, {}, true).out : ln_f->forward(x);
-  if (fused_ && padding > 0 && head.is_cuda())
-    return torch::linear(normalized, at::constant_pad_nd(head, {0, 0, 0, padding}));
+  const bool pad = fused_ && padding > 0 && head.is_cuda();
+  if (fp8_head_) return kernels::fp8_linear(normalized, pad ? at::constant_pad_nd(head, {0, 0, 0, padding}) : head, {}, fused_);
+  if (pad) return torch::linear(normalized, at::constant_pad_nd(head, {0, 0, 0, padding}));
   return lm_head->forward(normalized);
 }
 

@@ -39,6 +39,9 @@ class Gpt : public Model {
   // multiple of kVocabPadding columns (zero weights; the loss reads only the vocabulary's): cuBLAS has no
   // fast kernel for GPT-2's odd 50,257 rows.
   void set_fused_kernels(bool on) override;
+  // The attention's and MLP's projections in FP8 (kernels/fp8_linear.h), and lm_head with head; layers whose
+  // features are not multiples of 16 keep bf16, as do calls whose rows (batch x tokens) are not.
+  Fp8Layers set_fp8_linear(bool on, bool head) override;
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::shared_ptr<Model> make_replica() const override;
@@ -51,6 +54,8 @@ class Gpt : public Model {
   GptOptions options_;
   bool checkpointing_ = false;
   bool fused_ = false;
+  bool fp8_ = false, fp8_head_ = false;
+  void configure_linears();
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<GptBlock>> blocks_;
   torch::nn::LayerNorm ln_f{nullptr};

@@ -8,6 +8,22 @@ std::shared_ptr<Model> Model::make_replica() const {
   throw Error("model '" + name() + "' cannot make replicas of itself, which --strategy dp needs");
 }
 
+std::string describe_fp8_layers(const Fp8Layers& layers) {
+  return "linear layers in FP8: " + std::to_string(layers.fp8) + ", kept in bf16: " + std::to_string(layers.kept) +
+         (layers.why.empty() ? "" : " (" + layers.why + ")");
+}
+
+Fp8Layers Model::set_fp8_linear(bool on, bool /*head*/) {
+  Fp8Layers layers;
+  if (!on) return layers;
+  for (const auto& m : modules(/*include_self=*/false)) {
+    if (m->as<torch::nn::Conv2dImpl>() || m->as<torch::nn::LinearImpl>() || m->as<torch::nn::Conv1dImpl>()) ++layers.kept;
+  }
+  layers.why = "no FP8 path in " + name() +
+               ": its convolutions and linear layers run in bf16 under autocast (cuDNN's FP8 convolutions are not used)";
+  return layers;
+}
+
 void to_floating_point(torch::nn::Module& module, const c10::optional<torch::Device>& device, torch::Dtype dtype,
                        bool non_blocking) {
   const auto convert = [&](torch::Tensor& t) {

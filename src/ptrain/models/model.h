@@ -20,6 +20,18 @@ class UnitObserver {
   virtual void after_unit(size_t index, torch::Tensor& output) = 0;
 };
 
+// Which layers run their matrix products in FP8 under --precision fp8 (kernels/fp8_linear.h) and which keep
+// bf16 (autocast), and why: what the run record's fp8_layers says.
+struct Fp8Layers {
+  int64_t fp8 = 0;   // linear layers whose products run in FP8
+  int64_t kept = 0;  // linear and convolution layers kept in bf16
+  std::string why;   // why those were kept; empty when none were
+};
+
+// "linear layers in FP8: 48, kept in bf16: 1 (lm_head: --fp8-head is off)": what the run's header and
+// --dry-run print.
+std::string describe_fp8_layers(const Fp8Layers& layers);
+
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
@@ -35,6 +47,12 @@ class Model : public torch::nn::Module {
   // With the fused kernels, recompute in the backward the output of each batch norm + ReLU that feeds a
   // convolution instead of keeping it (ResNet: kernels::batch_norm_relu_conv). Others ignore it.
   virtual void set_relu_recompute(bool /*on*/) {}
+
+  // --precision fp8: run the matrix products of linear layers in FP8 where the model has such a path (GPT: the
+  // attention and MLP projections, and its head with head), off: in the autocast dtype. Returns what runs where.
+  // The default, for models without an FP8 path (ResNets, TorchScript, a user's module), changes nothing and
+  // counts their convolutions and linear layers as kept in bf16.
+  virtual Fp8Layers set_fp8_linear(bool on, bool head);
 
   virtual std::string name() const = 0;
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 
@@ -24,6 +25,7 @@ PrecisionMode parse_mode(const std::string& name) {
   if (name == "bf16") return PrecisionMode::BF16;
   if (name == "amp-fp16") return PrecisionMode::AMP_FP16;
   if (name == "amp-bf16") return PrecisionMode::AMP_BF16;
+  if (name == "fp8") return PrecisionMode::FP8;
   throw Error("--precision: unknown mode '" + name + "'; expected one of " + joined_names() +
               " (or 'no' for fp32)");
 }
@@ -32,6 +34,11 @@ std::string device_name(c10::DeviceType device) { return c10::DeviceTypeName(dev
 
 void refuse_unsupported_on_device(PrecisionMode mode, c10::DeviceType device) {
   const bool cuda = device == c10::DeviceType::CUDA;
+  if (mode == PrecisionMode::FP8 && !cuda) {
+    throw Error("--precision fp8 needs a CUDA GPU of compute capability 8.9 or later (Ada, Hopper) and a LibTorch "
+                "with FP8 matrix products (2.5 or later); the " + device_name(device) +
+                " has no FP8 tensor cores: use --precision amp-bf16");
+  }
   if (mode == PrecisionMode::TF32 && !cuda) {
     throw Error("--precision tf32 needs a CUDA device: TensorFloat-32 is a mode of NVIDIA tensor cores "
                 "(Ampere and later), and the " + device_name(device) + " has none; use --precision fp32");
@@ -80,7 +87,7 @@ LossScaleChoice parse_loss_scale(const std::string& text, PrecisionMode mode, bo
 }  // namespace
 
 const std::vector<std::string>& precision_names() {
-  static const std::vector<std::string> names{"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16"};
+  static const std::vector<std::string> names{"fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "fp8"};
   return names;
 }
 
@@ -99,7 +106,8 @@ std::optional<c10::ScalarType> half_dtype(PrecisionMode mode) {
     case PrecisionMode::FP16:
     case PrecisionMode::AMP_FP16: return c10::ScalarType::Half;
     case PrecisionMode::BF16:
-    case PrecisionMode::AMP_BF16: return c10::ScalarType::BFloat16;
+    case PrecisionMode::AMP_BF16:
+    case PrecisionMode::FP8: return c10::ScalarType::BFloat16;
     case PrecisionMode::FP32:
     case PrecisionMode::TF32: break;
   }
@@ -108,7 +116,9 @@ std::optional<c10::ScalarType> half_dtype(PrecisionMode mode) {
 
 bool half_parameters(PrecisionMode mode) { return mode == PrecisionMode::FP16 || mode == PrecisionMode::BF16; }
 
-bool autocasts(PrecisionMode mode) { return mode == PrecisionMode::AMP_FP16 || mode == PrecisionMode::AMP_BF16; }
+bool autocasts(PrecisionMode mode) {
+  return mode == PrecisionMode::AMP_FP16 || mode == PrecisionMode::AMP_BF16 || mode == PrecisionMode::FP8;
+}
 
 PrecisionMode half_mode(c10::ScalarType half, bool autocast) {
   check(half == c10::ScalarType::Half || half == c10::ScalarType::BFloat16, "half_mode: not a 16-bit float");
@@ -154,12 +164,35 @@ PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, 
       p.autocast = true;
       p.autocast_dtype = mode == PrecisionMode::AMP_FP16 ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
       break;
+    case PrecisionMode::FP8:
+      // amp-bf16 around the FP8 matrix products: bf16 keeps fp32's range, so no loss scale is needed (the FP8
+      // tensors are scaled by their own amax instead).
+      p.autocast = true;
+      p.autocast_dtype = c10::ScalarType::BFloat16;
+      p.fp8_matmuls = true;
+      break;
   }
   const LossScaleChoice ls = parse_loss_scale(loss_scale, mode, master_weights);
   p.loss_scaling = ls.enabled;
   p.dynamic_loss_scale = ls.dynamic;
   p.static_loss_scale = ls.static_scale;
   return p;
+}
+
+void require_fp8_device(const PrecisionPolicy& policy, const c10::Device& device) {
+  if (!policy.fp8_matmuls) return;
+  if (!compat::has_fp8_matmul()) {
+    throw Error("--precision fp8 needs a LibTorch with FP8 tensors and matrix products (at::_scaled_mm, 2.5 or "
+                "later); this ptrain was built against LibTorch " + compat::torch_version() +
+                ": use --precision amp-bf16");
+  }
+  if (!device.is_cuda()) refuse_unsupported_on_device(PrecisionMode::FP8, device.type());
+  const int capability = cuda_runtime::compute_capability(device.has_index() ? device.index() : 0);
+  if (capability < 89) {
+    throw Error("--precision fp8 needs a GPU of compute capability 8.9 or later (Ada, Hopper: FP8 tensor cores); " +
+                device.str() + " is " + std::to_string(capability / 10) + "." + std::to_string(capability % 10) +
+                ": use --precision amp-bf16");
+  }
 }
 
 void apply_global_math_mode(const PrecisionPolicy& policy) {

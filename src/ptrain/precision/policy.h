@@ -3,6 +3,7 @@
 // concern asks this struct instead of switching on the mode name.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
@@ -12,7 +13,7 @@
 
 namespace ptrain::precision {
 
-enum class PrecisionMode { FP32, TF32, FP16, BF16, AMP_FP16, AMP_BF16 };
+enum class PrecisionMode { FP32, TF32, FP16, BF16, AMP_FP16, AMP_BF16, FP8 };
 
 struct PrecisionPolicy {
   PrecisionMode mode = PrecisionMode::FP32;
@@ -35,10 +36,14 @@ struct PrecisionPolicy {
   bool consecutive_hysteresis = true;
   double min_loss_scale = 0.0;
   bool allow_tf32 = false;
+  // fp8: the matrix products of linear layers run in FP8 (E4M3 activations and weights, E5M2 gradients, each
+  // tensor scaled by its own amax; kernels/fp8_linear.h), everything else as amp-bf16.
+  bool fp8_matmuls = false;
 };
 
 // Resolves --precision NAME, --master-weights and --loss-scale for a device type.
-//   names: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16; one alias: "no" -> fp32 (accelerate's spelling
+//   names: fp32, tf32, fp16, bf16, amp-fp16, amp-bf16, fp8 (amp-bf16 with linear layers' matrix products in
+//   FP8; a CUDA device only: require_fp8_device checks the rest); one alias: "no" -> fp32 (accelerate's spelling
 //   for "no mixed precision"). No "amp" alias: its dtype differs between torch.autocast on CPU and CUDA.
 //   loss_scale: "auto" (dynamic for amp-fp16 and for fp16 with master weights, none otherwise),
 //   "dynamic", "none", or a positive finite number (a static scale).
@@ -46,6 +51,11 @@ struct PrecisionPolicy {
 // combination is unknown or cannot run on the device.
 PrecisionPolicy resolve_precision(const std::string& name, bool master_weights, c10::DeviceType device,
                                   const std::string& loss_scale = "auto");
+
+// Throws ptrain::Error naming --precision fp8 where policy runs matrix products in FP8 and device cannot:
+// a LibTorch without FP8 tensors and at::_scaled_mm (before 2.5), a device that is no CUDA GPU, or a GPU of
+// compute capability below 8.9 (FP8 tensor cores arrived with Ada and Hopper). Nothing for other policies.
+void require_fp8_device(const PrecisionPolicy& policy, const c10::Device& device);
 
 // The name run records and reports give the policy: its mode's, "+master" with fp32 master weights
 // ("bf16+master").

@@ -263,6 +263,9 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
+  precision::require_fp8_device(plan.precision, plan.device);
+  check(!c.precision.fp8_head || plan.precision.fp8_matmuls,
+        "--fp8-head applies to --precision fp8 only, not to --precision " + plan.precision.name);
   apply_loss_scaling_rules(c.precision, plan.precision);
   if (s.takes_fsdp_options()) apply_fsdp_mixed_precision(c, plan);
   // Gradients travel in --reduce-dtype where the strategy takes it, else in the parameters' dtype.

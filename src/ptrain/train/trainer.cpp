@@ -128,6 +128,19 @@ void TrainingRun::build_model() {
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
+  if (policy_.fp8_matmuls) {
+    models::Fp8Layers fp8 = model_->set_fp8_linear(true, c_.precision.fp8_head);
+    const int64_t rows = c_.run.batch_size * spec.seq_len;
+    // cuBLASLt's FP8 GEMMs take rows in multiples of 16: a micro-batch of other rows runs every layer in bf16.
+    if (fp8.fp8 > 0 && spec.seq_len > 0 && rows % 16 != 0)
+      fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
+                 " rows (batch x tokens) are not a multiple of 16: every layer falls back to bf16";
+    record_.extra["fp8_layers"] = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
+                                   {"casts", c_.run.fused_kernels && kernels::fused_kernels_available(device_)
+                                                 ? "fused"
+                                                 : "reference"}};
+    fp8_summary_ = "fp8: " + models::describe_fp8_layers(fp8);
+  }
   if (models::is_torchscript_path(c_.model.name)) {
     const bool tokens = spec.image_size == 0 && spec.seq_len > 0;
     const auto probe = tokens ? torch::zeros({2, spec.seq_len}, torch::TensorOptions().dtype(torch::kInt64).device(device_))
@@ -209,6 +222,7 @@ void TrainingRun::announce(Progress& progress) {
                                                   std::to_string(StepRunner::kEagerStepsBeforeCapture) + " eager steps"
                                             : record_.cuda_graphs_note));
   }
+  if (!fp8_summary_.empty()) progress.message(fp8_summary_);
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
                    std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
                    " steps per epoch, " + std::to_string(total_steps_) + " in all");

@@ -195,6 +195,7 @@ class TrainingRun {
   data::Dataset train_set_, test_set_;
   std::unique_ptr<data::Loader> train_loader_, test_loader_;
   std::shared_ptr<models::Model> model_;
+  std::string fp8_summary_;  // --precision fp8: which layers run in FP8, for the run's header
   std::string model_summary_;  // the model as built, before a strategy flattens or shards it
   std::unique_ptr<strategies::UpdateTarget> target_;  // what the optimizer updates on this rank
   std::unique_ptr<Optimizer> optimizer_;

@@ -1,0 +1,95 @@
+#include "ptrain/kernels/fp8_linear.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/kernels/fused.h"
+
+namespace ptrain::kernels {
+
+namespace {
+
+constexpr int64_t kFp8Alignment = 16;
+
+bool cast_dtype(c10::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
+
+// cuBLASLt's FP8 GEMM takes its first operand row-major and its second column-major: a [K, N] matrix stored as
+// the contiguous [N, K] it transposes.
+torch::Tensor column_major(const torch::Tensor& m) { return m.t().contiguous().t(); }
+
+// y [rows, out] = x [rows, in] @ w [out, in]^T with both cast to E4M3. The FP8 copies and their inverse scales
+// are what the backward keeps: a byte an element instead of the activation's two or four.
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, bool allow_fused) {
+    const Fp8Tensor xq = fp8_cast(x, /*e5m2=*/false, allow_fused);
+    const Fp8Tensor wq = fp8_cast(weight, /*e5m2=*/false, allow_fused);
+    // w's contiguous [out, in] is w^T's column-major [in, out]. Fast accumulation for the forward only, as
+    // torchao's default (its error stays within the forward's bound; the gradients accumulate exactly).
+    auto y = compat::scaled_mm(xq.data, wq.data.t(), xq.inv_scale, wq.inv_scale, torch::kBFloat16, /*fast_accum=*/true);
+    ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
+    ctx->saved_data["allow_fused"] = allow_fused;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return {y};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x8 = saved[0], &x_inv = saved[1], &w8 = saved[2], &w_inv = saved[3];
+    const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const Fp8Tensor gq = fp8_cast(grads[0], /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool());
+    // grad_x [rows, in] = grad_y [rows, out] @ w [out, in]; grad_w [out, in] = grad_y^T [out, rows] @ x [rows, in].
+    auto grad_x = compat::scaled_mm(gq.data, column_major(w8), gq.inv_scale, w_inv, x_dtype, /*fast_accum=*/false);
+    auto grad_w =
+        compat::scaled_mm(gq.data.t().contiguous(), column_major(x8), gq.inv_scale, x_inv, w_dtype, /*fast_accum=*/false);
+    return {grad_x, grad_w, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2) {
+  const double fp8_max = compat::float8_max(e5m2);
+  const auto amax = x.abs().max().to(torch::kFloat);
+  // data row-major whatever x's strides (to() keeps a transposed layout): the matrix products need it.
+  // Tensor by tensor: LibTorch's scalar / tensor multiplies by a reciprocal, which rounds differently.
+  const auto scale = torch::div(torch::full({}, fp8_max, amax.options()), amax.clamp_min(1e-12));
+  const auto data = (x.contiguous().to(torch::kFloat) * scale).clamp(-fp8_max, fp8_max).to(compat::float8_dtype(e5m2));
+  return {data, scale, scale.reciprocal()};
+}
+
+Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused) {
+  if (!allow_fused || !fused::available(x.device()) || !fused::kernel_dtype(x.scalar_type()))
+    return reference_fp8_cast(x, e5m2);
+  auto f = fused::fp8_cast(x, e5m2);
+  return {f.data, f.stats[1], f.stats[2]};
+}
+
+bool fp8_shape_applies(int64_t rows, int64_t in, int64_t out) {
+  return rows > 0 && in > 0 && out > 0 && rows % kFp8Alignment == 0 && in % kFp8Alignment == 0 &&
+         out % kFp8Alignment == 0;
+}
+
+bool fp8_linear_applies(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!compat::has_fp8_matmul() || !x.is_cuda() || weight.device() != x.device()) return false;
+  if (x.dim() < 1 || weight.dim() != 2 || x.size(-1) != weight.size(1)) return false;
+  if (!cast_dtype(x.scalar_type()) || !cast_dtype(weight.scalar_type())) return false;
+  return fp8_shape_applies(x.numel() / std::max<int64_t>(1, x.size(-1)), weight.size(1), weight.size(0));
+}
+
+torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                         bool allow_fused) {
+  if (!fp8_linear_applies(x, weight)) return torch::linear(x, weight, bias);
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  auto y = Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, allow_fused)[0].view(sizes);
+  // As torchao: the bias joins the bf16 output.
+  return bias.defined() ? y + bias.to(y.scalar_type()) : y;
+}
+
+}  // namespace ptrain::kernels
