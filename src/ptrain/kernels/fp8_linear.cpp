@@ -67,7 +67,7 @@ Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused) {
   if (!allow_fused || !fused::available(x.device()) || !fused::kernel_dtype(x.scalar_type()))
     return reference_fp8_cast(x, e5m2);
   auto f = fused::fp8_cast(x, e5m2);
-  return {f.data, f.stats[1], f.stats[2]};
+  return {f.data, f.scale, f.inv_scale};
 }
 
 bool fp8_shape_applies(int64_t rows, int64_t in, int64_t out) {

@@ -88,10 +88,10 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, cons
                                              c10::ScalarType branch_dtype, bool with_branch);
 
 // The tensorwise FP8 cast of x (fp32/fp16/bf16 on CUDA, any shape; made contiguous): data, shaped as x, in
-// E5M2 (e5m2) or E4M3, and {amax, scale, inv_scale} of x as one fp32 [3] tensor on the device
-// (cuda/launch.h: fp8_scaled_cast).
+// E5M2 (e5m2) or E4M3, and the amax, scale and inv_scale of x as one-element fp32 tensors on the device, each
+// 16-byte aligned as cuBLASLt needs its scales (cuda/launch.h: fp8_scaled_cast).
 struct Fp8Cast {
-  torch::Tensor data, stats;
+  torch::Tensor data, amax, scale, inv_scale;
 };
 Fp8Cast fp8_cast(const torch::Tensor& x, bool e5m2);
 

@@ -232,11 +232,12 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2) {
   check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
   c10::cuda::CUDAGuard guard(x_in.device());
   const auto x = x_in.contiguous();
-  Fp8Cast out{torch::empty(x.sizes(), x.options().dtype(compat::float8_dtype(e5m2))),
-              torch::empty({3}, x.options().dtype(torch::kFloat))};
+  const auto stats = torch::empty({3 * cuda::kFp8StatsStride}, x.options().dtype(torch::kFloat));
+  Fp8Cast out{torch::empty(x.sizes(), x.options().dtype(compat::float8_dtype(e5m2))), stats[0],
+              stats[cuda::kFp8StatsStride], stats[2 * cuda::kFp8StatsStride]};
   launch(what, [&] {
     cuda::fp8_scaled_cast(dtype_of(x, what), x.data_ptr(), x.numel(), e5m2, static_cast<uint8_t*>(out.data.data_ptr()),
-                          out.stats.data_ptr<float>(), current_stream(x));
+                          stats.data_ptr<float>(), current_stream(x));
   });
   return out;
 }

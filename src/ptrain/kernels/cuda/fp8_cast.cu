@@ -82,8 +82,8 @@ __global__ void cast_kernel(const T* __restrict__ x, int64_t n, bool vectors, fl
   const float amax = stats[0];
   const float scale = __fdiv_rn(fp8_max, amax != amax ? amax : fmaxf(amax, kAmaxFloor));
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    stats[1] = scale;
-    stats[2] = __frcp_rn(scale);
+    stats[kFp8StatsStride] = scale;
+    stats[2 * kFp8StatsStride] = __frcp_rn(scale);
   }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

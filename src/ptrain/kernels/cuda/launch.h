@@ -101,11 +101,14 @@ namespace ptrain::kernels::cuda {
 // FP8 casts with tensorwise dynamic scaling (torchao's Float8Linear): over the n elements of x (dtype),
 // amax = max |x|, scale = fp8_max / max(amax, 1e-12) (fp32, IEEE division; fp8_max 448 for E4M3, 57344 for
 // E5M2), y[i] = fp8(clamp(x[i] * scale, -fp8_max, fp8_max)) rounded to nearest even, inv_scale = 1 / scale
-// (what the FP8 matrix product multiplies its result by). stats receives {amax, scale, inv_scale} (3 floats).
+// (what the FP8 matrix product multiplies its result by). stats receives amax, scale and inv_scale at
+// stats[0], stats[kFp8StatsStride] and stats[2 * kFp8StatsStride]: cuBLASLt's FP8 GEMM refuses a scale whose
+// address is not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED), so each gets 16 bytes of its own.
 // Two kernels on stream after zeroing stats[0]: a grid-wide amax (each block's maximum into stats[0] by
 // atomicMax on the bits of |x|, which order as the floats do), then the scale and cast, every thread
 // computing the scale from stats[0]. Nothing is read back on the host: capturable in a CUDA graph.
 // Bit for bit what LibTorch's abs().max(), clamp_min, div, mul, clamp and cast to Float8 give.
+constexpr int64_t kFp8StatsStride = 4;  // floats: 16 bytes
 void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
