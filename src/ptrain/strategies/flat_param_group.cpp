@@ -63,7 +63,7 @@ void FlatParamGroup::start_gather() {
   // beside what follows. The gather lane stands in between only where the shard first crosses from the CPU, so
   // that the copy does not hold the compute stream: a lane costs two more stream hops per unit, which inside a
   // captured step split the graph into a branch per unit (zero3 on GPT-2 small, one H200, each against single
-  // in the same call: 0.88x through the lane, both traced; 0.95x without; docs/results/2026-12-03-h200-strategies-world1.md).
+  // in the same call: 0.88x through the lane, both traced; 0.95x without; docs/results, 2026-12-03 strategies).
   const auto on_gather_stream = policy_.offload_params ? streams_->after_compute(dist::CommLane::gather) : nullptr;
   torch::NoGradGuard no_grad;
   gather_source_ = as_movable(*mesh_.shard, param_shard_.to(device_));
