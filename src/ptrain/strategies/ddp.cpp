@@ -61,16 +61,12 @@ struct DistributedDataParallel::Reducer {
     if (bucket.flat.defined()) return;
     torch::NoGradGuard no_grad;
     bucket.flat = torch::empty({bucket.numel}, params[bucket.params.front()].options().requires_grad(false));
+    std::vector<torch::Tensor> members, views;
     for (const size_t index : bucket.params) {
-      auto view = view_of(index);
-      auto& grad = params[index].mutable_grad();
-      if (grad.defined()) {
-        view.copy_(grad);
-      } else {
-        view.zero_();
-      }
-      grad = view;
+      members.push_back(params[index]);
+      views.push_back(view_of(index));
     }
+    bind_gradients_to_views(members, views);
   }
 
   // The bucket's gradients into its flat buffer (zeros for parameters without one), when it launches.

@@ -98,15 +98,14 @@ ReductionSlot FlatParamGroup::reduction() {
       grad_shard_ = torch::empty({flat_->shard_numel()}, grad_options_);
       return ReductionBuffers{torch::empty({flat_->padded_numel()}, grad_options_), grad_shard_};
     };
-    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   } else {
     // Reduced in place, in the buffer the gradients live in.
     slot.buffers = [this] {
       bind_gradients();
       return ReductionBuffers{grad_full_, grad_full_};
     };
-    slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   }
+  slot.fill = [this](const torch::Tensor& flat, std::vector<torch::Tensor>* hold) { take_grads(flat, hold); };
   return slot;
 }
 
@@ -115,16 +114,7 @@ void FlatParamGroup::bind_gradients() {
   torch::NoGradGuard no_grad;
   grad_full_ = torch::empty({flat_->padded_numel()}, grad_options_);
   grad_full_.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
-  const auto views = flat_->split(grad_full_);
-  for (size_t i = 0; i < views.size(); ++i) {
-    auto& grad = flat_->params()[i].mutable_grad();
-    if (grad.defined()) {
-      views[i].copy_(grad);
-    } else {
-      views[i].zero_();
-    }
-    grad = views[i];
-  }
+  bind_gradients_to_views(flat_->params(), flat_->split(grad_full_));
 }
 
 void FlatParamGroup::release_gradients() {

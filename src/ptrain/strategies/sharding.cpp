@@ -215,6 +215,20 @@ bool is_gradient_view(const torch::Tensor& grad, const torch::Tensor& view) {
   return grad.defined() && grad.data_ptr() == view.data_ptr() && grad.strides() == view.strides();
 }
 
+void bind_gradients_to_views(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& views) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor param = params[i];
+    auto& grad = param.mutable_grad();
+    if (grad.defined()) {
+      views[i].copy_(grad);
+    } else {
+      views[i].zero_();
+    }
+    grad = views[i];
+  }
+}
+
 std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<size_t>> groups;
