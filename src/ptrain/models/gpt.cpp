@@ -145,6 +145,11 @@ class GptBlock : public nn::Module {
     return h.sum + mlp->forward(h.out);
   }
 
+  // The attention's and the MLP's projections: what --precision fp8 runs in FP8.
+  std::vector<Linear*> projections() const {
+    return {attn->c_attn.get(), attn->c_proj.get(), mlp->c_fc.get(), mlp->c_proj.get()};
+  }
+
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   bool fused_ = false;
   std::shared_ptr<CausalSelfAttention> attn;
@@ -169,8 +174,7 @@ void Gpt::set_fused_kernels(bool on) {
 
 void Gpt::configure_linears() {
   for (auto& block : blocks_) {
-    for (Linear* linear : {block->attn->c_attn.get(), block->attn->c_proj.get(), block->mlp->c_fc.get(),
-                           block->mlp->c_proj.get()}) {
+    for (Linear* linear : block->projections()) {
       linear->fp8 = fp8_;
       linear->fused_casts = fused_;
     }
@@ -185,10 +189,7 @@ Fp8Layers Gpt::set_fp8_linear(bool on, bool head) {
   if (!on) return layers;
   int64_t unaligned = 0;
   for (auto& block : blocks_) {
-    for (const Linear* linear : {block->attn->c_attn.get(), block->attn->c_proj.get(), block->mlp->c_fc.get(),
-                                 block->mlp->c_proj.get()}) {
-      linear->fp8_shapes() ? ++layers.fp8 : ++unaligned;
-    }
+    for (const Linear* linear : block->projections()) linear->fp8_shapes() ? ++layers.fp8 : ++unaligned;
   }
   std::vector<std::string> why;
   if (unaligned > 0) {
