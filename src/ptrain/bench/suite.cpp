@@ -63,6 +63,26 @@ bool read_bool(const YAML::Node& node, const std::string& where) {
   throw Error(where + ": '" + text + "' is not true or false");
 }
 
+// text as a whole number (all of it), or none.
+std::optional<int64_t> whole_number(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int64_t value = std::stoll(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// Throws ptrain::Error "<what> is not a torch.compile mode (default, ...)" unless mode is one.
+void check_compile_mode(const std::string& mode, const std::string& what) {
+  const auto& modes = compile_modes();
+  std::string names;
+  for (const auto& m : modes) names += (names.empty() ? "" : ", ") + m;
+  check(std::find(modes.begin(), modes.end(), mode) != modes.end(),
+        what + " is not a torch.compile mode (" + names + ")");
+}
+
 // eager, compiled, compiled-MODE; compiled-MODE of the suite's own mode is compiled (one job, one folder).
 std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std::string& where,
                                                const std::string& suite_compile_mode) {
@@ -73,11 +93,7 @@ std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std
     if (v == "none" && node.IsScalar()) return;
     if (v.rfind(kPytorchCompiledModePrefix, 0) == 0) {
       const std::string mode = v.substr(std::string(kPytorchCompiledModePrefix).size());
-      const auto& modes = compile_modes();
-      std::string names;
-      for (const auto& m : modes) names += (names.empty() ? "" : ", ") + m;
-      check(std::find(modes.begin(), modes.end(), mode) != modes.end(),
-            where + ": '" + v + "': '" + mode + "' is not a torch.compile mode (" + names + ")");
+      check_compile_mode(mode, where + ": '" + v + "': '" + mode + "'");
       if (mode == suite_compile_mode) v = kPytorchCompiled;
     } else {
       check(v == kPytorchEager || v == kPytorchCompiled,
@@ -100,16 +116,9 @@ std::vector<std::string> read_pytorch_variants(const YAML::Node& node, const std
 
 // A run's batch-size: a positive whole number.
 int64_t read_batch_size(const std::string& value, const std::string& where) {
-  int64_t batch = 0;
-  try {
-    size_t used = 0;
-    batch = std::stoll(value, &used);
-    check(used == value.size(), "");
-  } catch (const std::exception&) {
-    throw Error(where + ": '" + value + "' is not a positive whole number of samples per device");
-  }
-  check(batch > 0, where + ": '" + value + "' is not a positive whole number of samples per device");
-  return batch;
+  const auto batch = whole_number(value);
+  check(batch && *batch > 0, where + ": '" + value + "' is not a positive whole number of samples per device");
+  return *batch;
 }
 
 // Workload names prefix run ids ("resnet50/fp32-single-x1"), and run ids follow a framework in --skip
@@ -171,13 +180,9 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         if (value == "all") {
           run.devices = available_gpus > 0 ? available_gpus : kCpuDevicesForAll;
         } else {
-          try {
-            size_t used = 0;
-            run.devices = std::stoll(value, &used);
-            check(used == value.size(), "");
-          } catch (const std::exception&) {
-            throw Error(key_at + ": '" + value + "' is neither a number nor all");
-          }
+          const auto devices = whole_number(value);
+          check(devices.has_value(), key_at + ": '" + value + "' is neither a number nor all");
+          run.devices = *devices;
           check(run.devices > 0, key_at + ": must be positive");
           check(available_gpus == 0 || run.devices <= available_gpus,
                 key_at + ": " + value + " devices, but only " + std::to_string(available_gpus) + " GPU(s) are available");
@@ -245,14 +250,9 @@ WorkloadKeys Suite::run_workload(const SuiteRun& run) const {
   check(at("global-batch-size") == keys.end(),
         where + ": its workload sets global-batch-size, which a run's batch-size would contradict");
   const auto number = [&](const std::string& key, const std::string& text) {
-    try {
-      size_t used = 0;
-      const int64_t value = std::stoll(text, &used);
-      check(used == text.size(), "");
-      return value;
-    } catch (const std::exception&) {
-      throw Error(where + ": the workload's " + key + " '" + text + "' is not a whole number");
-    }
+    const auto value = whole_number(text);
+    check(value.has_value(), where + ": the workload's " + key + " '" + text + "' is not a whole number");
+    return *value;
   };
   const auto batch = at("batch-size");
   const int64_t workload_batch =
@@ -322,11 +322,7 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   if (root["pytorch-compile-mode"].IsDefined()) {
     const auto& node = root["pytorch-compile-mode"];
     const std::string mode = node.IsScalar() ? node.as<std::string>() : "";
-    const auto& modes = compile_modes();
-    std::string names;
-    for (const auto& m : modes) names += (names.empty() ? "" : ", ") + m;
-    check(std::find(modes.begin(), modes.end(), mode) != modes.end(),
-          path + ": pytorch-compile-mode '" + mode + "' is not a torch.compile mode (" + names + ")");
+    check_compile_mode(mode, path + ": pytorch-compile-mode '" + mode + "'");
     suite.pytorch_compile_mode = mode;
   }
   const bool cpu_variant = !suite.on_gpu;
