@@ -220,15 +220,6 @@ inline c10::ScalarType float8_dtype(bool e5m2) {
 #endif
 }
 
-inline bool is_float8(c10::ScalarType dtype) {
-#if PTRAIN_TORCH_AT_LEAST(2, 5)
-  return dtype == c10::ScalarType::Float8_e5m2 || dtype == c10::ScalarType::Float8_e4m3fn;
-#else
-  (void)dtype;
-  return false;
-#endif
-}
-
 // (a * inv_scale_a) @ (b * inv_scale_b) in out_dtype on cuBLASLt's FP8 GEMM: a [M, K] row-major, b [K, N]
 // column-major (the transpose of a contiguous [N, K]), K and N multiples of 16, FP8 both (not E5M2 twice);
 // the scales fp32 one-element tensors on the device (the inverses of the factors that cast each to FP8).
