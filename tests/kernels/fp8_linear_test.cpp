@@ -86,6 +86,63 @@ TEST(Fp8Cast, FusedKernelMatchesLibTorchBitForBit) {
   }
 }
 
+// The cast that also writes the transpose and the column sums (what the linear's backward takes): the same
+// scale and bytes as LibTorch's cast, transposed the bytes of data.t().contiguous(), the column sums LibTorch's
+// fp32 sums up to the order of summation, for tiles cut at the edges too.
+void expect_same_transposed_cast(const torch::Tensor& x, bool e5m2, const std::string& what) {
+  const ptrain::kernels::Fp8CastExtras extras{/*transposed=*/true, /*column_sums=*/true};
+  const auto fused = fp8_cast(x, e5m2, /*allow_fused=*/true, extras);
+  const auto reference = reference_fp8_cast(x, e5m2, extras);
+  const int64_t cols = x.size(-1), rows = x.numel() / cols;
+  ASSERT_EQ(fused.transposed.sizes(), (std::vector<int64_t>{cols, rows})) << what;
+  ASSERT_EQ(fused.transposed.scalar_type(), compat::float8_dtype(e5m2)) << what;
+  EXPECT_TRUE(torch::equal(fused.scale.cpu(), reference.scale.cpu())) << what << ": scale";
+  const auto data = bytes_of(fused.data), expected_data = bytes_of(reference.data);
+  EXPECT_EQ(data.ne(expected_data).sum().item<int64_t>(), 0) << what << ": row-major bytes differ";
+  const auto t = bytes_of(fused.transposed), expected_t = bytes_of(reference.transposed);
+  const int64_t differing = t.ne(expected_t).sum().item<int64_t>();
+  EXPECT_EQ(differing, 0) << what << ": " << differing << " of " << t.numel() << " transposed bytes differ";
+  ASSERT_EQ(fused.column_sums.sizes(), (std::vector<int64_t>{cols})) << what;
+  ASSERT_EQ(fused.column_sums.scalar_type(), torch::kFloat) << what;
+  // fp32 sums of up to 1040 terms of magnitude ~1 in another order: a few units in the last place of the
+  // largest partial sums.
+  EXPECT_TRUE(torch::allclose(fused.column_sums.cpu(), reference.column_sums.cpu(), 1e-5, 1e-4))
+      << what << ": column sums differ by " << (fused.column_sums - reference.column_sums).abs().max().item<float>();
+}
+
+TEST(Fp8Cast, TransposedCastMatchesLibTorchBitForBit) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  torch::manual_seed(6);
+  const auto cuda = torch::device(torch::kCUDA);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kHalf}) {
+    for (const bool e5m2 : {false, true}) {
+      const std::string what = std::string(c10::toString(dtype)) + (e5m2 ? " e5m2" : " e4m3");
+      // Whole 64 x 64 tiles; tiles cut at the edges both ways; one 16 x 16 tile; three dimensions (rows are
+      // the leading two); an unaligned start (the scalar loads).
+      expect_same_transposed_cast((torch::randn({256, 192}, cuda) * 2).to(dtype), e5m2, what + " 256x192");
+      expect_same_transposed_cast(torch::randn({48, 1600}, cuda).to(dtype), e5m2, what + " 48x1600");
+      expect_same_transposed_cast(torch::randn({1040, 80}, cuda).to(dtype), e5m2, what + " 1040x80");
+      expect_same_transposed_cast(torch::randn({16, 16}, cuda).to(dtype), e5m2, what + " 16x16");
+      expect_same_transposed_cast(torch::randn({2, 40, 32}, cuda).to(dtype), e5m2, what + " 2x40x32");
+      const auto unaligned = torch::randn({16 * 48 + 1}, cuda).to(dtype).narrow(0, 1, 16 * 48).view({16, 48});
+      expect_same_transposed_cast(unaligned, e5m2, what + " unaligned 16x48");
+    }
+  }
+}
+
+TEST(Fp8Cast, TransposedCastRefusesRowsOrColumnsOffSixteen) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  const auto cuda = torch::device(torch::kCUDA);
+  for (const auto& shape : {std::vector<int64_t>{17, 32}, std::vector<int64_t>{32, 24}}) {
+    try {
+      fp8_cast(torch::randn(shape, cuda).to(torch::kBFloat16), false, /*allow_fused=*/true, {/*transposed=*/true});
+      ADD_FAILURE() << c10::IntArrayRef(shape) << ": no error";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("multiple of 16"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Fp8Cast, ScaleMapsTheAmaxToTheFormatsLargestValue) {
   PTRAIN_REQUIRE_FP8_GPU();
   const auto x = torch::tensor({0.5f, -2.0f, 1.0f, 0.25f}, torch::device(torch::kCUDA));

@@ -224,13 +224,16 @@ inline c10::ScalarType float8_dtype(bool e5m2) {
 // column-major (the transpose of a contiguous [N, K]), K and N multiples of 16, FP8 both (not E5M2 twice);
 // the scales fp32 one-element tensors on the device (the inverses of the factors that cast each to FP8).
 // fast_accum: Hopper's faster, less exact accumulation (torchao uses it for the forward only).
+// bias (undefined for none): [N] in out_dtype (bf16 or fp16), added in the GEMM's epilogue.
 inline torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& inv_scale_a,
-                               const torch::Tensor& inv_scale_b, c10::ScalarType out_dtype, bool fast_accum) {
+                               const torch::Tensor& inv_scale_b, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                               bool fast_accum) {
 #if PTRAIN_TORCH_AT_LEAST(2, 5)
-  return at::_scaled_mm(a, b, inv_scale_a, inv_scale_b, /*bias=*/std::nullopt, /*scale_result=*/std::nullopt,
-                        out_dtype, fast_accum);
+  const std::optional<at::Tensor> epilogue_bias = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
+  return at::_scaled_mm(a, b, inv_scale_a, inv_scale_b, epilogue_bias, /*scale_result=*/std::nullopt, out_dtype,
+                        fast_accum);
 #else
-  (void)a, (void)b, (void)inv_scale_a, (void)inv_scale_b, (void)out_dtype, (void)fast_accum;
+  (void)a, (void)b, (void)inv_scale_a, (void)inv_scale_b, (void)bias, (void)out_dtype, (void)fast_accum;
   TORCH_CHECK(false, "FP8 matrix products (at::_scaled_mm) need LibTorch 2.5 or later, this is " TORCH_VERSION);
 #endif
 }

@@ -13,61 +13,75 @@ constexpr int64_t kFp8Alignment = 16;
 
 bool cast_dtype(c10::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
 
-// cuBLASLt's FP8 GEMM takes its first operand row-major and its second column-major: a [K, N] matrix stored as
-// the contiguous [N, K] it transposes.
-torch::Tensor column_major(const torch::Tensor& m) { return m.t().contiguous().t(); }
-
-// y [rows, out] = x [rows, in] @ w [out, in]^T with both cast to E4M3. The FP8 copies and their inverse scales
-// are what the backward keeps: a byte an element instead of the activation's two or four.
+// y [rows, out] = x [rows, in] @ w [out, in]^T (+ bias) with both cast to E4M3. cuBLASLt's FP8 GEMM takes its
+// first operand row-major and its second column-major (a [K, N] matrix stored as the contiguous [N, K]), so
+// each cast also writes its operand's transpose, in the same pass: the backward's products need x and grad_y
+// transposed and w as it is stored. The FP8 transposes of x and w are what the backward keeps: a byte an
+// element instead of the activation's two or four.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                                                const torch::Tensor& weight, bool allow_fused) {
-    const Fp8Tensor xq = fp8_cast(x, /*e5m2=*/false, allow_fused);
-    const Fp8Tensor wq = fp8_cast(weight, /*e5m2=*/false, allow_fused);
-    // w's contiguous [out, in] is w^T's column-major [in, out]. Fast accumulation for the forward only, as
-    // torchao's default (its error stays within the forward's bound; the gradients accumulate exactly).
-    auto y = compat::scaled_mm(xq.data, wq.data.t(), xq.inv_scale, wq.inv_scale, torch::kBFloat16, /*fast_accum=*/true);
-    ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                bool allow_fused) {
+    const Fp8Tensor xq = fp8_cast(x, /*e5m2=*/false, allow_fused, {/*transposed=*/true});
+    const Fp8Tensor wq = fp8_cast(weight, /*e5m2=*/false, allow_fused, {/*transposed=*/true});
+    // w's contiguous [out, in] is w^T's column-major [in, out]. The bias joins in the GEMM's epilogue, in bf16 as
+    // the output. Fast accumulation for the forward only, as torchao's default (its error stays within the
+    // forward's bound; the gradients accumulate exactly).
+    const bool has_bias = bias.numel() > 0;
+    const auto bias16 = has_bias ? bias.to(torch::kBFloat16) : torch::Tensor();
+    auto y = compat::scaled_mm(xq.data, wq.data.t(), xq.inv_scale, wq.inv_scale, bias16, torch::kBFloat16,
+                               /*fast_accum=*/true);
+    ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
     ctx->saved_data["allow_fused"] = allow_fused;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->saved_data["b_dtype"] = static_cast<int64_t>(bias.scalar_type());
+    ctx->saved_data["has_bias"] = has_bias;
     return {y};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x8 = saved[0], &x_inv = saved[1], &w8 = saved[2], &w_inv = saved[3];
+    // x_t [in, rows] and w_t [in, out]: row-major transposes, so x_t.t() and w_t.t() are column-major x and w.
+    const torch::Tensor &x_t = saved[0], &x_inv = saved[1], &w_t = saved[2], &w_inv = saved[3];
     const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
-    const Fp8Tensor gq = fp8_cast(grads[0], /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool());
+    const auto b_dtype = static_cast<c10::ScalarType>(ctx->saved_data["b_dtype"].toInt());
+    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    // The bias gradient (grad_y's column sums in fp32: no FP8 in it) read in the cast's pass over grad_y.
+    const Fp8Tensor gq = fp8_cast(grads[0], /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool(),
+                                  {/*transposed=*/true, /*column_sums=*/has_bias});
     // grad_x [rows, in] = grad_y [rows, out] @ w [out, in]; grad_w [out, in] = grad_y^T [out, rows] @ x [rows, in].
-    auto grad_x = compat::scaled_mm(gq.data, column_major(w8), gq.inv_scale, w_inv, x_dtype, /*fast_accum=*/false);
-    auto grad_w =
-        compat::scaled_mm(gq.data.t().contiguous(), column_major(x8), gq.inv_scale, x_inv, w_dtype, /*fast_accum=*/false);
-    return {grad_x, grad_w, torch::Tensor()};
+    auto grad_x = compat::scaled_mm(gq.data, w_t.t(), gq.inv_scale, w_inv, {}, x_dtype, /*fast_accum=*/false);
+    auto grad_w = compat::scaled_mm(gq.transposed, x_t.t(), gq.inv_scale, x_inv, {}, w_dtype, /*fast_accum=*/false);
+    const torch::Tensor grad_b = has_bias ? gq.column_sums.to(b_dtype) : torch::Tensor();
+    return {grad_x, grad_w, grad_b, torch::Tensor()};
   }
 };
 
 }  // namespace
 
-Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2) {
+Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras extras) {
   const double fp8_max = compat::float8_max(e5m2);
   const auto amax = x.abs().max().to(torch::kFloat);
   // data row-major whatever x's strides (to() keeps a transposed layout): the matrix products need it.
   // Tensor by tensor: LibTorch's scalar / tensor multiplies by a reciprocal, which rounds differently.
   const auto scale = torch::div(torch::full({}, fp8_max, amax.options()), amax.clamp_min(1e-12));
   const auto data = (x.contiguous().to(torch::kFloat) * scale).clamp(-fp8_max, fp8_max).to(compat::float8_dtype(e5m2));
-  return {data, scale, scale.reciprocal()};
+  Fp8Tensor out{data, scale, scale.reciprocal(), {}, {}};
+  if (extras.transposed) out.transposed = data.reshape({-1, data.size(-1)}).t().contiguous();
+  if (extras.column_sums) out.column_sums = x.reshape({-1, x.size(-1)}).sum(0, false, torch::kFloat);
+  return out;
 }
 
-Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused) {
+Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused, Fp8CastExtras extras) {
   if (!allow_fused || !fused::available(x.device()) || !fused::kernel_dtype(x.scalar_type()))
-    return reference_fp8_cast(x, e5m2);
-  auto f = fused::fp8_cast(x, e5m2);
-  return {f.data, f.scale, f.inv_scale};
+    return reference_fp8_cast(x, e5m2, extras);
+  auto f = fused::fp8_cast(x, e5m2, extras);
+  return {f.data, f.scale, f.inv_scale, f.transposed, f.column_sums};
 }
 
 bool fp8_shape_applies(int64_t rows, int64_t in, int64_t out) {
@@ -87,9 +101,9 @@ torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, co
   if (!fp8_linear_applies(x, weight)) return torch::linear(x, weight, bias);
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
-  auto y = Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, allow_fused)[0].view(sizes);
-  // As torchao: the bias joins the bf16 output.
-  return bias.defined() ? y + bias.to(y.scalar_type()) : y;
+  // LibTorch's Function::apply records the device of every tensor it is given, so "no bias" is an empty one.
+  const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
+  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, allow_fused)[0].view(sizes);
 }
 
 }  // namespace ptrain::kernels

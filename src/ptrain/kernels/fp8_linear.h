@@ -1,31 +1,37 @@
 // Linear layers with their matrix products in FP8 (--precision fp8), as torchao's Float8Linear with
 // tensorwise dynamic scaling: each operand is scaled by its own amax into the FP8 range and cast, and
 // cuBLASLt's FP8 GEMM (at::_scaled_mm) multiplies the results back by the inverse scales.
-//   forward    y       = x (E4M3) @ w (E4M3)^T                  -> bf16, then + bias in bf16
+//   forward    y       = x (E4M3) @ w (E4M3)^T + bias           -> bf16 (the bias in the GEMM's epilogue)
 //   backward   grad_x  = grad_y (E5M2) @ w (E4M3)               -> x's dtype
 //              grad_w  = grad_y (E5M2)^T @ x (E4M3)             -> w's dtype (fp32 master weights)
 // E4M3 (3 mantissa bits, largest 448) for activations and weights, E5M2 (2 bits, largest 57344) for the
-// gradients, whose range matters more than their precision. The backward reuses the forward's FP8 x and w:
-// what is saved for it is one byte an element. Scales never leave the device (no host sync: the step is
+// gradients, whose range matters more than their precision. The backward reuses the forward's FP8 x and w,
+// kept in the transposed layouts its products take: what is saved for it is one byte an element. Scales never leave the device (no host sync: the step is
 // captured as a CUDA graph). Here rather than in precision/ because models/ calls it and may use kernels/ only.
 #pragma once
 
 #include <torch/torch.h>
 
+#include "ptrain/kernels/fused.h"
+
 namespace ptrain::kernels {
 
 // A tensor cast to FP8 with its tensorwise scale: data = fp8(clamp(x * scale, +-fp8_max)); the matrix
 // products take inv_scale = 1 / scale. scale and inv_scale are fp32 one-element tensors on x's device.
+// transposed and column_sums where asked for (fused.h: Fp8CastExtras): data viewed as [rows, last dimension],
+// transposed and stored row-major; x's column sums in fp32.
+using fused::Fp8CastExtras;
 struct Fp8Tensor {
-  torch::Tensor data, scale, inv_scale;
+  torch::Tensor data, scale, inv_scale, transposed, column_sums;
 };
 
 // The cast on LibTorch ops: amax = |x|.max(), scale = fp8_max / max(amax, 1e-12) (torchao's EPS), data as above
 // rounded to nearest even. The reference the fused kernel (fused.h: fp8_cast) must match bit for bit.
-Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2);
+Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras extras = {});
 // The same on the fused kernel (two passes over x instead of five) where the device has fused kernels and
 // allow_fused is set; else the reference.
-Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused);
+// The extras need x's rows and last dimension to be multiples of 16 (as fp8_linear_applies requires).
+Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused, Fp8CastExtras extras = {});
 
 // Whether fp8_linear multiplies in FP8 here: this LibTorch has FP8 products, x [..., in] and weight [out, in] are
 // on a CUDA device in fp32/fp16/bf16, and rows (x's elements / in), in and out are multiples of 16

@@ -89,10 +89,17 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, cons
 
 // The tensorwise FP8 cast of x (fp32/fp16/bf16 on CUDA, any shape; made contiguous): data, shaped as x, in
 // E5M2 (e5m2) or E4M3, and the amax, scale and inv_scale of x as one-element fp32 tensors on the device, each
-// 16-byte aligned as cuBLASLt needs its scales (cuda/launch.h: fp8_scaled_cast).
-struct Fp8Cast {
-  torch::Tensor data, amax, scale, inv_scale;
+// 16-byte aligned as cuBLASLt needs its scales (cuda/launch.h: fp8_scaled_cast). What the FP8 linear's
+// products need besides, written in the same pass over x viewed as [rows, cols] (cols its last dimension; both
+// multiples of 16): transposed, the bytes of data.t().contiguous(); column_sums, x's column sums in fp32 (the
+// bias gradient). cuda/launch.h: fp8_scaled_cast_transposed.
+struct Fp8CastExtras {
+  bool transposed = false;
+  bool column_sums = false;  // needs transposed
 };
-Fp8Cast fp8_cast(const torch::Tensor& x, bool e5m2);
+struct Fp8Cast {
+  torch::Tensor data, amax, scale, inv_scale, transposed, column_sums;
+};
+Fp8Cast fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras extras = {});
 
 }  // namespace ptrain::kernels::fused

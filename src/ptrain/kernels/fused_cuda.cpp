@@ -227,18 +227,36 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, c
 
 bool available(const torch::Device& device) { return device.is_cuda(); }
 
-Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2) {
+Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   const char* what = "fused fp8 cast";
   check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
+  check(extras.transposed || !extras.column_sums, std::string(what) + ": column sums come with the transposed cast");
   c10::cuda::CUDAGuard guard(x_in.device());
   const auto x = x_in.contiguous();
   const auto stats = torch::empty({3 * cuda::kFp8StatsStride}, x.options().dtype(torch::kFloat));
-  Fp8Cast out{torch::empty(x.sizes(), x.options().dtype(compat::float8_dtype(e5m2))), stats[0],
-              stats[cuda::kFp8StatsStride], stats[2 * cuda::kFp8StatsStride]};
+  const auto fp8 = x.options().dtype(compat::float8_dtype(e5m2));
+  Fp8Cast out{torch::empty(x.sizes(), fp8), stats[0], stats[cuda::kFp8StatsStride], stats[2 * cuda::kFp8StatsStride],
+              {}, {}};
+  auto* data = static_cast<uint8_t*>(out.data.data_ptr());
+  if (!extras.transposed) {
+    launch(what, [&] {
+      cuda::fp8_scaled_cast(dtype_of(x, what), x.data_ptr(), x.numel(), e5m2, data, stats.data_ptr<float>(),
+                            current_stream(x));
+    });
+    return out;
+  }
+  check(x.dim() >= 1, std::string(what) + ": a transposed cast needs at least one dimension");
+  const int64_t cols = x.size(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  out.transposed = torch::empty({cols, rows}, fp8);
+  torch::Tensor partials;
+  if (extras.column_sums)
+    partials = torch::empty({cuda::fp8_column_partial_rows(rows), cols}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
-    cuda::fp8_scaled_cast(dtype_of(x, what), x.data_ptr(), x.numel(), e5m2, static_cast<uint8_t*>(out.data.data_ptr()),
-                          stats.data_ptr<float>(), current_stream(x));
+    cuda::fp8_scaled_cast_transposed(dtype_of(x, what), x.data_ptr(), rows, cols, e5m2, data,
+                                     static_cast<uint8_t*>(out.transposed.data_ptr()), static_cast<float*>(mutable_data_or_null(partials)),
+                                     stats.data_ptr<float>(), current_stream(x));
   });
+  if (extras.column_sums) out.column_sums = rows == 0 ? torch::zeros({cols}, partials.options()) : partials.sum(0);
   return out;
 }
 

@@ -57,6 +57,6 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::
   unavailable("fused add_layer_norm backward");
 }
 
-Fp8Cast fp8_cast(const torch::Tensor&, bool) { unavailable("fused fp8 cast"); }
+Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }
 
 }  // namespace ptrain::kernels::fused

@@ -110,5 +110,14 @@ namespace ptrain::kernels::cuda {
 // Bit for bit what LibTorch's abs().max(), clamp_min, div, mul, clamp and cast to Float8 give.
 constexpr int64_t kFp8StatsStride = 4;  // floats: 16 bytes
 void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream);
+// The same cast of x viewed as [rows, cols] (both multiples of 16; outputs 16-byte aligned), writing y (row-major,
+// skipped when null) and yt = y^T stored row-major [cols, rows], in one pass after the amax: cuBLASLt's FP8 GEMM
+// takes its second operand column-major, and the linear's backward needs the gradient and x transposed.
+// column_partials (skipped when null): [fp8_column_partial_rows(rows), cols] fp32, row p the sums of x's columns
+// over rows 64p..64p+63, summed in order; their sum down the rows is x's column sums (a linear's bias gradient,
+// read from the gradient while it is cast rather than in a pass of its own).
+int64_t fp8_column_partial_rows(int64_t rows);
+void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_t cols, bool e5m2, uint8_t* y,
+                                uint8_t* yt, float* column_partials, float* stats, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
