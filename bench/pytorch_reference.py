@@ -730,17 +730,20 @@ def to_float8(x, dtype):
 
 
 class Fp8Matmul(torch.autograd.Function):
-    """x [rows, in] @ w [out, in]^T through cuBLASLt's FP8 GEMMs: x and w in E4M3, the output gradient in E5M2,
-    each scaled by its own amax; the backward reuses the forward's FP8 x and w. _scaled_mm takes its first
-    operand row-major and its second column-major. ptrain's recipe, operand for operand."""
+    """x [rows, in] @ w [out, in]^T + b through cuBLASLt's FP8 GEMMs: x and w in E4M3, the output gradient in
+    E5M2, each scaled by its own amax; the bias (None for none) in the forward GEMM's epilogue, in bf16; the
+    backward reuses the forward's FP8 x and w, and sums the bias gradient from the bf16 output gradient in fp32.
+    _scaled_mm takes its first operand row-major and its second column-major. ptrain's recipe, operand for
+    operand."""
 
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx, x, w, b):
         x8, x_inv = to_float8(x, torch.float8_e4m3fn)
         w8, w_inv = to_float8(w, torch.float8_e4m3fn)
         ctx.save_for_backward(x8, x_inv, w8, w_inv)
-        ctx.dtypes = (x.dtype, w.dtype)
-        return torch._scaled_mm(x8, w8.t(), scale_a=x_inv, scale_b=w_inv, out_dtype=torch.bfloat16,
+        ctx.dtypes = (x.dtype, w.dtype, None if b is None else b.dtype)
+        return torch._scaled_mm(x8, w8.t(), scale_a=x_inv, scale_b=w_inv,
+                                bias=None if b is None else b.to(torch.bfloat16), out_dtype=torch.bfloat16,
                                 use_fast_accum=True)
 
     @staticmethod
@@ -750,14 +753,15 @@ class Fp8Matmul(torch.autograd.Function):
         grad_x = torch._scaled_mm(g8, w8.t().contiguous().t(), scale_a=g_inv, scale_b=w_inv, out_dtype=ctx.dtypes[0])
         grad_w = torch._scaled_mm(g8.t().contiguous(), x8.t().contiguous().t(), scale_a=g_inv, scale_b=x_inv,
                                   out_dtype=ctx.dtypes[1])
-        return grad_x, grad_w
+        grad_b = None if ctx.dtypes[2] is None else grad.sum(0, dtype=torch.float32).to(ctx.dtypes[2])
+        return grad_x, grad_w, grad_b
 
 
 class GptLinear(torch.nn.Module):
     """nn.Linear without the draw on construction, as ptrain's GPT Linear: the initialisation draws each weight
     once, and the global generator must be where ptrain's is when it does. With fp8 (--precision fp8) its product
     runs in FP8 where rows, in and out features are multiples of 16 (else in bf16 under autocast), the bias
-    added to the bf16 output, as ptrain does."""
+    in the FP8 GEMM's epilogue, as ptrain does."""
 
     def __init__(self, fan_in, fan_out, bias=True):
         super().__init__()
@@ -769,8 +773,8 @@ class GptLinear(torch.nn.Module):
         out_features, in_features = self.weight.shape
         rows = x.numel() // in_features
         if self.fp8 and x.is_cuda and rows % 16 == 0 and in_features % 16 == 0 and out_features % 16 == 0:
-            y = Fp8Matmul.apply(x.reshape(rows, in_features), self.weight).view(*x.shape[:-1], out_features)
-            return y + self.bias.to(y.dtype) if self.bias is not None else y
+            y = Fp8Matmul.apply(x.reshape(rows, in_features), self.weight, self.bias)
+            return y.view(*x.shape[:-1], out_features)
         return F.linear(x, self.weight, self.bias)
 
 
