@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "ptrain/bench/suite.h"
 #include "ptrain/core/error.h"
@@ -307,6 +308,21 @@ TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has one workload"), std::string::npos) << e.what();
   }
+}
+
+// The fp8 suite, by its name of three letters: GPT-2 XL and small, each in fp8 and amp-bf16, by ptrain and by
+// PyTorch compiled with CUDA graphs.
+TEST(Suite, Fp8SuiteSetsFp8BesideAmpBf16ForBothModelsByItsShortName) {
+  const Suite fp8 = load_suite("fp8", PTRAIN_SOURCE_DIR, 1);
+  EXPECT_EQ(fp8.pytorch_compile_mode, "reduce-overhead");
+  std::set<std::string> ids;
+  for (const auto& run : fp8.runs) {
+    EXPECT_TRUE(run.ptrain) << run.id();
+    EXPECT_EQ(run.pytorch, (std::vector<std::string>{"compiled"})) << run.id();
+    ids.insert(run.id());
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"gpt-xl/fp8-single-x1", "gpt-xl/amp-bf16-single-x1", "gpt2-small/fp8-single-x1",
+                                        "gpt2-small/amp-bf16-single-x1"}));
 }
 
 // The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled (with CUDA
