@@ -105,26 +105,42 @@ bool fused_kernels_apply(const std::vector<torch::Tensor>& params) {
 
 torch::Tensor undefined_or(const torch::Tensor* t) { return t != nullptr ? *t : torch::Tensor(); }
 
-class Sgd final : public Optimizer {
+// What SGD and AdamW share: the update in batches of at most batch_elements (the foreach path), or one fused
+// kernel reading the learning rate from a device tensor, which set_learning_rate fills before each (replayed) step.
+class BatchedOrFusedOptimizer : public Optimizer {
  public:
-  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
-      int64_t batch_elements, bool allow_fused)
-      : Optimizer(std::move(params), std::move(names)), momentum_(c.momentum), nesterov_(c.nesterov),
-        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)),
-        fused_(allow_fused && fused_kernels_apply(params_)) {
-    check(!nesterov_ || momentum_ > 0, "--nesterov needs --momentum > 0");
-    if (momentum_ > 0) {
-      for (const auto& p : params_) momentum_buffers_.push_back(torch::zeros_like(p));
-    }
-    if (fused_) lr_tensor_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
-  }
-
   void set_learning_rate(double lr) override {
     lr_ = lr;
     if (fused_) lr_tensor_.fill_(lr);
   }
   bool capturable() const override { return fused_; }
   std::string implementation() const override { return fused_ ? "fused" : "foreach"; }
+
+ protected:
+  BatchedOrFusedOptimizer(std::vector<torch::Tensor> params, std::vector<std::string> names, int64_t batch_elements,
+                          bool allow_fused)
+      : Optimizer(std::move(params), std::move(names)), batches_(batches_of(params_, batch_elements)),
+        fused_(allow_fused && fused_kernels_apply(params_)) {
+    if (fused_) lr_tensor_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
+  }
+
+  std::vector<std::vector<Slice>> batches_;
+  bool fused_;
+  double lr_ = 0;
+  torch::Tensor lr_tensor_;  // fused: the rate the kernel reads
+};
+
+class Sgd final : public BatchedOrFusedOptimizer {
+ public:
+  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
+      int64_t batch_elements, bool allow_fused)
+      : BatchedOrFusedOptimizer(std::move(params), std::move(names), batch_elements, allow_fused),
+        momentum_(c.momentum), nesterov_(c.nesterov), weight_decay_(c.weight_decay) {
+    check(!nesterov_ || momentum_ > 0, "--nesterov needs --momentum > 0");
+    if (momentum_ > 0) {
+      for (const auto& p : params_) momentum_buffers_.push_back(torch::zeros_like(p));
+    }
+  }
 
   // torch.optim.SGD with dampening 0: d = g + wd*p; buf = m*buf + d (buf starts at d, as zeros give);
   // update = nesterov ? d + m*buf : buf; p -= lr*update.
@@ -179,20 +195,15 @@ class Sgd final : public Optimizer {
   double momentum_;
   bool nesterov_;
   double weight_decay_;
-  std::vector<std::vector<Slice>> batches_;
-  bool fused_;
-  double lr_ = 0;
-  torch::Tensor lr_tensor_;  // fused: the rate the kernel reads
   std::vector<torch::Tensor> momentum_buffers_;
 };
 
-class AdamW final : public Optimizer {
+class AdamW final : public BatchedOrFusedOptimizer {
  public:
   AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
         int64_t batch_elements, bool allow_fused)
-      : Optimizer(std::move(params), std::move(names)), beta1_(c.beta1), beta2_(c.beta2), eps_(c.eps),
-        weight_decay_(c.weight_decay), batches_(batches_of(params_, batch_elements)),
-        fused_(allow_fused && fused_kernels_apply(params_)) {
+      : BatchedOrFusedOptimizer(std::move(params), std::move(names), batch_elements, allow_fused), beta1_(c.beta1),
+        beta2_(c.beta2), eps_(c.eps), weight_decay_(c.weight_decay) {
     check(!params_.empty(), "optimizer: no parameters");
     for (const auto& p : params_) {
       exp_avg_.push_back(torch::zeros_like(p));
@@ -200,15 +211,7 @@ class AdamW final : public Optimizer {
     }
     // The step count lives on the device so that a skipped step does not advance it without a host read.
     step_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
-    if (fused_) lr_tensor_ = torch::zeros({}, params_.front().options().dtype(torch::kFloat));
   }
-
-  void set_learning_rate(double lr) override {
-    lr_ = lr;
-    if (fused_) lr_tensor_.fill_(lr);
-  }
-  bool capturable() const override { return fused_; }
-  std::string implementation() const override { return fused_ ? "fused" : "foreach"; }
 
   // torch.optim.AdamW: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
@@ -283,10 +286,6 @@ class AdamW final : public Optimizer {
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
-  std::vector<std::vector<Slice>> batches_;
-  bool fused_;
-  double lr_ = 0;
-  torch::Tensor lr_tensor_;  // fused: the rate the kernel reads
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   torch::Tensor step_;
 };
