@@ -204,6 +204,9 @@ TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
                      "--precision fp8 needs a CUDA GPU");
   expect_usage_error(kPtrain + " train --precision amp-bf16 --fp8-head" + data,
                      "--fp8-head applies to --precision fp8 only, not to --precision amp-bf16");
+  expect_usage_error(kPtrain + " train --precision amp-bf16 --fp8-scaling delayed" + data,
+                     "--fp8-scaling delayed applies to --precision fp8 only, not to --precision amp-bf16");
+  expect_usage_error(kPtrain + " train --precision fp8 --fp8-scaling late" + data, "--fp8-scaling");
   // A value from the environment names its variable; the command line's own value wins over it.
   expect_usage_error("PTRAIN_LR=abc " + kPtrain + " train" + data,
                      "PTRAIN_LR=abc: 'abc' is not a number (the environment variable PTRAIN_LR sets --lr)");
@@ -313,7 +316,7 @@ TEST(Usage, EstimateForACudaDeviceWorksWithoutOne) {
   // activations probed in amp-bf16 here (measured in FP8 on the GPU).
   const std::string gpt = "estimate --model gpt-tiny --dataset synthetic-tokens --data-path 64:32:256 --batch-size 8 "
                           "--optimizer adamw --device cuda ";
-  const Result fp8 = run(gpt + "--precision fp8 --fp8-head --json " + json);
+  const Result fp8 = run(gpt + "--precision fp8 --fp8-head --fp8-scaling delayed --json " + json);
   ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
   EXPECT_NE(fp8.output.find("measured on the CPU in amp-bf16"), std::string::npos) << fp8.output;
   const auto fp8_estimate = nlohmann::json::parse(std::ifstream(json));

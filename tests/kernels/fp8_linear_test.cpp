@@ -141,6 +141,48 @@ TEST(Fp8Cast, TransposedCastRefusesRowsOrColumnsOffSixteen) {
   }
 }
 
+// Delayed scaling: the fused cast and LibTorch's give the same bytes, scales and histories cast after cast; the
+// first cast scales by its own amax, each later one by the largest amax of the history, which the cast before
+// recorded; a tensor beyond that range saturates at the format's largest value.
+TEST(Fp8Cast, DelayedScalingMatchesLibTorchAndScalesByTheHistory) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  torch::manual_seed(7);
+  const auto cuda = torch::device(torch::kCUDA);
+  for_each_cast_kind([&](c10::ScalarType dtype, bool e5m2, const std::string& what) {
+    constexpr int64_t kHistory = 3;
+    ptrain::kernels::Fp8AmaxHistory fused_history{torch::zeros({kHistory + 1}, cuda.dtype(torch::kFloat)), false};
+    ptrain::kernels::Fp8AmaxHistory reference_history{torch::zeros({kHistory + 1}, cuda.dtype(torch::kFloat)), false};
+    const double fp8_max = compat::float8_max(e5m2);
+    // Magnitudes 1, 4, 0.5, ...: the second goes beyond the history's range (it saturates), the later ones are
+    // scaled by the 4 until it leaves the history of three (cast i, from the second on, by casts i-3 to i-1).
+    const std::vector<double> magnitudes{1, 4, 0.5, 0.5, 0.5, 0.5};
+    std::vector<float> amaxes;
+    for (size_t i = 0; i < magnitudes.size(); ++i) {
+      const std::string call = what + " cast " + std::to_string(i + 1);
+      const auto x = (torch::randn({96, 48}, cuda) * magnitudes[i]).to(dtype);
+      amaxes.push_back(x.abs().max().to(torch::kFloat).item<float>());
+      const auto fused = fp8_cast(x, e5m2, true, {/*transposed=*/true, false, &fused_history});
+      const auto reference = reference_fp8_cast(x, e5m2, {/*transposed=*/true, false, &reference_history});
+      EXPECT_TRUE(fused_history.primed && reference_history.primed) << call;
+      EXPECT_TRUE(torch::equal(fused.scale.cpu(), reference.scale.cpu())) << call << ": scale";
+      EXPECT_EQ(bytes_of(fused.data).ne(bytes_of(reference.data)).sum().item<int64_t>(), 0) << call << ": bytes";
+      EXPECT_EQ(bytes_of(fused.transposed).ne(bytes_of(reference.transposed)).sum().item<int64_t>(), 0)
+          << call << ": transposed bytes";
+      EXPECT_TRUE(torch::equal(fused_history.state.cpu(), reference_history.state.cpu()))
+          << call << ": history " << fused_history.state << " vs " << reference_history.state;
+      // The amax the scale came from: x's own first, then the largest of the last three recorded.
+      const size_t first = i > static_cast<size_t>(kHistory) ? i - kHistory : 0;
+      const size_t last = i == 0 ? 0 : i - 1;
+      float history_max = 0;
+      for (size_t j = first; j <= last; ++j) history_max = std::max(history_max, amaxes[j]);
+      EXPECT_FLOAT_EQ(fused.scale.item<float>(), static_cast<float>(fp8_max / history_max)) << call;
+      if (i == 1) {
+        EXPECT_EQ(fused.data.to(torch::kFloat).abs().max().item<double>(), fp8_max) << call << ": saturates";
+      }
+    }
+  });
+}
+
 TEST(Fp8Cast, ScaleMapsTheAmaxToTheFormatsLargestValue) {
   PTRAIN_REQUIRE_FP8_GPU();
   const auto x = torch::tensor({0.5f, -2.0f, 1.0f, 0.25f}, torch::device(torch::kCUDA));
@@ -247,8 +289,8 @@ TEST(Fp8Linear, OddShapesFallBackToTheAutocastLinear) {
   }
 }
 
-// A tiny GPT, one AdamW step at a time, from the same weights: fp8 against amp-bf16.
-double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses) {
+// A tiny GPT, one AdamW step at a time, from the same weights: fp8 (dynamic or delayed scaling) against amp-bf16.
+double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses, bool delayed_scaling = false) {
   torch::manual_seed(21);
   ptrain::models::GptOptions o;
   o.vocab_size = 256;
@@ -259,7 +301,7 @@ double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses) {
   auto gpt = std::make_shared<ptrain::models::Gpt>(o);
   gpt->to(torch::kCUDA);
   gpt->set_fused_kernels(true);
-  const auto layers = gpt->set_fp8_linear(fp8, false);
+  const auto layers = gpt->set_fp8_linear(fp8, {/*head=*/false, delayed_scaling});
   if (fp8) {
     EXPECT_EQ(layers.fp8, 8);
   }
@@ -298,6 +340,21 @@ TEST(Fp8Linear, TinyGptTrainsAsAmpBf16Does) {
       << "step 10: fp8 " << fp8_losses[9] << " vs amp-bf16 " << bf16_losses[9];
   EXPECT_NEAR(fp8_losses.back(), bf16_losses.back(), 0.10 * bf16_losses.back())
       << "step 30: fp8 " << fp8_losses.back() << " vs amp-bf16 " << bf16_losses.back();
+}
+
+// Delayed scaling trains as amp-bf16 does within the same bounds as dynamic scaling. Its first step scales each
+// tensor by its own amax, so its first loss is dynamic scaling's exactly.
+TEST(Fp8Linear, TinyGptTrainsAsAmpBf16DoesWithDelayedScaling) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  std::vector<double> delayed_losses, dynamic_losses, bf16_losses;
+  train_tiny_gpt(true, 30, &delayed_losses, /*delayed_scaling=*/true);
+  train_tiny_gpt(true, 30, &dynamic_losses);
+  train_tiny_gpt(false, 30, &bf16_losses);
+  EXPECT_EQ(delayed_losses.front(), dynamic_losses.front());
+  EXPECT_NEAR(delayed_losses[9], bf16_losses[9], 0.05 * bf16_losses[9])
+      << "step 10: delayed " << delayed_losses[9] << " vs amp-bf16 " << bf16_losses[9];
+  EXPECT_NEAR(delayed_losses.back(), bf16_losses.back(), 0.10 * bf16_losses.back())
+      << "step 30: delayed " << delayed_losses.back() << " vs amp-bf16 " << bf16_losses.back();
 }
 
 }  // namespace

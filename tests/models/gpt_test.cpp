@@ -289,42 +289,42 @@ GptOptions fp8_options(int64_t width, int64_t vocab) {
 
 TEST(GptFp8, CountsTheProjectionsInFp8AndTheHeadKeptUnlessAsked) {
   Gpt gpt(fp8_options(64, 256));
-  const auto off = gpt.set_fp8_linear(false, true);
+  const auto off = gpt.set_fp8_linear(false, {/*head=*/true});
   EXPECT_EQ(off.fp8, 0);
   EXPECT_EQ(off.kept, 0);
   // Four projections a block (c_attn, attn.c_proj, c_fc, mlp.c_proj); the head stays bf16 by default.
-  const auto on = gpt.set_fp8_linear(true, false);
+  const auto on = gpt.set_fp8_linear(true, {});
   EXPECT_EQ(on.fp8, 12);
   EXPECT_EQ(on.kept, 1);
   EXPECT_NE(on.why.find("lm_head"), std::string::npos) << on.why;
   EXPECT_NE(on.why.find("--fp8-head"), std::string::npos) << on.why;
-  const auto with_head = gpt.set_fp8_linear(true, true);
+  const auto with_head = gpt.set_fp8_linear(true, {/*head=*/true});
   EXPECT_EQ(with_head.fp8, 13);
   EXPECT_EQ(with_head.kept, 0);
   EXPECT_TRUE(with_head.why.empty()) << with_head.why;
   // Replicas (dp) run as their original.
   const auto replica = std::dynamic_pointer_cast<Gpt>(gpt.make_replica());
   ASSERT_TRUE(replica);
-  EXPECT_EQ(replica->set_fp8_linear(true, true).fp8, 13);
+  EXPECT_EQ(replica->set_fp8_linear(true, {/*head=*/true}).fp8, 13);
 }
 
 TEST(GptFp8, FeaturesNotMultiplesOf16KeepBf16AndSaySo) {
   // Width 72: every projection has 72 input or output features (72 % 16 == 8).
   Gpt gpt(fp8_options(72, 256));
-  const auto layers = gpt.set_fp8_linear(true, true);
+  const auto layers = gpt.set_fp8_linear(true, {/*head=*/true});
   EXPECT_EQ(layers.fp8, 0);
   EXPECT_EQ(layers.kept, 13);
   EXPECT_NE(layers.why.find("12 projections of width 72"), std::string::npos) << layers.why;
   EXPECT_NE(layers.why.find("multiples of 16"), std::string::npos) << layers.why;
   // An unaligned vocabulary without the fused kernels' padding keeps the head in bf16.
   Gpt odd_vocab(fp8_options(64, 50));
-  const auto head = odd_vocab.set_fp8_linear(true, true);
+  const auto head = odd_vocab.set_fp8_linear(true, {/*head=*/true});
   EXPECT_EQ(head.fp8, 12);
   EXPECT_EQ(head.kept, 1);
   EXPECT_NE(head.why.find("lm_head: 50 x 64"), std::string::npos) << head.why;
   // With them the head comes padded to 128 rows, which FP8 takes.
   odd_vocab.set_fused_kernels(true);
-  EXPECT_EQ(odd_vocab.set_fp8_linear(true, true).fp8, 13);
+  EXPECT_EQ(odd_vocab.set_fp8_linear(true, {/*head=*/true}).fp8, 13);
 }
 
 TEST(GptFp8, OnTheCpuTheForwardIsUnchanged) {
@@ -333,7 +333,7 @@ TEST(GptFp8, OnTheCpuTheForwardIsUnchanged) {
   Gpt gpt(fp8_options(64, 256));
   const auto tokens = torch::randint(256, {2, 16}, torch::kLong);
   const auto plain = gpt.forward(tokens);
-  gpt.set_fp8_linear(true, true);
+  gpt.set_fp8_linear(true, {/*head=*/true});
   EXPECT_TRUE(torch::equal(gpt.forward(tokens), plain));
 }
 
@@ -351,10 +351,10 @@ TEST(ModelFp8, ModelsWithoutAnFp8PathKeepEveryLayerAndSayWhy) {
   }
   EXPECT_GE(convolutions, 19);  // He et al.'s 6n + 1 (n = 3), and any projection shortcuts
   EXPECT_EQ(linears, 1);
-  const auto layers = resnet->set_fp8_linear(true, false);
+  const auto layers = resnet->set_fp8_linear(true, {});
   EXPECT_EQ(layers.fp8, 0);
   EXPECT_EQ(layers.kept, convolutions + linears);
   EXPECT_NE(layers.why.find("resnet20"), std::string::npos) << layers.why;
   EXPECT_NE(layers.why.find("bf16"), std::string::npos) << layers.why;
-  EXPECT_EQ(resnet->set_fp8_linear(false, false).kept, 0);
+  EXPECT_EQ(resnet->set_fp8_linear(false, {}).kept, 0);
 }

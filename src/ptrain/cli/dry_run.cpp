@@ -13,6 +13,7 @@
 #include "ptrain/strategies/ddp.h"
 #include "ptrain/strategies/fsdp.h"
 #include "ptrain/strategies/sharding.h"
+#include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
 namespace ptrain::cli {
@@ -103,7 +104,7 @@ std::string describe_layout(const train::Plan& plan) {
 
   out << "\nmodel " << c.model.name << ": " << models::describe_model_summary(summary) << "\n";
   if (plan.precision.fp8_matmuls)
-    out << "fp8: " << models::describe_fp8_layers(model->set_fp8_linear(true, c.precision.fp8_head)) << "\n";
+    out << "fp8: " << models::describe_fp8_layers(model->set_fp8_linear(true, train::fp8_options(c.precision))) << "\n";
   out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
   if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {

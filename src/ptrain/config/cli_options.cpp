@@ -117,6 +117,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   add_switch(app, "--fp8-head,!--no-fp8-head", c.precision.fp8_head,
              "--precision fp8: GPT's head (lm_head) in FP8 too (default: bf16)")
       ->group("Precision");
+  app.add_option("--fp8-scaling", c.precision.fp8_scaling,
+                 "--precision fp8: dynamic (each tensor scaled by its own amax, an extra pass over it) | delayed (by "
+                 "the largest amax of its last 16 casts, recorded in the cast's own pass; Transformer Engine's "
+                 "recipe) (default: dynamic)")
+      ->group("Precision")
+      ->check(CLI::IsMember({"dynamic", "delayed"}));
   add_switch(app, "--master-weights,!--no-master-weights", c.precision.master_weights,
                  "Pure fp16/bf16: keep an fp32 copy of the weights for the optimizer step")
       ->group("Precision");

@@ -25,7 +25,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                      {"warmup_steps", c.optim.warmup_steps}, {"clip_grad_norm", c.optim.clip_grad_norm},
                      {"grad_accum", c.optim.grad_accum}}},
       {"precision", {{"precision", c.precision.precision}, {"master_weights", c.precision.master_weights},
-                     {"fp8_head", c.precision.fp8_head},
+                     {"fp8_head", c.precision.fp8_head}, {"fp8_scaling", c.precision.fp8_scaling},
                      {"loss_scale", c.precision.loss_scale},
                      {"initial_loss_scale", c.precision.initial_loss_scale},
                      {"loss_scale_window", c.precision.loss_scale_window},

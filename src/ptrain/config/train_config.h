@@ -64,6 +64,7 @@ struct PrecisionConfig {
   bool master_weights = false;             // pure fp16/bf16: fp32 copy for the optimizer step
   std::string loss_scale = "auto";         // auto | dynamic | none | <static scale>
   bool fp8_head = false;                   // fp8: GPT's head (lm_head) in FP8 too
+  std::string fp8_scaling = "dynamic";     // fp8: dynamic | delayed (amax history)
   // Dynamic loss scaling (defaults: torch.amp.GradScaler; DeepSpeed's fp16 block sets its own).
   double initial_loss_scale = 65536;       // the first scale (DeepSpeed: 2^initial_scale_power)
   int64_t loss_scale_window = 2000;        // clean steps before the scale doubles (GradScaler growth_interval)

@@ -146,8 +146,9 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
     planned.run.device = "cpu";
     planned.precision.precision = precision::to_string(
         half ? precision::half_mode(c10::ScalarType::BFloat16, precision::autocasts(target.mode)) : precision::PrecisionMode::FP32);
-    // fp8's probes run as amp-bf16 there, where --fp8-head means nothing.
+    // fp8's probes run as amp-bf16 there, where --fp8-head and --fp8-scaling mean nothing.
     planned.precision.fp8_head = false;
+    planned.precision.fp8_scaling = "dynamic";
   }
   const train::Plan plan = train::make_plan(planned);
   // A run that cannot train on its data (a batch larger than it) has no memory to predict.

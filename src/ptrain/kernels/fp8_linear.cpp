@@ -22,9 +22,14 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
-                                                bool allow_fused) {
-    const Fp8Tensor xq = fp8_cast(x, /*e5m2=*/false, allow_fused, {/*transposed=*/true});
-    const Fp8Tensor wq = fp8_cast(weight, /*e5m2=*/false, allow_fused, {/*transposed=*/true});
+                                                bool allow_fused,
+                                                const c10::intrusive_ptr<Fp8LinearHistories>& histories) {
+    Fp8LinearHistories* delayed = histories.get();
+    if (delayed != nullptr) delayed->allocate_on(x.device());
+    const Fp8Tensor xq =
+        fp8_cast(x, /*e5m2=*/false, allow_fused, {/*transposed=*/true, false, delayed ? &delayed->input : nullptr});
+    const Fp8Tensor wq =
+        fp8_cast(weight, /*e5m2=*/false, allow_fused, {/*transposed=*/true, false, delayed ? &delayed->weight : nullptr});
     // w's contiguous [out, in] is w^T's column-major [in, out]. The bias joins in the GEMM's epilogue, in bf16 as
     // the output. Fast accumulation for the forward only, as torchao's default (its error stays within the
     // forward's bound; the gradients accumulate exactly).
@@ -38,6 +43,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(bias.scalar_type());
     ctx->saved_data["has_bias"] = has_bias;
+    // The layer owns its histories; the capsule keeps them alive for the backward whatever becomes of it.
+    if (delayed != nullptr) ctx->saved_data["histories"] = c10::IValue::make_capsule(histories);
     return {y};
   }
 
@@ -52,21 +59,43 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // The bias gradient (grad_y's column sums in fp32: no FP8 in it) read in the cast's pass over grad_y.
+    c10::intrusive_ptr<Fp8LinearHistories> histories;
+    if (ctx->saved_data.count("histories") != 0)
+      histories = c10::static_intrusive_pointer_cast<Fp8LinearHistories>(ctx->saved_data["histories"].toCapsule());
     const Fp8Tensor gq = fp8_cast(grads[0], /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool(),
-                                  {/*transposed=*/true, /*column_sums=*/has_bias});
+                                  {/*transposed=*/true, /*column_sums=*/has_bias,
+                                   histories ? &histories->grad_output : nullptr});
     // grad_x [rows, in] = grad_y [rows, out] @ w [out, in]; grad_w [out, in] = grad_y^T [out, rows] @ x [rows, in].
     auto grad_x = compat::scaled_mm(gq.data, w_t.t(), gq.inv_scale, w_inv, {}, x_dtype, /*fast_accum=*/false);
     auto grad_w = compat::scaled_mm(gq.transposed, x_t.t(), gq.inv_scale, x_inv, {}, w_dtype, /*fast_accum=*/false);
     const torch::Tensor grad_b = has_bias ? gq.column_sums.to(b_dtype) : torch::Tensor();
-    return {grad_x, grad_w, grad_b, torch::Tensor()};
+    return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
+// Delayed scaling on LibTorch's ops (cuda/launch.h: Fp8DelayedScaling, which the fused kernels must match bit for
+// bit): the last recorded amax (x's own on the first cast) into the history, the history's largest returned;
+// x's amax recorded after.
+torch::Tensor delayed_amax(const torch::Tensor& x_amax, Fp8AmaxHistory& delayed) {
+  auto& state = delayed.state;
+  TORCH_CHECK(state.defined() && state.dim() == 1 && state.numel() >= 2 && state.scalar_type() == torch::kFloat,
+              "fp8 cast: a delayed scaling state is an fp32 vector of 2 or more");
+  const int64_t history_len = state.numel() - 1;
+  auto recorded = state.narrow(0, 0, 1);
+  if (!delayed.primed) recorded.copy_(x_amax.reshape({1}));
+  auto history = state.narrow(0, 1, history_len);
+  history.copy_(torch::cat({recorded, state.narrow(0, 1, history_len - 1)}));
+  recorded.copy_(x_amax.reshape({1}));
+  delayed.primed = true;
+  return history.max();
+}
+
 Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras extras) {
   const double fp8_max = compat::float8_max(e5m2);
-  const auto amax = x.abs().max().to(torch::kFloat);
+  const auto x_amax = x.abs().max().to(torch::kFloat);
+  const auto amax = extras.delayed != nullptr ? delayed_amax(x_amax, *extras.delayed) : x_amax;
   // data row-major whatever x's strides (to() keeps a transposed layout): the matrix products need it.
   // Tensor by tensor: LibTorch's scalar / tensor multiplies by a reciprocal, which rounds differently.
   const auto scale = torch::div(torch::full({}, fp8_max, amax.options()), amax.clamp_min(1e-12));
@@ -96,14 +125,27 @@ bool fp8_linear_applies(const torch::Tensor& x, const torch::Tensor& weight) {
   return fp8_shape_applies(x.numel() / std::max<int64_t>(1, x.size(-1)), weight.size(1), weight.size(0));
 }
 
+Fp8LinearHistories::Fp8LinearHistories(int64_t history_len) : history_len(history_len) {
+  TORCH_CHECK(history_len >= 1, "fp8 delayed scaling: an amax history of ", history_len, " steps");
+}
+
+void Fp8LinearHistories::allocate_on(const torch::Device& device) {
+  for (Fp8AmaxHistory* h : {&input, &weight, &grad_output}) {
+    if (h->state.defined() && h->state.device() == device) continue;
+    h->state = torch::zeros({history_len + 1}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+    h->primed = false;
+  }
+}
+
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                         bool allow_fused) {
+                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed) {
   if (!fp8_linear_applies(x, weight)) return torch::linear(x, weight, bias);
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
   // LibTorch's Function::apply records the device of every tensor it is given, so "no bias" is an empty one.
   const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
-  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, allow_fused)[0].view(sizes);
+  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, allow_fused, delayed)[0].view(
+      sizes);
 }
 
 }  // namespace ptrain::kernels

@@ -20,6 +20,7 @@ namespace ptrain::kernels {
 // products take inv_scale = 1 / scale. scale and inv_scale are fp32 one-element tensors on x's device.
 // transposed and column_sums where asked for (fused.h: Fp8CastExtras): data viewed as [rows, last dimension],
 // transposed and stored row-major; x's column sums in fp32.
+using fused::Fp8AmaxHistory;
 using fused::Fp8CastExtras;
 struct Fp8Tensor {
   torch::Tensor data, scale, inv_scale, transposed, column_sums;
@@ -29,7 +30,8 @@ struct Fp8Tensor {
 // rounded to nearest even. The reference the fused kernel (fused.h: fp8_cast) must match bit for bit.
 Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras extras = {});
 // The same on the fused kernel (two passes over x instead of five) where the device has fused kernels and
-// allow_fused is set; else the reference.
+// allow_fused is set; else the reference. With extras.delayed, the scale comes from its history (see
+// Fp8LinearHistories below), x's amax is recorded in it, and the returned scale is the history's.
 // The extras need x's rows and last dimension to be multiples of 16 (as fp8_linear_applies requires).
 Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused, Fp8CastExtras extras = {});
 
@@ -39,10 +41,26 @@ Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused, Fp8CastE
 bool fp8_shape_applies(int64_t rows, int64_t in, int64_t out);
 bool fp8_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 
+// Delayed scaling (--fp8-scaling delayed) for one layer: an amax history for its input, its weight and its
+// output gradient (fused.h: Fp8AmaxHistory). Each cast takes its scale from the largest amax of its role's last
+// history_len casts and records its own amax for the next (Transformer Engine's DelayedScaling, amax_compute_algo
+// "max"): no amax pass before each cast; values beyond the recent range saturate. The first cast of each role
+// scales by its own amax. The states live on the device the layer first runs on, allocated there before a CUDA
+// graph captures the step; they are not checkpointed (a resumed run starts its histories again).
+struct Fp8LinearHistories : torch::CustomClassHolder {
+  explicit Fp8LinearHistories(int64_t history_len);
+  void allocate_on(const torch::Device& device);  // zeros, unless already there
+  int64_t history_len;
+  Fp8AmaxHistory input, weight, grad_output;
+};
+// TorchAO's and Transformer Engine's choices lie between 16 and 1024; 16 follows a changing range sooner.
+constexpr int64_t kFp8AmaxHistory = 16;
+
 // x @ weight^T + bias (bias may be undefined), with the product in FP8 where fp8_linear_applies, the output in
 // bf16; elsewhere LibTorch's linear under the caller's autocast (bf16 with --precision fp8). allow_fused: the
-// casts on the fused kernel. Differentiable in x, weight and bias.
+// casts on the fused kernel. delayed (null: dynamic scaling): the layer's amax histories. Differentiable in x,
+// weight and bias.
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                         bool allow_fused);
+                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed = {});
 
 }  // namespace ptrain::kernels

@@ -92,10 +92,18 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, cons
 // 16-byte aligned as cuBLASLt needs its scales (cuda/launch.h: fp8_scaled_cast). What the FP8 linear's
 // products need besides, written in the same pass over x viewed as [rows, cols] (cols its last dimension; both
 // multiples of 16): transposed, the bytes of data.t().contiguous(); column_sums, x's column sums in fp32 (the
-// bias gradient). cuda/launch.h: fp8_scaled_cast_transposed.
+// bias gradient); delayed, the scale from an amax history instead of x's amax, the amax of x recorded in it.
+// cuda/launch.h: fp8_scaled_cast_transposed.
+// Delayed scaling's state of one tensor role (cuda/launch.h: Fp8DelayedScaling): state [history_len + 1] fp32 on
+// the tensor's device, zeros until the first cast, which sets primed.
+struct Fp8AmaxHistory {
+  torch::Tensor state;
+  bool primed = false;
+};
 struct Fp8CastExtras {
   bool transposed = false;
-  bool column_sums = false;  // needs transposed
+  bool column_sums = false;            // needs transposed
+  Fp8AmaxHistory* delayed = nullptr;   // needs transposed; null: dynamic scaling (x's own amax)
 };
 struct Fp8Cast {
   torch::Tensor data, amax, scale, inv_scale, transposed, column_sums;

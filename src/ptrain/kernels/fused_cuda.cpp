@@ -230,7 +230,8 @@ bool available(const torch::Device& device) { return device.is_cuda(); }
 Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   const char* what = "fused fp8 cast";
   check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
-  check(extras.transposed || !extras.column_sums, std::string(what) + ": column sums come with the transposed cast");
+  check(extras.transposed || (!extras.column_sums && extras.delayed == nullptr),
+        std::string(what) + ": column sums and delayed scaling come with the transposed cast");
   c10::cuda::CUDAGuard guard(x_in.device());
   const auto x = x_in.contiguous();
   const auto stats = torch::empty({3 * cuda::kFp8StatsStride}, x.options().dtype(torch::kFloat));
@@ -251,11 +252,21 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   torch::Tensor partials;
   if (extras.column_sums)
     partials = torch::empty({cuda::fp8_column_partial_rows(rows), cols}, x.options().dtype(torch::kFloat));
+  cuda::Fp8DelayedScaling delayed;
+  if (extras.delayed != nullptr) {
+    const auto& state = extras.delayed->state;
+    check(state.defined() && state.is_cuda() && state.device() == x.device() && state.scalar_type() == torch::kFloat &&
+              state.dim() == 1 && state.numel() >= 2 && state.is_contiguous(),
+          std::string(what) + ": a delayed scaling state is a contiguous fp32 vector of 2 or more on x's device");
+    delayed = {state.data_ptr<float>(), state.numel() - 1, extras.delayed->primed};
+  }
   launch(what, [&] {
     cuda::fp8_scaled_cast_transposed(dtype_of(x, what), x.data_ptr(), rows, cols, e5m2, data,
-                                     static_cast<uint8_t*>(out.transposed.data_ptr()), static_cast<float*>(mutable_data_or_null(partials)),
+                                     static_cast<uint8_t*>(out.transposed.data_ptr()),
+                                     static_cast<float*>(mutable_data_or_null(partials)), delayed,
                                      stats.data_ptr<float>(), current_stream(x));
   });
+  if (extras.delayed != nullptr) extras.delayed->primed = true;
   if (extras.column_sums) out.column_sums = rows == 0 ? torch::zeros({cols}, partials.options()) : partials.sum(0);
   return out;
 }

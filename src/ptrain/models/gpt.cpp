@@ -34,15 +34,26 @@ class Linear : public nn::Module {
     if (with_bias) bias = register_parameter("bias", torch::empty({out}));
   }
   // With fp8 (--precision fp8), the product in FP8 where kernels::fp8_linear_applies (its casts on the fused
-  // kernel with fused_casts), else LibTorch's linear under the run's autocast.
+  // kernel with fused_casts, scaled by amax histories with delayed_scaling), else LibTorch's linear under the
+  // run's autocast.
   torch::Tensor forward(const torch::Tensor& x) {
-    if (fp8) return kernels::fp8_linear(x, weight, bias, fused_casts);
+    if (fp8) return kernels::fp8_linear(x, weight, bias, fused_casts, fp8_histories);
     return torch::linear(x, weight, bias);
   }
   bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
 
+  // Histories made when delayed scaling is switched on, kept while it stays on.
+  void set_delayed_scaling(bool on) {
+    if (!on) {
+      fp8_histories.reset();
+    } else if (!fp8_histories) {
+      fp8_histories = c10::make_intrusive<kernels::Fp8LinearHistories>(kernels::kFp8AmaxHistory);
+    }
+  }
+
   torch::Tensor weight, bias;
   bool fp8 = false, fused_casts = false;
+  c10::intrusive_ptr<kernels::Fp8LinearHistories> fp8_histories;
 };
 
 // Fills t with N(0, std^2) in fixed chunks, each from a generator of its own seeded by one draw from the
@@ -177,13 +188,20 @@ void Gpt::configure_linears() {
     for (Linear* linear : block->projections()) {
       linear->fp8 = fp8_;
       linear->fused_casts = fused_;
+      linear->set_delayed_scaling(fp8_ && fp8_delayed_);
     }
   }
 }
 
-Fp8Layers Gpt::set_fp8_linear(bool on, bool head) {
+Fp8Layers Gpt::set_fp8_linear(bool on, const Fp8Options& options) {
   fp8_ = on;
-  fp8_head_ = on && head;
+  fp8_head_ = on && options.head;
+  fp8_delayed_ = on && options.delayed_scaling;
+  if (!(fp8_head_ && fp8_delayed_)) {
+    head_histories_.reset();
+  } else if (!head_histories_) {
+    head_histories_ = c10::make_intrusive<kernels::Fp8LinearHistories>(kernels::kFp8AmaxHistory);
+  }
   configure_linears();
   Fp8Layers layers;
   if (!on) return layers;
@@ -262,7 +280,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   auto replica = std::make_shared<Gpt>(options_);
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_);
-  replica->set_fp8_linear(fp8_, fp8_head_);
+  replica->set_fp8_linear(fp8_, {fp8_head_, fp8_delayed_});
   return replica;
 }
 
@@ -308,7 +326,10 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   // 50,257 rows (cuBLAS falls back to an unaligned sm75 kernel), against a few at 50,304.
   const auto normalized = fused_ ? norm(ln_f, x, {}, true).out : ln_f->forward(x);
   const bool pad = fused_ && padding > 0 && head.is_cuda();
-  if (fp8_head_) return kernels::fp8_linear(normalized, pad ? at::constant_pad_nd(head, {0, 0, 0, padding}) : head, {}, fused_);
+  if (fp8_head_) {
+    return kernels::fp8_linear(normalized, pad ? at::constant_pad_nd(head, {0, 0, 0, padding}) : head, {}, fused_,
+                               head_histories_);
+  }
   if (pad) return torch::linear(normalized, at::constant_pad_nd(head, {0, 0, 0, padding}));
   return lm_head->forward(normalized);
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ptrain/kernels/fp8_linear.h"  // Fp8LinearHistories
 #include "ptrain/models/model.h"
 
 namespace ptrain::models {
@@ -41,7 +42,7 @@ class Gpt : public Model {
   void set_fused_kernels(bool on) override;
   // The attention's and MLP's projections in FP8 (kernels/fp8_linear.h), and lm_head with head; layers whose
   // features are not multiples of 16 keep bf16, as do calls whose rows (batch x tokens) are not.
-  Fp8Layers set_fp8_linear(bool on, bool head) override;
+  Fp8Layers set_fp8_linear(bool on, const Fp8Options& options) override;
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::shared_ptr<Model> make_replica() const override;
@@ -55,6 +56,8 @@ class Gpt : public Model {
   bool checkpointing_ = false;
   bool fused_ = false;
   bool fp8_ = false, fp8_head_ = false;
+  bool fp8_delayed_ = false;
+  c10::intrusive_ptr<kernels::Fp8LinearHistories> head_histories_;  // --fp8-scaling delayed with --fp8-head
   void configure_linears();
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<GptBlock>> blocks_;

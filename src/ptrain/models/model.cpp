@@ -13,7 +13,7 @@ std::string describe_fp8_layers(const Fp8Layers& layers) {
          (layers.why.empty() ? "" : " (" + layers.why + ")");
 }
 
-Fp8Layers Model::set_fp8_linear(bool on, bool /*head*/) {
+Fp8Layers Model::set_fp8_linear(bool on, const Fp8Options& /*options*/) {
   Fp8Layers layers;
   if (!on) return layers;
   for (const auto& m : modules(/*include_self=*/false)) {

@@ -28,6 +28,13 @@ struct Fp8Layers {
   std::string why;   // why those were kept; empty when none were
 };
 
+// How --precision fp8 runs: GPT's head in FP8 too (--fp8-head); each cast scaled by an amax history rather than
+// by its own amax (--fp8-scaling delayed, kernels/fp8_linear.h: Fp8LinearHistories).
+struct Fp8Options {
+  bool head = false;
+  bool delayed_scaling = false;
+};
+
 // "linear layers in FP8: 48, kept in bf16: 1 (lm_head: --fp8-head is off)": what the run's header and
 // --dry-run print.
 std::string describe_fp8_layers(const Fp8Layers& layers);
@@ -49,10 +56,11 @@ class Model : public torch::nn::Module {
   virtual void set_relu_recompute(bool /*on*/) {}
 
   // --precision fp8: run the matrix products of linear layers in FP8 where the model has such a path (GPT: the
-  // attention and MLP projections, and its head with head), off: in the autocast dtype. Returns what runs where.
+  // attention and MLP projections, and its head with options.head), off: in the autocast dtype. Returns what runs
+  // where.
   // The default, for models without an FP8 path (ResNets, TorchScript, a user's module), changes nothing and
   // counts their convolutions and linear layers as kept in bf16.
-  virtual Fp8Layers set_fp8_linear(bool on, bool head);
+  virtual Fp8Layers set_fp8_linear(bool on, const Fp8Options& options);
 
   virtual std::string name() const = 0;
 

@@ -266,6 +266,9 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   precision::require_fp8_device(plan.precision, plan.device);
   check(!c.precision.fp8_head || plan.precision.fp8_matmuls,
         "--fp8-head applies to --precision fp8 only, not to --precision " + plan.precision.name);
+  check(c.precision.fp8_scaling == "dynamic" || plan.precision.fp8_matmuls,
+        "--fp8-scaling " + c.precision.fp8_scaling + " applies to --precision fp8 only, not to --precision " +
+            plan.precision.name);
   apply_loss_scaling_rules(c.precision, plan.precision);
   if (s.takes_fsdp_options()) apply_fsdp_mixed_precision(c, plan);
   // Gradients travel in --reduce-dtype where the strategy takes it, else in the parameters' dtype.
@@ -353,6 +356,10 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     }
   }
   return plan;
+}
+
+models::Fp8Options fp8_options(const config::PrecisionConfig& precision) {
+  return {precision.fp8_head, precision.fp8_scaling == "delayed"};
 }
 
 std::string describe(const Plan& plan) {

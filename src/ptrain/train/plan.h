@@ -53,6 +53,9 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std:
 // A readable summary: what --dry-run prints and every run logs first.
 std::string describe(const Plan& plan);
 
+// How --precision fp8 runs, from --fp8-head and --fp8-scaling.
+models::Fp8Options fp8_options(const config::PrecisionConfig& precision);
+
 torch::Device resolve_device(const std::string& name);
 
 }  // namespace ptrain::train

@@ -11,6 +11,7 @@
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/cpu_threads.h"
 #include "ptrain/kernels/cross_entropy.h"
+#include "ptrain/kernels/fp8_linear.h"
 #include "ptrain/metrics/cpu_allocator.h"
 #include "ptrain/metrics/environment.h"
 #include "ptrain/metrics/memory.h"
@@ -129,13 +130,17 @@ void TrainingRun::build_model() {
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
   if (policy_.fp8_matmuls) {
-    models::Fp8Layers fp8 = model_->set_fp8_linear(true, c_.precision.fp8_head);
+    models::Fp8Layers fp8 = model_->set_fp8_linear(true, fp8_options(c_.precision));
     const int64_t rows = c_.run.batch_size * spec.seq_len;
     // cuBLASLt's FP8 GEMMs take rows in multiples of 16: a micro-batch of other rows runs every layer in bf16.
     if (fp8.fp8 > 0 && spec.seq_len > 0 && rows % 16 != 0)
       fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
                  " rows (batch x tokens) are not a multiple of 16: every layer falls back to bf16";
     record_.extra["fp8_layers"] = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
+                                   {"scaling", c_.precision.fp8_scaling == "delayed"
+                                                   ? "delayed (amax history of " +
+                                                         std::to_string(kernels::kFp8AmaxHistory) + ")"
+                                                   : "dynamic"},
                                    {"casts", c_.run.fused_kernels && kernels::fused_kernels_available(device_)
                                                  ? "fused"
                                                  : "reference"}};

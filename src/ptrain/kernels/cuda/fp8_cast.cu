@@ -41,6 +41,20 @@ __device__ __forceinline__ float abs_max(float m, float v) {
   return (a > m || a != a) ? a : m;
 }
 
+// The block's largest m (each thread's |x| so far) into *amax_bits by atomicMax. Every thread of the block calls it.
+__device__ __forceinline__ void block_amax_into(float m, unsigned int* amax_bits) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) m = abs_max(m, __shfl_xor_sync(0xffffffffu, m, offset));
+  __shared__ float warps[kThreads / kWarp];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane == 0) warps[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / kWarp; ++w) m = abs_max(m, warps[w]);
+    // |x| has no sign bit, so the bits of non-negative floats (and of a NaN without sign) order as the floats.
+    atomicMax(amax_bits, __float_as_uint(m));
+  }
+}
+
 template <typename T>
 __global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, unsigned int* __restrict__ amax_bits) {
   float m = 0.0f;
@@ -58,16 +72,7 @@ __global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, un
     tail = chunks * kChunk;
   }
   for (int64_t i = tail + first; i < n; i += stride) m = abs_max(m, to_float(x[i]));
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) m = abs_max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  __shared__ float warps[kThreads / kWarp];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) warps[warp] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / kWarp; ++w) m = abs_max(m, warps[w]);
-    // |x| has no sign bit, so the bits of non-negative floats (and of a NaN without sign) order as the floats.
-    atomicMax(amax_bits, __float_as_uint(m));
-  }
+  block_amax_into(m, amax_bits);
 }
 
 template <bool E5M2>
@@ -122,7 +127,7 @@ struct alignas(16) Segment {
 template <typename T, bool E5M2>
 __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool vectors, float fp8_max,
                                       float* __restrict__ stats, uint8_t* __restrict__ y, uint8_t* __restrict__ yt,
-                                      float* __restrict__ column_partials) {
+                                      float* __restrict__ column_partials, unsigned int* __restrict__ record_amax) {
   // Rows padded by a word: the transposed reads of a warp spread over more banks.
   __shared__ alignas(16) uint8_t tile[kTile][kTile + 4];
   __shared__ float sums[kTile][kTile + 1];
@@ -136,6 +141,7 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
   const int first_in_row = (threadIdx.x % kSegmentsPerRow) * kSegment;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  float seen_amax = 0.0f;  // record_amax: this thread's largest |x|
   for (int64_t tile_row = blockIdx.y; tile_row < row_tiles; tile_row += gridDim.y) {
     const int64_t r0 = tile_row * kTile;
     // rows and cols are multiples of kSegment: a segment lies wholly inside x or wholly outside.
@@ -156,7 +162,10 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
       }
       Segment s;
 #pragma unroll
-      for (int k = 0; k < kSegment; ++k) s.v[k] = to_fp8<E5M2>(v[k], scale, fp8_max);
+      for (int k = 0; k < kSegment; ++k) {
+        s.v[k] = to_fp8<E5M2>(v[k], scale, fp8_max);
+        seen_amax = abs_max(seen_amax, v[k]);
+      }
       if (y != nullptr) *reinterpret_cast<Segment*>(y + r * cols + c) = s;
 #pragma unroll
       for (int k = 0; k < kSegment; k += 4)
@@ -186,6 +195,19 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
     }
     __syncthreads();
   }
+  if (record_amax != nullptr) block_amax_into(seen_amax, record_amax);
+}
+
+// Delayed scaling's step (launch.h: Fp8DelayedScaling): the amax the last cast recorded (state[0]) joins the
+// history (state[1..history_len], newest first), the oldest leaves; stats[0] = the history's largest, from which
+// the cast computes its scale; state[0] = 0 for the cast about to record. One thread: the history is short.
+__global__ void delayed_scale_kernel(float* __restrict__ state, int64_t history_len, float* __restrict__ stats) {
+  for (int64_t i = history_len; i > 1; --i) state[i] = state[i - 1];
+  state[1] = state[0];
+  state[0] = 0.0f;
+  float m = 0.0f;
+  for (int64_t i = 1; i <= history_len; ++i) m = abs_max(m, state[i]);
+  stats[0] = m;
 }
 
 int blocks_for(int64_t n) {
@@ -198,16 +220,21 @@ int blocks_for(int64_t n) {
 int64_t fp8_column_partial_rows(int64_t rows) { return (rows + kTile - 1) / kTile; }
 
 void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_t cols, bool e5m2, uint8_t* y,
-                                uint8_t* yt, float* column_partials, float* stats, cudaStream_t stream) {
+                                uint8_t* yt, float* column_partials, const Fp8DelayedScaling& delayed, float* stats,
+                                cudaStream_t stream) {
   if (rows % kSegment != 0 || cols % kSegment != 0)
     throw std::runtime_error("fp8 cast with transpose: " + std::to_string(rows) + "x" + std::to_string(cols) +
                                 " is not a multiple of " + std::to_string(kSegment) + " both ways");
   // Every segment store is 16 bytes at a multiple of 16 from the start: the starts must be aligned.
   if (reinterpret_cast<uintptr_t>(yt) % 16 != 0 || (y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 != 0))
     throw std::runtime_error("fp8 cast with transpose: outputs not 16-byte aligned");
-  if (cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
+  if (delayed.state != nullptr && delayed.history_len < 1)
+    throw std::runtime_error("fp8 cast with delayed scaling: a history of " + std::to_string(delayed.history_len));
   const int64_t n = rows * cols;
-  if (n == 0) return;
+  if (n == 0) {
+    if (cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
+    return;
+  }
   const float fp8_max = e5m2 ? 57344.0f : 448.0f;
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>(std::min<int64_t>((rows + kTile - 1) / kTile, 65535)));
@@ -216,14 +243,25 @@ void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_
     const T* in = static_cast<const T*>(x);
     // Rows of a multiple of 16 elements keep every segment on a chunk boundary when x's start is on one.
     const bool vectors = reinterpret_cast<uintptr_t>(in) % sizeof(Chunk<T>) == 0;
-    amax_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(in, n, vectors, reinterpret_cast<unsigned int*>(stats));
-    check_launch("fp8 amax");
+    unsigned int* record = nullptr;
+    // The amax pass: dynamic scaling's every time, delayed scaling's on its first cast only (it fills the history).
+    float* amax_out = delayed.state == nullptr ? stats : (delayed.primed ? nullptr : delayed.state);
+    if (amax_out != nullptr) {
+      if (cudaMemsetAsync(amax_out, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
+      amax_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(in, n, vectors, reinterpret_cast<unsigned int*>(amax_out));
+      check_launch("fp8 amax");
+    }
+    if (delayed.state != nullptr) {
+      delayed_scale_kernel<<<1, 1, 0, stream>>>(delayed.state, delayed.history_len, stats);
+      check_launch("fp8 delayed scale");
+      record = reinterpret_cast<unsigned int*>(delayed.state);
+    }
     if (e5m2) {
       cast_transpose_kernel<T, true><<<grid, kThreads, 0, stream>>>(in, rows, cols, vectors, fp8_max, stats, y, yt,
-                                                                    column_partials);
+                                                                    column_partials, record);
     } else {
       cast_transpose_kernel<T, false><<<grid, kThreads, 0, stream>>>(in, rows, cols, vectors, fp8_max, stats, y, yt,
-                                                                    column_partials);
+                                                                     column_partials, record);
     }
     check_launch("fp8 scale, cast and transpose");
   });

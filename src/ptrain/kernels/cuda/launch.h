@@ -116,8 +116,20 @@ void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* 
 // column_partials (skipped when null): [fp8_column_partial_rows(rows), cols] fp32, row p the sums of x's columns
 // over rows 64p..64p+63, summed in order; their sum down the rows is x's column sums (a linear's bias gradient,
 // read from the gradient while it is cast rather than in a pass of its own).
+// delayed (its state null: dynamic scaling, the amax of x itself): delayed scaling, as Transformer Engine's
+// DelayedScaling with amax_compute_algo "max": the scale comes from the largest amax of the last history_len casts
+// of this tensor's role (state[1..history_len], newest first, fp32 on the device), and the cast records x's amax
+// into state[0] in its own pass, for the next cast to take into the history: no amax pass before the cast.
+// Values beyond the history's range saturate at fp8_max. The first cast (primed false) takes x's amax first, so
+// that it scales as dynamic scaling does. stats[0] receives the history's largest amax.
+struct Fp8DelayedScaling {
+  float* state = nullptr;  // history_len + 1 floats, zeros before the first cast
+  int64_t history_len = 0;
+  bool primed = false;
+};
 int64_t fp8_column_partial_rows(int64_t rows);
 void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_t cols, bool e5m2, uint8_t* y,
-                                uint8_t* yt, float* column_partials, float* stats, cudaStream_t stream);
+                                uint8_t* yt, float* column_partials, const Fp8DelayedScaling& delayed, float* stats,
+                                cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
