@@ -101,6 +101,44 @@ TEST(AccelerateConfig, Fp8IsThePrecisionModeFp8) {
   EXPECT_NE(message.find("Transformer Engine"), std::string::npos) << message;
 }
 
+// fp8_config as `accelerate config` writes it: Transformer Engine's backend is delayed scaling, torchao's dynamic;
+// what ptrain does otherwise than the file asks is a warning naming the key; MS-AMP and unknown keys are errors.
+TEST(AccelerateConfig, Fp8ConfigsBackendChoosesTheScaling) {
+  const std::string fp8 = kBase + "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: fp8\n";
+  const auto te = read_accelerate_config(write_yaml(
+      "fp8-te", fp8 + "fp8_config:\n  amax_compute_algo: max\n  amax_history_len: 1024\n  backend: TE\n"
+                      "  fp8_format: HYBRID\n  interval: 1\n  margin: 0\n"
+                      "  override_linear_precision: (false, false, false)\n  use_autocast_during_eval: false\n"));
+  EXPECT_EQ(env_of(te, "PTRAIN_PRECISION"), "fp8");
+  EXPECT_EQ(env_of(te, "PTRAIN_FP8_SCALING"), "delayed");
+  ASSERT_EQ(te.warnings.size(), 2u);  // the history of 1024 and evaluation without FP8; the rest is ptrain's
+  EXPECT_NE(te.warnings[0].find("fp8_config.amax_history_len' is 1024: ptrain keeps the amax of the last 16"),
+            std::string::npos)
+      << te.warnings[0];
+  EXPECT_NE(te.warnings[1].find("fp8_config.use_autocast_during_eval"), std::string::npos) << te.warnings[1];
+
+  const auto ao = read_accelerate_config(write_yaml("fp8-ao", fp8 + "fp8_config:\n  backend: AO\n"));
+  EXPECT_EQ(env_of(ao, "PTRAIN_FP8_SCALING"), "dynamic");
+  EXPECT_TRUE(ao.warnings.empty());
+  const auto e4m3 = read_accelerate_config(write_yaml("fp8-e4m3", fp8 + "fp8_config:\n  backend: TE\n  fp8_format: E4M3\n"));
+  ASSERT_EQ(e4m3.warnings.size(), 1u);
+  EXPECT_NE(e4m3.warnings[0].find("gradients to E5M2"), std::string::npos) << e4m3.warnings[0];
+
+  const std::string msamp = error_of(write_yaml("fp8-msamp", fp8 + "fp8_config:\n  backend: MSAMP\n  opt_level: O2\n"));
+  EXPECT_NE(msamp.find("key 'fp8_config.backend'"), std::string::npos) << msamp;
+  EXPECT_NE(msamp.find("MS-AMP"), std::string::npos) << msamp;
+  const std::string unknown = error_of(write_yaml("fp8-unknown", fp8 + "fp8_config:\n  backend: TE\n  amax_histroy: 4\n"));
+  EXPECT_NE(unknown.find("key 'fp8_config.amax_histroy' is not an fp8_config setting ptrain knows"), std::string::npos)
+      << unknown;
+  const auto bf16 = read_accelerate_config(write_yaml(
+      "fp8-unused", kBase + "distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: bf16\nfp8_config:\n"
+                            "  backend: TE\n"));
+  EXPECT_EQ(env_of(bf16, "PTRAIN_FP8_SCALING"), "<unset>");
+  ASSERT_EQ(bf16.warnings.size(), 1u);
+  EXPECT_NE(bf16.warnings[0].find("'fp8_config' has no effect: mixed_precision is bf16"), std::string::npos)
+      << bf16.warnings[0];
+}
+
 TEST(AccelerateConfig, TheIssuesFsdpFileReadsUnchanged) {
   // configs/accelerate/fsdp-4.yaml is the file of issue 4, verbatim.
   const auto launch = read_accelerate_config(repo_file("configs/accelerate/fsdp-4.yaml"));

@@ -51,6 +51,55 @@ std::string choice(const YAML::Node& value, const std::string& where,
 }
 
 // fsdp_config: PyTorch FSDP's settings as accelerate names them (both spellings accelerate has used).
+// accelerate's fp8_config (what `accelerate config` writes for mixed_precision: fp8). Its backend names the recipe:
+// Transformer Engine's is delayed scaling (ptrain's --fp8-scaling delayed), torchao's Float8Linear dynamic
+// (tensorwise) scaling, ptrain's default; MS-AMP's FP8 optimizer states are not ptrain's. Settings ptrain does not
+// follow are said in a warning, naming what it does instead.
+void read_fp8_config(const YAML::Node& fp8, const std::string& path, AccelerateLaunch& launch) {
+  for (const auto& entry : fp8) {
+    const std::string key = entry.first.as<std::string>();
+    const YAML::Node& value = entry.second;
+    const std::string where = path + ": key 'fp8_config." + key + "'";
+    const auto no_effect = [&](const std::string& what_ptrain_does) {
+      launch.warnings.push_back(where + " is " + text_of(value) + ": ptrain " + what_ptrain_does);
+    };
+    if (key == "backend") {
+      const std::string backend = choice(value, where, {{"TE", "delayed"}, {"AO", "dynamic"}, {"MSAMP", "msamp"}});
+      check(backend != "msamp", where + ": MS-AMP's recipe (FP8 weights and optimizer states, opt_level O1/O2) is not "
+                                        "ptrain's; backend TE or AO trains linear layers in FP8 as ptrain does");
+      set_option(launch, "fp8-scaling", backend);
+    } else if (key == "amax_history_len") {
+      if (integer_of(value, where) != 16) no_effect("keeps the amax of the last 16 casts (--fp8-scaling delayed)");
+    } else if (key == "amax_compute_algo") {
+      if (text_of(value) != "max") no_effect("scales by the largest amax of the history (max)");
+    } else if (key == "fp8_format") {
+      if (text_of(value) != "HYBRID") no_effect("casts activations and weights to E4M3, gradients to E5M2 (HYBRID)");
+    } else if (key == "margin") {
+      if (integer_of(value, where) != 0) no_effect("scales each amax to the format's largest value (margin 0)");
+    } else if (key == "interval") {
+      if (integer_of(value, where) != 1) no_effect("computes each scale at every cast (interval 1)");
+    } else if (key == "override_linear_precision") {
+      // A tuple of three booleans: written (false, false, false) or as a list.
+      std::string text = value.IsSequence() ? "" : text_of(value);
+      if (value.IsSequence()) {
+        for (const auto& b : value) text += text_of(b);
+      }
+      if (text.find("true") != std::string::npos || text.find("True") != std::string::npos)
+        no_effect("runs all three products of each FP8 linear layer in FP8");
+    } else if (key == "use_autocast_during_eval") {
+      if (!boolean_of(value, where)) no_effect("evaluates with the same FP8 products it trains with");
+    } else if (key == "opt_level" || key == "enable_fsdp_float8_all_gather" || key == "pad_inner_dim") {
+      launch.warnings.push_back(where + " has no effect: ptrain " +
+                                (key == "opt_level" ? std::string("keeps fp32 master weights and optimizer states")
+                                 : key == "pad_inner_dim"
+                                     ? std::string("keeps in bf16 the layers whose features are not multiples of 16")
+                                     : std::string("gathers sharded parameters in their own dtype")));
+    } else {
+      throw Error(where + " is not an fp8_config setting ptrain knows");
+    }
+  }
+}
+
 void read_fsdp_config(const YAML::Node& fsdp, const std::string& path, AccelerateLaunch& launch) {
   std::string backward_prefetch, backward_prefetch_key;
   std::string sharding, sharding_key;
@@ -216,7 +265,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   std::string mixed_precision = "no";
   std::optional<c10::ScalarType> half;  // mixed_precision's dtype; none: "no" or fp8
   bool fp8 = false;                     // mixed_precision: fp8
-  YAML::Node fsdp_config, deepspeed_config;
+  YAML::Node fsdp_config, deepspeed_config, fp8_config;
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
     const YAML::Node& value = entry.second;
@@ -228,6 +277,9 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
       check(distributed_type == "NO" || distributed_type == "MULTI_GPU" || distributed_type == "MULTI_CPU" ||
                 distributed_type == "FSDP" || distributed_type == "DEEPSPEED",
             where + ": '" + distributed_type + "' is not supported (supported: NO, MULTI_GPU, MULTI_CPU, FSDP, DEEPSPEED)");
+    } else if (key == "fp8_config") {
+      check(value.IsMap() || value.IsNull(), where + " must be a mapping");
+      fp8_config = value;
     } else if (key == "fsdp_config" || key == "deepspeed_config") {
       check(value.IsMap() || value.IsNull(), where + " must be a mapping");
       (key == "fsdp_config" ? fsdp_config : deepspeed_config) = value;
@@ -318,6 +370,10 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
           path + ": key 'mixed_precision': fp8 under DEEPSPEED is Transformer Engine's recipe, which ptrain does not "
                  "have; use --precision fp8 with --strategy zero1/zero2/zero3");
     set_option(launch, "precision", precision::to_string(precision::PrecisionMode::FP8));
+    if (filled(fp8_config)) read_fp8_config(fp8_config, path, launch);
+  } else if (filled(fp8_config)) {
+    launch.warnings.push_back(path + ": key 'fp8_config' has no effect: mixed_precision is " + mixed_precision +
+                              ", not fp8");
   }
   if (half) {
     if (distributed_type == "DEEPSPEED") {
