@@ -55,9 +55,12 @@ __device__ __forceinline__ void block_amax_into(float m, unsigned int* amax_bits
   }
 }
 
-template <typename T>
-__global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, unsigned int* __restrict__ amax_bits) {
-  float m = 0.0f;
+// The grid-stride walk over x's n elements that the amax and the plain cast share: with vectors, chunk(i, c)
+// for each whole chunk c (elements kChunk i .. kChunk i + kChunk - 1), then element(i, x[i]) for the tail;
+// without, element(i, x[i]) for every element.
+template <typename T, typename ChunkFn, typename ElementFn>
+__device__ __forceinline__ void grid_stride(const T* __restrict__ x, int64_t n, bool vectors, ChunkFn&& chunk,
+                                            ElementFn&& element) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t tail = 0;
@@ -65,13 +68,36 @@ __global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, un
     const int64_t chunks = n / kChunk;
     const auto* c = reinterpret_cast<const Chunk<T>*>(x);
     for (int64_t i = first; i < chunks; i += stride) {
-      const Chunk<T> v = c[i];
-#pragma unroll
-      for (int k = 0; k < kChunk; ++k) m = abs_max(m, to_float(v.v[k]));
+      const Chunk<T> v = c[i];  // one vector load into registers, whatever chunk reads of it
+      chunk(i, v);
     }
     tail = chunks * kChunk;
   }
-  for (int64_t i = tail + first; i < n; i += stride) m = abs_max(m, to_float(x[i]));
+  for (int64_t i = tail + first; i < n; i += stride) element(i, x[i]);
+}
+
+// The scale every block of a cast computes from the amax in stats[0] (the first block also writes the scale
+// and its inverse to stats): fp8_max / max(amax, floor), a NaN amax kept.
+__device__ __forceinline__ float scale_from_amax(float* __restrict__ stats, float fp8_max) {
+  const float amax = stats[0];
+  const float scale = __fdiv_rn(fp8_max, amax != amax ? amax : fmaxf(amax, kAmaxFloor));
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    stats[kFp8StatsStride] = scale;
+    stats[2 * kFp8StatsStride] = __frcp_rn(scale);
+  }
+  return scale;
+}
+
+template <typename T>
+__global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, unsigned int* __restrict__ amax_bits) {
+  float m = 0.0f;
+  grid_stride(
+      x, n, vectors,
+      [&](int64_t, const Chunk<T>& v) {
+#pragma unroll
+        for (int k = 0; k < kChunk; ++k) m = abs_max(m, to_float(v.v[k]));
+      },
+      [&](int64_t, T v) { m = abs_max(m, to_float(v)); });
   block_amax_into(m, amax_bits);
 }
 
@@ -85,29 +111,17 @@ __device__ __forceinline__ uint8_t to_fp8(float v, float scale, float fp8_max) {
 template <typename T, bool E5M2>
 __global__ void cast_kernel(const T* __restrict__ x, int64_t n, bool vectors, float fp8_max, float* __restrict__ stats,
                             uint8_t* __restrict__ y) {
-  const float amax = stats[0];
-  const float scale = __fdiv_rn(fp8_max, amax != amax ? amax : fmaxf(amax, kAmaxFloor));
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    stats[kFp8StatsStride] = scale;
-    stats[2 * kFp8StatsStride] = __frcp_rn(scale);
-  }
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail = 0;
-  if (vectors) {
-    const int64_t chunks = n / kChunk;
-    const auto* c = reinterpret_cast<const Chunk<T>*>(x);
-    auto* out = reinterpret_cast<Bytes*>(y);
-    for (int64_t i = first; i < chunks; i += stride) {
-      const Chunk<T> v = c[i];
-      Bytes b;
+  const float scale = scale_from_amax(stats, fp8_max);
+  auto* out = reinterpret_cast<Bytes*>(y);
+  grid_stride(
+      x, n, vectors,
+      [&](int64_t i, const Chunk<T>& v) {
+        Bytes b;
 #pragma unroll
-      for (int k = 0; k < kChunk; ++k) b.v[k] = to_fp8<E5M2>(to_float(v.v[k]), scale, fp8_max);
-      out[i] = b;
-    }
-    tail = chunks * kChunk;
-  }
-  for (int64_t i = tail + first; i < n; i += stride) y[i] = to_fp8<E5M2>(to_float(x[i]), scale, fp8_max);
+        for (int k = 0; k < kChunk; ++k) b.v[k] = to_fp8<E5M2>(to_float(v.v[k]), scale, fp8_max);
+        out[i] = b;
+      },
+      [&](int64_t i, T v) { y[i] = to_fp8<E5M2>(to_float(v), scale, fp8_max); });
 }
 
 // The cast of x [rows, cols] (row-major, both multiples of kSegment) into y (row-major, may be null) and yt, its
@@ -131,12 +145,7 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
   // Rows padded by a word: the transposed reads of a warp spread over more banks.
   __shared__ alignas(16) uint8_t tile[kTile][kTile + 4];
   __shared__ float sums[kTile][kTile + 1];
-  const float amax = stats[0];
-  const float scale = __fdiv_rn(fp8_max, amax != amax ? amax : fmaxf(amax, kAmaxFloor));
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
-    stats[kFp8StatsStride] = scale;
-    stats[2 * kFp8StatsStride] = __frcp_rn(scale);
-  }
+  const float scale = scale_from_amax(stats, fp8_max);
   const int row_in_tile = threadIdx.x / kSegmentsPerRow;
   const int first_in_row = (threadIdx.x % kSegmentsPerRow) * kSegment;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
