@@ -24,6 +24,16 @@ namespace gpt_parts {
 constexpr double kInitStd = 0.02;  // GPT-2's initialiser range
 constexpr double kLayerNormEps = 1e-5;
 
+// --fp8-scaling delayed's amax histories of one FP8 linear layer: made when it is switched on, kept (and their
+// amaxes with them) while it stays on, dropped when it is off.
+void keep_fp8_histories_if(bool on, c10::intrusive_ptr<kernels::Fp8LinearHistories>& histories) {
+  if (!on) {
+    histories.reset();
+  } else if (!histories) {
+    histories = c10::make_intrusive<kernels::Fp8LinearHistories>(kernels::kFp8AmaxHistory);
+  }
+}
+
 // nn::Linear draws Kaiming-uniform weights on construction, serially, and GPT-2's initialisation draws
 // them again: for billions of parameters that took minutes on the host before training could start. This
 // Linear only allocates; Gpt's constructor draws each weight once, in parallel (fill_normal).
@@ -41,15 +51,6 @@ class Linear : public nn::Module {
     return torch::linear(x, weight, bias);
   }
   bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
-
-  // Histories made when delayed scaling is switched on, kept while it stays on.
-  void set_delayed_scaling(bool on) {
-    if (!on) {
-      fp8_histories.reset();
-    } else if (!fp8_histories) {
-      fp8_histories = c10::make_intrusive<kernels::Fp8LinearHistories>(kernels::kFp8AmaxHistory);
-    }
-  }
 
   torch::Tensor weight, bias;
   bool fp8 = false, fused_casts = false;
@@ -188,7 +189,7 @@ void Gpt::configure_linears() {
     for (Linear* linear : block->projections()) {
       linear->fp8 = fp8_;
       linear->fused_casts = fused_;
-      linear->set_delayed_scaling(fp8_ && fp8_delayed_);
+      keep_fp8_histories_if(fp8_ && fp8_delayed_, linear->fp8_histories);
     }
   }
 }
@@ -197,11 +198,7 @@ Fp8Layers Gpt::set_fp8_linear(bool on, const Fp8Options& options) {
   fp8_ = on;
   fp8_head_ = on && options.head;
   fp8_delayed_ = on && options.delayed_scaling;
-  if (!(fp8_head_ && fp8_delayed_)) {
-    head_histories_.reset();
-  } else if (!head_histories_) {
-    head_histories_ = c10::make_intrusive<kernels::Fp8LinearHistories>(kernels::kFp8AmaxHistory);
-  }
+  keep_fp8_histories_if(fp8_head_ && fp8_delayed_, head_histories_);
   configure_linears();
   Fp8Layers layers;
   if (!on) return layers;

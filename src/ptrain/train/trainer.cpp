@@ -130,14 +130,15 @@ void TrainingRun::build_model() {
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
   if (policy_.fp8_matmuls) {
-    models::Fp8Layers fp8 = model_->set_fp8_linear(true, fp8_options(c_.precision));
+    const models::Fp8Options options = fp8_options(c_.precision);
+    models::Fp8Layers fp8 = model_->set_fp8_linear(true, options);
     const int64_t rows = c_.run.batch_size * spec.seq_len;
     // cuBLASLt's FP8 GEMMs take rows in multiples of 16: a micro-batch of other rows runs every layer in bf16.
     if (fp8.fp8 > 0 && spec.seq_len > 0 && rows % 16 != 0)
       fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
                  " rows (batch x tokens) are not a multiple of 16: every layer falls back to bf16";
     record_.extra["fp8_layers"] = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
-                                   {"scaling", c_.precision.fp8_scaling == "delayed"
+                                   {"scaling", options.delayed_scaling
                                                    ? "delayed (amax history of " +
                                                          std::to_string(kernels::kFp8AmaxHistory) + ")"
                                                    : "dynamic"},
