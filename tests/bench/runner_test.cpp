@@ -229,6 +229,34 @@ TEST_F(Jobs, ARunOfItsOwnBatchSizeTrainsItInEveryFrameworkWithTrainLimitScaled) 
   EXPECT_TRUE(has(job_of(jobs, "pytorch", "resnet/amp-bf16-single-x1").command, "'--train-limit' '3840'"));
 }
 
+// A run's fp8 flags reach ptrain's train and estimate; PyTorch's reference, whose fp8 is torchao's recipe only,
+// is unavailable for them with the reason, and runs the recipe it has.
+TEST_F(Jobs, Fp8FlagsReachPtrainAndLeaveTheReferenceUnavailable) {
+  std::ofstream(path_) << kSuite << "  - {workload: gpt, precision: fp8, pytorch: compiled}\n"
+                       << "  - {workload: gpt, precision: fp8, fp8-scaling: delayed, fp8-head: true, pytorch: compiled}\n"
+                       << "  - {workload: gpt, precision: fp8, fp8-head: true}\n";
+  BenchOptions estimating = options();
+  estimating.estimate = true;
+  const auto jobs = plan(estimating);
+  const BenchJob& plain = job_of(jobs, "ptrain", "gpt/fp8-single-x1");
+  EXPECT_FALSE(has(plain.command, "--fp8")) << plain.command;
+  EXPECT_TRUE(job_of(jobs, "pytorch-compiled", "gpt/fp8-single-x1").unavailable.empty());
+  const BenchJob& delayed = job_of(jobs, "ptrain", "gpt/fp8-delayed-head-single-x1");
+  const auto train_at = delayed.command.find("'train'");
+  const auto estimate_at = delayed.command.find("'estimate'");
+  ASSERT_NE(train_at, std::string::npos);
+  ASSERT_NE(estimate_at, std::string::npos);
+  EXPECT_TRUE(has(delayed.command.substr(train_at), "'--fp8-scaling' 'delayed' '--fp8-head'")) << delayed.command;
+  EXPECT_TRUE(has(delayed.command.substr(estimate_at, train_at - estimate_at), "'--fp8-head'")) << delayed.command;
+  EXPECT_EQ(delayed.metrics_path, "/out/runs/ptrain/gpt/fp8-delayed-head-single-x1.json");
+  EXPECT_EQ(job_of(jobs, "pytorch-compiled", "gpt/fp8-delayed-head-single-x1").unavailable,
+            "the reference's fp8 is torchao's recipe (each tensor scaled by its own amax, the head in bf16), not this "
+            "run's delayed scaling and FP8 head");
+  EXPECT_EQ(job_of(jobs, "pytorch", "gpt/fp8-head-single-x1").unavailable,
+            "the reference's fp8 is torchao's recipe (each tensor scaled by its own amax, the head in bf16), not this "
+            "run's FP8 head");
+}
+
 TEST_F(Jobs, TheSuitesCompileModeReachesTheCompiledRunsOnly) {
   std::ofstream(path_) << "pytorch-compile-mode: reduce-overhead\n" << kSuite;
   const auto jobs = plan(options());

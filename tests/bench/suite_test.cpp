@@ -200,6 +200,35 @@ TEST(Suite, BadBatchSizesAreNamedByFileAndRun) {
   expect_refused(head + "runs: [{precision: fp32, batch-sise: 256}]\n", {"runs[0]", "'batch-sise'", "is not a run key"});
 }
 
+// fp8's own flags are the run's: its id and label carry them, and a run of another precision refuses them.
+TEST(Suite, Fp8FlagsOnARunNameItAndBelongToFp8Only) {
+  TempDir dir;
+  const Suite loaded = load_suite(write(dir, "workload: {model: gpt-tiny}\nruns:\n"
+                                             "  - {precision: fp8}\n"
+                                             "  - {precision: fp8, fp8-scaling: delayed, fp8-head: true, pytorch: none}\n"
+                                             "  - {precision: fp8, fp8_head: yes}\n"
+                                             "  - {precision: fp8, fp8-scaling: delayed}\n"),
+                                  "/nonexistent", 1);
+  ASSERT_EQ(loaded.runs.size(), 4u);
+  EXPECT_EQ(loaded.runs[0].id(), "fp8-single-x1");
+  EXPECT_FALSE(loaded.runs[0].fp8_beyond_defaults());
+  EXPECT_EQ(loaded.runs[1].id(), "fp8-delayed-head-single-x1");
+  EXPECT_EQ(loaded.runs[1].label(), "fp8 (delayed scaling) + FP8 head, single, 1 device");
+  EXPECT_TRUE(loaded.runs[1].pytorch.empty());
+  EXPECT_TRUE(loaded.runs[1].fp8_beyond_defaults());
+  EXPECT_EQ(loaded.runs[2].id(), "fp8-head-single-x1");
+  EXPECT_EQ(loaded.runs[3].id(), "fp8-delayed-single-x1");
+  const std::string head = "workload: {model: gpt-tiny}\n";
+  expect_refused(head + "runs: [{precision: amp-bf16, fp8-scaling: delayed}]\n",
+                 {"runs[0]", "fp8-scaling and fp8-head belong to precision fp8, not amp-bf16"});
+  expect_refused(head + "runs: [{precision: bf16, fp8-head: true}]\n", {"runs[0]", "not bf16"});
+  expect_refused(head + "runs: [{precision: fp8, fp8-scaling: lazy}]\n",
+                 {"runs[0]", "'fp8-scaling'", "'lazy' is neither dynamic nor delayed"});
+  expect_refused(head + "runs: [{precision: fp8, fp8-head: maybe}]\n", {"runs[0]", "'fp8-head'", "'maybe'"});
+  expect_refused(head + "runs: [{precision: fp8, fp8-scaling: delayed}, {precision: fp8, fp8-scaling: delayed}]\n",
+                 {"runs[1]", "same run"});
+}
+
 TEST(Suite, UnknownSuiteNamesTheFileItLookedFor) {
   try {
     load_suite("nosuch", "/src", 0);
@@ -312,22 +341,41 @@ TEST(Suite, OverridesSetEveryWorkloadOrTheOneNamed) {
 
 // The fp8 suite, by its name of three letters: GPT-2 XL and small, each in fp8 and amp-bf16, by ptrain and by
 // PyTorch compiled with CUDA graphs.
-TEST(Suite, Fp8SuiteSetsFp8BesideAmpBf16ForBothModelsByItsShortName) {
+// The fp8 suite is the speed suite's fp8 runs alone: the same workloads, the same jobs.
+TEST(Suite, Fp8SuiteIsTheSpeedSuitesFp8RunsByItsShortName) {
   const Suite fp8 = load_suite("fp8", PTRAIN_SOURCE_DIR, 1);
-  EXPECT_EQ(fp8.pytorch_compile_mode, "reduce-overhead");
-  std::set<std::string> ids;
+  const Suite speed = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
+  EXPECT_EQ(fp8.pytorch_compile_mode, speed.pytorch_compile_mode);
+  const auto jobs_of = [](const Suite& suite, bool fp8_workloads_only) {
+    std::set<std::string> jobs;
+    for (const auto& run : suite.runs) {
+      if (fp8_workloads_only && run.workload != "gpt-xl" &&
+          !(run.workload == "gpt2-small" && (run.precision == "fp8" || run.precision == "amp-bf16"))) {
+        continue;
+      }
+      if (run.ptrain) jobs.insert("ptrain/" + run.id());
+      for (const auto& variant : run.pytorch) {
+        if (variant == "compiled") jobs.insert(variant + "/" + run.id());
+      }
+    }
+    return jobs;
+  };
+  EXPECT_EQ(jobs_of(fp8, false),
+            (std::set<std::string>{"ptrain/gpt-xl/amp-bf16-single-x1", "ptrain/gpt-xl/fp8-single-x1",
+                                   "ptrain/gpt-xl/fp8-delayed-head-single-x1", "ptrain/gpt2-small/amp-bf16-single-x1",
+                                   "ptrain/gpt2-small/fp8-single-x1", "ptrain/gpt2-small/fp8-delayed-head-single-x1",
+                                   "compiled/gpt-xl/amp-bf16-single-x1", "compiled/gpt-xl/fp8-single-x1",
+                                   "compiled/gpt2-small/amp-bf16-single-x1", "compiled/gpt2-small/fp8-single-x1"}));
+  EXPECT_EQ(jobs_of(fp8, false), jobs_of(speed, true));
   for (const auto& run : fp8.runs) {
-    EXPECT_TRUE(run.ptrain) << run.id();
-    EXPECT_EQ(run.pytorch, (std::vector<std::string>{"compiled"})) << run.id();
-    ids.insert(run.id());
+    EXPECT_EQ(fp8.workload_of(run), speed.workload_of(run)) << run.id();
+    if (run.fp8_beyond_defaults()) EXPECT_TRUE(run.pytorch.empty()) << run.id() << ": the reference has no such recipe";
   }
-  EXPECT_EQ(ids, (std::set<std::string>{"gpt-xl/fp8-single-x1", "gpt-xl/amp-bf16-single-x1", "gpt2-small/fp8-single-x1",
-                                        "gpt2-small/amp-bf16-single-x1"}));
 }
 
 // The speed suite: both models in every mode, each by ptrain, PyTorch eager and PyTorch compiled (with CUDA
 // graphs: reduce-overhead) exactly once, AMP bf16 first and also in torch.compile's default mode; fp8 for GPT-2
-// small and large beside their amp-bf16, by ptrain and PyTorch compiled; ResNet-50's batch sweep in AMP bf16,
+// small and XL beside their amp-bf16, by ptrain and PyTorch compiled, and ptrain's delayed-scaling fp8; ResNet-50's batch sweep in AMP bf16,
 // every run of it 30 steps; and a CPU variant that needs no GPU.
 TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
   const Suite gpu = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
@@ -350,10 +398,13 @@ TEST(Suite, SpeedSuiteRunsBothModelsInEveryModeInAllThreeWithAmpBf16First) {
     const std::string id = std::string("resnet50/amp-bf16-single-x1-b") + batch;
     for (const char* job : {"ptrain/", "eager/", "compiled/"}) EXPECT_EQ(jobs[job + id], 1) << job << id;
   }
-  for (const char* id : {"gpt2-small/fp8-single-x1", "gpt-large/fp8-single-x1", "gpt-large/amp-bf16-single-x1"}) {
+  for (const char* id : {"gpt2-small/fp8-single-x1", "gpt-xl/fp8-single-x1", "gpt-xl/amp-bf16-single-x1"}) {
     for (const char* job : {"ptrain/", "compiled/"}) EXPECT_EQ(jobs[job + std::string(id)], 1) << job << id;
   }
-  EXPECT_EQ(jobs.size(), 36u + 2u + 6u + 6u);
+  for (const char* id : {"gpt2-small/fp8-delayed-head-single-x1", "gpt-xl/fp8-delayed-head-single-x1"}) {
+    EXPECT_EQ(jobs["ptrain/" + std::string(id)], 1) << id;
+  }
+  EXPECT_EQ(jobs.size(), 36u + 2u + 6u + 6u + 2u);
   ASSERT_GE(gpu.runs.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(gpu.runs[i].precision, "amp-bf16");

@@ -31,6 +31,8 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
                                  "--log-jsonl", report::step_log_path_of(metrics_path)};
   const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
+  if (!run.fp8_scaling.empty()) train.insert(train.end(), {"--fp8-scaling", run.fp8_scaling});
+  if (run.fp8_head) train.push_back("--fp8-head");
   if (spec.takes_fsdp_options()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   append_batch_size(suite, run, train);
   const bool gpu = suite.on_gpu;
@@ -73,6 +75,7 @@ BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions&
                                       run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",
                                       "--devices", std::to_string(run.devices), "--json", job.estimate_path};
     if (run.master_weights) estimate.push_back("--master-weights");
+    if (run.fp8_head) estimate.push_back("--fp8-head");  // the head's FP8 copies; scaling changes no memory
     append_batch_size(suite, run, estimate);
     // A failed estimate leaves the run without a prediction, not without its measurement.
     job.command = join_command({"mkdir", "-p", workload_folder(out, "estimates", run)}) + " && " +

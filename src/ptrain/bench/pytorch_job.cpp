@@ -127,6 +127,13 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
     job.unavailable = std::string("PyTorch's ") + row.pytorch_class + " does not wrap TorchScript modules";
     return job;
   }
+  if (run.fp8_beyond_defaults()) {
+    job.unavailable = "the reference's fp8 is torchao's recipe (each tensor scaled by its own amax, the head in "
+                      "bf16), not this run's" +
+                      std::string(run.fp8_scaling == "delayed" ? " delayed scaling" : "") +
+                      (run.fp8_head ? std::string(run.fp8_scaling == "delayed" ? " and" : "") + " FP8 head" : "");
+    return job;
+  }
   const std::string reference = row.pytorch_strategy;  // the strategy the reference trains with
   if (compiled) {
     if (!row.pytorch_compiles) {

@@ -175,6 +175,11 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         check(std::find(known.begin(), known.end(), value) != known.end(),
               key_at + ": unknown strategy '" + value + "' (known: " + strategies::StrategySpec::known_names() + ")");
         run.strategy = value;
+      } else if (key == "fp8-scaling" || key == "fp8_scaling") {
+        check(value == "dynamic" || value == "delayed", key_at + ": '" + value + "' is neither dynamic nor delayed");
+        run.fp8_scaling = value;
+      } else if (key == "fp8-head" || key == "fp8_head") {
+        run.fp8_head = read_bool(kv.second, key_at);
       } else if (key == "devices") {
         devices_given = true;
         if (value == "all") {
@@ -189,9 +194,11 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         }
       } else {
         throw Error(key_at + " is not a run key (known: precision, master-weights, strategy, devices, workload, "
-                             "batch-size, ptrain, pytorch)");
+                             "batch-size, fp8-scaling, fp8-head, ptrain, pytorch)");
       }
     }
+    check(run.precision == "fp8" || (run.fp8_scaling.empty() && !run.fp8_head),
+          at + ": fp8-scaling and fp8-head belong to precision fp8, not " + run.precision);
     check(workload_names.empty() || !run.workload.empty(),
           at + ": this suite has several workloads; say which one the run trains (workload: NAME)");
     const strategies::StrategySpec spec = run.spec();
@@ -216,14 +223,16 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
 }  // namespace
 
 std::string SuiteRun::run_id() const {
-  return precision + (master_weights ? "-master" : "") + "-" + strategy + "-x" + std::to_string(devices) +
+  return precision + (master_weights ? "-master" : "") + (fp8_scaling == "delayed" ? "-delayed" : "") +
+         (fp8_head ? "-head" : "") + "-" + strategy + "-x" + std::to_string(devices) +
          (batch_size ? "-b" + std::to_string(*batch_size) : "");
 }
 
 std::string SuiteRun::id() const { return workload.empty() ? run_id() : workload + "/" + run_id(); }
 
 std::string SuiteRun::label() const {
-  return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") + ", " +
+  return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") +
+         (fp8_scaling == "delayed" ? " (delayed scaling)" : "") + (fp8_head ? " + FP8 head" : "") + ", " +
          strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices") +
          (batch_size ? ", batch " + std::to_string(*batch_size) : "");
 }
