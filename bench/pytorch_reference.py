@@ -1275,8 +1275,12 @@ def main(argv=None):
         extra["fsdp_min_params"] = int(a.fsdp_min_params)
         extra["fsdp_mixed_precision"] = str(half).replace("torch.", "") if half else None
     if a.precision == "fp8":
-        # As ptrain's record: GPT's projections in FP8, its head (and any other model's layers) in bf16.
-        extra["fp8_layers"] = {"fp8": fp8_layers, "why": "lm_head and layers other than GPT's projections in bf16"}
+        # As ptrain's record: GPT's projections in FP8, its head (and any other model's layers) in bf16, each
+        # tensor scaled by its own amax (torchao's tensorwise dynamic scaling); the head counts as kept in bf16.
+        extra["fp8_layers"] = {"fp8": fp8_layers, "scaling": "dynamic",
+                               "why": "lm_head and layers other than GPT's projections in bf16"}
+        if is_language_model(a.model):
+            extra["fp8_layers"]["kept_in_bf16"] = 1
     images_per_second = images / train_seconds if train_seconds else None
     record = {
         # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).

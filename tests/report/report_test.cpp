@@ -864,6 +864,43 @@ TEST(BenchReport, SideBySideKeepsEachBatchOfASweepInARowOfItsOwnUnderTheOthersOf
   EXPECT_DOUBLE_EQ(std::stod(b256.at("ptrain_vs_pytorch_eager")), 5500.0 / 3520.0);
 }
 
+// ptrain's fp8 in its own recipe (delayed scaling, the head in FP8) is not PyTorch's fp8: the reference's run
+// stands beside ptrain's run of the same recipe (dynamic scaling, bf16 head), and the other recipe, with nothing
+// of PyTorch's to match, has no row.
+TEST(BenchReport, SideBySideMatchesFp8RunsOfTheSameRecipeOnly) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  RunRecord plain = speed_record("ptrain", "gpt-small", "fp8", 500, 10);
+  plain.extra["fp8_layers"] = {{"fp8", 48}, {"kept_in_bf16", 1}, {"scaling", "dynamic"}};
+  write_json(runs / "ptrain" / "fp8-single.json", metrics::to_json(plain));
+  RunRecord delayed = speed_record("ptrain", "gpt-small", "fp8", 530, 11);
+  delayed.extra["fp8_layers"] = {{"fp8", 49}, {"kept_in_bf16", 0}, {"scaling", "delayed (amax history of 16)"}};
+  // Named as the bench names it: before the plain run in the report's order.
+  write_json(runs / "ptrain" / "fp8-delayed-head-single.json", metrics::to_json(delayed));
+  RunRecord compiled = speed_record("pytorch", "gpt-small", "fp8", 400, 16);
+  compiled.compiled = true;
+  compiled.extra["fp8_layers"] = {{"fp8", 48}, {"kept_in_bf16", 1}, {"scaling", "dynamic"}};
+  write_json(runs / "pytorch-compiled" / "fp8.json", metrics::to_json(compiled));
+  RunRecord older = compiled;  // a reference record from before it named its scaling: dynamic all the same
+  older.extra["fp8_layers"] = {{"fp8", 48}};
+  older.steady_images_per_second = 390;
+  older.steady_tokens_per_second = 390.0 * 1024;
+  write_json(runs / "pytorch" / "fp8.json", [&] {
+    older.compiled = false;
+    return metrics::to_json(older);
+  }());
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "fp8");
+  const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(rows.size(), 2u) << written.markdown;
+  const auto row = csv_row(rows, 1);
+  EXPECT_EQ(row.at("precision"), "fp8");
+  EXPECT_EQ(row.at("ptrain_run"), "ptrain/fp8-single");
+  EXPECT_EQ(row.at("pytorch_eager_run"), "pytorch/fp8");
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager")), 500.0 / 390.0);
+  EXPECT_NE(written.markdown.find("| 512000 tokens/s | 399360 tokens/s | 409600 tokens/s |"), std::string::npos)
+      << written.markdown;
+}
+
 // PyTorch's reference trains on past a non-finite loss and records the step: its throughput and accuracy
 // must not read as results anywhere the report shows them.
 TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {

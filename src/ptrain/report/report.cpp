@@ -85,6 +85,25 @@ std::optional<bool> memory_format_of(const RunRecord& r) {
   return r.channels_last ? *r.channels_last : ends_with(r.precision, kChannelsLastSuffix);
 }
 
+// An fp8 run's recipe beyond the mode's defaults, as its record's extra.fp8_layers tells it: "delayed scaling"
+// and "FP8 head" where they ran (ptrain's --fp8-scaling delayed and --fp8-head), "" for the recipe PyTorch's
+// reference also has (dynamic scaling, the head in bf16). Runs of different recipes are different rows.
+std::string fp8_recipe_of(const RunRecord& r) {
+  if (base_precision(r.precision) != "fp8" || !r.extra.is_object()) return "";
+  const auto layers = r.extra.find("fp8_layers");
+  if (layers == r.extra.end() || !layers->is_object()) return "";
+  std::string recipe;
+  const auto scaling = layers->find("scaling");
+  if (scaling != layers->end() && scaling->is_string() && scaling->get<std::string>().rfind("delayed", 0) == 0) {
+    recipe = "delayed scaling";
+  }
+  const auto kept = layers->find("kept_in_bf16");
+  if (kept != layers->end() && kept->is_number_integer() && kept->get<int64_t>() == 0) {
+    recipe += std::string(recipe.empty() ? "" : ", ") + "FP8 head";
+  }
+  return recipe;
+}
+
 }  // namespace
 
 Report make_report(std::vector<ReportRun> runs, std::string title) {
@@ -172,9 +191,10 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
   std::map<Key, Group> groups;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunRecord& r = report.runs[i].record;
-    const std::string precision = base_precision(r.precision);
+    const std::string recipe = fp8_recipe_of(r);
+    const std::string precision = base_precision(r.precision) + (recipe.empty() ? "" : " (" + recipe + ")");
     const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.devices, strategy_rank(r.strategy),
-                  r.strategy, precision_rank(precision), precision, r.batch_size_per_device};
+                  r.strategy, precision_rank(base_precision(r.precision)), precision, r.batch_size_per_device};
     Group& group = groups[key];
     group.shape = {r.model, r.dataset, precision, r.strategy, r.devices, r.batch_size_per_device, r.image_size,
                    r.seq_len, std::nullopt, std::nullopt, std::nullopt, {}};
