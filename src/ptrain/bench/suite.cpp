@@ -11,6 +11,7 @@
 
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
+#include "ptrain/precision/policy.h"
 
 namespace ptrain::bench {
 
@@ -197,7 +198,8 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
                              "batch-size, fp8-scaling, fp8-head, ptrain, pytorch)");
       }
     }
-    check(run.precision == "fp8" || (run.fp8_scaling.empty() && !run.fp8_head),
+    check(precision::precision_mode_or_none(run.precision) == precision::PrecisionMode::FP8 ||
+              (run.fp8_scaling.empty() && !run.fp8_head),
           at + ": fp8-scaling and fp8-head belong to precision fp8, not " + run.precision);
     check(workload_names.empty() || !run.workload.empty(),
           at + ": this suite has several workloads; say which one the run trains (workload: NAME)");

@@ -89,7 +89,10 @@ std::optional<bool> memory_format_of(const RunRecord& r) {
 // and "FP8 head" where they ran (ptrain's --fp8-scaling delayed and --fp8-head), "" for the recipe PyTorch's
 // reference also has (dynamic scaling, the head in bf16). Runs of different recipes are different rows.
 std::string fp8_recipe_of(const RunRecord& r) {
-  if (base_precision(r.precision) != "fp8" || !r.extra.is_object()) return "";
+  if (precision::precision_mode_or_none(base_precision(r.precision)) != precision::PrecisionMode::FP8 ||
+      !r.extra.is_object()) {
+    return "";
+  }
   const auto layers = r.extra.find("fp8_layers");
   if (layers == r.extra.end() || !layers->is_object()) return "";
   std::string recipe;
