@@ -222,6 +222,8 @@ TEST(Suite, Fp8FlagsOnARunNameItAndBelongToFp8Only) {
   expect_refused(head + "runs: [{precision: amp-bf16, fp8-scaling: delayed}]\n",
                  {"runs[0]", "fp8-scaling and fp8-head belong to precision fp8, not amp-bf16"});
   expect_refused(head + "runs: [{precision: bf16, fp8-head: true}]\n", {"runs[0]", "not bf16"});
+  expect_refused(head + "runs: [{precision: amp-bf16, fp8-scaling: dynamic}]\n",
+                 {"runs[0]", "belong to precision fp8, not amp-bf16"});
   expect_refused(head + "runs: [{precision: fp8, fp8-scaling: lazy}]\n",
                  {"runs[0]", "'fp8-scaling'", "'lazy' is neither dynamic nor delayed"});
   expect_refused(head + "runs: [{precision: fp8, fp8-head: maybe}]\n", {"runs[0]", "'fp8-head'", "'maybe'"});

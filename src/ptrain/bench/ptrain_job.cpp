@@ -31,7 +31,7 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
                                  "--log-jsonl", report::step_log_path_of(metrics_path)};
   const strategies::StrategySpec spec = run.spec();
   if (run.master_weights) train.push_back("--master-weights");
-  if (!run.fp8_scaling.empty()) train.insert(train.end(), {"--fp8-scaling", run.fp8_scaling});
+  if (run.fp8_delayed_scaling) train.insert(train.end(), {"--fp8-scaling", "delayed"});
   if (run.fp8_head) train.push_back("--fp8-head");
   if (spec.takes_fsdp_options()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   append_batch_size(suite, run, train);

@@ -130,8 +130,8 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
   if (run.fp8_beyond_defaults()) {
     job.unavailable = "the reference's fp8 is torchao's recipe (each tensor scaled by its own amax, the head in "
                       "bf16), not this run's" +
-                      std::string(run.fp8_scaling == "delayed" ? " delayed scaling" : "") +
-                      (run.fp8_head ? std::string(run.fp8_scaling == "delayed" ? " and" : "") + " FP8 head" : "");
+                      std::string(run.fp8_delayed_scaling ? " delayed scaling" : "") +
+                      (run.fp8_head ? std::string(run.fp8_delayed_scaling ? " and" : "") + " FP8 head" : "");
     return job;
   }
   const std::string reference = row.pytorch_strategy;  // the strategy the reference trains with

@@ -144,6 +144,7 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
     check(entry.IsMap(), at + ": expected a mapping such as {precision: amp-bf16, strategy: ddp, devices: all}");
     SuiteRun run;
     bool devices_given = false;
+    bool fp8_keys_given = false;  // fp8-scaling or fp8-head, whatever their values
     for (const auto& kv : entry) {
       const std::string key = kv.first.as<std::string>();
       const std::string key_at = at + ": key '" + key + "'";
@@ -178,9 +179,11 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         run.strategy = value;
       } else if (key == "fp8-scaling" || key == "fp8_scaling") {
         check(value == "dynamic" || value == "delayed", key_at + ": '" + value + "' is neither dynamic nor delayed");
-        run.fp8_scaling = value;
+        run.fp8_delayed_scaling = value == "delayed";
+        fp8_keys_given = true;
       } else if (key == "fp8-head" || key == "fp8_head") {
         run.fp8_head = read_bool(kv.second, key_at);
+        fp8_keys_given = true;
       } else if (key == "devices") {
         devices_given = true;
         if (value == "all") {
@@ -198,8 +201,7 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
                              "batch-size, fp8-scaling, fp8-head, ptrain, pytorch)");
       }
     }
-    check(precision::precision_mode_or_none(run.precision) == precision::PrecisionMode::FP8 ||
-              (run.fp8_scaling.empty() && !run.fp8_head),
+    check(!fp8_keys_given || precision::precision_mode_or_none(run.precision) == precision::PrecisionMode::FP8,
           at + ": fp8-scaling and fp8-head belong to precision fp8, not " + run.precision);
     check(workload_names.empty() || !run.workload.empty(),
           at + ": this suite has several workloads; say which one the run trains (workload: NAME)");
@@ -225,7 +227,7 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
 }  // namespace
 
 std::string SuiteRun::run_id() const {
-  return precision + (master_weights ? "-master" : "") + (fp8_scaling == "delayed" ? "-delayed" : "") +
+  return precision + (master_weights ? "-master" : "") + (fp8_delayed_scaling ? "-delayed" : "") +
          (fp8_head ? "-head" : "") + "-" + strategy + "-x" + std::to_string(devices) +
          (batch_size ? "-b" + std::to_string(*batch_size) : "");
 }
@@ -234,7 +236,7 @@ std::string SuiteRun::id() const { return workload.empty() ? run_id() : workload
 
 std::string SuiteRun::label() const {
   return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") +
-         (fp8_scaling == "delayed" ? " (delayed scaling)" : "") + (fp8_head ? " + FP8 head" : "") + ", " +
+         (fp8_delayed_scaling ? " (delayed scaling)" : "") + (fp8_head ? " + FP8 head" : "") + ", " +
          strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices") +
          (batch_size ? ", batch " + std::to_string(*batch_size) : "");
 }

@@ -74,13 +74,13 @@ struct SuiteRun {
   // Samples per device instead of the workload's batch-size (suite key batch-size on the run); empty: the
   // workload's. Suite::run_workload gives the workload the run trains.
   std::optional<int64_t> batch_size;
-  // --precision fp8's own flags (suite keys fp8-scaling and fp8-head on an fp8 run): empty scaling is
-  // `ptrain train`'s default (dynamic). They are the run's, not the workload's, because amp-bf16 runs of the
-  // same workload refuse them. PyTorch's reference has dynamic scaling and a bf16 head only.
-  std::string fp8_scaling;
+  // --precision fp8's own flags (suite keys fp8-scaling: delayed and fp8-head on an fp8 run; off: `ptrain
+  // train`'s defaults, dynamic scaling and a bf16 head). They are the run's, not the workload's, because amp-bf16
+  // runs of the same workload refuse them. PyTorch's reference has dynamic scaling and a bf16 head only.
+  bool fp8_delayed_scaling = false;
   bool fp8_head = false;
   // Whether the run asks for fp8 flags other than `ptrain train`'s defaults (and PyTorch's recipe).
-  bool fp8_beyond_defaults() const { return (!fp8_scaling.empty() && fp8_scaling != "dynamic") || fp8_head; }
+  bool fp8_beyond_defaults() const { return fp8_delayed_scaling || fp8_head; }
 
   // Unique within a suite's workload and safe as a file name, e.g. "fp16-master-single-x1", or
   // "amp-bf16-single-x1-b256" for a run with its own batch-size, "fp8-delayed-head-single-x1" with fp8 flags.
