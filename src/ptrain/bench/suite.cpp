@@ -11,6 +11,7 @@
 
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/precision/policy.h"
 
 namespace ptrain::bench {
@@ -294,12 +295,8 @@ const WorkloadKeys& Suite::workload_of(const SuiteRun& run) const {
 }
 
 Suite load_suite(const std::string& name_or_path, const std::string& source_dir, int64_t available_gpus) {
-  const auto ends_with = [&](const std::string& suffix) {
-    return name_or_path.size() >= suffix.size() &&
-           name_or_path.compare(name_or_path.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  const bool is_name = !name_or_path.empty() && name_or_path.find('/') == std::string::npos && !ends_with(".yaml") &&
-                       !ends_with(".yml");
+  const bool is_name = !name_or_path.empty() && name_or_path.find('/') == std::string::npos &&
+                       !ends_with(name_or_path, ".yaml") && !ends_with(name_or_path, ".yml");
   const std::string path = is_name ? source_dir + "/configs/bench/" + name_or_path + ".yaml" : name_or_path;
   if (!std::filesystem::is_regular_file(path)) {
     throw Error("--suite " + name_or_path + ": no such suite file: " + path);

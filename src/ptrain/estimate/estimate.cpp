@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/estimate/run_length.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/precision/policy.h"
@@ -105,8 +106,7 @@ ModelStates model_states(const StateLayout& layout, int64_t parameters, const pr
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
                          const config::TrainConfig& config, bool cpu) {
   const std::string offload_suffix = "+offload";
-  const bool offload = strategy.size() > offload_suffix.size() &&
-                       strategy.compare(strategy.size() - offload_suffix.size(), offload_suffix.size(), offload_suffix) == 0;
+  const bool offload = strategy.size() > offload_suffix.size() && ends_with(strategy, offload_suffix);
   StateLayout layout;
   layout.strategy = strategies::StrategySpec::parse(offload ? strategy.substr(0, strategy.size() - offload_suffix.size())
                                                             : strategy,

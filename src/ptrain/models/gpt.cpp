@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"  // defines: ends_with
 #include "ptrain/core/torch_compat.h"  // defines: causal_attention
 #include "ptrain/kernels/fp8_linear.h"             // defines: fp8_linear
 #include "ptrain/kernels/layer_norm.h"             // defines: add_layer_norm
@@ -258,7 +259,7 @@ Gpt::Gpt(const GptOptions& options) : options_(options) {
   for (auto& item : named_parameters()) {
     const std::string& key = item.key();
     auto& p = item.value();
-    const bool is_bias = key.size() >= 5 && key.compare(key.size() - 5, 5, ".bias") == 0;
+    const bool is_bias = ends_with(key, ".bias");
     const bool in_layer_norm = key.rfind("ln_f.", 0) == 0 || key.find(".ln_1.") != std::string::npos ||
                                key.find(".ln_2.") != std::string::npos;
     if (in_layer_norm) {

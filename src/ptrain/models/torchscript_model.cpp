@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/models/activation_checkpoint.h"
 
 namespace ptrain::models {
@@ -555,10 +556,8 @@ struct TorchScriptModel::Graphs {
 };
 
 bool is_torchscript_path(const std::string& name) {
-  const auto ends_with = [&](const std::string& suffix) {
-    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".pt") || ends_with(".pth");
+  // A name longer than its suffix: ".pt" alone names no file.
+  return (name.size() > 3 && ends_with(name, ".pt")) || (name.size() > 4 && ends_with(name, ".pth"));
 }
 
 TorchScriptModel::TorchScriptModel(std::string path, jit::Module module)

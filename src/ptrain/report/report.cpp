@@ -10,6 +10,7 @@
 
 #include "ptrain/report/report_table.h"
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
@@ -47,9 +48,7 @@ size_t strategy_rank(const std::string& strategy) { return rank_in(strategies::S
 // Precisions in the policy's order, from full to least, each mode's "+master" (fp32 master weights) after it.
 constexpr char kMasterSuffix[] = "+master";
 size_t precision_rank(const std::string& precision) {
-  const bool master = precision.size() > std::strlen(kMasterSuffix) &&
-                      precision.compare(precision.size() - std::strlen(kMasterSuffix), std::string::npos,
-                                        kMasterSuffix) == 0;
+  const bool master = precision.size() > std::strlen(kMasterSuffix) && ends_with(precision, kMasterSuffix);
   const std::string mode = master ? precision.substr(0, precision.size() - std::strlen(kMasterSuffix)) : precision;
   return 2 * rank_in(precision::precision_names(), mode) + (master ? 1 : 0);
 }
@@ -68,10 +67,6 @@ bool comes_before(const ReportRun& a, const ReportRun& b) {
 
 // Side by side: ptrain, PyTorch eager and PyTorch compiled per job and mode.
 constexpr char kChannelsLastSuffix[] = "+channels-last";
-
-bool ends_with(const std::string& text, const std::string& end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
 
 std::string base_precision(const std::string& precision) {
   return ends_with(precision, kChannelsLastSuffix)

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/models/model_summary.h"
 #include "ptrain/strategies/strategy_spec.h"
 
@@ -25,7 +26,7 @@ std::string type_of(const torch::nn::Module& module) {
   std::string name = module.name();
   const auto colon = name.rfind("::");
   if (colon != std::string::npos) name = name.substr(colon + 2);
-  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  if (name.size() > 4 && ends_with(name, "Impl")) name.resize(name.size() - 4);
   return name;
 }
 
