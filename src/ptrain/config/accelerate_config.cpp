@@ -50,7 +50,6 @@ std::string choice(const YAML::Node& value, const std::string& where,
   throw Error(where + ": '" + text + "' is not one of " + known);
 }
 
-// fsdp_config: PyTorch FSDP's settings as accelerate names them (both spellings accelerate has used).
 // accelerate's fp8_config (what `accelerate config` writes for mixed_precision: fp8). Its backend names the recipe:
 // Transformer Engine's is delayed scaling (ptrain's --fp8-scaling delayed), torchao's Float8Linear dynamic
 // (tensorwise) scaling, ptrain's default; MS-AMP's FP8 optimizer states are not ptrain's. Settings ptrain does not
@@ -100,6 +99,7 @@ void read_fp8_config(const YAML::Node& fp8, const std::string& path, AccelerateL
   }
 }
 
+// fsdp_config: PyTorch FSDP's settings as accelerate names them (both spellings accelerate has used).
 void read_fsdp_config(const YAML::Node& fsdp, const std::string& path, AccelerateLaunch& launch) {
   std::string backward_prefetch, backward_prefetch_key;
   std::string sharding, sharding_key;

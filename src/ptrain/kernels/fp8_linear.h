@@ -6,8 +6,9 @@
 //              grad_w  = grad_y (E5M2)^T @ x (E4M3)             -> w's dtype (fp32 master weights)
 // E4M3 (3 mantissa bits, largest 448) for activations and weights, E5M2 (2 bits, largest 57344) for the
 // gradients, whose range matters more than their precision. The backward reuses the forward's FP8 x and w,
-// kept in the transposed layouts its products take: what is saved for it is one byte an element. Scales never leave the device (no host sync: the step is
-// captured as a CUDA graph). Here rather than in precision/ because models/ calls it and may use kernels/ only.
+// kept in the transposed layouts its products take: what is saved for it is one byte an element. Scales never
+// leave the device (no host sync: the step is captured as a CUDA graph). Here rather than in precision/ because
+// models/ calls it and may use kernels/ only.
 #pragma once
 
 #include <torch/torch.h>
