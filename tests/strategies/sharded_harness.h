@@ -254,21 +254,14 @@ void expect_zero_arithmetic(const ZeroSetup& s, const std::string& dir, int worl
   const double expected_params = stage >= 3 ? full / shards : full;
   const double expected_grads = stage >= 2 ? full / shards : full;
   const double expected_optimizer = (slots + copies) * full / (stage >= 1 ? shards : 1);
-  const double alignment_bytes = 28.0 * static_cast<double>(Mlp().parameters().size());
   for (int r = 0; r < world; ++r) {
     torch::Tensor bytes;
     torch::load(bytes, rank_file(dir, "bytes", r));
     const auto b = bytes.to(torch::kDouble);
-    // Within 10%, and above it by no more than the layout's alignment: each parameter starts on a 16-byte
-    // boundary and each group's shard ends on one (at most 12 + 16 bytes a parameter of this small model).
-    // `layouts`: how many tensors of the flat layout the figure counts.
-    const auto expect_about = [&](double actual, double expected, double layouts, const std::string& what) {
-      EXPECT_GE(actual, 0.9 * expected) << s.strategy << " rank " << r << " " << what;
-      EXPECT_LE(actual, 1.1 * expected + layouts * alignment_bytes) << s.strategy << " rank " << r << " " << what;
-    };
-    expect_about(b[0].item<double>(), expected_params, 1, "params");
-    expect_about(b[1].item<double>(), expected_grads, 1, "grads");
-    expect_about(b[2].item<double>(), expected_optimizer, slots + copies, "optimizer");
+    EXPECT_NEAR(b[0].item<double>(), expected_params, 0.1 * expected_params) << s.strategy << " rank " << r << " params";
+    EXPECT_NEAR(b[1].item<double>(), expected_grads, 0.1 * expected_grads) << s.strategy << " rank " << r << " grads";
+    EXPECT_NEAR(b[2].item<double>(), expected_optimizer, 0.1 * expected_optimizer)
+        << s.strategy << " rank " << r << " optimizer";
     if (stage == 3) {
       EXPECT_EQ(b[3].item<double>(), 0) << "zero3 rank " << r << ": parameters still hold storage between steps";
     } else {

@@ -113,7 +113,7 @@ void FlatParamGroup::bind_gradients() {
   if (policy_.shards_gradients || grad_full_.defined()) return;
   torch::NoGradGuard no_grad;
   grad_full_ = torch::empty({flat_->padded_numel()}, grad_options_);
-  flat_->zero_padding(grad_full_);
+  grad_full_.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
   bind_gradients_to_views(flat_->params(), flat_->split(grad_full_));
 }
 
@@ -132,7 +132,7 @@ void FlatParamGroup::release_gradients() {
 
 void FlatParamGroup::take_grads(const torch::Tensor& into, std::vector<torch::Tensor>* hold) {
   torch::NoGradGuard no_grad;
-  flat_->zero_padding(into);
+  into.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
   const auto views = flat_->split(into);
   for (size_t i = 0; i < views.size(); ++i) {
     auto param = flat_->params()[i];

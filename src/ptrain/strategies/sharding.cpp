@@ -10,19 +10,6 @@
 
 namespace ptrain::strategies {
 
-namespace {
-
-// Where every parameter starts and every shard ends. Copies between a parameter's own tensor and its place
-// in the layout (the gradients into a reduce-scatter's input, a one-rank collective's copy) run 16 bytes at a
-// time only between 16-byte aligned addresses: GPT-2 small's zero2 step on one H200 spent 1.4 ms a step in
-// 4-byte copies (`memcpy32_post`) with parameters packed back to back (docs/results, 2026-12-03
-// strategies). PyTorch's FSDP aligns its flat parameter's members the same way.
-constexpr int64_t kAlignmentBytes = 16;
-
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-}  // namespace
-
 FlatParams::FlatParams(std::vector<torch::Tensor> params, std::vector<std::string> names, int64_t rank,
                        int64_t world_size)
     : params_(std::move(params)), names_(std::move(names)), rank_(rank), world_size_(world_size) {
@@ -31,20 +18,15 @@ FlatParams::FlatParams(std::vector<torch::Tensor> params, std::vector<std::strin
   check(world_size_ > 0 && rank_ >= 0 && rank_ < world_size_, "sharding: rank outside the world");
   const auto dtype = params_.front().scalar_type();
   const auto device = params_.front().device();
-  const int64_t align = std::max<int64_t>(1, kAlignmentBytes / static_cast<int64_t>(c10::elementSize(dtype)));
-  std::vector<int64_t> padding;
   for (size_t i = 0; i < params_.size(); ++i) {
     check(params_[i].scalar_type() == dtype && params_[i].device() == device,
           "sharding: parameter '" + names_[i] + "' differs in dtype or device from '" + names_.front() +
               "' of its flat group");
     check(params_[i].is_non_overlapping_and_dense(), "sharding: parameter '" + names_[i] + "' is not dense");
-    offsets_.push_back(round_up(extent_, align));
-    for (int64_t gap = extent_; gap < offsets_.back(); ++gap) padding.push_back(gap);
-    extent_ = offsets_.back() + params_[i].numel();
+    offsets_.push_back(numel_);
+    numel_ += params_[i].numel();
   }
-  shard_numel_ = round_up((extent_ + world_size_ - 1) / world_size_, align);
-  for (int64_t tail = extent_; tail < padded_numel(); ++tail) padding.push_back(tail);
-  if (!padding.empty()) padding_index_ = torch::tensor(padding, torch::kLong).to(device);
+  shard_numel_ = (numel_ + world_size_ - 1) / world_size_;
   full_ = torch::zeros({padded_numel()}, params_.front().options().requires_grad(false));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -64,14 +46,6 @@ torch::Tensor FlatParams::view_of(const torch::Tensor& flat, size_t i) const {
 torch::Tensor FlatParams::shard_of(const torch::Tensor& flat) const {
   check(flat.numel() == padded_numel(), "sharding: shard_of a tensor outside the flat layout");
   return flat.narrow(0, rank_ * shard_numel_, shard_numel_);
-}
-
-void FlatParams::zero_padding(const torch::Tensor& flat) const {
-  check(flat.numel() == padded_numel() && flat.dim() == 1, "sharding: zero_padding of a tensor outside the flat layout");
-  if (!padding_index_.defined()) return;
-  torch::NoGradGuard no_grad;
-  const auto& index = padding_index_.device() == flat.device() ? padding_index_ : padding_index_.to(flat.device());
-  flat.index_fill_(0, index, 0);
 }
 
 torch::Tensor FlatParams::join(const std::vector<torch::Tensor>& per_param, const torch::TensorOptions& options) const {

@@ -1,7 +1,7 @@
 // The machinery the data-parallel strategies share: how parameters are grouped for the reduction of
 // their gradients (DDP's buckets, the ZeRO stages' and FSDP's groups) and, for the sharded strategies,
-// parameters of one dtype laid out one after another in one flat buffer, each starting on a 16-byte boundary
-// and padded so that it splits into world_size shards of equal size, each a multiple of 16 bytes; the
+// parameters of one dtype laid out back to back in one flat buffer, padded so that it splits into
+// world_size shards of equal size; the
 // parameters themselves become views of that buffer, so one collective over the buffer moves them all,
 // and a shard is a plain offset. The buffer's storage can be freed and regrown in place: parameter
 // objects, and the views autograd saved of them, stay valid across the gap.
@@ -30,8 +30,7 @@ class FlatParams {
 
   const std::vector<torch::Tensor>& params() const { return params_; }
   const std::vector<std::string>& names() const { return names_; }
-  // Where the last parameter ends: the parameters' elements and the alignment gaps between them.
-  int64_t extent() const { return extent_; }
+  int64_t numel() const { return numel_; }                // the parameters' elements, without padding
   int64_t shard_numel() const { return shard_numel_; }    // every rank's shard, padding included
   int64_t padded_numel() const { return shard_numel_ * world_size_; }
   int64_t offset(size_t i) const { return offsets_[i]; }  // where parameter i starts in the flat layout
@@ -41,10 +40,6 @@ class FlatParams {
   torch::Tensor shard() const { return shard_of(full_); }
   // This rank's slice of any tensor of the flat layout (padded_numel() elements).
   torch::Tensor shard_of(const torch::Tensor& flat) const;
-  // Zeros what no parameter covers (the gaps that align them, the tail that evens the shards) in a tensor of the
-  // flat layout, so that a buffer allocated uninitialised and filled parameter by parameter reduces, clips and
-  // steps as if the padding were not there.
-  void zero_padding(const torch::Tensor& flat) const;
 
   // The flat layout of per-parameter tensors (in params() order, each of its parameter's shape), and back:
   // split() returns views of flat with each parameter's shape and strides.
@@ -63,9 +58,8 @@ class FlatParams {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<int64_t> offsets_;
-  int64_t rank_, world_size_, extent_ = 0, shard_numel_ = 0;
+  int64_t rank_, world_size_, numel_ = 0, shard_numel_ = 0;
   torch::Tensor full_;
-  torch::Tensor padding_index_;  // the padding's positions, on the parameters' device
   bool allocated_ = true;
 };
 

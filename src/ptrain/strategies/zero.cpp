@@ -478,7 +478,7 @@ class ZeroTarget final : public UpdateTarget {
     }
   }
 
-  // The layout, per group: {"key", "numel" (the extent: parameters and the gaps aligning them), "shard_numel", "shard_index", "shard_count", "params": [{"name",
+  // The layout, per group: {"key", "numel", "shard_numel", "shard_index", "shard_count", "params": [{"name",
   // "shape", "offset"}]}; the parameters' shards are the optimizer's (fp32 masters where there are any).
   io::NamedTensors local_shards(const io::NamedTensors& optimizer_state, nlohmann::json* layout) override {
     auto& s = *s_;
@@ -487,7 +487,7 @@ class ZeroTarget final : public UpdateTarget {
     for (size_t g = 0; g < params_.size(); ++g) {
       const auto& flat = s.groups[g]->flat();
       nlohmann::json group = {{"key", names_[g]},
-                              {"numel", flat.extent()},
+                              {"numel", flat.numel()},
                               {"shard_numel", flat.shard_numel()},
                               {"shard_index", s.groups[g]->shard_index()},
                               {"shard_count", s.groups[g]->shard_count()},
