@@ -331,7 +331,7 @@ def nvml_handle(nvml, cuda_index):
 
 
 class NvmlSampler:
-    """GPU utilisation and device memory in use over this process's GPUs, sampled every 100 ms, as ptrain's
+    """GPU utilisation and device memory in use over this process's GPUs, sampled every 10 ms, as ptrain's
     sampler does: each sample's utilisation is averaged over the GPUs, its peak is the busiest GPU's."""
 
     def __init__(self, cuda_indices):
@@ -360,7 +360,7 @@ class NvmlSampler:
             self.util_means.append(sum(utils) / len(utils))
             self.util_peak = max(utils) if self.util_peak is None else max(self.util_peak, max(utils))
             self.mem_peak = used if self.mem_peak is None else max(self.mem_peak, used)
-            self.stopping.wait(0.1)
+            self.stopping.wait(0.01)
 
     def stop(self):
         self.stopping.set()
