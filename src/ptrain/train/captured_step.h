@@ -22,6 +22,10 @@ class CapturedStep {
   virtual void capture(const std::function<void()>& fn) = 0;
   // Runs the recorded step on the current stream.
   virtual void replay() = 0;
+  // Once no step is left to replay: waits for the last replay, frees the graph and returns its private pool's
+  // memory to the driver, so that what runs after training (the final evaluation) does not stack its memory on
+  // the pool's. replay() is refused after.
+  virtual void release() = 0;
 };
 
 // nullptr where there are no CUDA graphs: CPU builds, and CPU devices.

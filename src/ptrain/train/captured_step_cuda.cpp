@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -71,8 +72,18 @@ class CudaCapturedStep final : public CapturedStep {
   }
 
   void replay() override {
-    check(captured_, "CUDA graph: replay() before a successful capture()");
+    check(captured_, "CUDA graph: replay() before a successful capture(), or after release()");
     graph_.replay();
+  }
+
+  void release() override {
+    if (!captured_) return;
+    c10::cuda::CUDAGuard device_guard(device_);
+    c10::cuda::device_synchronize();  // the pool's memory goes only once no replay reads it
+    graph_.reset();
+    captured_ = false;
+    // Blocks still in use (the gradients the graph allocated) stay; the rest of the pool goes back.
+    c10::cuda::CUDACachingAllocator::emptyCache();
   }
 
  private:

@@ -1,5 +1,6 @@
 #include "ptrain/train/step_runner.h"
 
+#include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 
 namespace ptrain::train {
@@ -34,6 +35,7 @@ void StepRunner::capture(const Batches& images, const Batches& labels) {
 }
 
 void StepRunner::run(const Batches& images, const Batches& labels) {
+  check(!released_, "step runner: a step after release_graph()");
   if (captured_) {
     for (size_t m = 0; m < images.size(); ++m) {
       static_images_[m].copy_(images[m]);
@@ -54,6 +56,13 @@ void StepRunner::run(const Batches& images, const Batches& labels) {
     device_step_(images, labels);
   }
   phases_.end_step();
+}
+
+void StepRunner::release_graph() {
+  if (graph_) graph_->release();
+  static_images_.clear();
+  static_labels_.clear();
+  released_ = true;
 }
 
 int64_t StepRunner::take_replays() {

@@ -30,8 +30,10 @@ class StepRunner {
   void run(const Batches& images, const Batches& labels);
   // The steps replayed since the last call (the phase timer cannot see inside a replay).
   int64_t take_replays();
-  // Whether the steps are being replayed from a captured graph.
+  // Whether the steps are (or, after release_graph(), were) replayed from a captured graph.
   bool captured() const { return captured_; }
+  // After the last step: the captured graph and its memory go (CapturedStep::release); run() is refused after.
+  void release_graph();
 
  private:
   void capture(const Batches& images, const Batches& labels);
@@ -40,6 +42,7 @@ class StepRunner {
   metrics::StepPhaseTimer& phases_;
   DeviceStep device_step_;
   bool captured_ = false;
+  bool released_ = false;
   int64_t eager_steps_ = 0;
   int64_t replays_ = 0;
   Batches static_images_, static_labels_;
