@@ -4,9 +4,11 @@
 Prints the device's used memory (torch.cuda.mem_get_info, what nvidia-smi shows) after creating the CUDA
 context, after init_process_group("nccl"), after an all-reduce, and after an all-gather and a reduce-scatter of
 4 MiB, beside the caching allocator's own reserve: the part of a multi-process strategy's device memory that no
-strategy can give back while its collectives run through NCCL.
+strategy can give back while its collectives run through NCCL. NCCL's settings come from the environment, e.g.
+`NCCL_MAX_CTAS=1`, which ptrain sets in the communicator's config for a group of one rank (nccl_group_cuda.cpp).
 
     python3 scripts/nccl_memory_probe.py
+    NCCL_MAX_CTAS=1 python3 scripts/nccl_memory_probe.py
 """
 import os
 
