@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the time of a traced run went: reads a Chrome trace that `ptrain train --profile-out` wrote (Kineto's
 format on CUDA builds, the legacy profiler's event list on CPU builds) and prints, per traced step, the span,
-the time the GPU was busy (the union of its kernels' intervals), and the kernels or operators that took the
+the time the GPU was busy (the union of its kernels' intervals) and idle between them, and the kernels or operators that took the
 most time, grouped into families (convolution, matrix multiply, normalisation, elementwise, reductions,
 optimizer, copies, attention, loss, collectives). Where kernels ran on several CUDA streams (the data-parallel
 strategies' reductions and all-gathers on streams of their own), the account of the overlap: per stream its busy
@@ -34,6 +34,10 @@ FAMILIES = [
     ("reduction", r"reduce|sum|argmax|max_|norm"),
     ("elementwise", r"elementwise|vectorized|unrolled|relu|gelu|add|mul|threshold|where|fill"),
 ]
+
+
+# Shorter gaps between kernels are launch latency, which a busy GPU hides.
+GAP_US = 5.0
 
 
 def family(name):
@@ -80,6 +84,14 @@ def intersection_length(a, b):
         else:
             j += 1
     return total
+
+
+def idle_gaps(intervals, longer_than):
+    """The stretches between merged intervals longer than `longer_than`: how many, and their total length. Inside a
+    captured step, where the host launches nothing, they are the GPU waiting on dependencies between streams."""
+    spans = merged(intervals)
+    gaps = [b - e for (_, e), (b, _) in zip(spans, spans[1:]) if b - e > longer_than]
+    return len(gaps), sum(gaps)
 
 
 def stream_of(event):
@@ -149,6 +161,9 @@ def main():
         k_end = max(float(e["ts"]) + float(e["dur"]) for e in kernels)
         print(f"GPU: {len(kernels) / steps:.0f} kernels, busy {busy / 1000 / steps:.2f} ms of "
               f"{(k_end - k_begin) / 1000 / steps:.2f} ms ({100 * busy / max(1e-9, k_end - k_begin):.0f}%)"
+              + (" a step" if args.steps else ""))
+        count, idle = idle_gaps([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels], GAP_US)
+        print(f"GPU idle between kernels: {count / steps:.0f} gaps over {GAP_US:.0f} us, {idle / 1000 / steps:.2f} ms"
               + (" a step" if args.steps else ""))
         rows = kernels
         streams = stream_account(kernels)

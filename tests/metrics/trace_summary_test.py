@@ -59,6 +59,22 @@ class StreamAccount(unittest.TestCase):
                       "idle 0.03", text)
         self.assertIn("collective", text)
 
+    def test_idle_gaps_between_kernels_of_every_stream(self):
+        # Busy 0-100 (compute, with stream 13 inside it), 110-140 (stream 13), 150-250: two gaps of 10 us. A gap of
+        # 3 us is launch latency, not counted.
+        intervals = [(float(k["ts"]), float(k["ts"]) + float(k["dur"])) for k in TRACE]
+        self.assertEqual(trace_summary.idle_gaps(intervals, 5.0), (2, 20.0))
+        self.assertEqual(trace_summary.idle_gaps(intervals + [(253.0, 260.0)], 5.0), (2, 20.0))
+        self.assertEqual(trace_summary.idle_gaps(intervals, 15.0), (0, 0))
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"traceEvents": TRACE}, f)
+        out = io.StringIO()
+        sys.argv = ["trace_summary.py", f.name, "--steps", "2"]
+        with redirect_stdout(out):
+            trace_summary.main()
+        os.unlink(f.name)
+        self.assertIn("GPU idle between kernels: 1 gaps over 5 us, 0.01 ms a step", out.getvalue())
+
     def test_one_stream_has_no_account(self):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump({"traceEvents": TRACE[:3]}, f)
