@@ -1281,6 +1281,7 @@ def main(argv=None):
                                "why": "lm_head and layers other than GPT's projections in bf16"}
         if is_language_model(a.model):
             extra["fp8_layers"]["kept_in_bf16"] = 1
+            extra["fp8_layers"]["head_in_fp8"] = False
     images_per_second = images / train_seconds if train_seconds else None
     record = {
         # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).

@@ -296,11 +296,13 @@ TEST(GptFp8, CountsTheProjectionsInFp8AndTheHeadKeptUnlessAsked) {
   const auto on = gpt.set_fp8_linear(true, {});
   EXPECT_EQ(on.fp8, 12);
   EXPECT_EQ(on.kept, 1);
+  EXPECT_FALSE(on.head_in_fp8);
   EXPECT_NE(on.why.find("lm_head"), std::string::npos) << on.why;
   EXPECT_NE(on.why.find("--fp8-head"), std::string::npos) << on.why;
   const auto with_head = gpt.set_fp8_linear(true, {/*head=*/true});
   EXPECT_EQ(with_head.fp8, 13);
   EXPECT_EQ(with_head.kept, 0);
+  EXPECT_TRUE(with_head.head_in_fp8);
   EXPECT_TRUE(with_head.why.empty()) << with_head.why;
   // Replicas (dp) run as their original.
   const auto replica = std::dynamic_pointer_cast<Gpt>(gpt.make_replica());
@@ -321,6 +323,7 @@ TEST(GptFp8, FeaturesNotMultiplesOf16KeepBf16AndSaySo) {
   const auto head = odd_vocab.set_fp8_linear(true, {/*head=*/true});
   EXPECT_EQ(head.fp8, 12);
   EXPECT_EQ(head.kept, 1);
+  EXPECT_FALSE(head.head_in_fp8) << "asked for, but the shapes keep it in bf16";
   EXPECT_NE(head.why.find("lm_head: 50 x 64"), std::string::npos) << head.why;
   // With them the head comes padded to 128 rows, which FP8 takes.
   odd_vocab.set_fused_kernels(true);

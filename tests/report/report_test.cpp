@@ -877,6 +877,10 @@ TEST(BenchReport, SideBySideMatchesFp8RunsOfTheSameRecipeOnly) {
   delayed.extra["fp8_layers"] = {{"fp8", 49}, {"kept_in_bf16", 0}, {"scaling", "delayed (amax history of 16)"}};
   // Named as the bench names it: before the plain run in the report's order.
   write_json(runs / "ptrain" / "fp8-delayed-head-single.json", metrics::to_json(delayed));
+  // The head in FP8 while another layer stays in bf16: the record's head_in_fp8 tells it, not the count kept.
+  RunRecord head_only = speed_record("ptrain", "gpt-small", "fp8", 520, 12);
+  head_only.extra["fp8_layers"] = {{"fp8", 48}, {"kept_in_bf16", 1}, {"head_in_fp8", true}, {"scaling", "dynamic"}};
+  write_json(runs / "ptrain" / "fp8-head-single.json", metrics::to_json(head_only));
   RunRecord compiled = speed_record("pytorch", "gpt-small", "fp8", 400, 16);
   compiled.compiled = true;
   compiled.extra["fp8_layers"] = {{"fp8", 48}, {"kept_in_bf16", 1}, {"scaling", "dynamic"}};

@@ -225,6 +225,7 @@ Fp8Layers Gpt::set_fp8_linear(bool on, const Fp8Options& options) {
                   " not multiples of 16");
   } else {
     ++layers.fp8;
+    layers.head_in_fp8 = true;
   }
   for (const auto& w : why) layers.why += (layers.why.empty() ? "" : "; ") + w;
   return layers;

@@ -26,6 +26,7 @@ struct Fp8Layers {
   int64_t fp8 = 0;   // linear layers whose products run in FP8
   int64_t kept = 0;  // linear and convolution layers kept in bf16
   std::string why;   // why those were kept; empty when none were
+  bool head_in_fp8 = false;  // a language model's output head is among the FP8 layers (--fp8-head, shapes allowing)
 };
 
 // How --precision fp8 runs: GPT's head in FP8 too (--fp8-head); each cast scaled by an amax history rather than

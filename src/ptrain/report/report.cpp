@@ -95,10 +95,13 @@ std::string fp8_recipe_of(const RunRecord& r) {
   if (scaling != layers->end() && scaling->is_string() && scaling->get<std::string>().rfind("delayed", 0) == 0) {
     recipe = "delayed scaling";
   }
+  // Records name the head outright; older ones only counted the layers kept in bf16, the head among them.
+  const auto head = layers->find("head_in_fp8");
   const auto kept = layers->find("kept_in_bf16");
-  if (kept != layers->end() && kept->is_number_integer() && kept->get<int64_t>() == 0) {
-    recipe += std::string(recipe.empty() ? "" : ", ") + "FP8 head";
-  }
+  const bool head_in_fp8 = head != layers->end() && head->is_boolean()
+                               ? head->get<bool>()
+                               : kept != layers->end() && kept->is_number_integer() && kept->get<int64_t>() == 0;
+  if (head_in_fp8) recipe += std::string(recipe.empty() ? "" : ", ") + "FP8 head";
   return recipe;
 }
 

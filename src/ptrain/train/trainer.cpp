@@ -138,6 +138,7 @@ void TrainingRun::build_model() {
       fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
                  " rows (batch x tokens) are not a multiple of 16: every layer falls back to bf16";
     record_.extra["fp8_layers"] = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
+                                   {"head_in_fp8", fp8.head_in_fp8},
                                    {"scaling", options.delayed_scaling
                                                    ? "delayed (amax history of " +
                                                          std::to_string(kernels::kFp8AmaxHistory) + ")"
