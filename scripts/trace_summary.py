@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Where the time of a traced run went: reads a Chrome trace that `ptrain train --profile-out` wrote (Kineto's
 format on CUDA builds, the legacy profiler's event list on CPU builds) and prints, per traced step, the span,
-the time the GPU was busy (the union of its kernels' intervals) and idle between them, and the kernels or operators that took the
-most time, grouped into families (convolution, matrix multiply, normalisation, elementwise, reductions,
-optimizer, copies, attention, loss, collectives). Where kernels ran on several CUDA streams (the data-parallel
+the time the GPU was busy (the union of its kernels' intervals) and idle between them, and the kernels or
+operators that took the most time, grouped into families (convolution, matrix multiply, normalisation,
+elementwise, reductions, optimizer, copies, attention, loss, collectives). Where kernels ran on several CUDA streams (the data-parallel
 strategies' reductions and all-gathers on streams of their own), the account of the overlap: per stream its busy
 time, how much of it ran while the compute stream (the busiest) was busy too, and how much ran alone, with the
 compute stream idle: communication the step waited for.
