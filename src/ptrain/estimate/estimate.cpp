@@ -105,12 +105,10 @@ ModelStates model_states(const StateLayout& layout, int64_t parameters, const pr
 
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
                          const config::TrainConfig& config, bool cpu) {
-  const std::string offload_suffix = "+offload";
-  const bool offload = strategy.size() > offload_suffix.size() && ends_with(strategy, offload_suffix);
+  std::string sharded = strategy;
+  const bool offload = remove_suffix(sharded, "+offload");
   StateLayout layout;
-  layout.strategy = strategies::StrategySpec::parse(offload ? strategy.substr(0, strategy.size() - offload_suffix.size())
-                                                            : strategy,
-                                                    config.sharding.fsdp_sharding);
+  layout.strategy = strategies::StrategySpec::parse(sharded, config.sharding.fsdp_sharding);
   check(!offload || layout.strategy.can_offload_optimizer(),
         "ptrain estimate: no memory arithmetic for strategy '" + strategy + "'");
   layout.devices = devices;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -48,8 +47,8 @@ size_t strategy_rank(const std::string& strategy) { return rank_in(strategies::S
 // Precisions in the policy's order, from full to least, each mode's "+master" (fp32 master weights) after it.
 constexpr char kMasterSuffix[] = "+master";
 size_t precision_rank(const std::string& precision) {
-  const bool master = precision.size() > std::strlen(kMasterSuffix) && ends_with(precision, kMasterSuffix);
-  const std::string mode = master ? precision.substr(0, precision.size() - std::strlen(kMasterSuffix)) : precision;
+  std::string mode = precision;
+  const bool master = remove_suffix(mode, kMasterSuffix);
   return 2 * rank_in(precision::precision_names(), mode) + (master ? 1 : 0);
 }
 

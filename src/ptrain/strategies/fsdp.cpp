@@ -26,7 +26,7 @@ std::string type_of(const torch::nn::Module& module) {
   std::string name = module.name();
   const auto colon = name.rfind("::");
   if (colon != std::string::npos) name = name.substr(colon + 2);
-  if (name.size() > 4 && ends_with(name, "Impl")) name.resize(name.size() - 4);
+  remove_suffix(name, "Impl");
   return name;
 }
 
