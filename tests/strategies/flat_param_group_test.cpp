@@ -141,6 +141,41 @@ TEST(FlatParamGroup, NoShardKeepsOneShardOfEverythingAndSumsInTheReduceDtype) {
   });
 }
 
+// Gradients in every layout reach the reduction in their parameters' places: runs of gradients laid out as their
+// parameters go in with one copy, a gradient of other strides alone, a missing one as zeros.
+TEST(FlatParamGroup, GradientsOfEveryLayoutAreTakenIntoTheirPlaces) {
+  run_two_ranks([](int rank, const ShardMesh& mesh) {
+    const auto values = [](int64_t n, float from) { return torch::arange(from, from + static_cast<float>(n)); };
+    std::vector<torch::Tensor> params{
+        values(3, 1).requires_grad_(),                                                   // a: contiguous
+        values(6, 4).reshape({2, 3}).requires_grad_(),                                    // b: contiguous
+        values(8, 10).reshape({1, 2, 2, 2}).contiguous(torch::MemoryFormat::ChannelsLast).requires_grad_(),  // c
+        values(4, 18).reshape({2, 2}).requires_grad_(),                                   // d: gets a transposed gradient
+        values(2, 22).requires_grad_(),                                                   // e: gets none
+        values(3, 24).requires_grad_()};                                                  // f: contiguous
+    const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero2));
+    FlatParamGroup group(params, {"a", "b", "c", "d", "e", "f"}, policy, mesh, torch::kCPU, torch::kCPU,
+                         dist::make_comm_streams(torch::kCPU));
+    expect_true(params[2].is_contiguous(torch::MemoryFormat::ChannelsLast), "c stays channels-last", rank);
+    const float times = static_cast<float>(rank + 1);
+    std::vector<torch::Tensor> wanted;  // the average over both ranks: 1.5 times rank 0's
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto grad = (-params[i].detach() * 2 + 0.5).contiguous(params[i].suggest_memory_format());
+      wanted.push_back((i == 4 ? torch::zeros_like(grad) : grad * 1.5).contiguous());  // in logical order
+      if (i == 4) continue;
+      params[i].mutable_grad() = i == 3 ? (grad * times).t().contiguous().t() : grad * times;
+    }
+    expect_true(!params[3].grad().is_contiguous(), "d's gradient has other strides than d", rank);
+    reduce_alone(group, std::nullopt);
+    const auto parts = group.gather_split(group.grad_shard());
+    for (size_t i = 0; i < params.size(); ++i) {
+      expect_values(parts[i], std::vector<float>(wanted[i].data_ptr<float>(), wanted[i].data_ptr<float>() + wanted[i].numel()),
+                    std::string("the averaged gradient of ") + group.names()[i], rank);
+      expect_true(!params[i].grad().defined(), "reduce clears .grad()", rank);
+    }
+  });
+}
+
 TEST(ShardingPolicy, EachStrategyAnswersWhatItShardsAndWhenItReleases) {
   const auto zero1 = ShardingPolicy::of(StrategySpec(StrategyKind::zero1));
   EXPECT_TRUE(zero1.shards_optimizer_state && !zero1.shards_gradients && !zero1.shards_parameters);
