@@ -60,7 +60,7 @@ struct DistributedDataParallel::Reducer {
     auto& bucket = buckets[b];
     if (bucket.flat.defined()) return;
     torch::NoGradGuard no_grad;
-    bucket.flat = torch::empty({bucket.numel}, params[bucket.params.front()].options().requires_grad(false));
+    bucket.flat = torch::zeros({bucket.numel}, params[bucket.params.front()].options().requires_grad(false));
     std::vector<torch::Tensor> members, views;
     for (const size_t index : bucket.params) {
       members.push_back(params[index]);

@@ -112,8 +112,7 @@ ReductionSlot FlatParamGroup::reduction() {
 void FlatParamGroup::bind_gradients() {
   if (policy_.shards_gradients || grad_full_.defined()) return;
   torch::NoGradGuard no_grad;
-  grad_full_ = torch::empty({flat_->padded_numel()}, grad_options_);
-  grad_full_.narrow(0, flat_->numel(), flat_->padded_numel() - flat_->numel()).zero_();
+  grad_full_ = torch::zeros({flat_->padded_numel()}, grad_options_);
   bind_gradients_to_views(flat_->params(), flat_->split(grad_full_));
 }
 

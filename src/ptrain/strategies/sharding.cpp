@@ -220,11 +220,7 @@ void bind_gradients_to_views(const std::vector<torch::Tensor>& params, const std
   for (size_t i = 0; i < params.size(); ++i) {
     torch::Tensor param = params[i];
     auto& grad = param.mutable_grad();
-    if (grad.defined()) {
-      views[i].copy_(grad);
-    } else {
-      views[i].zero_();
-    }
+    if (grad.defined()) views[i].copy_(grad);
     grad = views[i];
   }
 }

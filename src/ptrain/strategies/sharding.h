@@ -91,8 +91,10 @@ std::vector<std::vector<size_t>> ddp_buckets(const std::vector<torch::Tensor>& p
 // Whether grad is `view` itself (the same memory, laid out the same): a gradient that lives in its reduction
 // buffer (ddp's buckets, the flat groups' replicated gradients), which autograd accumulated into in place.
 bool is_gradient_view(const torch::Tensor& grad, const torch::Tensor& view);
-// Each parameter's gradient moves into its view of a reduction buffer (zeros where it has none) and becomes that
-// view, so that autograd accumulates there: DDP's buckets and the flat groups' gradient buffers.
+// Each parameter's gradient moves into its view of a reduction buffer and becomes that view, so that autograd
+// accumulates there: DDP's buckets and the flat groups' gradient buffers. The buffer comes zeroed (one fill, where a
+// fill a parameter costs a kernel each: ddp on GPT-2 small, one H200, 445.6 against 443.9 sequences/s), so a
+// parameter without a gradient keeps zeros.
 void bind_gradients_to_views(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& views);
 
 // Makes the tensors (a model's buffers: batch-norm running statistics) views of one flat buffer per dtype and
