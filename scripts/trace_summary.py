@@ -94,6 +94,22 @@ def idle_gaps(intervals, longer_than):
     return len(gaps), sum(gaps)
 
 
+def moves_data(event):
+    """Collectives, and the driver's copy kernels and copies: NCCL runs a one-rank group's collectives as device
+    copies (memcpy32_post, memcpy128 inside a CUDA graph), so at world size 1 they are the collectives."""
+    name = str(event.get("name", ""))
+    return event.get("cat") == "gpu_memcpy" or name.startswith("memcpy") or family(name) == "collective"
+
+
+def data_movement(kernels):
+    """(busy, alone): the time collectives and device copies ran, and the part of it no other kernel ran beside on
+    any stream: what the step waited for. Unlike the per-stream account, it holds where a captured step's graph
+    spreads its compute over several streams."""
+    moving = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels if moves_data(e)]
+    other = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels if not moves_data(e)]
+    return union_length(moving), union_length(moving + other) - union_length(other)
+
+
 def stream_of(event):
     args = event.get("args") or {}
     return args.get("stream", event.get("tid"))
@@ -165,6 +181,11 @@ def main():
         count, idle = idle_gaps([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels], GAP_US)
         print(f"GPU idle between kernels: {count / steps:.0f} gaps over {GAP_US:.0f} us, {idle / 1000 / steps:.2f} ms"
               + (" a step" if args.steps else ""))
+        moving, alone = data_movement(kernels)
+        if moving > 0:
+            print(f"collectives and device copies: {moving / 1000 / steps:.2f} ms"
+                  + (" a step" if args.steps else "") + f", {alone / 1000 / steps:.2f} ms of it with no other kernel "
+                  "running")
         rows = kernels
         streams = stream_account(kernels)
         if len(streams) > 1:

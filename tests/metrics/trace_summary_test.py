@@ -75,6 +75,28 @@ class StreamAccount(unittest.TestCase):
         os.unlink(f.name)
         self.assertIn("GPU idle between kernels: 1 gaps over 5 us, 0.01 ms a step", out.getvalue())
 
+    def test_data_movement_alone_counts_compute_on_every_stream(self):
+        # A captured step's compute on two streams (7: 0-100, 9: 100-150) and the driver's copies standing in for a
+        # one-rank group's collectives on stream 13: 90-120 runs beside compute throughout, 150-170 alone; an
+        # all-reduce on 17 at 160-180 overlaps the second copy, 170-180 alone too.
+        trace = [kernel("sm90_xmma_gemm_bf16", 7, 0, 100), kernel("vectorized_elementwise_kernel", 9, 100, 50),
+                 kernel("memcpy32_post", 13, 90, 30), kernel("memcpy128", 13, 150, 20),
+                 kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 17, 160, 20)]
+        self.assertEqual(trace_summary.data_movement(trace), (60.0, 30.0))
+        # The per-stream account measures against stream 7 alone, the busiest: it counts the copy's 100-120, beside
+        # stream 9's compute, as alone.
+        copies = [s for s in trace_summary.stream_account(trace) if s["stream"] == 13][0]
+        self.assertAlmostEqual(copies["alone"], 40.0)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"traceEvents": trace}, f)
+        out = io.StringIO()
+        sys.argv = ["trace_summary.py", f.name, "--steps", "1"]
+        with redirect_stdout(out):
+            trace_summary.main()
+        os.unlink(f.name)
+        self.assertIn("collectives and device copies: 0.06 ms a step, 0.03 ms of it with no other kernel running",
+                      out.getvalue())
+
     def test_one_stream_has_no_account(self):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump({"traceEvents": TRACE[:3]}, f)
