@@ -102,12 +102,22 @@ def moves_data(event):
 
 
 def data_movement(kernels):
-    """(busy, alone): the time collectives and device copies ran, and the part of it no other kernel ran beside on
-    any stream: what the step waited for. Unlike the per-stream account, it holds where a captured step's graph
-    spreads its compute over several streams."""
-    moving = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels if moves_data(e)]
-    other = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels if not moves_data(e)]
-    return union_length(moving), union_length(moving + other) - union_length(other)
+    """(busy, alone, by_name): the time collectives and device copies ran, and the part of it no other kernel ran
+    beside on any stream: what the step waited for; by_name: the same pair per kernel name, busiest first. Unlike
+    the per-stream account, it holds where a captured step's graph spreads its compute over several streams."""
+    def span(e):
+        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
+    other = [tuple(iv) for iv in merged([span(e) for e in kernels if not moves_data(e)])]
+    other_length = sum(e - b for b, e in other)
+    names = collections.defaultdict(list)
+    for e in kernels:
+        if moves_data(e):
+            names[str(e.get("name", "?"))].append(span(e))
+    def account(intervals):
+        return union_length(intervals), union_length(intervals + other) - other_length
+    by_name = sorted(((name, *account(iv)) for name, iv in names.items()), key=lambda row: -row[1])
+    busy, alone = account([iv for ivs in names.values() for iv in ivs])
+    return busy, alone, by_name
 
 
 def stream_of(event):
@@ -181,11 +191,12 @@ def main():
         count, idle = idle_gaps([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels], GAP_US)
         print(f"GPU idle between kernels: {count / steps:.0f} gaps over {GAP_US:.0f} us, {idle / 1000 / steps:.2f} ms"
               + (" a step" if args.steps else ""))
-        moving, alone = data_movement(kernels)
+        moving, alone, by_name = data_movement(kernels)
         if moving > 0:
             print(f"collectives and device copies: {moving / 1000 / steps:.2f} ms"
                   + (" a step" if args.steps else "") + f", {alone / 1000 / steps:.2f} ms of it with no other kernel "
-                  "running")
+                  "running (" + ", ".join(f"{name[:40]} {b / 1000 / steps:.2f}, alone {a / 1000 / steps:.2f}"
+                                         for name, b, a in by_name[:3]) + ")")
         rows = kernels
         streams = stream_account(kernels)
         if len(streams) > 1:

@@ -82,7 +82,12 @@ class StreamAccount(unittest.TestCase):
         trace = [kernel("sm90_xmma_gemm_bf16", 7, 0, 100), kernel("vectorized_elementwise_kernel", 9, 100, 50),
                  kernel("memcpy32_post", 13, 90, 30), kernel("memcpy128", 13, 150, 20),
                  kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 17, 160, 20)]
-        self.assertEqual(trace_summary.data_movement(trace), (60.0, 30.0))
+        busy, alone, by_name = trace_summary.data_movement(trace)
+        self.assertEqual((busy, alone), (60.0, 30.0))
+        # Per kernel: memcpy32_post 90-120 beside compute; memcpy128 150-170 alone; the all-reduce 160-180, 170-180
+        # alone.
+        self.assertEqual(by_name, [("memcpy32_post", 30.0, 0.0), ("memcpy128", 20.0, 20.0),
+                                   ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20.0, 20.0)])
         # The per-stream account measures against stream 7 alone, the busiest: it counts the copy's 100-120, beside
         # stream 9's compute, as alone.
         copies = [s for s in trace_summary.stream_account(trace) if s["stream"] == 13][0]
@@ -94,7 +99,9 @@ class StreamAccount(unittest.TestCase):
         with redirect_stdout(out):
             trace_summary.main()
         os.unlink(f.name)
-        self.assertIn("collectives and device copies: 0.06 ms a step, 0.03 ms of it with no other kernel running",
+        self.assertIn("collectives and device copies: 0.06 ms a step, 0.03 ms of it with no other kernel running "
+                      "(memcpy32_post 0.03, alone 0.00, memcpy128 0.02, alone 0.02, ncclDevKernel_AllReduce_Sum_f32_RIN"
+                      "G_LL 0.02, alone 0.02)",
                       out.getvalue())
 
     def test_one_stream_has_no_account(self):
