@@ -32,6 +32,20 @@ TRACE = [
 ]
 
 
+def printed_summary(trace, *flags):
+    """What trace_summary.py prints for these events (written to a temporary trace file), and its exit status."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"traceEvents": trace}, f)
+    out = io.StringIO()
+    sys.argv = ["trace_summary.py", f.name, *flags]
+    try:
+        with redirect_stdout(out):
+            status = trace_summary.main()
+    finally:
+        os.unlink(f.name)
+    return out.getvalue(), status
+
+
 class StreamAccount(unittest.TestCase):
     def test_overlap_and_exposed_time_per_stream(self):
         streams = trace_summary.stream_account(TRACE)
@@ -46,14 +60,8 @@ class StreamAccount(unittest.TestCase):
         self.assertEqual(streams[1]["families"].most_common(1)[0][0], "collective")
 
     def test_printed_account(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"traceEvents": TRACE}, f)
-        out = io.StringIO()
-        sys.argv = ["trace_summary.py", f.name, "--steps", "1"]
-        with redirect_stdout(out):
-            self.assertEqual(trace_summary.main(), 0)
-        os.unlink(f.name)
-        text = out.getvalue()
+        text, status = printed_summary(TRACE, "--steps", "1")
+        self.assertEqual(status, 0)
         self.assertIn("stream 7 (compute): 3 kernels (matmul 0.16, elementwise 0.04), busy 0.20", text)
         self.assertIn("stream 13: 2 kernels (collective 0.07), busy 0.07; beside compute 0.04 (57%), alone with compute "
                       "idle 0.03", text)
@@ -66,14 +74,8 @@ class StreamAccount(unittest.TestCase):
         self.assertEqual(trace_summary.idle_gaps(intervals, 5.0), (2, 20.0))
         self.assertEqual(trace_summary.idle_gaps(intervals + [(253.0, 260.0)], 5.0), (2, 20.0))
         self.assertEqual(trace_summary.idle_gaps(intervals, 15.0), (0, 0))
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"traceEvents": TRACE}, f)
-        out = io.StringIO()
-        sys.argv = ["trace_summary.py", f.name, "--steps", "2"]
-        with redirect_stdout(out):
-            trace_summary.main()
-        os.unlink(f.name)
-        self.assertIn("GPU idle between kernels: 1 gaps over 5 us, 0.01 ms a step", out.getvalue())
+        text, _ = printed_summary(TRACE, "--steps", "2")
+        self.assertIn("GPU idle between kernels: 1 gaps over 5 us, 0.01 ms a step", text)
 
     def test_data_movement_alone_counts_compute_on_every_stream(self):
         # A captured step's compute on two streams (7: 0-100, 9: 100-150) and the driver's copies standing in for a
@@ -92,27 +94,15 @@ class StreamAccount(unittest.TestCase):
         # stream 9's compute, as alone.
         copies = [s for s in trace_summary.stream_account(trace) if s["stream"] == 13][0]
         self.assertAlmostEqual(copies["alone"], 40.0)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"traceEvents": trace}, f)
-        out = io.StringIO()
-        sys.argv = ["trace_summary.py", f.name, "--steps", "1"]
-        with redirect_stdout(out):
-            trace_summary.main()
-        os.unlink(f.name)
+        text, _ = printed_summary(trace, "--steps", "1")
         self.assertIn("collectives and device copies: 0.06 ms a step, 0.03 ms of it with no other kernel running "
                       "(memcpy32_post 0.03, alone 0.00, memcpy128 0.02, alone 0.02, ncclDevKernel_AllReduce_Sum_f32_RIN"
                       "G_LL 0.02, alone 0.02)",
-                      out.getvalue())
+                      text)
 
     def test_one_stream_has_no_account(self):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump({"traceEvents": TRACE[:3]}, f)
-        out = io.StringIO()
-        sys.argv = ["trace_summary.py", f.name]
-        with redirect_stdout(out):
-            trace_summary.main()
-        os.unlink(f.name)
-        self.assertNotIn("streams (ms", out.getvalue())
+        text, _ = printed_summary(TRACE[:3])
+        self.assertNotIn("streams (ms", text)
 
 
 if __name__ == "__main__":
