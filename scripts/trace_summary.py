@@ -101,20 +101,23 @@ def moves_data(event):
     return event.get("cat") == "gpu_memcpy" or name.startswith("memcpy") or family(name) == "collective"
 
 
+def interval_of(event):
+    return float(event["ts"]), float(event["ts"]) + float(event["dur"])
+
+
 def data_movement(kernels):
     """(busy, alone, by_name): the time collectives and device copies ran, and the part of it no other kernel ran
     beside on any stream: what the step waited for; by_name: the same pair per kernel name, busiest first. Unlike
     the per-stream account, it holds where a captured step's graph spreads its compute over several streams."""
-    def span(e):
-        return float(e["ts"]), float(e["ts"]) + float(e["dur"])
-    other = [tuple(iv) for iv in merged([span(e) for e in kernels if not moves_data(e)])]
-    other_length = sum(e - b for b, e in other)
+    other = merged([interval_of(e) for e in kernels if not moves_data(e)])
     names = collections.defaultdict(list)
     for e in kernels:
         if moves_data(e):
-            names[str(e.get("name", "?"))].append(span(e))
+            names[str(e.get("name", "?"))].append(interval_of(e))
     def account(intervals):
-        return union_length(intervals), union_length(intervals + other) - other_length
+        spans = merged(intervals)
+        busy = sum(e - b for b, e in spans)
+        return busy, busy - intersection_length(spans, other)
     by_name = sorted(((name, *account(iv)) for name, iv in names.items()), key=lambda row: -row[1])
     busy, alone = account([iv for ivs in names.values() for iv in ivs])
     return busy, alone, by_name
@@ -133,7 +136,7 @@ def stream_account(kernels):
         by_stream[stream_of(e)].append(e)
     streams = []
     for stream, events in by_stream.items():
-        intervals = merged([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events])
+        intervals = merged([interval_of(e) for e in events])
         families = collections.Counter()
         for e in events:
             families[family(str(e.get("name", "?")))] += float(e["dur"])
@@ -182,13 +185,13 @@ def main():
     print(f"trace {args.trace}: {len(complete)} events, span {(end - begin) / 1000 / steps:.2f} ms"
           + (" a step" if args.steps else ""))
     if kernels:
-        busy = union_length([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels])
+        busy = union_length([interval_of(e) for e in kernels])
         k_begin = min(float(e["ts"]) for e in kernels)
         k_end = max(float(e["ts"]) + float(e["dur"]) for e in kernels)
         print(f"GPU: {len(kernels) / steps:.0f} kernels, busy {busy / 1000 / steps:.2f} ms of "
               f"{(k_end - k_begin) / 1000 / steps:.2f} ms ({100 * busy / max(1e-9, k_end - k_begin):.0f}%)"
               + (" a step" if args.steps else ""))
-        count, idle = idle_gaps([(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels], GAP_US)
+        count, idle = idle_gaps([interval_of(e) for e in kernels], GAP_US)
         print(f"GPU idle between kernels: {count / steps:.0f} gaps over {GAP_US:.0f} us, {idle / 1000 / steps:.2f} ms"
               + (" a step" if args.steps else ""))
         moving, alone, by_name = data_movement(kernels)

@@ -141,8 +141,8 @@ TEST(FlatParamGroup, NoShardKeepsOneShardOfEverythingAndSumsInTheReduceDtype) {
   });
 }
 
-// Gradients in every layout reach the reduction in their parameters' places: runs of gradients laid out as their
-// parameters go in with one copy, a gradient of other strides alone, a missing one as zeros.
+// Gradients in every layout reach the reduction in their parameters' places: contiguous and channels-last ones, one
+// of other strides than its parameter's, and a missing one as zeros.
 TEST(FlatParamGroup, GradientsOfEveryLayoutAreTakenIntoTheirPlaces) {
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     const auto values = [](int64_t n, float from) { return torch::arange(from, from + static_cast<float>(n)); };
