@@ -10,6 +10,9 @@ get_property(ptrain_components GLOBAL PROPERTY PTRAIN_COMPONENTS)
 if(TARGET ptrain_kernels_cuda)
   list(APPEND ptrain_components ptrain_kernels_cuda ptrain_kernels_cuda_exact)
 endif()
+if(TARGET ptrain_kernels_cudnn)
+  list(APPEND ptrain_components ptrain_kernels_cudnn)
+endif()
 install(TARGETS ptrain_pch ${ptrain_components} ptrain
         EXPORT ptrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <string>
+
 namespace ptrain::kernels::fused {
 
 // Whether this build has fused kernels for tensors on device.
@@ -58,6 +60,19 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const to
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
                                                bool with_residual, bool relu);
+
+// y = conv2d(x', weight) with x' = relu(x * scale + shift) when scale is defined (else x' = x), and y's sum
+// and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats.h). x and weight
+// channels-last fp16/bf16 of one dtype, C a multiple of 8; scale and shift [C], any float dtype.
+struct ConvStats {
+  torch::Tensor y, sum, sum_of_squares;
+};
+// Whether cuDNN has an engine for this graph on x's device (built and kept on first use, so call it outside
+// a CUDA graph capture); why not, in cuDNN's words, when it has none.
+bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                          bool prologue, std::string* why_not = nullptr);
+ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                     const torch::Tensor& scale, const torch::Tensor& shift);
 
 // Square max pooling of channels-last [N, C, H, W] x (C a multiple of 8, or of 4 in fp32; no dilation, floor
 // mode): y (channels-last) and, for the backward, the position of each output's maximum within its window

@@ -7,6 +7,9 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cuda/launch.h"
+#ifdef PTRAIN_WITH_CUDNN_GRAPHS
+#include "ptrain/kernels/cudnn/conv_stats.h"
+#endif
 #include "ptrain/kernels/fused.h"
 
 namespace ptrain::kernels::fused {
@@ -303,6 +306,89 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
                                  current_stream(logits));
   });
   return grad;
+}
+
+namespace {
+
+// The graph's shape for x and weight, or why the fusion does not apply to them.
+std::string conv_stats_shape_problem(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
+                                     int64_t padding) {
+  if (!x.is_cuda() || weight.device() != x.device()) return "x and weight must be on one CUDA device";
+  if (x.dim() != 4 || weight.dim() != 4) return "x and weight must be 4-D";
+  if (x.scalar_type() != torch::kHalf && x.scalar_type() != torch::kBFloat16) return "x must be fp16 or bf16";
+  if (weight.scalar_type() != x.scalar_type()) return "weight must have x's dtype";
+  if (weight.size(1) != x.size(1) || weight.size(2) != weight.size(3)) return "weight must be [K, C, R, R]";
+  if (x.size(1) % 8 != 0 || weight.size(0) % 8 != 0) return "channels must be multiples of 8";
+  if (stride < 1 || padding < 0) return "stride must be positive and padding non-negative";
+  if (x.size(2) + 2 * padding < weight.size(2) || x.size(3) + 2 * padding < weight.size(3))
+    return "the filter is larger than the padded input";
+  return {};
+}
+
+#ifdef PTRAIN_WITH_CUDNN_GRAPHS
+cudnn::ConvStatsShape conv_stats_shape(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
+                                       int64_t padding, bool prologue) {
+  cudnn::ConvStatsShape s;
+  s.n = x.size(0), s.c = x.size(1), s.h = x.size(2), s.w = x.size(3);
+  s.k = weight.size(0), s.r = weight.size(2), s.stride = stride, s.padding = padding;
+  s.dtype = x.scalar_type() == torch::kHalf ? cudnn::Dtype::kHalf : cudnn::Dtype::kBFloat16;
+  s.prologue = prologue;
+  return s;
+}
+#endif
+
+}  // namespace
+
+bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                          bool prologue, std::string* why_not) {
+  std::string problem = conv_stats_shape_problem(x, weight, stride, padding);
+#ifdef PTRAIN_WITH_CUDNN_GRAPHS
+  if (problem.empty()) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const auto plan = cudnn::conv_stats_plan(conv_stats_shape(x, weight, stride, padding, prologue));
+    if (!plan.supported) problem = "cuDNN has no engine for it: " + plan.why_not;
+  }
+#else
+  (void)prologue;
+  if (problem.empty()) problem = "this build found no cuDNN headers (cudnn.h) to build its fused graphs with";
+#endif
+  if (why_not) *why_not = problem;
+  return problem.empty();
+}
+
+ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                     const torch::Tensor& scale, const torch::Tensor& shift) {
+  const bool prologue = scale.defined();
+  std::string why_not;
+  check(conv_stats_supported(x, weight, stride, padding, prologue, &why_not), "fused conv_stats: " + why_not);
+  check(!prologue || (shift.defined() && scale.numel() == x.size(1) && shift.numel() == x.size(1)),
+        "fused conv_stats: scale and shift must both be [C]");
+#ifdef PTRAIN_WITH_CUDNN_GRAPHS
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto shape = conv_stats_shape(x, weight, stride, padding, prologue);
+  const auto xc = x.contiguous(at::MemoryFormat::ChannelsLast);
+  const auto wc = weight.contiguous(at::MemoryFormat::ChannelsLast);
+  torch::Tensor scale_io, shift_io;
+  if (prologue) {
+    scale_io = scale.reshape({-1}).to(x.scalar_type()).contiguous();
+    shift_io = shift.reshape({-1}).to(x.scalar_type()).contiguous();
+  }
+  ConvStats out;
+  out.y = torch::empty({shape.n, shape.k, shape.out_h(), shape.out_w()},
+                       x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  out.sum = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
+  out.sum_of_squares = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
+  const auto info = cudnn::conv_stats_plan(shape);
+  auto workspace = torch::empty({static_cast<int64_t>(info.workspace_bytes)}, x.options().dtype(torch::kUInt8));
+  launch("fused conv_stats", [&] {
+    cudnn::conv_stats(shape, xc.data_ptr(), wc.data_ptr(), data_or_null(scale_io), data_or_null(shift_io),
+                      out.y.data_ptr(), out.sum.data_ptr<float>(), out.sum_of_squares.data_ptr<float>(),
+                      info.workspace_bytes ? workspace.data_ptr() : nullptr, current_stream(x));
+  });
+  return out;
+#else
+  throw Error("fused conv_stats: unreachable without cuDNN graphs");
+#endif
 }
 
 }  // namespace ptrain::kernels::fused

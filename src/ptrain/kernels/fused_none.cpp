@@ -59,4 +59,14 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::
 
 Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }
 
+bool conv_stats_supported(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, bool, std::string* why_not) {
+  if (why_not) *why_not = "this ptrain was built without CUDA kernels";
+  return false;
+}
+
+ConvStats conv_stats(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, const torch::Tensor&,
+                     const torch::Tensor&) {
+  unavailable("fused conv_stats");
+}
+
 }  // namespace ptrain::kernels::fused
