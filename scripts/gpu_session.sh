@@ -74,6 +74,7 @@ step_build() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DPTRAIN_ORACLE_PYTHON="$(command -v python3)" \
+    -DPTRAIN_CUDNN_ROOT="$(python3 -c 'import nvidia.cudnn; print(nvidia.cudnn.__path__[0])' 2>/dev/null)" \
     2>&1 | tail -n 25
   if ! build_gpu "$OUT/build.log"; then
     # A unity batch that fails on LibTorch 2.x alone (two files' private helpers meeting, or a compiler crash
