@@ -8,10 +8,7 @@ include(CMakePackageConfigHelpers)
 get_property(ptrain_components GLOBAL PROPERTY PTRAIN_COMPONENTS)
 # CUDA builds link the nvcc-compiled kernels into ptrain_kernels: the archive installs with the rest.
 if(TARGET ptrain_kernels_cuda)
-  list(APPEND ptrain_components ptrain_kernels_cuda ptrain_kernels_cuda_exact)
-endif()
-if(TARGET ptrain_kernels_cudnn)
-  list(APPEND ptrain_components ptrain_kernels_cudnn)
+  list(APPEND ptrain_components ptrain_kernels_cuda ptrain_kernels_cuda_exact ptrain_kernels_cudnn)
 endif()
 install(TARGETS ptrain_pch ${ptrain_components} ptrain
         EXPORT ptrainTargets

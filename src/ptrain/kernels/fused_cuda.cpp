@@ -7,9 +7,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cuda/launch.h"
-#ifdef PTRAIN_WITH_CUDNN_GRAPHS
 #include "ptrain/kernels/cudnn/conv_stats.h"
-#endif
 #include "ptrain/kernels/fused.h"
 
 namespace ptrain::kernels::fused {
@@ -325,7 +323,6 @@ std::string conv_stats_shape_problem(const torch::Tensor& x, const torch::Tensor
   return {};
 }
 
-#ifdef PTRAIN_WITH_CUDNN_GRAPHS
 cudnn::ConvStatsShape conv_stats_shape(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride,
                                        int64_t padding, bool prologue) {
   cudnn::ConvStatsShape s;
@@ -335,23 +332,17 @@ cudnn::ConvStatsShape conv_stats_shape(const torch::Tensor& x, const torch::Tens
   s.prologue = prologue;
   return s;
 }
-#endif
 
 }  // namespace
 
 bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                           bool prologue, std::string* why_not) {
   std::string problem = conv_stats_shape_problem(x, weight, stride, padding);
-#ifdef PTRAIN_WITH_CUDNN_GRAPHS
   if (problem.empty()) {
     c10::cuda::CUDAGuard guard(x.device());
     const auto plan = cudnn::conv_stats_plan(conv_stats_shape(x, weight, stride, padding, prologue));
-    if (!plan.supported) problem = "cuDNN has no engine for it: " + plan.why_not;
+    if (!plan.supported) problem = plan.why_not;
   }
-#else
-  (void)prologue;
-  if (problem.empty()) problem = "this build found no cuDNN headers (cudnn.h) to build its fused graphs with";
-#endif
   if (why_not) *why_not = problem;
   return problem.empty();
 }
@@ -363,7 +354,6 @@ ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_
   check(conv_stats_supported(x, weight, stride, padding, prologue, &why_not), "fused conv_stats: " + why_not);
   check(!prologue || (shift.defined() && scale.numel() == x.size(1) && shift.numel() == x.size(1)),
         "fused conv_stats: scale and shift must both be [C]");
-#ifdef PTRAIN_WITH_CUDNN_GRAPHS
   c10::cuda::CUDAGuard guard(x.device());
   const auto shape = conv_stats_shape(x, weight, stride, padding, prologue);
   const auto xc = x.contiguous(at::MemoryFormat::ChannelsLast);
@@ -386,9 +376,6 @@ ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_
                       info.workspace_bytes ? workspace.data_ptr() : nullptr, current_stream(x));
   });
   return out;
-#else
-  throw Error("fused conv_stats: unreachable without cuDNN graphs");
-#endif
 }
 
 }  // namespace ptrain::kernels::fused

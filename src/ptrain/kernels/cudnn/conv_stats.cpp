@@ -261,6 +261,7 @@ const Plan& plan_for(const ConvStatsShape& s) {
       plan.info.supported = false;
       plan.info.why_not = e.what();
     }
+    if (!plan.info.supported) plan.info.why_not = "cuDNN has no engine for it: " + plan.info.why_not;
     it = plans.emplace(key, std::move(plan)).first;
   }
   return it->second;
@@ -273,7 +274,7 @@ ConvStatsPlanInfo conv_stats_plan(const ConvStatsShape& shape) { return plan_for
 void conv_stats(const ConvStatsShape& shape, const void* x, const void* w, const void* scale, const void* shift,
                 void* y, float* sum, float* sum_of_squares, void* workspace, cudaStream_t stream) {
   const Plan& plan = plan_for(shape);
-  if (!plan.info.supported) throw std::runtime_error("cuDNN has no engine for this graph: " + plan.info.why_not);
+  if (!plan.info.supported) throw std::runtime_error(plan.info.why_not);
   cudnnHandle_t handle = handle_for(current_device());
   check(cudnnSetStream(handle, stream), "set stream");
   std::vector<int64_t> uids{kX, kW, kY, kSum, kSumOfSquares};
