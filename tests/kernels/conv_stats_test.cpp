@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <utility>
 
 #include "gpu.h"
 #include "ptrain/core/cuda_runtime.h"
@@ -110,6 +111,13 @@ void compare(const Layer& l, torch::ScalarType dtype, bool prologue) {
   EXPECT_LT(relative_error(got.sum_of_squares, own.square().sum({0, 2, 3})), rounding) << what;
 }
 
+// x and weight of layer l on the GPU, uninitialised: enough to ask which path conv_stats takes.
+std::pair<torch::Tensor, torch::Tensor> uninitialised_inputs(const Layer& l, torch::ScalarType dtype) {
+  const auto x = torch::empty({l.n, l.c, l.size, l.size}, torch::device(torch::kCUDA).dtype(dtype))
+                     .contiguous(at::MemoryFormat::ChannelsLast);
+  return {x, torch::empty({l.k, l.c, l.filter, l.filter}, x.options())};
+}
+
 // cuDNN 9 has a precompiled engine for both graphs in fp16 on Ampere and Hopper (its ConvBNfprop pattern).
 bool fp16_engine_expected() {
   const int major = ptrain::cuda_runtime::compute_capability(0) / 10;
@@ -121,10 +129,7 @@ TEST(ConvStats, Fp16FusedGraphMatchesLibTorchOnResNetLayers) {
   if (!fp16_engine_expected()) GTEST_SKIP() << "cuDNN's fp16 ConvBNfprop engines are for Ampere and Hopper";
   for (const auto& l : kLayers)
     for (bool prologue : {false, true}) {
-      const torch::Device cuda(torch::kCUDA, 0);
-      const auto x = torch::empty({l.n, l.c, l.size, l.size}, torch::device(cuda).dtype(torch::kHalf))
-                         .contiguous(at::MemoryFormat::ChannelsLast);
-      const auto w = torch::empty({l.k, l.c, l.filter, l.filter}, x.options());
+      const auto [x, w] = uninitialised_inputs(l, torch::kHalf);
       std::string why_not;
       ASSERT_TRUE(conv_stats_fused_applies(x, w, l.stride, l.filter / 2, prologue, &why_not))
           << l.name << (prologue ? " with prologue: " : ": ") << why_not;
@@ -136,10 +141,7 @@ TEST(ConvStats, Bf16TakesTheFusionWhereCuDnnHasAnEngineAndMatchesEitherWay) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
   for (const auto& l : kLayers)
     for (bool prologue : {false, true}) {
-      const torch::Device cuda(torch::kCUDA, 0);
-      const auto x = torch::empty({l.n, l.c, l.size, l.size}, torch::device(cuda).dtype(torch::kBFloat16))
-                         .contiguous(at::MemoryFormat::ChannelsLast);
-      const auto w = torch::empty({l.k, l.c, l.filter, l.filter}, x.options());
+      const auto [x, w] = uninitialised_inputs(l, torch::kBFloat16);
       std::string why_not;
       const bool fused = conv_stats_fused_applies(x, w, l.stride, l.filter / 2, prologue, &why_not);
       std::cout << "[          ] bf16 " << l.name << (prologue ? " with prologue" : "") << ": "
