@@ -11,6 +11,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -30,18 +34,36 @@
 
 namespace ptrain::testing {
 
-// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
-inline int free_port() {
+namespace detail {
+inline bool port_binds(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+}  // namespace detail
+
+// A port for a test's store that nobody listens on now, below the kernel's ephemeral range. A port the
+// kernel picks for an ephemeral bind is free only until the next ephemeral socket: under ctest -j another
+// test's gloo connections took one between this call and the store's bind ("Address already in use"), and
+// ephemeral sockets never take a port below the range. Tests running at once start their search at places
+// drawn at random, so two rarely meet, and a port that does not bind now is skipped.
+inline int free_port() {
+  int ephemeral_low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (range) range >> ephemeral_low;
+  const int first = 10000, span = std::max(1000, ephemeral_low - first);
+  static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    const int port = first + static_cast<int>(rng() % static_cast<unsigned>(span));
+    if (detail::port_binds(port)) return port;
+  }
+  throw std::runtime_error("free_port: no port below " + std::to_string(ephemeral_low) + " binds");
 }
 
 inline dist::LaunchEnvironment loopback(int64_t rank, int64_t world, int port) {
