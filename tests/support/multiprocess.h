@@ -2,28 +2,26 @@
 // does no LibTorch work before forking, so the children start from a clean thread state.
 #pragma once
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <cstdint>
-#include <random>
-#include <stdexcept>
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ptrain/dist/environment.h"
+#include "ptrain/dist/ports.h"
 #include "ptrain/dist/process_group.h"
 
 // The CPU process groups of these tests need gloo; a build against a LibTorch without gloo's headers
@@ -33,20 +31,6 @@
   GTEST_SKIP() << "this LibTorch has no gloo headers: no CPU process groups"
 
 namespace ptrain::testing {
-
-namespace detail {
-inline bool port_binds(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
-}  // namespace detail
 
 // A port for a test's store that nobody listens on now, below the kernel's ephemeral range. A port the
 // kernel picks for an ephemeral bind is free only until the next ephemeral socket: under ctest -j another
@@ -61,7 +45,7 @@ inline int free_port() {
   static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
   for (int attempt = 0; attempt < 500; ++attempt) {
     const int port = first + static_cast<int>(rng() % static_cast<unsigned>(span));
-    if (detail::port_binds(port)) return port;
+    if (!dist::tcp_port_in_use(port)) return port;
   }
   throw std::runtime_error("free_port: no port below " + std::to_string(ephemeral_low) + " binds");
 }
