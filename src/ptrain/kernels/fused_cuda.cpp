@@ -333,16 +333,23 @@ cudnn::ConvStatsShape conv_stats_shape(const torch::Tensor& x, const torch::Tens
   return s;
 }
 
+// Why the fusion does not apply to these arguments (empty when it does), with the plan's info when the shape
+// fits: one plan lookup for both the question and the launch.
+std::string conv_stats_problem(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                               bool prologue, cudnn::ConvStatsPlanInfo* plan) {
+  std::string problem = conv_stats_shape_problem(x, weight, stride, padding);
+  if (!problem.empty()) return problem;
+  c10::cuda::CUDAGuard guard(x.device());
+  *plan = cudnn::conv_stats_plan(conv_stats_shape(x, weight, stride, padding, prologue));
+  return plan->supported ? std::string() : plan->why_not;
+}
+
 }  // namespace
 
 bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                           bool prologue, std::string* why_not) {
-  std::string problem = conv_stats_shape_problem(x, weight, stride, padding);
-  if (problem.empty()) {
-    c10::cuda::CUDAGuard guard(x.device());
-    const auto plan = cudnn::conv_stats_plan(conv_stats_shape(x, weight, stride, padding, prologue));
-    if (!plan.supported) problem = plan.why_not;
-  }
+  cudnn::ConvStatsPlanInfo plan;
+  const std::string problem = conv_stats_problem(x, weight, stride, padding, prologue, &plan);
   if (why_not) *why_not = problem;
   return problem.empty();
 }
@@ -350,8 +357,9 @@ bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, i
 ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                      const torch::Tensor& scale, const torch::Tensor& shift) {
   const bool prologue = scale.defined();
-  std::string why_not;
-  check(conv_stats_supported(x, weight, stride, padding, prologue, &why_not), "fused conv_stats: " + why_not);
+  cudnn::ConvStatsPlanInfo info;
+  const std::string problem = conv_stats_problem(x, weight, stride, padding, prologue, &info);
+  check(problem.empty(), "fused conv_stats: " + problem);
   check(!prologue || (shift.defined() && scale.numel() == x.size(1) && shift.numel() == x.size(1)),
         "fused conv_stats: scale and shift must both be [C]");
   c10::cuda::CUDAGuard guard(x.device());
@@ -368,7 +376,6 @@ ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_
                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
   out.sum = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
   out.sum_of_squares = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
-  const auto info = cudnn::conv_stats_plan(shape);
   auto workspace = torch::empty({static_cast<int64_t>(info.workspace_bytes)}, x.options().dtype(torch::kUInt8));
   launch("fused conv_stats", [&] {
     cudnn::conv_stats(shape, xc.data_ptr(), wc.data_ptr(), data_or_null(scale_io), data_or_null(shift_io),
