@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <utility>
+#include <vector>
 
 #include "gpu.h"
 #include "ptrain/core/cuda_runtime.h"
@@ -135,6 +136,29 @@ TEST(ConvStats, Fp16FusedGraphMatchesLibTorchOnResNetLayers) {
           << l.name << (prologue ? " with prologue: " : ": ") << why_not;
       compare(l, torch::kHalf, prologue);
     }
+}
+
+// The sums must not depend on what their memory held before: blocks the allocator hands out again, filled with
+// large values first, must come back as the statistics of y alone (a CUDA graph replays into the same blocks).
+TEST(ConvStats, SumsDoNotDependOnWhatTheirMemoryHeld) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  if (!fp16_engine_expected()) GTEST_SKIP() << "cuDNN's fp16 ConvBNfprop engines are for Ampere and Hopper";
+  const Layer& l = kLayers[2];
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::manual_seed(9);
+  const auto opts = torch::device(cuda).dtype(torch::kHalf);
+  const auto x = torch::randn({l.n, l.c, l.size, l.size}, opts).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto w = (torch::randn({l.k, l.c, 1, 1}, opts) * 0.1).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto want = conv_stats_reference(x, w, 1, 0);
+  for (int round = 0; round < 3; ++round) {
+    {
+      std::vector<torch::Tensor> junk;
+      for (int i = 0; i < 8; ++i) junk.push_back(torch::full({2 * l.k}, 1e6, torch::device(cuda).dtype(torch::kFloat)));
+    }
+    const auto got = conv_stats(x, w, 1, 0);
+    EXPECT_LT(relative_error(got.sum, want.sum), 4e-3) << "round " << round;
+    EXPECT_LT(relative_error(got.sum_of_squares, want.sum_of_squares), 2e-3) << "round " << round;
+  }
 }
 
 TEST(ConvStats, Bf16TakesTheFusionWhereCuDnnHasAnEngineAndMatchesEitherWay) {

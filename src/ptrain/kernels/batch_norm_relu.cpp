@@ -1,5 +1,7 @@
 #include "ptrain/kernels/batch_norm_relu.h"
 
+#include <array>
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "ptrain/kernels/fused.h"
@@ -8,15 +10,29 @@ namespace ptrain::kernels {
 
 namespace {
 
+// The forward kernels: statistics from a pass over x, or from the sums of the convolution that made x (sums
+// non-null; a plain pointer, not a tensor input: the sums carry no gradient, the backward differentiates
+// through the statistics itself).
+fused::BatchNormReluForward forward_kernels(const torch::Tensor& x, const torch::Tensor& residual,
+                                            const torch::Tensor& weight, const torch::Tensor& bias,
+                                            const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                            double momentum, double eps, bool relu, const ConvStatsResult* sums) {
+  if (!sums) return fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps, relu);
+  auto stats = fused::batch_norm_stats_from_sums(sums->sum, sums->sum_of_squares, x.numel() / x.size(1), weight, bias,
+                                                 running_mean, running_var, momentum, eps, torch::kFloat);
+  return {fused::batch_norm_relu_apply(x, residual, stats.scale_shift, relu), stats.mean, stats.invstd,
+          stats.scale_shift};
+}
+
 // Saves x and y (y is the next layer's input, kept anyway; its sign is the ReLU's mask) and the batch's
 // statistics: nothing beyond what the unfused layers keep. Two functions, with and without the residual,
 // since LibTorch 2.x's custom functions take no undefined tensor as an input.
 torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                              const torch::Tensor& residual, const torch::Tensor& weight,
                                              const torch::Tensor& bias, const torch::Tensor& running_mean,
-                                             const torch::Tensor& running_var, double momentum, double eps) {
-  auto out = fused::batch_norm_relu_forward(x, residual, weight, bias, running_mean, running_var, momentum, eps,
-                                            /*relu=*/true);
+                                             const torch::Tensor& running_var, double momentum, double eps,
+                                             const ConvStatsResult* sums) {
+  auto out = forward_kernels(x, residual, weight, bias, running_mean, running_var, momentum, eps, /*relu=*/true, sums);
   // y only with a residual (the ReLU's mask); without, the mask is recomputed from x and scale_shift.
   ctx->save_for_backward({x, residual.defined() ? out.y : torch::Tensor(), out.mean, out.invstd, out.scale_shift, weight});
   return {out.y};
@@ -34,13 +50,13 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
                                                 const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                                double momentum, double eps) {
-    return fused_forward(ctx, x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
+                                                double momentum, double eps, const ConvStatsResult* sums) {
+    return fused_forward(ctx, x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps, sums);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto g = fused_backward(ctx, grad_outputs, /*residual=*/false);
-    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -49,13 +65,15 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& residual, const torch::Tensor& weight,
                                                 const torch::Tensor& bias, const torch::Tensor& running_mean,
-                                                const torch::Tensor& running_var, double momentum, double eps) {
-    return fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps);
+                                                const torch::Tensor& running_var, double momentum, double eps,
+                                                const ConvStatsResult* sums) {
+    return fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps, sums);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto g = fused_backward(ctx, grad_outputs, /*residual=*/true);
-    return {g.dx, g.dresidual, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g.dx,           g.dresidual,     g.dweight,       g.dbias,        torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -65,9 +83,9 @@ class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
                                                 const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                                double momentum, double eps) {
-    auto out = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum,
-                                              eps, /*relu=*/false);
+                                                double momentum, double eps, const ConvStatsResult* sums) {
+    auto out = forward_kernels(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps,
+                               /*relu=*/false, sums);
     ctx->save_for_backward({x, out.mean, out.invstd, out.scale_shift, weight});
     return {out.y};
   }
@@ -76,9 +94,28 @@ class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
     const auto saved = ctx->get_saved_variables();
     auto g = fused::batch_norm_relu_backward(grad_outputs[0], torch::Tensor(), saved[0], saved[1], saved[2], saved[3],
                                              saved[4], /*with_residual=*/false, /*relu=*/false);
-    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// The backward of conv(relu(bn(x))) that kept x and the statistics, not relu(bn(x)): recomputes it for the
+// convolution's weight gradient, then the batch norm + ReLU's backward. saved: x, mean, invstd, scale_shift,
+// weight, conv_weight. Returns dx, dweight, dbias, dconv_weight.
+std::array<torch::Tensor, 4> relu_conv_backward(const torch::autograd::variable_list& saved, const torch::Tensor& grad,
+                                                at::IntArrayRef stride, at::IntArrayRef padding,
+                                                at::IntArrayRef dilation, int64_t groups) {
+  const auto& x = saved[0];
+  torch::Tensor dy, dconv_weight;
+  {
+    const auto y = fused::batch_norm_relu_apply(x, torch::Tensor(), saved[3], /*relu=*/true);
+    std::tie(dy, dconv_weight, std::ignore) =
+        at::convolution_backward(grad, y, saved[5], /*bias_sizes=*/c10::nullopt, stride, padding, dilation,
+                                 /*transposed=*/false, /*output_padding=*/{0, 0}, groups, {true, true, false});
+  }  // y goes back to the allocator before the batch norm's backward allocates
+  auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
+                                           /*with_residual=*/false, /*relu=*/true);
+  return {g.dx, g.dweight, g.dbias, dconv_weight};
+}
 
 // Keeps x and the statistics, not y: the convolution's backward gets y recomputed.
 class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormReluConv> {
@@ -101,23 +138,41 @@ class FusedBatchNormReluConv : public torch::autograd::Function<FusedBatchNormRe
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const auto& x = saved[0];
-    const auto stride = ctx->saved_data["stride"].toIntVector();
-    const auto padding = ctx->saved_data["padding"].toIntVector();
-    const auto dilation = ctx->saved_data["dilation"].toIntVector();
-    torch::Tensor dy, dconv_weight;
-    {
-      const auto y = fused::batch_norm_relu_recompute(x, saved[3]);
-      std::tie(dy, dconv_weight, std::ignore) =
-          at::convolution_backward(grad_outputs[0], y, saved[5], /*bias_sizes=*/c10::nullopt, stride, padding, dilation,
-                                   /*transposed=*/false, /*output_padding=*/{0, 0}, ctx->saved_data["groups"].toInt(),
-                                   {true, true, false});
-    }  // y goes back to the allocator before the batch norm's backward allocates
-    auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
-                                             /*with_residual=*/false, /*relu=*/true);
-    return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), dconv_weight, torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    const auto g = relu_conv_backward(ctx->get_saved_variables(), grad_outputs[0],
+                                      ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+                                      ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt());
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), g[3], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The same with the statistics from the sums of the convolution that made x and the batch norm + ReLU in the
+// next convolution's prologue (cuDNN's fused graph), which returns its own output's sums for the batch norm
+// after it. Saves what FusedBatchNormReluConv saves, scale_shift rounded as the prologue applied it.
+class FusedBatchNormReluConvStats : public torch::autograd::Function<FusedBatchNormReluConvStats> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                const torch::Tensor& conv_weight, double momentum, double eps,
+                                                int64_t stride, int64_t padding, const ConvStatsResult* sums) {
+    const int64_t channels = x.size(1);
+    auto bn = fused::batch_norm_stats_from_sums(sums->sum, sums->sum_of_squares, x.numel() / channels, weight, bias,
+                                                running_mean, running_var, momentum, eps, x.scalar_type());
+    auto out = fused::conv_stats(x, conv_weight, stride, padding, bn.scale_shift_io.narrow(0, 0, channels),
+                                 bn.scale_shift_io.narrow(0, channels, channels));
+    ctx->mark_non_differentiable({out.sum, out.sum_of_squares});
+    ctx->save_for_backward({x, bn.mean, bn.invstd, bn.scale_shift, weight, conv_weight});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    return {out.y, out.sum, out.sum_of_squares};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const int64_t stride = ctx->saved_data["stride"].toInt(), padding = ctx->saved_data["padding"].toInt();
+    const auto g = relu_conv_backward(ctx->get_saved_variables(), grad_outputs[0], {stride, stride},
+                                      {padding, padding}, {1, 1}, 1);
+    return {g[0],           g[1],           g[2],           torch::Tensor(), torch::Tensor(), g[3],
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -150,8 +205,10 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
   if (!allow_fused || !fused_batch_norm_relu_applies(x, residual, weight, running_mean))
     return reference_batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, eps);
   if (residual.defined())
-    return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps)[0];
-  return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
+    return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps,
+                                        static_cast<const ConvStatsResult*>(nullptr))[0];
+  return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps,
+                                   static_cast<const ConvStatsResult*>(nullptr))[0];
 }
 
 torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -160,7 +217,8 @@ torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& w
   if (!allow_fused || !fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean))
     return torch::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
                              at::globalContext().userEnabledCuDNN());
-  return FusedBatchNorm::apply(x, weight, bias, running_mean, running_var, momentum, eps)[0];
+  return FusedBatchNorm::apply(x, weight, bias, running_mean, running_var, momentum, eps,
+                               static_cast<const ConvStatsResult*>(nullptr))[0];
 }
 
 torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
@@ -173,6 +231,39 @@ torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& 
     return torch::conv2d(y, conv_weight, /*bias=*/{}, conv.stride, conv.padding, conv.dilation, conv.groups);
   }
   return FusedBatchNormReluConv::apply(x, weight, bias, running_mean, running_var, conv_weight, momentum, eps, conv)[0];
+}
+
+torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& residual, const torch::Tensor& weight,
+                              const torch::Tensor& bias, const torch::Tensor& running_mean,
+                              const torch::Tensor& running_var, double momentum, double eps) {
+  if (!fused_batch_norm_relu_applies(in.y, residual, weight, running_mean))
+    return reference_batch_norm_relu(in.y, residual, weight, bias, running_mean, running_var, momentum, eps);
+  if (residual.defined())
+    return FusedBatchNormAddRelu::apply(in.y, residual, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
+  return FusedBatchNormRelu::apply(in.y, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
+}
+
+torch::Tensor batch_norm_training(const ConvStatsResult& in, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                                  double eps) {
+  if (!fused_batch_norm_relu_applies(in.y, torch::Tensor(), weight, running_mean))
+    return torch::batch_norm(in.y, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
+                             at::globalContext().userEnabledCuDNN());
+  return FusedBatchNorm::apply(in.y, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
+}
+
+ConvStatsResult batch_norm_relu_conv_with_stats(const ConvStatsResult& in, const torch::Tensor& weight,
+                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                                const torch::Tensor& running_var, double momentum, double eps,
+                                                const torch::Tensor& conv_weight, int64_t stride, int64_t padding) {
+  if (!fused_batch_norm_relu_applies(in.y, torch::Tensor(), weight, running_mean) ||
+      conv_weight.scalar_type() != in.y.scalar_type() ||
+      !conv_stats_fused_applies(in.y, conv_weight, stride, padding, /*prologue=*/true))
+    return conv_with_stats(batch_norm_relu(in, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps),
+                           conv_weight, stride, padding);
+  auto out = FusedBatchNormReluConvStats::apply(in.y, weight, bias, running_mean, running_var, conv_weight, momentum,
+                                                eps, stride, padding, &in);
+  return {out[0], out[1], out[2]};
 }
 
 }  // namespace ptrain::kernels

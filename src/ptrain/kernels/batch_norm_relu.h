@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/kernels/conv_stats.h"
+
 namespace ptrain::kernels {
 
 // weight/bias may be undefined (no affine), residual undefined (no add). running_mean/var are updated with
@@ -42,6 +44,28 @@ torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& 
                                    const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                    double momentum, double eps, const torch::Tensor& conv_weight,
                                    const ConvGeometry& conv, bool allow_fused);
+
+// The same functions for the output of a convolution that also returned its statistics (in, from
+// conv_with_stats or batch_norm_relu_conv_with_stats): the batch norm takes mean and variance from in's sums
+// (E[y^2] - E[y]^2, as cuDNN's own batch-norm finalize does) instead of reading in.y for them, and its backward
+// is batch_norm_relu's, which differentiates through the statistics. That is MLPerf ResNet-50's fusion of the
+// batch norms into the convolutions (docs/results/2026-12-04-h200-cudnn-fusion-probe.md). Fused kernels only,
+// where fused_batch_norm_relu_applies(in.y, residual, ...); elsewhere the reference ops on in.y, whose own
+// statistics are in's sums up to rounding.
+torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& residual, const torch::Tensor& weight,
+                              const torch::Tensor& bias, const torch::Tensor& running_mean,
+                              const torch::Tensor& running_var, double momentum, double eps);
+torch::Tensor batch_norm_training(const ConvStatsResult& in, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
+                                  double eps);
+// conv2d(relu(batch_norm(in.y)), conv_weight, stride, padding) with the convolution's statistics: the batch
+// norm + ReLU applied in the convolution's prologue (conv_stats), so its output is never written, and
+// recomputed in the backward as batch_norm_relu_conv does. conv_weight in in.y's dtype. Where cuDNN has no
+// fused graph for it: batch_norm_relu(in, ...) then conv_with_stats.
+ConvStatsResult batch_norm_relu_conv_with_stats(const ConvStatsResult& in, const torch::Tensor& weight,
+                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                                const torch::Tensor& running_var, double momentum, double eps,
+                                                const torch::Tensor& conv_weight, int64_t stride, int64_t padding);
 
 // Whether batch_norm_relu(..., allow_fused = true) takes the fused kernels for these tensors: CUDA,
 // channels-last, fp32/fp16/bf16 activations with channels a multiple of 16 bytes' worth, affine parameters and

@@ -1,5 +1,7 @@
 #include "ptrain/kernels/conv_stats.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "ptrain/core/error.h"
 #include "ptrain/kernels/fused.h"
 
@@ -22,6 +24,30 @@ void check_arguments(const torch::Tensor& x, const torch::Tensor& weight, int64_
           "conv_stats: scale and shift must hold one value per input channel (" + std::to_string(x.size(1)) +
               "), got " + std::to_string(scale.numel()) + " and " + std::to_string(shift.numel()));
 }
+
+// The fused graph's output, with the convolution's backward.
+class ConvWithStats : public torch::autograd::Function<ConvWithStats> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, int64_t stride, int64_t padding) {
+    auto out = fused::conv_stats(x, weight, stride, padding, torch::Tensor(), torch::Tensor());
+    ctx->mark_non_differentiable({out.sum, out.sum_of_squares});
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    return {out.y, out.sum, out.sum_of_squares};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t stride = ctx->saved_data["stride"].toInt(), padding = ctx->saved_data["padding"].toInt();
+    auto [dx, dweight, unused] = at::convolution_backward(
+        grad_outputs[0], saved[0], saved[1], /*bias_sizes=*/c10::nullopt, {stride, stride}, {padding, padding}, {1, 1},
+        /*transposed=*/false, /*output_padding=*/{0, 0}, /*groups=*/1,
+        {ctx->needs_input_grad(0), ctx->needs_input_grad(1), false});
+    return {dx, dweight, torch::Tensor(), torch::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -48,6 +74,30 @@ bool conv_stats_fused_applies(const torch::Tensor& x, const torch::Tensor& weigh
     return false;
   }
   return fused::conv_stats_supported(x, weight, stride, padding, prologue, why_not);
+}
+
+bool conv_stats_fused_fast(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                           bool prologue, std::string* why_not) {
+  if (!fused::available(x.device())) {
+    if (why_not) *why_not = "no fused kernels for " + x.device().str() + " in this build";
+    return false;
+  }
+  return fused::conv_stats_supported(x, weight, stride, padding, prologue, why_not, /*precompiled_only=*/true);
+}
+
+ConvStatsResult conv_with_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding) {
+  check_arguments(x, weight, stride, padding, {}, {});
+  if (!conv_stats_fused_applies(x, weight, stride, padding, /*prologue=*/false)) {
+    ConvStatsResult out;
+    out.y = torch::conv2d(x, weight, {}, stride, padding);
+    torch::NoGradGuard no_grad;
+    const auto y32 = out.y.detach().to(torch::kFloat);
+    out.sum = y32.sum({0, 2, 3});
+    out.sum_of_squares = y32.square().sum({0, 2, 3});
+    return out;
+  }
+  auto out = ConvWithStats::apply(x, weight, stride, padding);
+  return {out[0], out[1], out[2]};
 }
 
 ConvStatsResult conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,

@@ -48,9 +48,22 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                              double momentum, double eps, bool relu);
-// y = relu(x * scale + shift) again, from a forward's x and scale_shift (no residual): what the backward of
-// batch norm + ReLU + convolution recomputes instead of keeping y.
-torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Tensor& scale_shift);
+// The same statistics from a convolution's per-channel sum and sum of squares of x (conv_stats) over count
+// values a channel, without a pass over x: mean, invstd and scale_shift as above (y undefined), the running
+// statistics updated. prologue_dtype fp16/bf16: scale and shift rounded to it, as a convolution's prologue
+// applies them, and also returned in it as scale_shift_io [2 * C] (the prologue's operands); kFloat: neither.
+struct BatchNormStatsFromSums {
+  torch::Tensor mean, invstd, scale_shift, scale_shift_io;
+};
+BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor& sum, const torch::Tensor& sum_of_squares,
+                                                  int64_t count, const torch::Tensor& weight, const torch::Tensor& bias,
+                                                  const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                  double momentum, double eps, c10::ScalarType prologue_dtype);
+// y = relu(x * scale + shift [+ residual]) (relu false: no ReLU) from statistics already taken: the second
+// pass of batch_norm_relu_forward alone. Also what the backward of batch norm + ReLU + convolution recomputes
+// instead of keeping y.
+torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor& residual,
+                                    const torch::Tensor& scale_shift, bool relu);
 struct BatchNormReluBackward {
   torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
 };
@@ -68,9 +81,11 @@ struct ConvStats {
   torch::Tensor y, sum, sum_of_squares;
 };
 // Whether cuDNN has an engine for this graph on x's device (built and kept on first use, so call it outside
-// a CUDA graph capture); why not, in cuDNN's words, when it has none.
+// a CUDA graph capture); why not, in cuDNN's words, when it has none. precompiled_only: an engine that compiles
+// its kernel at run time does not count, nor any while deterministic cuDNN is asked for (the statistics' sums
+// vary from run to run).
 bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
-                          bool prologue, std::string* why_not = nullptr);
+                          bool prologue, std::string* why_not = nullptr, bool precompiled_only = false);
 ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                      const torch::Tensor& scale, const torch::Tensor& shift);
 

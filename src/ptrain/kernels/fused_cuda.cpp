@@ -96,15 +96,51 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   return out;
 }
 
-torch::Tensor batch_norm_relu_recompute(const torch::Tensor& x, const torch::Tensor& scale_shift) {
-  const char* what = "fused batch_norm_relu recompute";
+BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor& sum, const torch::Tensor& sum_of_squares,
+                                                  int64_t count, const torch::Tensor& weight, const torch::Tensor& bias,
+                                                  const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                  double momentum, double eps, c10::ScalarType prologue_dtype) {
+  const char* what = "fused batch_norm statistics from sums";
+  check(sum.is_cuda() && sum.scalar_type() == torch::kFloat && sum.dim() == 1 && sum.is_contiguous() &&
+            sum_of_squares.sizes() == sum.sizes() && sum_of_squares.scalar_type() == torch::kFloat &&
+            sum_of_squares.is_contiguous() && sum_of_squares.device() == sum.device(),
+        std::string(what) + ": sum and sum_of_squares must be contiguous fp32 [C] on one CUDA device");
+  check(prologue_dtype == torch::kFloat || prologue_dtype == torch::kHalf || prologue_dtype == torch::kBFloat16,
+        std::string(what) + ": the prologue dtype must be fp32 (none), fp16 or bf16");
+  c10::cuda::CUDAGuard guard(sum.device());
+  const int64_t channels = sum.size(0);
+  const auto floats = sum.options();
+  BatchNormStatsFromSums out{torch::empty({channels}, floats), torch::empty({channels}, floats),
+                             torch::empty({2 * channels}, floats), torch::Tensor()};
+  const bool rounded = prologue_dtype != torch::kFloat;
+  if (rounded) out.scale_shift_io = torch::empty({2 * channels}, floats.dtype(prologue_dtype));
+  launch(what, [&] {
+    cuda::batch_norm_stats_from_sums(param_dtype_of(weight, running_mean, what),
+                                     rounded ? dtype_of(out.scale_shift_io, what) : cuda::Dtype::kFloat,
+                                     sum.data_ptr<float>(), sum_of_squares.data_ptr<float>(), count, channels,
+                                     data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
+                                     mutable_data_or_null(running_var), momentum, eps, out.mean.data_ptr<float>(),
+                                     out.invstd.data_ptr<float>(), out.scale_shift.data_ptr<float>(),
+                                     mutable_data_or_null(out.scale_shift_io), current_stream(sum));
+  });
+  return out;
+}
+
+torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor& residual,
+                                    const torch::Tensor& scale_shift, bool relu) {
+  const char* what = "fused batch_norm_relu apply";
   check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
         std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
+                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
+        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+  check(scale_shift.scalar_type() == torch::kFloat && scale_shift.numel() == 2 * x.size(1),
+        std::string(what) + ": scale_shift must be fp32 [2 * C]");
   c10::cuda::CUDAGuard guard(x.device());
   auto y = torch::empty_like(x);
   launch(what, [&] {
-    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), nullptr, scale_shift.data_ptr<float>(), rows_of(x),
-                                x.size(1), /*relu=*/true, y.data_ptr(), current_stream(x));
+    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
+                                rows_of(x), x.size(1), relu, y.data_ptr(), current_stream(x));
   });
   return y;
 }
@@ -336,20 +372,30 @@ cudnn::ConvStatsShape conv_stats_shape(const torch::Tensor& x, const torch::Tens
 // Why the fusion does not apply to these arguments (empty when it does), with the plan's info when the shape
 // fits: one plan lookup for both the question and the launch.
 std::string conv_stats_problem(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
-                               bool prologue, cudnn::ConvStatsPlanInfo* plan) {
+                               bool prologue, cudnn::ConvStatsPlanInfo* plan, bool precompiled_only = false) {
   std::string problem = conv_stats_shape_problem(x, weight, stride, padding);
   if (!problem.empty()) return problem;
   c10::cuda::CUDAGuard guard(x.device());
   *plan = cudnn::conv_stats_plan(conv_stats_shape(x, weight, stride, padding, prologue));
-  return plan->supported ? std::string() : plan->why_not;
+  if (!plan->supported) return plan->why_not;
+  if (precompiled_only && plan->runtime_compiled)
+    return "cuDNN's engine " + std::to_string(plan->engine) + " for it compiles its kernel at run time";
+  // The fp16 engine's sums vary from run to run in their last bits (the same eager ResNet-20 run gave losses
+  // differing in the third digit on one H200 between calls) although its numerical notes do not say so: a run
+  // that asks for deterministic cuDNN keeps the unfused kernels.
+  if (precompiled_only && at::globalContext().deterministicCuDNN())
+    return std::string("deterministic cuDNN was asked for, and cuDNN's engine ") + std::to_string(plan->engine) +
+           " for it sums the statistics in an order that varies from run to run" +
+           (plan->nondeterministic ? "" : " (its numerical notes do not say so)");
+  return {};
 }
 
 }  // namespace
 
 bool conv_stats_supported(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
-                          bool prologue, std::string* why_not) {
+                          bool prologue, std::string* why_not, bool precompiled_only) {
   cudnn::ConvStatsPlanInfo plan;
-  const std::string problem = conv_stats_problem(x, weight, stride, padding, prologue, &plan);
+  const std::string problem = conv_stats_problem(x, weight, stride, padding, prologue, &plan, precompiled_only);
   if (why_not) *why_not = problem;
   return problem.empty();
 }
@@ -374,8 +420,10 @@ ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_
   ConvStats out;
   out.y = torch::empty({shape.n, shape.k, shape.out_h(), shape.out_w()},
                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
-  out.sum = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
-  out.sum_of_squares = torch::empty({shape.k}, x.options().dtype(torch::kFloat));
+  // genstats adds to what its outputs hold: they start at zero (one memset for both).
+  const auto sums = torch::zeros({2 * shape.k}, x.options().dtype(torch::kFloat));
+  out.sum = sums.narrow(0, 0, shape.k);
+  out.sum_of_squares = sums.narrow(0, shape.k, shape.k);
   auto workspace = torch::empty({static_cast<int64_t>(info.workspace_bytes)}, x.options().dtype(torch::kUInt8));
   launch("fused conv_stats", [&] {
     cudnn::conv_stats(shape, xc.data_ptr(), wc.data_ptr(), data_or_null(scale_io), data_or_null(shift_io),

@@ -27,8 +27,14 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::
   unavailable("fused batch_norm_relu");
 }
 
-torch::Tensor batch_norm_relu_recompute(const torch::Tensor&, const torch::Tensor&) {
-  unavailable("fused batch_norm_relu recompute");
+BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor&, const torch::Tensor&, int64_t,
+                                                  const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                  const torch::Tensor&, double, double, c10::ScalarType) {
+  unavailable("fused batch_norm statistics from sums");
+}
+
+torch::Tensor batch_norm_relu_apply(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, bool) {
+  unavailable("fused batch_norm_relu apply");
 }
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
@@ -59,7 +65,8 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::
 
 Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }
 
-bool conv_stats_supported(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, bool, std::string* why_not) {
+bool conv_stats_supported(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, bool, std::string* why_not,
+                          bool) {
   if (why_not) *why_not = "this ptrain was built without CUDA kernels";
   return false;
 }

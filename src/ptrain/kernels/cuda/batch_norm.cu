@@ -198,6 +198,43 @@ __global__ void stats_finalize_kernel(const float* __restrict__ chunk_mean, cons
   }
 }
 
+// The statistics from a convolution's per-channel sum and sum of squares (cuDNN's genstats) instead of a pass
+// over x, one thread a channel: what stats_finalize_kernel writes. The variance is E[x^2] - E[x]^2, in double
+// so that the subtraction adds no error beyond the fp32 sums' own. With an io dtype, scale and shift are rounded
+// to it first: the convolution's prologue applies the rounded values, and the backward's recomputation and ReLU
+// mask must see what it saw.
+template <typename P, typename IO>
+__global__ void stats_from_sums_kernel(const float* __restrict__ sum, const float* __restrict__ sum_of_squares,
+                                       int64_t count, int64_t channels, const P* __restrict__ weight,
+                                       const P* __restrict__ bias, P* __restrict__ running_mean,
+                                       P* __restrict__ running_var, float momentum, float eps, float* __restrict__ mean_out,
+                                       float* __restrict__ invstd_out, float* __restrict__ scale_shift,
+                                       IO* __restrict__ scale_shift_io) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const double n = static_cast<double>(count);
+  const double mean = static_cast<double>(sum[c]) / n;
+  const double var = fmax(static_cast<double>(sum_of_squares[c]) / n - mean * mean, 0.0);
+  const float invstd = rsqrtf(static_cast<float>(var) + eps);
+  mean_out[c] = static_cast<float>(mean);
+  invstd_out[c] = invstd;
+  const float w = weight ? to_float(weight[c]) : 1.0f, b = bias ? to_float(bias[c]) : 0.0f;
+  float scale = w * invstd, shift = b - static_cast<float>(mean) * w * invstd;
+  if (scale_shift_io) {
+    const IO scale_io = from_float<IO>(scale), shift_io = from_float<IO>(shift);
+    scale_shift_io[c] = scale_io;
+    scale_shift_io[channels + c] = shift_io;
+    scale = to_float(scale_io), shift = to_float(shift_io);
+  }
+  scale_shift[c] = scale;
+  scale_shift[channels + c] = shift;
+  if (running_mean) {
+    running_mean[c] = from_float<P>((1.0f - momentum) * to_float(running_mean[c]) + momentum * static_cast<float>(mean));
+    const double unbiased = count > 1 ? var * n / (n - 1.0) : var;
+    running_var[c] = from_float<P>((1.0f - momentum) * to_float(running_var[c]) + momentum * static_cast<float>(unbiased));
+  }
+}
+
 // V per-channel floats starting at channel c0, in registers.
 template <int V>
 __device__ __forceinline__ void load_channels(const float* __restrict__ p, int64_t c0, float* out) {
@@ -453,6 +490,27 @@ void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int
         static_cast<float>(eps), mean, invstd, scale_shift);
   });
   check_launch("batch_norm_stats_finalize");
+}
+
+void batch_norm_stats_from_sums(Dtype param, Dtype io, const float* sum, const float* sum_of_squares, int64_t count,
+                                int64_t channels, const void* weight, const void* bias, void* running_mean,
+                                void* running_var, double momentum, double eps, float* mean, float* invstd,
+                                float* scale_shift, void* scale_shift_io, cudaStream_t stream) {
+  if (count <= 0 || channels <= 0)
+    throw std::runtime_error("batch_norm_stats_from_sums: count and channels must be positive, got " +
+                             std::to_string(count) + " and " + std::to_string(channels));
+  const unsigned blocks = static_cast<unsigned>((channels + kThreads - 1) / kThreads);
+  with_type(param, [&](auto* param_tag) {
+    using P = std::remove_pointer_t<decltype(param_tag)>;
+    with_type(io, [&](auto* io_tag) {
+      using IO = std::remove_pointer_t<decltype(io_tag)>;
+      stats_from_sums_kernel<P, IO><<<blocks, kThreads, 0, stream>>>(
+          sum, sum_of_squares, count, channels, static_cast<const P*>(weight), static_cast<const P*>(bias),
+          static_cast<P*>(running_mean), static_cast<P*>(running_var), static_cast<float>(momentum),
+          static_cast<float>(eps), mean, invstd, scale_shift, static_cast<IO*>(scale_shift_io));
+    });
+  });
+  check_launch("batch_norm_stats_from_sums");
 }
 
 void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,

@@ -41,6 +41,14 @@ int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
 void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
                       const void* bias, void* running_mean, void* running_var, double momentum, double eps,
                       float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
+// What batch_norm_stats writes, from a convolution's per-channel sum and sum of squares of x over count values
+// (cuDNN's genstats) instead of a pass over x. io kHalf or kBFloat16: scale and shift rounded to it, written
+// in it to scale_shift_io [2 * channels] too (a convolution prologue's operands), and the rounded values in
+// scale_shift; io kFloat: no rounding, scale_shift_io unused (null).
+void batch_norm_stats_from_sums(Dtype param, Dtype io, const float* sum, const float* sum_of_squares, int64_t count,
+                                int64_t channels, const void* weight, const void* bias, void* running_mean,
+                                void* running_var, double momentum, double eps, float* mean, float* invstd,
+                                float* scale_shift, void* scale_shift_io, cudaStream_t stream);
 // y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats;
 // without relu, y = x * scale + shift [+ residual].
 void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,

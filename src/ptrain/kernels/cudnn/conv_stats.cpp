@@ -209,6 +209,12 @@ Plan build_plan(cudnnHandle_t handle, const ConvStatsShape& s) {
                                      &note_count, notes) == CUDNN_STATUS_SUCCESS)
           for (int64_t j = 0; j < note_count; ++j)
             out.info.runtime_compiled |= notes[j] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+        cudnnBackendNumericalNote_t numerical[16];
+        int64_t numerical_count = 0;
+        if (cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, 16,
+                                     &numerical_count, numerical) == CUDNN_STATUS_SUCCESS)
+          for (int64_t j = 0; j < numerical_count; ++j)
+            out.info.nondeterministic |= numerical[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
       }
       return out;
     }

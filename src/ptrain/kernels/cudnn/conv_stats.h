@@ -38,6 +38,7 @@ struct ConvStatsPlanInfo {
   size_t workspace_bytes = 0;
   int64_t engine = -1;           // cuDNN's global engine index
   bool runtime_compiled = false; // the engine compiles its kernel at plan time (NVRTC)
+  bool nondeterministic = false; // cuDNN's numerical note: results may differ from run to run (atomics)
 };
 
 // The plan for shape on the current device, built on first use and kept for this thread (the heuristics
@@ -46,6 +47,7 @@ ConvStatsPlanInfo conv_stats_plan(const ConvStatsShape& shape);
 
 // Runs the plan on stream. Throws std::runtime_error with cuDNN's message when the shape has no plan or the
 // launch fails. scale and shift are ignored without the prologue; workspace holds the plan's workspace_bytes.
+// genstats adds to sum and sum_of_squares: they must hold zeros.
 void conv_stats(const ConvStatsShape& shape, const void* x, const void* w, const void* scale, const void* shift,
                 void* y, float* sum, float* sum_of_squares, void* workspace, cudaStream_t stream);
 
