@@ -162,7 +162,7 @@ TEST(Usage, HelpPrintsTheDefaultEveryRunWithoutTheFlagRecords) {
   }
   // The defaults the old help misstated, checked by name.
   for (const char* flag : {"--eval-each-epoch", "--augment", "--cuda-graphs", "--fused-kernels", "--relu-recompute",
-                           "--overlap-comm", "--sync-module-states"})
+                           "--conv-bn-fusion", "--overlap-comm", "--sync-module-states"})
     EXPECT_EQ(default_in(entries.at(flag)), "true") << entries.at(flag);
   EXPECT_EQ(default_in(entries.at("--warmup-epochs")), "0");
   EXPECT_EQ(default_in(entries.at("--min-lr")), "0");

@@ -283,6 +283,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "that feeds a convolution instead of keeping it: about a third less activation memory for one "
                  "elementwise pass")
       ->group("Run");
+  add_switch(app, "--conv-bn-fusion,!--no-conv-bn-fusion", c.run.conv_bn_fusion,
+                 "With the fused kernels and --relu-recompute, a ResNet's convolutions also return their output's "
+                 "statistics for the batch norm after them, and a batch norm + ReLU runs in the next convolution's "
+                 "prologue (MLPerf's fusion, cuDNN's fused graphs), where cuDNN has precompiled engines for them: "
+                 "fp16 on Ampere and Hopper; the run record says where it ran")
+      ->group("Run");
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
                  "clipping, optimizer and scheduler become the keys above (flags and --config win)")

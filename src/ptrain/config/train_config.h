@@ -105,6 +105,7 @@ struct RunConfig {
   bool cuda_graphs = true;                 // capture the whole step as a CUDA graph where the run allows it
   bool fused_kernels = true;               // fused CUDA kernels and optimizers where they exist (else LibTorch ops)
   bool relu_recompute = true;              // with them, a ResNet's batch norm + ReLU outputs recomputed in backward
+  bool conv_bn_fusion = true;              // with both, a ResNet's convolutions hand their statistics to its batch norms
 };
 
 struct DistributedConfig {

@@ -1,5 +1,6 @@
 #include "ptrain/models/batch_norm.h"
 
+#include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/batch_norm_relu.h"
 
@@ -67,11 +68,43 @@ torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::
   geometry.padding = *padding;
   geometry.dilation = std::vector<int64_t>(o.dilation()->begin(), o.dilation()->end());
   geometry.groups = o.groups();
-  // As autocast would cast the weight for the convolution (a no-op when it already has x's dtype).
-  const auto conv_weight = conv.weight.scalar_type() == x.scalar_type() ? conv.weight : conv.weight.to(x.scalar_type());
+  const auto conv_weight = conv_weight_like(conv, x);
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_relu_conv(x, weight, bias, running_mean, running_var, momentum, options.eps(), conv_weight,
                                        geometry, /*allow_fused=*/true);
+}
+
+torch::Tensor BatchNorm2dImpl::conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
+  return conv.weight.scalar_type() == x.scalar_type() ? conv.weight : conv.weight.to(x.scalar_type());
+}
+
+torch::Tensor BatchNorm2dImpl::forward_from_stats(const kernels::ConvStatsResult& in) {
+  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
+                                  "fused kernels and the convolution + batch norm fusion on");
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_training(in, weight, bias, running_mean, running_var, momentum, options.eps());
+}
+
+torch::Tensor BatchNorm2dImpl::forward_relu_from_stats(const kernels::ConvStatsResult& in,
+                                                       const torch::Tensor& residual) {
+  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
+                                  "fused kernels and the convolution + batch norm fusion on");
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_relu(in, residual, weight, bias, running_mean, running_var, momentum, options.eps());
+}
+
+kernels::ConvStatsResult BatchNorm2dImpl::forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
+                                                                       torch::nn::Conv2dImpl& conv) {
+  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
+                                  "fused kernels and the convolution + batch norm fusion on");
+  const auto& o = conv.options;
+  const auto padding = compat::explicit_zero_padding(o);
+  check(!o.bias() && padding && (*padding)[0] == (*padding)[1] && (*o.stride())[0] == (*o.stride())[1] &&
+            (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && o.groups() == 1,
+        "BatchNorm2d: the fused convolution takes no bias, dilation or groups, and square stride and zero padding");
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_relu_conv_with_stats(in, weight, bias, running_mean, running_var, momentum, options.eps(),
+                                                  conv_weight_like(conv, in.y), (*o.stride())[0], (*padding)[0]);
 }
 
 }  // namespace ptrain::models

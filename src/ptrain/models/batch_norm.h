@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/kernels/conv_stats.h"
+
 namespace ptrain::models {
 
 class BatchNorm2dImpl : public torch::nn::Module {
@@ -36,7 +38,21 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // relu recomputation is on, the ReLU's output is not kept for the backward but recomputed
   // (kernels::batch_norm_relu_conv).
   torch::Tensor forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv);
+  // conv's weight as autocast would cast it for activations like x (itself when it has x's dtype).
+  static torch::Tensor conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
   void set_relu_recompute(bool on) { relu_recompute_ = on; }
+
+  // The same three (forward, forward_relu, forward_relu_conv) on the output of a convolution that returned its statistics (kernels::conv_with_stats):
+  // the batch norm takes them instead of a pass over in.y, and a batch norm + ReLU feeding a convolution runs
+  // in that convolution's prologue (kernels/batch_norm_relu.h). For activations accepts_conv_stats said yes to.
+  torch::Tensor forward_from_stats(const kernels::ConvStatsResult& in);
+  torch::Tensor forward_relu_from_stats(const kernels::ConvStatsResult& in, const torch::Tensor& residual = {});
+  kernels::ConvStatsResult forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
+                                                          torch::nn::Conv2dImpl& conv);
+  // Whether it takes statistics from a convolution for activations like x: training, fused kernels, ReLU
+  // recomputation (the fusion never writes the ReLU's output) and the fusion on, nobody taking over.
+  bool accepts_conv_stats(const torch::Tensor& x) const { return conv_stats_ && relu_recompute_ && fused_applies(x, {}); }
+  void set_conv_stats(bool on) { conv_stats_ = on; }
 
   // The momentum of this training step's running-statistics update (a cumulative average when the
   // options have none); counts the step in num_batches_tracked. Training mode with tracking only.
@@ -54,6 +70,7 @@ class BatchNorm2dImpl : public torch::nn::Module {
   Normalize normalize_;
   bool fused_kernels_ = false;
   bool relu_recompute_ = false;
+  bool conv_stats_ = false;
 };
 
 TORCH_MODULE(BatchNorm2d);

@@ -56,6 +56,13 @@ class Model : public torch::nn::Module {
   // convolution instead of keeping it (ResNet: kernels::batch_norm_relu_conv). Others ignore it.
   virtual void set_relu_recompute(bool /*on*/) {}
 
+  // With the fused kernels and the ReLU recomputed, hand each convolution's output statistics to the batch
+  // norm after it and apply that batch norm + ReLU in the next convolution's prologue, where cuDNN has
+  // precompiled fused graphs (ResNet: kernels/batch_norm_relu.h on a ConvStatsResult). describe says what the
+  // last training forward took, for the run record; empty for models without such convolutions.
+  virtual void set_conv_bn_fusion(bool /*on*/) {}
+  virtual std::string describe_conv_bn_fusion() const { return {}; }
+
   // --precision fp8: run the matrix products of linear layers in FP8 where the model has such a path (GPT: the
   // attention and MLP projections, and its head with options.head), off: in the autocast dtype. Returns what runs
   // where.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ptrain/core/error.h"
+#include "ptrain/kernels/conv_stats.h"
 #include "ptrain/kernels/max_pool.h"
 #include "ptrain/models/activation_checkpoint.h"
 
@@ -61,6 +62,10 @@ class ResidualBlock : public nn::Module {
   virtual BatchNorm2d last_bn() = 0;
   virtual int64_t out_channels() const = 0;
 
+  // Whether the last training forward took the convolution + batch norm fusion; why not, when it did not.
+  bool took_conv_stats() const { return took_conv_stats_; }
+  const std::string& conv_stats_why_not() const { return conv_stats_why_not_; }
+
  protected:
   void make_downsample(int64_t in, int64_t out, int64_t stride) {
     if (stride == 1 && in == out) return;
@@ -68,7 +73,44 @@ class ResidualBlock : public nn::Module {
   }
   torch::Tensor shortcut(const torch::Tensor& x) { return downsample.is_empty() ? x : downsample->forward(x); }
 
+  // The shortcut with its convolution's statistics handed to its batch norm.
+  torch::Tensor shortcut_from_stats(const torch::Tensor& x) {
+    if (downsample.is_empty()) return x;
+    auto& conv = *downsample[0]->as<nn::Conv2d>();
+    auto& norm = *downsample[1]->as<BatchNorm2d>();
+    const auto stats =
+        kernels::conv_with_stats(x, BatchNorm2dImpl::conv_weight_like(conv, x), (*conv.options.stride())[0], 0);
+    return norm.forward_from_stats(stats);
+  }
+
+  // Whether this block's convolutions hand their statistics to its batch norms (MLPerf's fusion: every batch
+  // norm takes them for activations like x, and cuDNN has a precompiled engine for the graph of the first
+  // convolution, which stands for the dtype); then first_weight is that convolution's weight cast as it will run.
+  // Records the answer of a training forward for took_conv_stats (evaluation never takes it).
+  bool conv_stats_apply(const torch::Tensor& x, nn::Conv2dImpl& first, int64_t padding,
+                        const std::vector<BatchNorm2dImpl*>& norms, torch::Tensor* first_weight) {
+    if (!is_training()) return false;
+    took_conv_stats_ = false;
+    conv_stats_why_not_.clear();
+    std::vector<BatchNorm2dImpl*> all = norms;
+    if (!downsample.is_empty()) all.push_back(downsample[1]->as<BatchNorm2d>());
+    for (auto* norm : all) {
+      if (!norm->accepts_conv_stats(x)) {
+        conv_stats_why_not_ = "a batch norm runs without the fused kernels or the fusion";
+        return false;
+      }
+    }
+    *first_weight = BatchNorm2dImpl::conv_weight_like(first, x);
+    took_conv_stats_ = kernels::conv_stats_fused_fast(x, *first_weight, (*first.options.stride())[0], padding,
+                                                      /*prologue=*/false, &conv_stats_why_not_);
+    return took_conv_stats_;
+  }
+
   nn::Sequential downsample{nullptr};
+
+ private:
+  bool took_conv_stats_ = false;
+  std::string conv_stats_why_not_;
 };
 
 namespace {
@@ -84,6 +126,12 @@ class BasicBlock : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
+    torch::Tensor w1;
+    if (conv_stats_apply(x, *conv1, 1, {bn1.get(), bn2.get()}, &w1)) {
+      const int64_t stride = (*conv1->options.stride())[0];
+      auto out = bn1->forward_relu_conv_from_stats(kernels::conv_with_stats(x, w1, stride, 1), *conv2);
+      return bn2->forward_relu_from_stats(out, shortcut_from_stats(x));
+    }
     auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
     return bn2->forward_relu(out, shortcut(x));
   }
@@ -111,6 +159,12 @@ class Bottleneck : public ResidualBlock {
   }
 
   torch::Tensor forward(torch::Tensor x) override {
+    torch::Tensor w1;
+    if (conv_stats_apply(x, *conv1, 0, {bn1.get(), bn2.get(), bn3.get()}, &w1)) {
+      auto out = bn1->forward_relu_conv_from_stats(kernels::conv_with_stats(x, w1, 1, 0), *conv2);
+      out = bn2->forward_relu_conv_from_stats(out, *conv3);
+      return bn3->forward_relu_from_stats(out, shortcut_from_stats(x));
+    }
     auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
     out = bn2->forward_relu_conv(out, *conv3);
     return bn3->forward_relu(out, shortcut(x));
@@ -190,6 +244,7 @@ std::shared_ptr<Model> ResNet::make_replica() const {
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_kernels_);
   replica->set_relu_recompute(relu_recompute_);
+  replica->set_conv_bn_fusion(conv_bn_fusion_);
   return replica;
 }
 
@@ -198,6 +253,29 @@ void ResNet::set_relu_recompute(bool on) {
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* bn = module->as<BatchNorm2d>()) bn->set_relu_recompute(on);
   }
+}
+
+void ResNet::set_conv_bn_fusion(bool on) {
+  conv_bn_fusion_ = on;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* bn = module->as<BatchNorm2d>()) bn->set_conv_stats(on);
+  }
+}
+
+std::string ResNet::describe_conv_bn_fusion() const {
+  if (!conv_bn_fusion_) return "off";
+  size_t took = 0;
+  std::string why_not;
+  for (const auto& [name, block] : blocks_) {
+    if (block->took_conv_stats()) {
+      ++took;
+    } else if (why_not.empty() && !block->conv_stats_why_not().empty()) {
+      why_not = name + ": " + block->conv_stats_why_not();
+    }
+  }
+  std::string out = "cuDNN convolution + statistics graphs in " + std::to_string(took) + " of " +
+                    std::to_string(blocks_.size()) + " blocks";
+  return why_not.empty() ? out : out + " (" + why_not + ")";
 }
 
 void ResNet::set_fused_kernels(bool on) {

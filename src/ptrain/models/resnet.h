@@ -33,6 +33,8 @@ class ResNet : public Model {
   void set_activation_checkpointing(bool on) override { checkpointing_ = on; }
   void set_fused_kernels(bool on) override;
   void set_relu_recompute(bool on) override;
+  void set_conv_bn_fusion(bool on) override;
+  std::string describe_conv_bn_fusion() const override;
   std::string name() const override;
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
@@ -47,6 +49,7 @@ class ResNet : public Model {
   bool checkpointing_ = false;
   bool fused_kernels_ = false;
   bool relu_recompute_ = false;
+  bool conv_bn_fusion_ = false;
   bool cifar_family_ = false;
   torch::nn::Conv2d conv1{nullptr};
   BatchNorm2d bn1{nullptr};

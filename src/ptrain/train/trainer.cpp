@@ -129,6 +129,7 @@ void TrainingRun::build_model() {
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
+  model_->set_conv_bn_fusion(c_.run.conv_bn_fusion);
   if (policy_.fp8_matmuls) {
     const models::Fp8Options options = fp8_options(c_.precision);
     models::Fp8Layers fp8 = model_->set_fp8_linear(true, options);

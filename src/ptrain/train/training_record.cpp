@@ -100,6 +100,10 @@ void TrainingRun::record_implementation() {
     record_.kernels["batch_norm_relu"] = fused_norms ? "fused" : "reference";
     // Whether the outputs feeding convolutions were recomputed in the backward (--relu-recompute).
     if (fused_norms) record_.kernels["relu_before_conv"] = c_.run.relu_recompute ? "recomputed" : "kept";
+    // Where the convolutions handed their statistics to the batch norms (--conv-bn-fusion), as the last
+    // training forward took it.
+    const std::string conv_bn = model_->describe_conv_bn_fusion();
+    if (fused_norms && !conv_bn.empty()) record_.kernels["conv_bn_fusion"] = conv_bn;
   }
   record_.step_phase_seconds = phases_.means().to_json();
   record_.ptrain_version = PTRAIN_VERSION;
