@@ -156,21 +156,9 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   const auto step = [&](ptrain::models::ResNet& net, bool collect) {
     net.train();
     auto loss = torch::cross_entropy_loss(net.forward(x), labels);
-    if (collect) {
-      std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
-      std::set<torch::autograd::Node*> seen;
-      while (!todo.empty()) {
-        auto* node = todo.back();
-        todo.pop_back();
-        if (!node || !seen.insert(node).second) continue;
-        auto name = node->name();  // the function's qualified name (LibTorch 2.x may wrap it in CppNode<...>)
-        if (!name.empty() && name.back() == '>') name.pop_back();
-        for (const std::string f : {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv", "::FusedBatchNorm",
-                                    "::FusedBatchNormRelu", "::FusedMaxPool2d"})
-          if (name.size() >= f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) fused_nodes.insert(f);
-        for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-      }
-    }
+    if (collect)
+      fused_nodes = autograd_functions(loss, {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv", "::FusedBatchNorm",
+                                              "::FusedBatchNormRelu", "::FusedMaxPool2d"});
     loss.backward();
     return loss.item<double>();
   };

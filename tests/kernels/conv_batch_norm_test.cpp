@@ -130,24 +130,6 @@ TEST(ConvBatchNormFusion, StatisticsFromSumsMatchTheStatisticsPass) {
   }
 }
 
-// The functions of the fused network's autograd graph, by the ends of their names.
-std::set<std::string> graph_functions(const torch::Tensor& loss, const std::vector<std::string>& names) {
-  std::set<std::string> found;
-  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  while (!todo.empty()) {
-    auto* node = todo.back();
-    todo.pop_back();
-    if (!node || !seen.insert(node).second) continue;
-    auto name = node->name();  // LibTorch 2.x may wrap it in CppNode<...>
-    if (!name.empty() && name.back() == '>') name.pop_back();
-    for (const auto& f : names)
-      if (name.size() >= f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) found.insert(f);
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
-  return found;
-}
-
 // One training step in fp16 with the fusion, and without it (the fused kernels alone), each against the same
 // network in fp32 from the same weights (TF32 off): the loss, every gradient and the running statistics. fp16
 // rounding at every layer flips the ReLU of pre-activations near zero and moves the gradients of earlier layers
@@ -180,7 +162,7 @@ void compare_step(int depth, bool autocast) {
     ptrain::compat::set_autocast_enabled(c10::DeviceType::CUDA, false);
     at::autocast::clear_cache();
     auto loss = torch::cross_entropy_loss(logits.to(torch::kFloat), labels);
-    if (&net == fused.get()) functions = graph_functions(loss, {"::ConvWithStats", "::FusedBatchNormReluConvStats"});
+    if (&net == fused.get()) functions = autograd_functions(loss, {"::ConvWithStats", "::FusedBatchNormReluConvStats"});
     loss.backward();
     return loss.item<double>();
   };

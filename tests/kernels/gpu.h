@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "ptrain/kernels/cross_entropy.h"
 
 #define PTRAIN_REQUIRE_CUDA_KERNELS()                                                                           \
@@ -15,4 +19,23 @@
 inline double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
   const auto g = got.to(torch::kCPU, torch::kDouble), w = want.to(torch::kCPU, torch::kDouble);
   return (g - w).norm().item<double>() / std::max(1e-30, w.norm().item<double>());
+}
+
+// Which of names end the names of the autograd functions in loss's graph: whether a fused path ran (a fallback to
+// LibTorch's ops would pass every numerical comparison).
+inline std::set<std::string> autograd_functions(const torch::Tensor& loss, const std::vector<std::string>& names) {
+  std::set<std::string> found;
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    auto name = node->name();  // the function's qualified name (LibTorch 2.x may wrap it in CppNode<...>)
+    if (!name.empty() && name.back() == '>') name.pop_back();
+    for (const auto& f : names)
+      if (name.size() >= f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) found.insert(f);
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return found;
 }
