@@ -420,7 +420,8 @@ ConvStats conv_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_
   ConvStats out;
   out.y = torch::empty({shape.n, shape.k, shape.out_h(), shape.out_w()},
                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
-  // genstats adds to what its outputs hold: they start at zero (one memset for both).
+  // cuDNN does not say whether genstats overwrites its outputs or adds to them: they start at zero (one memset
+  // for both), so that the sums never depend on what the memory held.
   const auto sums = torch::zeros({2 * shape.k}, x.options().dtype(torch::kFloat));
   out.sum = sums.narrow(0, 0, shape.k);
   out.sum_of_squares = sums.narrow(0, shape.k, shape.k);

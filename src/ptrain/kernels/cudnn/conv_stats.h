@@ -47,7 +47,7 @@ ConvStatsPlanInfo conv_stats_plan(const ConvStatsShape& shape);
 
 // Runs the plan on stream. Throws std::runtime_error with cuDNN's message when the shape has no plan or the
 // launch fails. scale and shift are ignored without the prologue; workspace holds the plan's workspace_bytes.
-// genstats adds to sum and sum_of_squares: they must hold zeros.
+// sum and sum_of_squares must hold zeros: cuDNN does not say whether genstats overwrites them or adds to them.
 void conv_stats(const ConvStatsShape& shape, const void* x, const void* w, const void* scale, const void* shift,
                 void* y, float* sum, float* sum_of_squares, void* workspace, cudaStream_t stream);
 
