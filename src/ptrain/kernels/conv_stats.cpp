@@ -25,6 +25,23 @@ void check_arguments(const torch::Tensor& x, const torch::Tensor& weight, int64_
               "), got " + std::to_string(scale.numel()) + " and " + std::to_string(shift.numel()));
 }
 
+// y's sum and sum of squares per output channel, accumulated in fp32: the statistics LibTorch's ops give.
+void channel_sums(const torch::Tensor& y, ConvStatsResult* out) {
+  const auto y32 = y.to(torch::kFloat);
+  out->sum = y32.sum({0, 2, 3});
+  out->sum_of_squares = y32.square().sum({0, 2, 3});
+}
+
+// Whether the fused graph runs for these arguments; precompiled_only as fused::conv_stats_supported.
+bool fused_graph_runs(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
+                      bool prologue, std::string* why_not, bool precompiled_only) {
+  if (!fused::available(x.device())) {
+    if (why_not) *why_not = "no fused kernels for " + x.device().str() + " in this build";
+    return false;
+  }
+  return fused::conv_stats_supported(x, weight, stride, padding, prologue, why_not, precompiled_only);
+}
+
 // The fused graph's output, with the convolution's backward.
 class ConvWithStats : public torch::autograd::Function<ConvWithStats> {
  public:
@@ -61,28 +78,18 @@ ConvStatsResult conv_stats_reference(const torch::Tensor& x, const torch::Tensor
   }
   ConvStatsResult out;
   out.y = torch::conv2d(input, weight, {}, stride, padding);
-  const auto y32 = out.y.to(torch::kFloat);
-  out.sum = y32.sum({0, 2, 3});
-  out.sum_of_squares = y32.square().sum({0, 2, 3});
+  channel_sums(out.y, &out);
   return out;
 }
 
 bool conv_stats_fused_applies(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                               bool prologue, std::string* why_not) {
-  if (!fused::available(x.device())) {
-    if (why_not) *why_not = "no fused kernels for " + x.device().str() + " in this build";
-    return false;
-  }
-  return fused::conv_stats_supported(x, weight, stride, padding, prologue, why_not);
+  return fused_graph_runs(x, weight, stride, padding, prologue, why_not, /*precompiled_only=*/false);
 }
 
 bool conv_stats_fused_fast(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding,
                            bool prologue, std::string* why_not) {
-  if (!fused::available(x.device())) {
-    if (why_not) *why_not = "no fused kernels for " + x.device().str() + " in this build";
-    return false;
-  }
-  return fused::conv_stats_supported(x, weight, stride, padding, prologue, why_not, /*precompiled_only=*/true);
+  return fused_graph_runs(x, weight, stride, padding, prologue, why_not, /*precompiled_only=*/true);
 }
 
 ConvStatsResult conv_with_stats(const torch::Tensor& x, const torch::Tensor& weight, int64_t stride, int64_t padding) {
@@ -90,10 +97,7 @@ ConvStatsResult conv_with_stats(const torch::Tensor& x, const torch::Tensor& wei
   if (!conv_stats_fused_applies(x, weight, stride, padding, /*prologue=*/false)) {
     ConvStatsResult out;
     out.y = torch::conv2d(x, weight, {}, stride, padding);
-    torch::NoGradGuard no_grad;
-    const auto y32 = out.y.detach().to(torch::kFloat);
-    out.sum = y32.sum({0, 2, 3});
-    out.sum_of_squares = y32.square().sum({0, 2, 3});
+    channel_sums(out.y.detach(), &out);  // no gradient through the sums, as from the fused graph
     return out;
   }
   auto out = ConvWithStats::apply(x, weight, stride, padding);

@@ -78,25 +78,27 @@ torch::Tensor BatchNorm2dImpl::conv_weight_like(const torch::nn::Conv2dImpl& con
   return conv.weight.scalar_type() == x.scalar_type() ? conv.weight : conv.weight.to(x.scalar_type());
 }
 
+void BatchNorm2dImpl::require_conv_stats(const torch::Tensor& y) const {
+  check(accepts_conv_stats(y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
+                               "fused kernels and the convolution + batch norm fusion on");
+}
+
 torch::Tensor BatchNorm2dImpl::forward_from_stats(const kernels::ConvStatsResult& in) {
-  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
-                                  "fused kernels and the convolution + batch norm fusion on");
+  require_conv_stats(in.y);
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_training(in, weight, bias, running_mean, running_var, momentum, options.eps());
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_from_stats(const kernels::ConvStatsResult& in,
                                                        const torch::Tensor& residual) {
-  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
-                                  "fused kernels and the convolution + batch norm fusion on");
+  require_conv_stats(in.y);
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_relu(in, residual, weight, bias, running_mean, running_var, momentum, options.eps());
 }
 
 kernels::ConvStatsResult BatchNorm2dImpl::forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
                                                                        torch::nn::Conv2dImpl& conv) {
-  check(accepts_conv_stats(in.y), "BatchNorm2d: statistics from a convolution are taken only in training with the "
-                                  "fused kernels and the convolution + batch norm fusion on");
+  require_conv_stats(in.y);
   const auto& o = conv.options;
   const auto padding = compat::explicit_zero_padding(o);
   check(!o.bias() && padding && (*padding)[0] == (*padding)[1] && (*o.stride())[0] == (*o.stride())[1] &&

@@ -42,9 +42,10 @@ class BatchNorm2dImpl : public torch::nn::Module {
   static torch::Tensor conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
   void set_relu_recompute(bool on) { relu_recompute_ = on; }
 
-  // The same three (forward, forward_relu, forward_relu_conv) on the output of a convolution that returned its statistics (kernels::conv_with_stats):
-  // the batch norm takes them instead of a pass over in.y, and a batch norm + ReLU feeding a convolution runs
-  // in that convolution's prologue (kernels/batch_norm_relu.h). For activations accepts_conv_stats said yes to.
+  // The same three (forward, forward_relu, forward_relu_conv) on the output of a convolution that returned its
+  // statistics (kernels::conv_with_stats): the batch norm takes them instead of a pass over in.y, and a batch
+  // norm + ReLU feeding a convolution runs in that convolution's prologue (kernels/batch_norm_relu.h). For
+  // activations accepts_conv_stats said yes to; others are refused with an Error.
   torch::Tensor forward_from_stats(const kernels::ConvStatsResult& in);
   torch::Tensor forward_relu_from_stats(const kernels::ConvStatsResult& in, const torch::Tensor& residual = {});
   kernels::ConvStatsResult forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
@@ -66,6 +67,8 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // Training with fused kernels on and nobody taking over, for tensors the kernels take (residual may be
   // undefined).
   bool fused_applies(const torch::Tensor& x, const torch::Tensor& residual) const;
+  // Throws unless accepts_conv_stats(y).
+  void require_conv_stats(const torch::Tensor& y) const;
 
   Normalize normalize_;
   bool fused_kernels_ = false;
