@@ -64,6 +64,15 @@ cuda::PoolShape pool_shape(at::IntArrayRef x_sizes, int64_t kernel, int64_t stri
           static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding)};
 }
 
+// The batch-norm kernels' activations: x channels-last [N, C, H, W] on CUDA, the residual (when defined) like it.
+void check_activations(const torch::Tensor& x, const torch::Tensor& residual, const char* what) {
+  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
+        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
+  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
+                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
+        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+}
+
 }  // namespace
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
@@ -71,11 +80,7 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
                                              double momentum, double eps, bool relu) {
   const char* what = "fused batch_norm_relu";
-  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
-        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
-  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
-                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
-        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+  check_activations(x, residual, what);
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t channels = x.size(1), rows = rows_of(x);
   const auto floats = x.options().dtype(torch::kFloat);
@@ -129,11 +134,7 @@ BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor& sum, cons
 torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor& residual,
                                     const torch::Tensor& scale_shift, bool relu) {
   const char* what = "fused batch_norm_relu apply";
-  check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
-        std::string(what) + ": x must be a channels-last [N, C, H, W] CUDA tensor");
-  check(!residual.defined() || (residual.sizes() == x.sizes() && residual.scalar_type() == x.scalar_type() &&
-                                residual.is_contiguous(at::MemoryFormat::ChannelsLast)),
-        std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
+  check_activations(x, residual, what);
   check(scale_shift.scalar_type() == torch::kFloat && scale_shift.numel() == 2 * x.size(1),
         std::string(what) + ": scale_shift must be fp32 [2 * C]");
   c10::cuda::CUDAGuard guard(x.device());
