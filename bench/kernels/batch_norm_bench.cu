@@ -1,0 +1,191 @@
+// Times ptrain's NHWC batch-norm kernels (src/ptrain/kernels/cuda/batch_norm.cu) at the 53 batch-norm shapes of
+// a ResNet-50 training step, one launcher at a time, and prints each one's time beside a device-to-device copy
+// of the same tensor: where the kernels fall short of the memory system, and at which sizes. The step's trace
+// sums kernels over the whole network; this says which layers and which passes make up those sums.
+//
+//   batch_norm_bench [--batch 128] [--image 224] [--dtype bf16|fp16|fp32] [--reps 20] [--warm]
+//
+// Each timing is the median of --reps runs, each after a write of 256 MiB that evicts the L2 cache (cold, as
+// when the layer's tensors were written long before), or without it (--warm: as when the previous kernel just
+// wrote them). Bandwidth counts the bytes each launcher must move at least: stats reads x; apply reads x (and
+// the residual) and writes y; backward reads dy and x (and y) twice, once to reduce and once to apply, and
+// writes dx (and the residual's gradient).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ptrain/kernels/cuda/launch.h"
+
+namespace {
+
+using ptrain::kernels::cuda::Dtype;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// One batch norm of the network: where it sits, its activations [rows, channels], and what follows it.
+struct Layer {
+  std::string name;
+  int64_t rows, channels;
+  bool relu, residual;
+};
+
+// torchvision's ResNet-50 (stride on the 3x3 convolution): the stem, then per block bn1, bn2, bn3 (+ the
+// shortcut's bn in each stage's first block); bn3 adds the shortcut before its ReLU.
+std::vector<Layer> resnet50_layers(int64_t batch, int64_t image) {
+  std::vector<Layer> layers;
+  int64_t side = image / 2;  // after the stem's stride-2 convolution
+  layers.push_back({"stem", batch * side * side, 64, true, false});
+  side /= 2;  // max pooling
+  const int blocks[4] = {3, 4, 6, 3};
+  int64_t width = 64;
+  for (int stage = 0; stage < 4; ++stage, width *= 2) {
+    for (int b = 0; b < blocks[stage]; ++b) {
+      const std::string at = "s" + std::to_string(stage + 1) + "." + std::to_string(b);
+      const int64_t in_side = side;
+      if (b == 0 && stage > 0) side /= 2;
+      layers.push_back({at + ".bn1", batch * in_side * in_side, width, true, false});
+      layers.push_back({at + ".bn2", batch * side * side, width, true, false});
+      if (b == 0) layers.push_back({at + ".shortcut", batch * side * side, width * 4, false, false});
+      layers.push_back({at + ".bn3", batch * side * side, width * 4, true, true});
+    }
+  }
+  return layers;
+}
+
+int element_bytes(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 2; }
+
+struct Timer {
+  cudaEvent_t start, stop;
+  Timer() {
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 128, image = 224;
+  int reps = 20;
+  bool warm = false;
+  Dtype dtype = Dtype::kBFloat16;
+  std::string dtype_name = "bf16";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--batch") batch = std::stoll(value());
+    else if (arg == "--image") image = std::stoll(value());
+    else if (arg == "--reps") reps = std::stoi(value());
+    else if (arg == "--warm") warm = true;
+    else if (arg == "--dtype") {
+      dtype_name = value();
+      if (dtype_name == "bf16") dtype = Dtype::kBFloat16;
+      else if (dtype_name == "fp16") dtype = Dtype::kHalf;
+      else if (dtype_name == "fp32") dtype = Dtype::kFloat;
+      else throw std::runtime_error("--dtype: bf16, fp16 or fp32, not " + dtype_name);
+    } else {
+      std::fprintf(stderr, "batch_norm_bench: unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  const std::vector<Layer> layers = resnet50_layers(batch, image);
+  int64_t largest = 0;
+  for (const Layer& l : layers) largest = std::max(largest, l.rows * l.channels);
+  const size_t bytes = static_cast<size_t>(largest) * element_bytes(dtype);
+  // Six activation-sized buffers: x, residual, y, dy, dx, dresidual; filled with small values of both signs.
+  std::vector<void*> buffers(6);
+  for (void*& b : buffers) {
+    check(cudaMalloc(&b, bytes), "cudaMalloc");
+    check(cudaMemset(b, 0x3c, bytes), "cudaMemset");  // 0x3c3c: ~1.1 in fp16, ~0.011 in bf16; fp32 ~0.011
+  }
+  void *x = buffers[0], *residual = buffers[1], *y = buffers[2], *dy = buffers[3], *dx = buffers[4],
+       *dresidual = buffers[5];
+  int64_t workspace_floats = 0, max_channels = 0;
+  for (const Layer& l : layers) {
+    workspace_floats = std::max(workspace_floats, ptrain::kernels::cuda::batch_norm_workspace_floats(l.rows, l.channels));
+    max_channels = std::max(max_channels, l.channels);
+  }
+  float *workspace, *params;
+  check(cudaMalloc(&workspace, workspace_floats * sizeof(float)), "cudaMalloc");
+  check(cudaMalloc(&params, 9 * max_channels * sizeof(float)), "cudaMalloc");
+  check(cudaMemset(params, 0, 9 * max_channels * sizeof(float)), "cudaMemset");
+  float *weight = params, *bias = params + max_channels, *running_mean = params + 2 * max_channels,
+        *running_var = params + 3 * max_channels, *mean = params + 4 * max_channels, *invstd = params + 5 * max_channels,
+        *scale_shift = params + 6 * max_channels, *dweight = params + 8 * max_channels;
+  std::vector<float> ones(max_channels, 1.0f);
+  check(cudaMemcpy(weight, ones.data(), max_channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  void* flush;
+  const size_t flush_bytes = size_t(256) << 20;
+  check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  Timer timer;
+
+  // Median time in µs of fn over reps runs, each after the L2 flush unless --warm.
+  const auto time_us = [&](auto&& fn) {
+    std::vector<float> ms(reps);
+    fn();  // first run: module load, caches
+    for (int r = 0; r < reps; ++r) {
+      if (!warm) check(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream), "flush");
+      check(cudaEventRecord(timer.start, stream), "cudaEventRecord");
+      fn();
+      check(cudaEventRecord(timer.stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(timer.stop), "cudaEventSynchronize");
+      check(cudaEventElapsedTime(&ms[r], timer.start, timer.stop), "cudaEventElapsedTime");
+    }
+    std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+    return 1000.0 * ms[reps / 2];
+  };
+  const auto tbps = [](double moved, double us) { return moved / (us * 1e-6) / 1e12; };
+
+  int device;
+  cudaDeviceProp prop;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  std::printf("# %s, %d SMs, L2 %d MiB; ResNet-50 batch %lld, %lld px, %s, %s, median of %d\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(batch),
+              static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2", reps);
+  std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s\n", "layer", "rows", "ch", "MiB", "copy us",
+              "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s");
+  double total_copy = 0, total_stats = 0, total_apply = 0, total_backward = 0;
+  for (const Layer& l : layers) {
+    const double tensor = static_cast<double>(l.rows) * l.channels * element_bytes(dtype);
+    const double copy = time_us([&] { check(cudaMemcpyAsync(y, x, static_cast<size_t>(tensor), cudaMemcpyDeviceToDevice, stream), "copy"); });
+    const double stats = time_us([&] {
+      ptrain::kernels::cuda::batch_norm_stats(dtype, Dtype::kFloat, x, l.rows, l.channels, weight, bias, running_mean,
+                                              running_var, 0.1, 1e-5, mean, invstd, scale_shift, workspace, stream);
+    });
+    const double apply = time_us([&] {
+      ptrain::kernels::cuda::batch_norm_relu_apply(dtype, x, l.residual ? residual : nullptr, scale_shift, l.rows,
+                                                   l.channels, l.relu, y, stream);
+    });
+    const double backward = time_us([&] {
+      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dy, l.residual ? y : nullptr, x, mean, invstd,
+                                                      scale_shift, weight, l.rows, l.channels, l.relu, dx,
+                                                      l.residual ? dresidual : nullptr, dweight, dweight + max_channels,
+                                                      workspace, stream);
+    });
+    const int loads = l.residual ? 3 : 2;  // dy, x (, y)
+    const double apply_bytes = tensor * (l.residual ? 3 : 2);
+    const double backward_bytes = tensor * (2 * loads + (l.residual ? 2 : 1));
+    std::printf("%-14s %8lld %5lld %7.1f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f\n", l.name.c_str(),
+                static_cast<long long>(l.rows), static_cast<long long>(l.channels), tensor / (1 << 20), copy,
+                tbps(2 * tensor, copy), stats, tbps(tensor, stats), apply, tbps(apply_bytes, apply), backward,
+                tbps(backward_bytes, backward));
+    total_copy += copy, total_stats += stats, total_apply += apply, total_backward += backward;
+  }
+  std::printf("%-14s %8s %5s %7s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %8.1f\n", "total (us)", "", "", "", total_copy,
+              "", total_stats, "", total_apply, "", total_backward);
+  return 0;
+}
