@@ -228,7 +228,9 @@ TEST(ConvBatchNormFusion, Bf16BlocksSayWhichPathTheyTook) {
   std::cout << "[          ] bf16: " << said << "\n";
   EXPECT_EQ(said.rfind("cuDNN convolution + statistics graphs in ", 0), 0u) << said;
   // A block that kept the unfused kernels says why.
-  if (said.find(" 16 of 16 blocks") == std::string::npos) EXPECT_NE(said.find(": "), std::string::npos) << said;
+  if (said.find(" 16 of 16 blocks") == std::string::npos) {
+    EXPECT_NE(said.find(": "), std::string::npos) << said;
+  }
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
 }
 

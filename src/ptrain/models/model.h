@@ -63,6 +63,10 @@ class Model : public torch::nn::Module {
   virtual void set_conv_bn_fusion(bool /*on*/) {}
   virtual std::string describe_conv_bn_fusion() const { return {}; }
 
+  // Which form of its ImageNet stem convolution the last training forward ran (ResNet: "7x7", or
+  // "space-to-depth 4x4", kernels/stem_conv.h, with the fused kernels on); empty for other models.
+  virtual std::string describe_stem_conv() const { return {}; }
+
   // --precision fp8: run the matrix products of linear layers in FP8 where the model has such a path (GPT: the
   // attention and MLP projections, and its head with options.head), off: in the autocast dtype. Returns what runs
   // where.

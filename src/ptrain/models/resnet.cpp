@@ -5,6 +5,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/kernels/conv_stats.h"
 #include "ptrain/kernels/max_pool.h"
+#include "ptrain/kernels/stem_conv.h"
 #include "ptrain/models/activation_checkpoint.h"
 
 namespace ptrain::models {
@@ -285,6 +286,18 @@ void ResNet::set_fused_kernels(bool on) {
   }
 }
 
+torch::Tensor ResNet::stem_conv(const torch::Tensor& x) {
+  const bool space_to_depth =
+      fused_kernels_ && !cifar_family_ && !options_.cifar_stem && kernels::stem_space_to_depth_pays(x, conv1->weight);
+  if (is_training()) stem_space_to_depth_ = space_to_depth;
+  return space_to_depth ? kernels::stem_conv_space_to_depth(x, conv1->weight, /*allow_fused=*/true) : conv1->forward(x);
+}
+
+std::string ResNet::describe_stem_conv() const {
+  if (cifar_family_ || options_.cifar_stem) return {};
+  return stem_space_to_depth_ ? "space-to-depth 4x4" : "7x7";
+}
+
 torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x) {
   if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
     return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
@@ -304,7 +317,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
                                         std::to_string(blocks_.size() + 2) + " units");
   if (index == 0) {
-    x = bn1->forward_relu(conv1->forward(x));
+    x = bn1->forward_relu(stem_conv(x));
     if (!cifar_family_ && !options_.cifar_stem) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
     return x;
   }

@@ -35,6 +35,7 @@ class ResNet : public Model {
   void set_relu_recompute(bool on) override;
   void set_conv_bn_fusion(bool on) override;
   std::string describe_conv_bn_fusion() const override;
+  std::string describe_stem_conv() const override;
   std::string name() const override;
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
@@ -44,12 +45,15 @@ class ResNet : public Model {
 
  private:
   torch::Tensor run_block(ResidualBlock& block, const torch::Tensor& x);
+  // conv1, through kernels/stem_conv.h's space-to-depth form where that is faster (bf16 on CUDA, fused kernels on).
+  torch::Tensor stem_conv(const torch::Tensor& x);
 
   ResNetOptions options_;
   bool checkpointing_ = false;
   bool fused_kernels_ = false;
   bool relu_recompute_ = false;
   bool conv_bn_fusion_ = false;
+  bool stem_space_to_depth_ = false;  // what the last training forward's stem took
   bool cifar_family_ = false;
   torch::nn::Conv2d conv1{nullptr};
   BatchNorm2d bn1{nullptr};

@@ -105,6 +105,8 @@ void TrainingRun::record_implementation() {
     const std::string conv_bn = model_->describe_conv_bn_fusion();
     if (fused_norms && !conv_bn.empty()) record_.kernels["conv_bn_fusion"] = conv_bn;
   }
+  // Which form of the ImageNet stem's convolution the last training forward ran (ResNets only).
+  if (const std::string stem = model_->describe_stem_conv(); !stem.empty()) record_.kernels["stem_conv"] = stem;
   record_.step_phase_seconds = phases_.means().to_json();
   record_.ptrain_version = PTRAIN_VERSION;
   record_.torch_version = compat::torch_version();

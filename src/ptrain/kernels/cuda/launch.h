@@ -141,3 +141,18 @@ void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_
                                 cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// x [batch, channels, in_h, in_w] at any element strides; the output [batch, out_h, out_w, out_channels]
+// contiguous (NHWC), out_channels >= 4 * channels.
+struct SpaceToDepthShape {
+  int64_t batch, channels, in_h, in_w;
+  int64_t stride_n, stride_c, stride_h, stride_w;
+  int64_t out_h, out_w, out_channels;
+};
+// y[n, i, j, (s * 2 + t) * channels + c] = x[n, c, 2i + s - 4, 2j + t - 4] (zero outside x), zero for the
+// channels from 4 * channels on; read in dtype `in`, written in `out` (round to nearest even).
+void space_to_depth(Dtype in, Dtype out, const void* x, const SpaceToDepthShape& shape, void* y, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
