@@ -17,11 +17,14 @@ c10::ScalarType conv_dtype(const torch::Tensor& x) {
   return x.scalar_type();
 }
 
+// x [N, C, H, W] and weight [K, C, 7, 7].
+bool stem_shapes(const torch::Tensor& x, const torch::Tensor& weight) {
+  return x.dim() == 4 && weight.dim() == 4 && weight.size(1) == x.size(1) && weight.size(2) == 7 && weight.size(3) == 7;
+}
+
 void check_stem(const torch::Tensor& x, const torch::Tensor& weight) {
-  check(x.dim() == 4 && weight.dim() == 4 && weight.size(1) == x.size(1) && weight.size(2) == 7 &&
-            weight.size(3) == 7,
-        "stem_conv_space_to_depth: needs x [N, C, H, W] and weight [K, C, 7, 7], got " + c10::str(x.sizes()) +
-            " and " + c10::str(weight.sizes()));
+  check(stem_shapes(x, weight), "stem_conv_space_to_depth: needs x [N, C, H, W] and weight [K, C, 7, 7], got " +
+                                    c10::str(x.sizes()) + " and " + c10::str(weight.sizes()));
   check(!x.requires_grad(), "stem_conv_space_to_depth: x must not require a gradient (the regrouping has no backward)");
 }
 
@@ -64,9 +67,7 @@ torch::Tensor stem_conv_space_to_depth(const torch::Tensor& x, const torch::Tens
 }
 
 bool stem_space_to_depth_pays(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (!x.is_cuda() || x.requires_grad() || x.dim() != 4 || weight.dim() != 4) return false;
-  if (weight.size(1) != x.size(1) || weight.size(2) != 7 || weight.size(3) != 7) return false;
-  return conv_dtype(x) == torch::kBFloat16;
+  return x.is_cuda() && !x.requires_grad() && stem_shapes(x, weight) && conv_dtype(x) == torch::kBFloat16;
 }
 
 }  // namespace ptrain::kernels

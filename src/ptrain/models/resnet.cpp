@@ -193,7 +193,7 @@ ResNet::ResNet(const ResNetOptions& options) : options_(options) {
   check(options.in_channels > 0, "ResNet: in_channels must be positive, got " + std::to_string(options.in_channels));
 
   const int64_t stem_width = cifar_family_ ? 16 : 64;
-  if (cifar_family_ || options.cifar_stem) {
+  if (!imagenet_stem()) {
     conv1 = register_module("conv1", conv3x3(options.in_channels, stem_width, 1));
   } else {
     conv1 = register_module("conv1", conv(options.in_channels, stem_width, 7, 2, 3));
@@ -288,13 +288,13 @@ void ResNet::set_fused_kernels(bool on) {
 
 torch::Tensor ResNet::stem_conv(const torch::Tensor& x) {
   const bool space_to_depth =
-      fused_kernels_ && !cifar_family_ && !options_.cifar_stem && kernels::stem_space_to_depth_pays(x, conv1->weight);
+      fused_kernels_ && imagenet_stem() && kernels::stem_space_to_depth_pays(x, conv1->weight);
   if (is_training()) stem_space_to_depth_ = space_to_depth;
   return space_to_depth ? kernels::stem_conv_space_to_depth(x, conv1->weight, /*allow_fused=*/true) : conv1->forward(x);
 }
 
 std::string ResNet::describe_stem_conv() const {
-  if (cifar_family_ || options_.cifar_stem) return {};
+  if (!imagenet_stem()) return {};
   return stem_space_to_depth_ ? "space-to-depth 4x4" : "7x7";
 }
 
@@ -318,7 +318,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
                                         std::to_string(blocks_.size() + 2) + " units");
   if (index == 0) {
     x = bn1->forward_relu(stem_conv(x));
-    if (!cifar_family_ && !options_.cifar_stem) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
+    if (imagenet_stem()) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
     return x;
   }
   if (index <= blocks_.size()) return run_block(*blocks_[index - 1].second, x);

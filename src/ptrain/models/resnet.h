@@ -47,6 +47,8 @@ class ResNet : public Model {
   torch::Tensor run_block(ResidualBlock& block, const torch::Tensor& x);
   // conv1, through kernels/stem_conv.h's space-to-depth form where that is faster (bf16 on CUDA, fused kernels on).
   torch::Tensor stem_conv(const torch::Tensor& x);
+  // torchvision's 7x7 stride-2 conv1 and max pooling, not the CIFAR stem's 3x3 conv1.
+  bool imagenet_stem() const { return !cifar_family_ && !options_.cifar_stem; }
 
   ResNetOptions options_;
   bool checkpointing_ = false;
