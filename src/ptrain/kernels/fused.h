@@ -101,9 +101,10 @@ torch::Tensor max_pool_backward(const torch::Tensor& dy, const torch::Tensor& po
                                 int64_t kernel, int64_t stride, int64_t padding);
 
 // x [N, C, H, W] (any strides, fp32/fp16/bf16) regrouped for the stem's space-to-depth convolution
-// (stem_conv.h): channels-last [N, out_channels, OH + 3, OW + 3] in dtype, OH and OW the 7x7 stride-2 padding-3
-// convolution's output size.
-torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, c10::ScalarType dtype);
+// (stem_conv.h): channels-last [N, out_channels, out_h, out_w] in dtype, where stem_conv.cpp says what out_h
+// and out_w are (the 7x7 stride-2 padding-3 convolution's output size + 3).
+torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64_t out_h, int64_t out_w,
+                             c10::ScalarType dtype);
 
 // LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
 // defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.

@@ -209,13 +209,14 @@ torch::Tensor max_pool_backward(const torch::Tensor& dy_in, const torch::Tensor&
   return dx;
 }
 
-torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, c10::ScalarType dtype) {
+torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64_t out_h, int64_t out_w,
+                             c10::ScalarType dtype) {
   const char* what = "fused space_to_depth";
   check(x.is_cuda() && x.dim() == 4, std::string(what) + ": x must be a [N, C, H, W] CUDA tensor");
   c10::cuda::CUDAGuard guard(x.device());
   cuda::SpaceToDepthShape shape{x.size(0), x.size(1), x.size(2), x.size(3),
                                 x.stride(0), x.stride(1), x.stride(2), x.stride(3),
-                                (x.size(2) - 1) / 2 + 4, (x.size(3) - 1) / 2 + 4, out_channels};
+                                out_h, out_w, out_channels};
   auto y = torch::empty({shape.batch, out_channels, shape.out_h, shape.out_w},
                         x.options().dtype(dtype).memory_format(at::MemoryFormat::ChannelsLast));
   const cuda::Dtype out_dtype = dtype_of(y, what);

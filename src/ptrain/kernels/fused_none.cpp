@@ -43,7 +43,9 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch
   unavailable("fused batch_norm_relu backward");
 }
 
-torch::Tensor space_to_depth(const torch::Tensor&, int64_t, c10::ScalarType) { unavailable("fused space_to_depth"); }
+torch::Tensor space_to_depth(const torch::Tensor&, int64_t, int64_t, int64_t, c10::ScalarType) {
+  unavailable("fused space_to_depth");
+}
 
 MaxPoolForward max_pool_forward(const torch::Tensor&, int64_t, int64_t, int64_t) {
   unavailable("fused max_pool2d");

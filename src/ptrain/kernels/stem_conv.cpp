@@ -34,11 +34,11 @@ torch::Tensor stem_space_to_depth_input(const torch::Tensor& x, c10::ScalarType 
   check(x.dim() == 4, "stem_space_to_depth_input: x must be [N, C, H, W], got " + c10::str(x.sizes()));
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t channels = regrouped_channels(c);
+  const int64_t out_h = (h - 1) / 2 + 4, out_w = (w - 1) / 2 + 4;
   if (allow_fused && fused::available(x.device()) && fused::kernel_dtype(x.scalar_type()) &&
       fused::kernel_dtype(dtype)) {
-    return fused::space_to_depth(x, channels, dtype);
+    return fused::space_to_depth(x, channels, out_h, out_w, dtype);
   }
-  const int64_t out_h = (h - 1) / 2 + 4, out_w = (w - 1) / 2 + 4;
   // Rows and columns -4 .. 2 * out - 5 of x, so that 2x2 patch i covers rows 2i - 4 and 2i - 3.
   const auto padded = torch::constant_pad_nd(x, {4, 2 * out_w - 4 - w, 4, 2 * out_h - 4 - h}).contiguous();
   auto regrouped = padded.view({n, c, out_h, 2, out_w, 2}).permute({0, 3, 5, 1, 2, 4}).reshape({n, 4 * c, out_h, out_w});
