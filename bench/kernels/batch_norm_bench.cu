@@ -9,7 +9,9 @@
 // when the layer's tensors were written long before), or without it (--warm: as when the previous kernel just
 // wrote them). Bandwidth counts the bytes each launcher must move at least: stats reads x; apply reads x (and
 // the residual) and writes y; backward reads dy and x (and y) twice, once to reduce and once to apply, and
-// writes dx (and the residual's gradient).
+// writes dx (and the residual's gradient). The forward and the backward are timed twice more, forced into
+// one cooperative launch ("1-pass": its second read of the tensors hits L2 when they fit) and as the launchers
+// choose on their own (auto); a * marks the layers where auto took the single pass.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -156,9 +158,12 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MiB; ResNet-50 batch %lld, %lld px, %s, %s, median of %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(batch),
               static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2", reps);
-  std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s\n", "layer", "rows", "ch", "MiB", "copy us",
-              "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s");
-  double total_copy = 0, total_stats = 0, total_apply = 0, total_backward = 0;
+  std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %8s %8s\n", "layer", "rows", "ch",
+              "MiB", "copy us", "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s", "fwd 1-p", "fwd auto",
+              "bwd 1-p", "bwd auto");
+  double total_copy = 0, total_stats = 0, total_apply = 0, total_backward = 0, total_forward_single = 0,
+         total_forward_auto = 0, total_backward_single = 0, total_backward_auto = 0;
+  using ptrain::kernels::cuda::BatchNormPasses;
   for (const Layer& l : layers) {
     const double tensor = static_cast<double>(l.rows) * l.channels * element_bytes(dtype);
     const double copy = time_us([&] { check(cudaMemcpyAsync(y, x, static_cast<size_t>(tensor), cudaMemcpyDeviceToDevice, stream), "copy"); });
@@ -170,22 +175,44 @@ int main(int argc, char** argv) {
       ptrain::kernels::cuda::batch_norm_relu_apply(dtype, x, l.residual ? residual : nullptr, scale_shift, l.rows,
                                                    l.channels, l.relu, y, stream);
     });
-    const double backward = time_us([&] {
-      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dy, l.residual ? y : nullptr, x, mean, invstd,
-                                                      scale_shift, weight, l.rows, l.channels, l.relu, dx,
-                                                      l.residual ? dresidual : nullptr, dweight, dweight + max_channels,
-                                                      workspace, stream);
-    });
+    bool took_single = false;
+    const auto forward = [&](BatchNormPasses passes) {
+      took_single = ptrain::kernels::cuda::batch_norm_relu_forward(
+          dtype, Dtype::kFloat, x, l.residual ? residual : nullptr, l.rows, l.channels, weight, bias, running_mean,
+          running_var, 0.1, 1e-5, l.relu, mean, invstd, scale_shift, y, workspace, stream, passes);
+    };
+    const auto backward_with = [&](BatchNormPasses passes) {
+      took_single = ptrain::kernels::cuda::batch_norm_relu_backward(
+          dtype, Dtype::kFloat, dy, l.residual ? y : nullptr, x, mean, invstd, scale_shift, weight, l.rows, l.channels,
+          l.relu, dx, l.residual ? dresidual : nullptr, dweight, dweight + max_channels, workspace, stream, passes);
+    };
+    const double forward_single = time_us([&] { forward(BatchNormPasses::kSinglePass); });
+    const bool forward_single_ran = took_single;
+    const double forward_auto = time_us([&] { forward(BatchNormPasses::kAuto); });
+    const bool forward_auto_single = took_single;
+    const double backward = time_us([&] { backward_with(BatchNormPasses::kSplit); });
+    const double backward_single = time_us([&] { backward_with(BatchNormPasses::kSinglePass); });
+    const bool backward_single_ran = took_single;
+    const double backward_auto = time_us([&] { backward_with(BatchNormPasses::kAuto); });
+    const bool backward_auto_single = took_single;
     const int loads = l.residual ? 3 : 2;  // dy, x (, y)
     const double apply_bytes = tensor * (l.residual ? 3 : 2);
     const double backward_bytes = tensor * (2 * loads + (l.residual ? 2 : 1));
-    std::printf("%-14s %8lld %5lld %7.1f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f\n", l.name.c_str(),
-                static_cast<long long>(l.rows), static_cast<long long>(l.channels), tensor / (1 << 20), copy,
-                tbps(2 * tensor, copy), stats, tbps(tensor, stats), apply, tbps(apply_bytes, apply), backward,
-                tbps(backward_bytes, backward));
+    std::printf("%-14s %8lld %5lld %7.1f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %7.1f%s %7.1f%s | "
+                "%7.1f%s %7.1f%s\n",
+                l.name.c_str(), static_cast<long long>(l.rows), static_cast<long long>(l.channels), tensor / (1 << 20),
+                copy, tbps(2 * tensor, copy), stats, tbps(tensor, stats), apply, tbps(apply_bytes, apply), backward,
+                tbps(backward_bytes, backward), forward_single, forward_single_ran ? " " : "!", forward_auto,
+                forward_auto_single ? "*" : " ", backward_single, backward_single_ran ? " " : "!", backward_auto,
+                backward_auto_single ? "*" : " ");
     total_copy += copy, total_stats += stats, total_apply += apply, total_backward += backward;
+    total_forward_single += forward_single, total_forward_auto += forward_auto;
+    total_backward_single += backward_single, total_backward_auto += backward_auto;
   }
-  std::printf("%-14s %8s %5s %7s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %8.1f\n", "total (us)", "", "", "", total_copy,
-              "", total_stats, "", total_apply, "", total_backward);
+  std::printf("%-14s %8s %5s %7s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %7.1f  %7.1f  | %7.1f  %7.1f\n",
+              "total (us)", "", "", "", total_copy, "", total_stats, "", total_apply, "", total_backward, "",
+              total_forward_single, total_forward_auto, total_backward_single, total_backward_auto);
+  std::printf("# forward split (stats + apply) %.1f us; ! marks a layer the single pass could not take (split ran)\n",
+              total_stats + total_apply);
   return 0;
 }

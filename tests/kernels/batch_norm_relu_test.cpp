@@ -2,8 +2,8 @@
 // output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
 // ResNet's channel counts and an odd spatial size; the same kernels without the ReLU (a shortcut's batch norm)
 // against LibTorch's batch_norm; batch norm + ReLU + convolution with the ReLU's output recomputed in the
-// backward against the same without recomputation; a whole ResNet-50 step on the fused kernels against
-// LibTorch's ops.
+// backward against the same without recomputation; the single-pass kernels against the split ones; a whole
+// ResNet-50 step on the fused kernels against LibTorch's ops.
 #include <set>
 #include <string>
 #include <vector>
@@ -12,6 +12,7 @@
 
 #include "gpu.h"
 #include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/kernels/fused.h"
 #include "ptrain/models/resnet.h"
 
 namespace {
@@ -177,6 +178,78 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
     EXPECT_LT(relative_error(b.value(), plain_buffers[b.key()]), 1e-4) << b.key();
   }
   at::globalContext().setAllowTF32CuDNN(tf32);
+}
+
+// The single-pass kernels (one cooperative launch, grid-wide barriers between the passes) against the split
+// kernels on the same inputs, each forced. Both merge the same kind of per-chunk partials, in other chunkings
+// and orders, so the statistics agree to fp32 rounding and the outputs and gradients to their dtype's; a pass
+// that dropped or doubled a chunk, or read coefficients before every block had written its partials, would
+// move the statistics by whole percents. The auto choice is covered by the comparisons with LibTorch above.
+TEST(FusedBatchNormRelu, SinglePassMatchesTheSplitKernels) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  namespace fused = ptrain::kernels::fused;
+  using Passes = fused::BatchNormPasses;
+  torch::manual_seed(11);
+  struct Case {
+    int64_t n, c, hw;
+    torch::ScalarType dtype, param;
+    bool residual, relu;
+  };
+  const std::vector<Case> cases = {
+      {8, 256, 14, torch::kBFloat16, torch::kFloat, false, true},
+      {4, 2048, 7, torch::kBFloat16, torch::kFloat, true, true},    // one block of channel lanes a chunk
+      {16, 128, 28, torch::kHalf, torch::kHalf, true, true},        // parameters in fp16
+      {3, 24, 9, torch::kFloat, torch::kFloat, false, true},        // odd sizes
+      {2, 2048, 7, torch::kFloat, torch::kFloat, true, true},       // fp32: two blocks of channel lanes
+      {8, 512, 7, torch::kBFloat16, torch::kFloat, false, false},   // a shortcut's: no ReLU
+      {128, 64, 56, torch::kBFloat16, torch::kFloat, false, true},  // larger than auto takes: hundreds of chunks
+  };
+  for (const Case& k : cases) {
+    const std::string what = std::to_string(k.n) + "x" + std::to_string(k.c) + "x" + std::to_string(k.hw) + " " +
+                             c10::toString(k.dtype) + (k.residual ? " + residual" : "") + (k.relu ? "" : " no ReLU");
+    const Inputs in = make(k.n, k.c, k.hw, k.dtype, k.param, k.residual);
+    const auto dy = torch::randn(in.x.sizes(), in.x.options()).contiguous(at::MemoryFormat::ChannelsLast);
+    struct Run {
+      fused::BatchNormReluForward forward;
+      fused::BatchNormReluBackward backward;
+      torch::Tensor running_mean, running_var;
+    };
+    const auto run = [&](Passes passes) {
+      Run r;
+      r.running_mean = in.running_mean.clone();
+      r.running_var = in.running_var.clone();
+      r.forward = fused::batch_norm_relu_forward(in.x, in.residual, in.weight, in.bias, r.running_mean, r.running_var,
+                                                 0.1, 1e-5, k.relu, passes);
+      r.backward = fused::batch_norm_relu_backward(dy, r.forward.y, in.x, r.forward.mean, r.forward.invstd,
+                                                   r.forward.scale_shift, in.weight, k.residual, k.relu, passes);
+      EXPECT_EQ(r.forward.single_pass, passes == Passes::kSinglePass) << what;
+      EXPECT_EQ(r.backward.single_pass, passes == Passes::kSinglePass) << what;
+      return r;
+    };
+    const Run split = run(Passes::kSplit), single = run(Passes::kSinglePass);
+    const double fp32 = 1e-5;
+    const double io = k.dtype == torch::kFloat ? 1e-5 : k.dtype == torch::kHalf ? 2e-3 : 1e-2;
+    const double param = k.param == torch::kFloat ? fp32 : io;
+    EXPECT_LT(relative_error(single.forward.mean, split.forward.mean), fp32) << what << ": mean";
+    EXPECT_LT(relative_error(single.forward.invstd, split.forward.invstd), fp32) << what << ": invstd";
+    EXPECT_LT(relative_error(single.running_mean, split.running_mean), param) << what << ": running_mean";
+    EXPECT_LT(relative_error(single.running_var, split.running_var), param) << what << ": running_var";
+    // Elementwise, a few elements may differ by more: a pre-activation within rounding of zero takes the ReLU's
+    // other side when scale and shift differ in their last bit.
+    const auto differing = [&](const torch::Tensor& got, const torch::Tensor& want) {
+      const auto g = got.to(torch::kDouble), w = want.to(torch::kDouble);
+      return (g - w).abs().gt(io * (w.abs() + 1)).sum().item<int64_t>();
+    };
+    const int64_t allowed = std::max<int64_t>(2, in.x.numel() / 100000);
+    EXPECT_LE(differing(single.forward.y, split.forward.y), allowed) << what << ": y";
+    EXPECT_LE(differing(single.backward.dx, split.backward.dx), allowed) << what << ": dx";
+    if (k.residual) { EXPECT_LE(differing(single.backward.dresidual, split.backward.dresidual), allowed) << what; }
+    const double sums = std::max(param, 1e-4);  // one flipped mask moves a channel's sums by one element
+    EXPECT_LT(relative_error(single.backward.dweight, split.backward.dweight), sums) << what << ": dweight";
+    EXPECT_LT(relative_error(single.backward.dbias, split.backward.dbias), sums) << what << ": dbias";
+    // Not merely equal to each other: the mean against LibTorch's.
+    EXPECT_LT(relative_error(single.forward.mean, in.x.to(torch::kFloat).mean({0, 2, 3})), 1e-4) << what;
+  }
 }
 
 TEST(FusedBatchNorm, WithoutTheReluMatchesLibTorchsBatchNorm) {

@@ -40,14 +40,19 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
 // Training-mode batch norm + ReLU (+ residual) on channels-last activations [N, C, H, W] (C a multiple of 8,
 // or of 4 in fp32): y, and the batch's mean and 1/std per channel (fp32) for the backward. Updates the running
 // statistics in place. relu false: batch norm alone (a shortcut's), through the same passes.
+// passes: the kernels' choice between one cooperative launch and three (kernels/cuda/launch.h); kAuto except
+// where a test compares the two.
+enum class BatchNormPasses { kAuto, kSplit, kSinglePass };
 struct BatchNormReluForward {
   torch::Tensor y, mean, invstd;
   torch::Tensor scale_shift;  // [2 * C]: y = relu(x * scale + shift [+ residual]); the backward's ReLU mask
+  bool single_pass = false;   // which kernels ran
 };
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                             double momentum, double eps, bool relu);
+                                             double momentum, double eps, bool relu,
+                                             BatchNormPasses passes = BatchNormPasses::kAuto);
 // The same statistics from a convolution's per-channel sum and sum of squares of x (conv_stats) over count
 // values a channel, without a pass over x: mean, invstd and scale_shift as above (y undefined), the running
 // statistics updated. prologue_dtype fp16/bf16: scale and shift rounded to it, as a convolution's prologue
@@ -66,13 +71,15 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor&
                                     const torch::Tensor& scale_shift, bool relu);
 struct BatchNormReluBackward {
   torch::Tensor dx, dresidual, dweight, dbias;  // dresidual undefined without a residual
+  bool single_pass = false;
 };
 // y is read (for the ReLU's mask) only with a residual and the ReLU; without, the mask comes from x and
 // scale_shift (relu false: no mask).
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
-                                               bool with_residual, bool relu);
+                                               bool with_residual, bool relu,
+                                               BatchNormPasses passes = BatchNormPasses::kAuto);
 
 // y = conv2d(x', weight) with x' = relu(x * scale + shift) when scale is defined (else x' = x), and y's sum
 // and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats.h). x and weight

@@ -64,6 +64,15 @@ cuda::PoolShape pool_shape(at::IntArrayRef x_sizes, int64_t kernel, int64_t stri
           static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding)};
 }
 
+cuda::BatchNormPasses kernel_passes(BatchNormPasses passes) {
+  switch (passes) {
+    case BatchNormPasses::kSplit: return cuda::BatchNormPasses::kSplit;
+    case BatchNormPasses::kSinglePass: return cuda::BatchNormPasses::kSinglePass;
+    case BatchNormPasses::kAuto: break;
+  }
+  return cuda::BatchNormPasses::kAuto;
+}
+
 // The batch-norm kernels' activations: x channels-last [N, C, H, W] on CUDA, the residual (when defined) like it.
 void check_activations(const torch::Tensor& x, const torch::Tensor& residual, const char* what) {
   check(x.is_cuda() && x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast),
@@ -78,7 +87,7 @@ void check_activations(const torch::Tensor& x, const torch::Tensor& residual, co
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
                                              const torch::Tensor& weight, const torch::Tensor& bias,
                                              const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                             double momentum, double eps, bool relu) {
+                                             double momentum, double eps, bool relu, BatchNormPasses passes) {
   const char* what = "fused batch_norm_relu";
   check_activations(x, residual, what);
   c10::cuda::CUDAGuard guard(x.device());
@@ -89,14 +98,12 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   const auto& scale_shift = out.scale_shift;
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, floats);
   launch(what, [&] {
-    const auto stream = current_stream(x);
-    cuda::batch_norm_stats(dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), rows, channels,
-                           data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
-                           mutable_data_or_null(running_var), momentum, eps, out.mean.data_ptr<float>(),
-                           out.invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), workspace.data_ptr<float>(),
-                           stream);
-    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
-                                rows, channels, relu, out.y.data_ptr(), stream);
+    out.single_pass = cuda::batch_norm_relu_forward(
+        dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), data_or_null(residual), rows,
+        channels, data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
+        mutable_data_or_null(running_var), momentum, eps, relu, out.mean.data_ptr<float>(), out.invstd.data_ptr<float>(),
+        scale_shift.data_ptr<float>(), out.y.data_ptr(), workspace.data_ptr<float>(), current_stream(x),
+        kernel_passes(passes));
   });
   return out;
 }
@@ -149,7 +156,7 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor&
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
-                                               bool with_residual, bool relu) {
+                                               bool with_residual, bool relu, BatchNormPasses passes) {
   const char* what = "fused batch_norm_relu backward";
   c10::cuda::CUDAGuard guard(x.device());
   // The gradient arriving from the next layer need not be channels-last.
@@ -164,12 +171,12 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   }
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
-    cuda::batch_norm_relu_backward(dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
-                                   with_residual && relu ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(),
-                                   invstd.data_ptr<float>(), scale_shift.data_ptr<float>(), data_or_null(weight), rows,
-                                   channels, relu, out.dx.data_ptr(),
-                                   mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight),
-                                   mutable_data_or_null(out.dbias), workspace.data_ptr<float>(), current_stream(x));
+    out.single_pass = cuda::batch_norm_relu_backward(
+        dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
+        with_residual && relu ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(), invstd.data_ptr<float>(),
+        scale_shift.data_ptr<float>(), data_or_null(weight), rows, channels, relu, out.dx.data_ptr(),
+        mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight), mutable_data_or_null(out.dbias),
+        workspace.data_ptr<float>(), current_stream(x), kernel_passes(passes));
   });
   return out;
 }

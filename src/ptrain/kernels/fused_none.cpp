@@ -23,7 +23,7 @@ torch::Tensor cross_entropy_backward(const torch::Tensor&, const torch::Tensor&,
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double,
-                                             double, bool) {
+                                             double, bool, BatchNormPasses) {
   unavailable("fused batch_norm_relu");
 }
 
@@ -39,7 +39,7 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor&, const torch::Tensor&, 
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                               const torch::Tensor&, bool, bool) {
+                                               const torch::Tensor&, bool, bool, BatchNormPasses) {
   unavailable("fused batch_norm_relu backward");
 }
 

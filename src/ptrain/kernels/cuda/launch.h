@@ -38,6 +38,17 @@ namespace ptrain::kernels::cuda {
 // (running = (1 - momentum) running + momentum batch, the variance unbiased) when they are given. workspace
 // needs batch_norm_workspace_floats(rows, channels) floats.
 int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
+// How batch_norm_relu_forward and _backward run. kSplit: three launches (reduce, finalize, apply), each pass
+// reading the activations from memory. kSinglePass: one cooperative launch whose blocks meet at grid-wide
+// barriers between the passes, the apply phase finding small layers' activations in L2; possible only when
+// the whole grid can be resident. kAuto: the single pass where possible (faster at every ResNet-50 shape).
+enum class BatchNormPasses { kAuto, kSplit, kSinglePass };
+// batch_norm_stats then batch_norm_relu_apply, as one launch or three (passes); true when the single pass ran.
+bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* residual, int64_t rows,
+                             int64_t channels, const void* weight, const void* bias, void* running_mean,
+                             void* running_var, double momentum, double eps, bool relu, float* mean, float* invstd,
+                             float* scale_shift, void* y, float* workspace, cudaStream_t stream,
+                             BatchNormPasses passes = BatchNormPasses::kAuto);
 void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
                       const void* bias, void* running_mean, void* running_var, double momentum, double eps,
                       float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
@@ -56,11 +67,12 @@ void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, con
 // The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
 // and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
 // (y given), and of x * scale + shift without (y null), scale_shift being the forward's; without relu, the
-// backward of bn(x) [+ residual] (y unused).
-void batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
+// backward of bn(x) [+ residual] (y unused). True when the single pass ran.
+bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
                               const float* mean, const float* invstd, const float* scale_shift, const void* weight,
                               int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
-                              void* dbias, float* workspace, cudaStream_t stream);
+                              void* dbias, float* workspace, cudaStream_t stream,
+                              BatchNormPasses passes = BatchNormPasses::kAuto);
 
 }  // namespace ptrain::kernels::cuda
 
