@@ -4,7 +4,8 @@
 //   backward: reduce (read dy, x [, y]) -> finalize (per channel) -> apply (read dy, x [, y], write dx [and dres])
 // The ReLU's mask is recomputed from x and the per-channel scale and shift; with a residual it is the sign of
 // y, which the next layer keeps anyway. Nothing beyond what the unfused layers keep is saved. Without the ReLU
-// (a shortcut's batch norm) the same passes are a plain batch norm.
+// (a shortcut's batch norm) the same passes are a plain batch norm. The three passes each way run as three
+// launches (the split kernels) or in one cooperative launch (the single-pass kernels, the default; below).
 // Activations are [rows, channels] row-major (channels-last); every thread owns a 16-byte vector of channels
 // and walks a share of the rows, so loads are 16 bytes wide and coalesced along the channels.
 #include <cooperative_groups.h>
