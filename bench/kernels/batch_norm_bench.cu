@@ -11,7 +11,10 @@
 // the residual) and writes y; backward reads dy and x (and y) twice, once to reduce and once to apply, and
 // writes dx (and the residual's gradient). The forward and the backward are timed twice more, forced into
 // one cooperative launch ("1-pass": its second read of the tensors hits L2 when they fit) and as the launchers
-// choose on their own (auto); a * marks the layers where auto took the single pass.
+// choose on their own (auto); a * marks the layers where auto took the single pass. For the layers with a
+// residual (a block's last, whose output the next block uses twice), "bwd 2-dy" is the backward as the launchers
+// choose with a second gradient summed in (kernels::batch_norm_relu's twin), which replaces autograd's add of the
+// two gradients, an elementwise pass reading two tensors and writing one.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -105,14 +108,15 @@ int main(int argc, char** argv) {
   int64_t largest = 0;
   for (const Layer& l : layers) largest = std::max(largest, l.rows * l.channels);
   const size_t bytes = static_cast<size_t>(largest) * element_bytes(dtype);
-  // Six activation-sized buffers: x, residual, y, dy, dx, dresidual; filled with small values of both signs.
-  std::vector<void*> buffers(6);
+  // Seven activation-sized buffers: x, residual, y, dy, dx, dresidual, dy2; filled with small values of both
+  // signs.
+  std::vector<void*> buffers(7);
   for (void*& b : buffers) {
     check(cudaMalloc(&b, bytes), "cudaMalloc");
     check(cudaMemset(b, 0x3c, bytes), "cudaMemset");  // 0x3c3c: ~1.1 in fp16, ~0.011 in bf16; fp32 ~0.011
   }
   void *x = buffers[0], *residual = buffers[1], *y = buffers[2], *dy = buffers[3], *dx = buffers[4],
-       *dresidual = buffers[5];
+       *dresidual = buffers[5], *dy2 = buffers[6];
   int64_t workspace_floats = 0, max_channels = 0;
   for (const Layer& l : layers) {
     workspace_floats = std::max(workspace_floats, ptrain::kernels::cuda::batch_norm_workspace_floats(l.rows, l.channels));
@@ -158,11 +162,13 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MiB; ResNet-50 batch %lld, %lld px, %s, %s, median of %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(batch),
               static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2", reps);
-  std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %8s %8s\n", "layer", "rows", "ch",
-              "MiB", "copy us", "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s", "fwd 1-p", "fwd auto",
-              "bwd 1-p", "bwd auto");
+  std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %8s %8s | %8s\n", "layer", "rows",
+              "ch", "MiB", "copy us", "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s", "fwd 1-p", "fwd auto",
+              "bwd 1-p", "bwd auto", "bwd 2-dy");
   double total_copy = 0, total_stats = 0, total_apply = 0, total_backward = 0, total_forward_single = 0,
-         total_forward_auto = 0, total_backward_single = 0, total_backward_auto = 0;
+         total_forward_auto = 0, total_backward_single = 0, total_backward_auto = 0, total_backward_two = 0,
+         total_backward_auto_residual = 0, total_copy_residual = 0;
+  int residual_layers = 0;
   using ptrain::kernels::cuda::BatchNormPasses;
   for (const Layer& l : layers) {
     const double tensor = static_cast<double>(l.rows) * l.channels * element_bytes(dtype);
@@ -181,10 +187,11 @@ int main(int argc, char** argv) {
           dtype, Dtype::kFloat, x, l.residual ? residual : nullptr, l.rows, l.channels, weight, bias, running_mean,
           running_var, 0.1, 1e-5, l.relu, mean, invstd, scale_shift, y, workspace, stream, passes);
     };
-    const auto backward_with = [&](BatchNormPasses passes) {
+    const auto backward_with = [&](BatchNormPasses passes, const void* second_dy = nullptr) {
       took_single = ptrain::kernels::cuda::batch_norm_relu_backward(
-          dtype, Dtype::kFloat, dy, l.residual ? y : nullptr, x, mean, invstd, scale_shift, weight, l.rows, l.channels,
-          l.relu, dx, l.residual ? dresidual : nullptr, dweight, dweight + max_channels, workspace, stream, passes);
+          dtype, Dtype::kFloat, dy, second_dy, l.residual ? y : nullptr, x, mean, invstd, scale_shift, weight, l.rows,
+          l.channels, l.relu, dx, l.residual ? dresidual : nullptr, dweight, dweight + max_channels, workspace, stream,
+          passes);
     };
     const double forward_single = time_us([&] { forward(BatchNormPasses::kSinglePass); });
     const bool forward_single_ran = took_single;
@@ -195,24 +202,34 @@ int main(int argc, char** argv) {
     const bool backward_single_ran = took_single;
     const double backward_auto = time_us([&] { backward_with(BatchNormPasses::kAuto); });
     const bool backward_auto_single = took_single;
+    const double backward_two = l.residual ? time_us([&] { backward_with(BatchNormPasses::kAuto, dy2); }) : 0.0;
     const int loads = l.residual ? 3 : 2;  // dy, x (, y)
     const double apply_bytes = tensor * (l.residual ? 3 : 2);
     const double backward_bytes = tensor * (2 * loads + (l.residual ? 2 : 1));
+    char two[16] = "";
+    if (l.residual) std::snprintf(two, sizeof(two), "%8.1f", backward_two);
     std::printf("%-14s %8lld %5lld %7.1f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %8.1f %6.2f | %7.1f%s %7.1f%s | "
-                "%7.1f%s %7.1f%s\n",
+                "%7.1f%s %7.1f%s | %s\n",
                 l.name.c_str(), static_cast<long long>(l.rows), static_cast<long long>(l.channels), tensor / (1 << 20),
                 copy, tbps(2 * tensor, copy), stats, tbps(tensor, stats), apply, tbps(apply_bytes, apply), backward,
                 tbps(backward_bytes, backward), forward_single, forward_single_ran ? " " : "!", forward_auto,
                 forward_auto_single ? "*" : " ", backward_single, backward_single_ran ? " " : "!", backward_auto,
-                backward_auto_single ? "*" : " ");
+                backward_auto_single ? "*" : " ", two);
     total_copy += copy, total_stats += stats, total_apply += apply, total_backward += backward;
     total_forward_single += forward_single, total_forward_auto += forward_auto;
     total_backward_single += backward_single, total_backward_auto += backward_auto;
+    if (l.residual) {
+      ++residual_layers;
+      total_backward_two += backward_two, total_backward_auto_residual += backward_auto, total_copy_residual += copy;
+    }
   }
   std::printf("%-14s %8s %5s %7s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %8.1f %6s | %7.1f  %7.1f  | %7.1f  %7.1f\n",
               "total (us)", "", "", "", total_copy, "", total_stats, "", total_apply, "", total_backward, "",
               total_forward_single, total_forward_auto, total_backward_single, total_backward_auto);
   std::printf("# forward split (stats + apply) %.1f us; ! marks a layer the single pass could not take (split ran)\n",
               total_stats + total_apply);
+  std::printf("# the %d layers with a residual: backward auto %.1f us, with a second gradient %.1f us; their copies "
+              "(one tensor read, one written) %.1f us, where autograd's add of two gradients reads two\n",
+              residual_layers, total_backward_auto_residual, total_backward_two, total_copy_residual);
   return 0;
 }

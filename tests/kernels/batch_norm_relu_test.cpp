@@ -2,8 +2,9 @@
 // output, the running statistics and the gradients of x, the residual, weight and bias, in every dtype, for
 // ResNet's channel counts and an odd spatial size; the same kernels without the ReLU (a shortcut's batch norm)
 // against LibTorch's batch_norm; batch norm + ReLU + convolution with the ReLU's output recomputed in the
-// backward against the same without recomputation; the single-pass kernels against the split ones; a whole
-// ResNet-50 step on the fused kernels against LibTorch's ops.
+// backward against the same without recomputation; the single-pass kernels against the split ones; an output's
+// twin (its second use's gradient summed by the backward kernels) against autograd's sum; a whole ResNet-50 step
+// on the fused kernels against LibTorch's ops.
 #include <set>
 #include <string>
 #include <vector>
@@ -154,18 +155,23 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   const auto x = torch::randn({8, 3, 64, 64}, torch::device(cuda)).contiguous(at::MemoryFormat::ChannelsLast);
   const auto labels = torch::randint(10, {8}, torch::device(cuda).dtype(torch::kLong));
   std::set<std::string> fused_nodes;  // the fused functions in the fused network's graph
+  size_t twins = 0;                   // and those of them that returned a twin of their output
   const auto step = [&](ptrain::models::ResNet& net, bool collect) {
     net.train();
     auto loss = torch::cross_entropy_loss(net.forward(x), labels);
-    if (collect)
+    if (collect) {
       fused_nodes = autograd_functions(loss, {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv", "::FusedBatchNorm",
                                               "::FusedBatchNormRelu", "::FusedMaxPool2d"});
+      twins = autograd_functions_with_outputs(loss, "::FusedBatchNormAddRelu", 2);
+    }
     loss.backward();
     return loss.item<double>();
   };
   const double loss_fused = step(*fused, true), loss_plain = step(*plain, false);
   // Every fused path ran: a fallback to LibTorch's ops would pass every comparison below.
   EXPECT_EQ(fused_nodes.size(), 5u) << "fused functions found: " << c10::Join(", ", fused_nodes);
+  // Every block but the last hands the next one a twin of its output: 15 of ResNet-50's 16.
+  EXPECT_EQ(twins, 15u);
   EXPECT_NEAR(loss_fused, loss_plain, 1e-4 * std::abs(loss_plain));
   const auto plain_parameters = plain->named_parameters();
   for (const auto& p : fused->named_parameters()) {
@@ -220,7 +226,7 @@ TEST(FusedBatchNormRelu, SinglePassMatchesTheSplitKernels) {
       r.running_var = in.running_var.clone();
       r.forward = fused::batch_norm_relu_forward(in.x, in.residual, in.weight, in.bias, r.running_mean, r.running_var,
                                                  0.1, 1e-5, k.relu, passes);
-      r.backward = fused::batch_norm_relu_backward(dy, r.forward.y, in.x, r.forward.mean, r.forward.invstd,
+      r.backward = fused::batch_norm_relu_backward(dy, torch::Tensor(), r.forward.y, in.x, r.forward.mean, r.forward.invstd,
                                                    r.forward.scale_shift, in.weight, k.residual, k.relu, passes);
       EXPECT_EQ(r.forward.single_pass, passes == Passes::kSinglePass) << what;
       EXPECT_EQ(r.backward.single_pass, passes == Passes::kSinglePass) << what;
@@ -249,6 +255,79 @@ TEST(FusedBatchNormRelu, SinglePassMatchesTheSplitKernels) {
     EXPECT_LT(relative_error(single.backward.dbias, split.backward.dbias), sums) << what << ": dbias";
     // Not merely equal to each other: the mean against LibTorch's.
     EXPECT_LT(relative_error(single.forward.mean, in.x.to(torch::kFloat).mean({0, 2, 3})), 1e-4) << what;
+  }
+}
+
+// An output with a twin (a block's, used by the next block's convolution and its shortcut): the backward takes
+// the gradients of the two uses apart and sums them as it reads them, where autograd would add them in a pass of
+// its own. The same losses through the twin and through the output used twice must give the same gradients, up
+// to the rounding of autograd's sum to the dtype (the kernels sum in fp32); and the launchers with a second
+// gradient, split and single pass, must match them given the sum.
+TEST(FusedBatchNormRelu, TwinHandsTheSecondUsesGradientToTheKernels) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  namespace fused = ptrain::kernels::fused;
+  using Passes = fused::BatchNormPasses;
+  torch::manual_seed(12);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
+    for (const int64_t c : {64, 2048}) {
+      const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(c) + " channels";
+      const Inputs base = make(8, c, c == 64 ? 28 : 7, dtype, torch::kFloat, /*residual=*/true);
+      const auto w1 = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat));
+      const auto w2 = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat));
+      const auto run = [&](bool with_twin, Inputs& in) {
+        const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+        in.x = leaf(base.x);
+        in.residual = leaf(base.residual);
+        in.weight = leaf(base.weight);
+        in.bias = leaf(base.bias);
+        in.running_mean = base.running_mean.clone();
+        in.running_var = base.running_var.clone();
+        torch::Tensor twin;
+        const auto y = batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
+                                       1e-5, true, with_twin ? &twin : nullptr);
+        if (with_twin) {
+          EXPECT_TRUE(twin.defined()) << what;
+          if (!twin.defined()) return;
+          EXPECT_EQ(twin.data_ptr(), y.data_ptr()) << what << ": the twin is the output's memory";
+          EXPECT_EQ(twin.grad_fn().get(), y.grad_fn().get()) << what << ": the twin is the same function's output";
+          EXPECT_EQ(twin.output_nr(), 1u) << what;
+        }
+        const auto& second = with_twin ? twin : y;
+        ((y.to(torch::kFloat) * w1).sum() + (second.to(torch::kFloat) * w2).sum()).backward();
+      };
+      Inputs a, b;
+      run(true, a);
+      run(false, b);
+      const double io = dtype == torch::kFloat ? 1e-5 : dtype == torch::kHalf ? 2e-3 : 1e-2;
+      EXPECT_LT(relative_error(a.x.grad(), b.x.grad()), io) << what << ": dx";
+      EXPECT_LT(relative_error(a.residual.grad(), b.residual.grad()), io) << what << ": dresidual";
+      EXPECT_LT(relative_error(a.weight.grad(), b.weight.grad()), io) << what << ": dweight";
+      EXPECT_LT(relative_error(a.bias.grad(), b.bias.grad()), io) << what << ": dbias";
+
+      // The launchers, each path forced: (dy, dy2) against dy + dy2 summed beforehand.
+      auto mean = base.running_mean.clone(), var = base.running_var.clone();
+      const auto f = fused::batch_norm_relu_forward(base.x, base.residual, base.weight, base.bias, mean, var, 0.1,
+                                                    1e-5, /*relu=*/true);
+      const auto cl = at::MemoryFormat::ChannelsLast;
+      const auto dy = w1.to(dtype).contiguous(cl), dy2 = w2.to(dtype).contiguous(cl);
+      const auto sum = (dy.to(torch::kFloat) + dy2.to(torch::kFloat)).to(dtype).contiguous(cl);
+      for (const Passes passes : {Passes::kSplit, Passes::kSinglePass}) {
+        const std::string how = what + (passes == Passes::kSplit ? " split" : " single pass");
+        const auto two = fused::batch_norm_relu_backward(dy, dy2, f.y, base.x, f.mean, f.invstd, f.scale_shift,
+                                                         base.weight, true, true, passes);
+        const auto one = fused::batch_norm_relu_backward(sum, torch::Tensor(), f.y, base.x, f.mean, f.invstd,
+                                                         f.scale_shift, base.weight, true, true, passes);
+        EXPECT_EQ(two.single_pass, passes == Passes::kSinglePass) << how;
+        EXPECT_LT(relative_error(two.dx, one.dx), io) << how << ": dx";
+        EXPECT_LT(relative_error(two.dresidual, one.dresidual), io) << how << ": dresidual";
+        EXPECT_LT(relative_error(two.dweight, one.dweight), std::max(io, 1e-4)) << how << ": dweight";
+        EXPECT_LT(relative_error(two.dbias, one.dbias), std::max(io, 1e-4)) << how << ": dbias";
+        // Not merely equal: the sum of the gradients differs from either one by far more than rounding.
+        const auto only_dy = fused::batch_norm_relu_backward(dy, torch::Tensor(), f.y, base.x, f.mean, f.invstd,
+                                                             f.scale_shift, base.weight, true, true, passes);
+        EXPECT_GT(relative_error(only_dy.dx, one.dx), 0.1) << how;
+      }
+    }
   }
 }
 

@@ -39,3 +39,23 @@ inline std::set<std::string> autograd_functions(const torch::Tensor& loss, const
   }
   return found;
 }
+
+// How many autograd functions in loss's graph whose names end with name have `outputs` forward outputs (the
+// gradients their backward takes): a function that returned a twin of its output has two.
+inline size_t autograd_functions_with_outputs(const torch::Tensor& loss, const std::string& name, size_t outputs) {
+  size_t count = 0;
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    auto n = node->name();
+    if (!n.empty() && n.back() == '>') n.pop_back();
+    if (n.size() >= name.size() && n.compare(n.size() - name.size(), name.size(), name) == 0 &&
+        node->num_inputs() == outputs)
+      ++count;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return count;
+}

@@ -38,11 +38,14 @@ torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* c
   return {out.y};
 }
 
+// grad_outputs[1], when the forward returned a twin of y: the gradient of y's second use, which the kernels
+// add to grad_outputs[0] as they read both.
 fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ctx,
                                             const torch::autograd::variable_list& grad_outputs, bool residual) {
   const auto saved = ctx->get_saved_variables();
-  return fused::batch_norm_relu_backward(grad_outputs[0], saved[1], saved[0], saved[2], saved[3], saved[4], saved[5],
-                                         residual, /*relu=*/true);
+  const torch::Tensor dy2 = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
+  return fused::batch_norm_relu_backward(grad_outputs[0], dy2, saved[1], saved[0], saved[2], saved[3], saved[4],
+                                         saved[5], residual, /*relu=*/true);
 }
 
 class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> {
@@ -60,22 +63,32 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
   }
 };
 
+// twin: also returns y.detach(), the same values as a second output, so that autograd hands the backward the
+// gradients of y's two uses apart (batch_norm_relu's twin) instead of adding them in a pass of its own.
 class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAddRelu> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& residual, const torch::Tensor& weight,
                                                 const torch::Tensor& bias, const torch::Tensor& running_mean,
                                                 const torch::Tensor& running_var, double momentum, double eps,
-                                                const ConvStatsResult* sums) {
-    return fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps, sums);
+                                                const ConvStatsResult* sums, bool twin) {
+    auto out = fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps, sums);
+    if (twin) out.push_back(out[0].detach());
+    return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto g = fused_backward(ctx, grad_outputs, /*residual=*/true);
     return {g.dx,           g.dresidual,     g.dweight,       g.dbias,        torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+// The output of FusedBatchNormAddRelu, and its twin into *twin when asked.
+torch::Tensor add_relu_output(const torch::autograd::variable_list& out, torch::Tensor* twin) {
+  if (twin) *twin = out.size() > 1 ? out[1] : torch::Tensor();
+  return out[0];
+}
 
 // A shortcut's batch norm, no ReLU after it: the same kernels with the mask off; keeps x and the statistics.
 class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
@@ -92,7 +105,8 @@ class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    auto g = fused::batch_norm_relu_backward(grad_outputs[0], torch::Tensor(), saved[0], saved[1], saved[2], saved[3],
+    auto g = fused::batch_norm_relu_backward(grad_outputs[0], torch::Tensor(), torch::Tensor(), saved[0], saved[1],
+                                             saved[2], saved[3],
                                              saved[4], /*with_residual=*/false, /*relu=*/false);
     return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -112,7 +126,7 @@ std::array<torch::Tensor, 4> relu_conv_backward(const torch::autograd::variable_
         at::convolution_backward(grad, y, saved[5], /*bias_sizes=*/c10::nullopt, stride, padding, dilation,
                                  /*transposed=*/false, /*output_padding=*/{0, 0}, groups, {true, true, false});
   }  // y goes back to the allocator before the batch norm's backward allocates
-  auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
+  auto g = fused::batch_norm_relu_backward(dy, torch::Tensor(), torch::Tensor(), x, saved[1], saved[2], saved[3], saved[4],
                                            /*with_residual=*/false, /*relu=*/true);
   return {g.dx, g.dweight, g.dbias, dconv_weight};
 }
@@ -201,12 +215,15 @@ torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Ten
 
 torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
-                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused) {
+                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused,
+                              torch::Tensor* twin) {
+  if (twin) *twin = torch::Tensor();
   if (!allow_fused || !fused_batch_norm_relu_applies(x, residual, weight, running_mean))
     return reference_batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, eps);
   if (residual.defined())
-    return FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum, eps,
-                                        static_cast<const ConvStatsResult*>(nullptr))[0];
+    return add_relu_output(FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum,
+                                                        eps, static_cast<const ConvStatsResult*>(nullptr), twin != nullptr),
+                           twin);
   return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps,
                                    static_cast<const ConvStatsResult*>(nullptr))[0];
 }
@@ -235,11 +252,14 @@ torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& 
 
 torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& residual, const torch::Tensor& weight,
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
-                              const torch::Tensor& running_var, double momentum, double eps) {
+                              const torch::Tensor& running_var, double momentum, double eps, torch::Tensor* twin) {
+  if (twin) *twin = torch::Tensor();
   if (!fused_batch_norm_relu_applies(in.y, residual, weight, running_mean))
     return reference_batch_norm_relu(in.y, residual, weight, bias, running_mean, running_var, momentum, eps);
   if (residual.defined())
-    return FusedBatchNormAddRelu::apply(in.y, residual, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
+    return add_relu_output(FusedBatchNormAddRelu::apply(in.y, residual, weight, bias, running_mean, running_var,
+                                                        momentum, eps, &in, twin != nullptr),
+                           twin);
   return FusedBatchNormRelu::apply(in.y, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
 }
 

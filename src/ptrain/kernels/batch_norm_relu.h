@@ -13,9 +13,15 @@ namespace ptrain::kernels {
 
 // weight/bias may be undefined (no affine), residual undefined (no add). running_mean/var are updated with
 // momentum (the variance unbiased), as torch.nn.BatchNorm2d in training mode does.
+// twin (may be null): for an output used twice (a ResNet block's, by the next block's convolution and its
+// shortcut). Where the fused kernels run with a residual, *twin is a second tensor on the output's memory whose
+// gradient autograd hands the backward apart from the output's, and the backward kernels sum the two as they
+// read them: one pass over the activations fewer than autograd's own add, and no kernel of its own. Elsewhere
+// *twin is undefined and the caller uses the output twice.
 torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
-                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused);
+                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused,
+                              torch::Tensor* twin = nullptr);
 
 // batch_norm(x) in training mode with no ReLU after it (a ResNet shortcut's), through the same kernels where
 // batch_norm_relu's apply (fused_batch_norm_relu_applies(x, {}, ...)); elsewhere LibTorch's batch_norm.
@@ -54,7 +60,8 @@ torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& 
 // statistics are in's sums up to rounding.
 torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& residual, const torch::Tensor& weight,
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
-                              const torch::Tensor& running_var, double momentum, double eps);
+                              const torch::Tensor& running_var, double momentum, double eps,
+                              torch::Tensor* twin = nullptr);
 torch::Tensor batch_norm_training(const ConvStatsResult& in, const torch::Tensor& weight, const torch::Tensor& bias,
                                   const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
                                   double eps);

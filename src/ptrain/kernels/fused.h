@@ -74,8 +74,10 @@ struct BatchNormReluBackward {
   bool single_pass = false;
 };
 // y is read (for the ReLU's mask) only with a residual and the ReLU; without, the mask comes from x and
-// scale_shift (relu false: no mask).
-BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& x,
+// scale_shift (relu false: no mask). dy2 (may be undefined): the gradient of a second use of y, summed with dy
+// as the passes read them (a ResNet block's output feeds the next block's convolution and its shortcut).
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& dy2,
+                                               const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
                                                bool with_residual, bool relu,

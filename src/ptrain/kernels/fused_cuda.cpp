@@ -153,7 +153,8 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor&
   return y;
 }
 
-BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& y, const torch::Tensor& x,
+BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& dy2_in,
+                                               const torch::Tensor& y, const torch::Tensor& x,
                                                const torch::Tensor& mean, const torch::Tensor& invstd,
                                                const torch::Tensor& scale_shift, const torch::Tensor& weight,
                                                bool with_residual, bool relu, BatchNormPasses passes) {
@@ -161,6 +162,12 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   c10::cuda::CUDAGuard guard(x.device());
   // The gradient arriving from the next layer need not be channels-last.
   const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  torch::Tensor dy2;
+  if (dy2_in.defined()) {
+    check(dy2_in.sizes() == x.sizes(), std::string(what) + ": the second gradient must be shaped as x, got " +
+                                           c10::str(dy2_in.sizes()) + " for " + c10::str(x.sizes()));
+    dy2 = dy2_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  }
   const int64_t channels = x.size(1), rows = rows_of(x);
   BatchNormReluBackward out;
   out.dx = torch::empty_like(x);
@@ -172,7 +179,7 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
     out.single_pass = cuda::batch_norm_relu_backward(
-        dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(),
+        dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(), data_or_null(dy2),
         with_residual && relu ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(), invstd.data_ptr<float>(),
         scale_shift.data_ptr<float>(), data_or_null(weight), rows, channels, relu, out.dx.data_ptr(),
         mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight), mutable_data_or_null(out.dbias),

@@ -39,6 +39,7 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor&, const torch::Tensor&, 
 
 BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                               const torch::Tensor&,
                                                const torch::Tensor&, bool, bool, BatchNormPasses) {
   unavailable("fused batch_norm_relu backward");
 }

@@ -48,14 +48,15 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
                                       /*allow_fused=*/true);
 }
 
-torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual) {
+torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual, torch::Tensor* twin) {
+  if (twin) *twin = torch::Tensor();
   if (!fused_applies(x, residual)) {
     auto y = forward(x);
     return torch::relu(residual.defined() ? y + residual : y);
   }
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
-                                  /*allow_fused=*/true);
+                                  /*allow_fused=*/true, twin);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv) {
@@ -90,10 +91,10 @@ torch::Tensor BatchNorm2dImpl::forward_from_stats(const kernels::ConvStatsResult
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_from_stats(const kernels::ConvStatsResult& in,
-                                                       const torch::Tensor& residual) {
+                                                       const torch::Tensor& residual, torch::Tensor* twin) {
   require_conv_stats(in.y);
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_relu(in, residual, weight, bias, running_mean, running_var, momentum, options.eps());
+  return kernels::batch_norm_relu(in, residual, weight, bias, running_mean, running_var, momentum, options.eps(), twin);
 }
 
 kernels::ConvStatsResult BatchNorm2dImpl::forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,

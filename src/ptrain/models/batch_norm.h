@@ -30,8 +30,8 @@ class BatchNorm2dImpl : public torch::nn::Module {
 
   // relu(forward(x) [+ residual]); residual may be undefined. In training, with fused kernels allowed
   // and nobody taking over, one fused kernel chain (kernels/batch_norm_relu.h) where it applies; forward
-  // alone takes the same kernels without the ReLU.
-  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {});
+  // alone takes the same kernels without the ReLU. twin (may be null): see kernels::batch_norm_relu.
+  torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {}, torch::Tensor* twin = nullptr);
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
   // conv(forward_relu(x)) for a bias-free, zero-padded convolution; where the fused kernels apply and
@@ -47,7 +47,8 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // norm + ReLU feeding a convolution runs in that convolution's prologue (kernels/batch_norm_relu.h). For
   // activations accepts_conv_stats said yes to; others are refused with an Error.
   torch::Tensor forward_from_stats(const kernels::ConvStatsResult& in);
-  torch::Tensor forward_relu_from_stats(const kernels::ConvStatsResult& in, const torch::Tensor& residual = {});
+  torch::Tensor forward_relu_from_stats(const kernels::ConvStatsResult& in, const torch::Tensor& residual = {},
+                                        torch::Tensor* twin = nullptr);
   kernels::ConvStatsResult forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
                                                           torch::nn::Conv2dImpl& conv);
   // Whether it takes statistics from a convolution for activations like x: training, fused kernels, ReLU

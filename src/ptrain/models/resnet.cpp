@@ -59,7 +59,12 @@ struct Stem : nn::Module {
 // The residual blocks of torchvision's resnet.py: the same submodule names, so the same state_dict keys.
 class ResidualBlock : public nn::Module {
  public:
-  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  torch::Tensor forward(torch::Tensor x) { return forward_twin(x, x, nullptr); }
+  // The block on x, with shortcut_in (x, or a twin of x: the same values on a second autograd edge) as the
+  // shortcut's input; twin_out (may be null): set to a twin of the output where the block's last batch norm makes
+  // one (kernels::batch_norm_relu), undefined otherwise.
+  virtual torch::Tensor forward_twin(const torch::Tensor& x, const torch::Tensor& shortcut_in,
+                                     torch::Tensor* twin_out) = 0;
   virtual BatchNorm2d last_bn() = 0;
   virtual int64_t out_channels() const = 0;
 
@@ -126,15 +131,15 @@ class BasicBlock : public ResidualBlock {
     make_downsample(in, planes, stride);
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
+  torch::Tensor forward_twin(const torch::Tensor& x, const torch::Tensor& shortcut_in, torch::Tensor* twin_out) override {
     torch::Tensor w1;
     if (conv_stats_apply(x, *conv1, 1, {bn1.get(), bn2.get()}, &w1)) {
       const int64_t stride = (*conv1->options.stride())[0];
       auto out = bn1->forward_relu_conv_from_stats(kernels::conv_with_stats(x, w1, stride, 1), *conv2);
-      return bn2->forward_relu_from_stats(out, shortcut_from_stats(x));
+      return bn2->forward_relu_from_stats(out, shortcut_from_stats(shortcut_in), twin_out);
     }
     auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
-    return bn2->forward_relu(out, shortcut(x));
+    return bn2->forward_relu(out, shortcut(shortcut_in), twin_out);
   }
   BatchNorm2d last_bn() override { return bn2; }
   int64_t out_channels() const override { return planes_; }
@@ -159,16 +164,16 @@ class Bottleneck : public ResidualBlock {
     make_downsample(in, planes * kExpansion, stride);
   }
 
-  torch::Tensor forward(torch::Tensor x) override {
+  torch::Tensor forward_twin(const torch::Tensor& x, const torch::Tensor& shortcut_in, torch::Tensor* twin_out) override {
     torch::Tensor w1;
     if (conv_stats_apply(x, *conv1, 0, {bn1.get(), bn2.get(), bn3.get()}, &w1)) {
       auto out = bn1->forward_relu_conv_from_stats(kernels::conv_with_stats(x, w1, 1, 0), *conv2);
       out = bn2->forward_relu_conv_from_stats(out, *conv3);
-      return bn3->forward_relu_from_stats(out, shortcut_from_stats(x));
+      return bn3->forward_relu_from_stats(out, shortcut_from_stats(shortcut_in), twin_out);
     }
     auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
     out = bn2->forward_relu_conv(out, *conv3);
-    return bn3->forward_relu(out, shortcut(x));
+    return bn3->forward_relu(out, shortcut(shortcut_in), twin_out);
   }
   BatchNorm2d last_bn() override { return bn3; }
   int64_t out_channels() const override { return planes_ * kExpansion; }
@@ -298,11 +303,14 @@ std::string ResNet::describe_stem_conv() const {
   return stem_space_to_depth_ ? "space-to-depth 4x4" : "7x7";
 }
 
-torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x) {
+torch::Tensor ResNet::run_block(ResidualBlock& block, const torch::Tensor& x, torch::Tensor* twin) {
+  if (twin) *twin = torch::Tensor();
   if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
+    // The recomputation runs the block on its one input: no twins across a checkpoint.
     return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
   }
-  return block.forward(x);
+  const torch::Tensor& shortcut_in = twin_.defined() && x.is_same(twin_of_) ? twin_ : x;
+  return block.forward_twin(x, shortcut_in, twin);
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ResNet::units() {
@@ -317,11 +325,20 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
                                         std::to_string(blocks_.size() + 2) + " units");
   if (index == 0) {
+    twin_of_ = twin_ = torch::Tensor();
     x = bn1->forward_relu(stem_conv(x));
     if (imagenet_stem()) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
     return x;
   }
-  if (index <= blocks_.size()) return run_block(*blocks_[index - 1].second, x);
+  if (index <= blocks_.size()) {
+    // A twin only where the next unit is a block (its convolution and shortcut both take this output).
+    torch::Tensor twin;
+    auto y = run_block(*blocks_[index - 1].second, x, index < blocks_.size() ? &twin : nullptr);
+    twin_of_ = twin.defined() ? y : torch::Tensor();
+    twin_ = std::move(twin);
+    return y;
+  }
+  twin_of_ = twin_ = torch::Tensor();
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
   return fc->forward(x);
 }

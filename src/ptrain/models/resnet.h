@@ -44,7 +44,8 @@ class ResNet : public Model {
   const ResNetOptions& options() const { return options_; }
 
  private:
-  torch::Tensor run_block(ResidualBlock& block, const torch::Tensor& x);
+  // twin (may be null): asks the block for a twin of its output (kernels::batch_norm_relu).
+  torch::Tensor run_block(ResidualBlock& block, const torch::Tensor& x, torch::Tensor* twin);
   // conv1, through kernels/stem_conv.h's space-to-depth form where that is faster (bf16 on CUDA, fused kernels on).
   torch::Tensor stem_conv(const torch::Tensor& x);
   // torchvision's 7x7 stride-2 conv1 and max pooling, not the CIFAR stem's 3x3 conv1.
@@ -62,6 +63,9 @@ class ResNet : public Model {
   std::vector<std::pair<std::string, std::shared_ptr<ResidualBlock>>> blocks_;  // "layer1.0", ...
   torch::nn::Linear fc{nullptr};
   std::shared_ptr<torch::nn::Module> stem_;  // conv1 and bn1, for units()
+  // The last block's output and its twin, for the next block's shortcut when forward_unit is handed that
+  // output: its gradient then reaches the block's backward kernels apart (kernels::batch_norm_relu's twin).
+  torch::Tensor twin_of_, twin_;
 };
 
 // The depths ResNetOptions accepts.

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "ptrain/kernels/cuda/elements.cuh"
@@ -52,6 +53,12 @@ template <typename T>
 __device__ __forceinline__ void to_floats(const Vec<T>& in, float* out) {
 #pragma unroll
   for (int i = 0; i < Vec<T>::kSize; ++i) out[i] = to_float(in.v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void add_floats(const Vec<T>& in, float* out) {
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] += to_float(in.v[i]);
 }
 
 template <typename T>
@@ -362,8 +369,11 @@ __device__ __forceinline__ void relu_mask(bool relu, bool with_y, const Vec<T>& 
 }
 
 // Backward pass 1: per chunk and channel, sum(g) and sum(g * xhat) with g = dy where the output was > 0.
-template <typename T>
-__device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, const T* __restrict__ y,
+// kDy2: the output had a second use (a ResNet block's output feeds the next block's convolution and its
+// shortcut), and dy2 is that use's gradient: g = dy + dy2, summed here instead of in a pass of its own.
+template <typename T, bool kDy2>
+__device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, const T* __restrict__ dy2,
+                                                    const T* __restrict__ y,
                                                     const T* __restrict__ x, const float* mean, const float* invstd,
                                                     const float* scale_shift, int64_t rows, int64_t channels,
                                                     const Tiling& t, bool relu, float* __restrict__ chunk_g,
@@ -383,11 +393,12 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
     load_channels<V>(scale_shift + channels, group * V, shift);
     // Loaded rows: dy, x and (with a residual) y, folded in row order.
     struct Row {
-      Vec<T> dy, x, y;
+      Vec<T> dy, dy2, x, y;
     };
     const auto load = [&](int64_t at) {
       Row row;
       row.dy = *reinterpret_cast<const Vec<T>*>(dy + at);
+      if (kDy2) row.dy2 = *reinterpret_cast<const Vec<T>*>(dy2 + at);
       row.x = *reinterpret_cast<const Vec<T>*>(x + at);
       if (y) row.y = *reinterpret_cast<const Vec<T>*>(y + at);
       return row;
@@ -396,6 +407,7 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
       float g[V], in[V];
       bool mask[V];
       to_floats(row.dy, g);
+      if (kDy2) add_floats(row.dy2, g);
       to_floats(row.x, in);
       if (relu && y) {
         float out[V];
@@ -414,12 +426,13 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
       }
     };
     int64_t r = begin + row_lane;
-    for (; r + (kBackwardRows - 1) * t.row_lanes < end; r += kBackwardRows * t.row_lanes) {
-      Row rows_in[kBackwardRows];
+    constexpr int kRows = kDy2 ? 1 : kBackwardRows;  // four loads a row with dy2
+    for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
+      Row rows_in[kRows];
 #pragma unroll
-      for (int u = 0; u < kBackwardRows; ++u) rows_in[u] = load((r + u * t.row_lanes) * channels + group * V);
+      for (int u = 0; u < kRows; ++u) rows_in[u] = load((r + u * t.row_lanes) * channels + group * V);
 #pragma unroll
-      for (int u = 0; u < kBackwardRows; ++u) fold(rows_in[u]);
+      for (int u = 0; u < kRows; ++u) fold(rows_in[u]);
     }
     for (; r < end; r += t.row_lanes) fold(load(r * channels + group * V));
   }
@@ -446,12 +459,13 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
   }
 }
 
-template <typename T>
-__global__ void backward_reduce_kernel(const T* __restrict__ dy, const T* __restrict__ y, const T* __restrict__ x,
-                                       const float* __restrict__ mean, const float* __restrict__ invstd,
-                                       const float* __restrict__ scale_shift, int64_t rows, int64_t channels, Tiling t,
-                                       bool relu, float* __restrict__ chunk_g, float* __restrict__ chunk_gx) {
-  chunk_backward_sums<T>(dy, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
+template <typename T, bool kDy2>
+__global__ void backward_reduce_kernel(const T* __restrict__ dy, const T* __restrict__ dy2, const T* __restrict__ y,
+                                       const T* __restrict__ x, const float* __restrict__ mean,
+                                       const float* __restrict__ invstd, const float* __restrict__ scale_shift,
+                                       int64_t rows, int64_t channels, Tiling t, bool relu, float* __restrict__ chunk_g,
+                                       float* __restrict__ chunk_gx) {
+  chunk_backward_sums<T, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
 }
 
 // Backward pass 2, one warp a channel: dweight, dbias and the coefficients of dx.
@@ -501,8 +515,9 @@ __global__ void backward_finalize_kernel(const float* __restrict__ chunk_g, cons
   finalize_channel_backward<P>(c, chunk_g, chunk_gx, rows, channels, chunks, invstd, weight, dweight, dbias, coefficients);
 }
 
-template <typename T, int kRows, bool kWrittenByThisLaunch>
-__device__ __forceinline__ void backward_apply_rows(const T* __restrict__ dy, const T* __restrict__ y,
+template <typename T, int kRows, bool kWrittenByThisLaunch, bool kDy2>
+__device__ __forceinline__ void backward_apply_rows(const T* __restrict__ dy, const T* __restrict__ dy2,
+                                                    const T* __restrict__ y,
                                                     const T* __restrict__ x, const float* mean, const float* invstd,
                                                     const float* scale_shift, const float* coefficients, int64_t rows,
                                                     int64_t channels, const Tiling& t, bool relu, T* __restrict__ dx,
@@ -521,10 +536,12 @@ __device__ __forceinline__ void backward_apply_rows(const T* __restrict__ dy, co
   load_channels<V, kWrittenByThisLaunch>(coefficients + channels, c0, mean_g);
   load_channels<V, kWrittenByThisLaunch>(coefficients + 2 * channels, c0, mean_gx);
   const bool with_y = relu && y;
-  const auto store = [&](int64_t at, const Vec<T>& dy_in, const Vec<T>& x_in, const Vec<T>& y_in) {
+  const auto store = [&](int64_t at, const Vec<T>& dy_in, const Vec<T>& dy2_in, const Vec<T>& x_in,
+                         const Vec<T>& y_in) {
     float g[V], in[V], d[V];
     bool mask[V];
     to_floats(dy_in, g);
+    if (kDy2) add_floats(dy2_in, g);
     to_floats(x_in, in);
     relu_mask<T, V>(relu, with_y, y_in, in, scale, shift, mask);
 #pragma unroll
@@ -539,32 +556,35 @@ __device__ __forceinline__ void backward_apply_rows(const T* __restrict__ dy, co
   const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
   int64_t r = begin + row_lane;
   for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
-    Vec<T> dy_in[kRows], x_in[kRows], y_in[kRows];
+    Vec<T> dy_in[kRows], dy2_in[kRows], x_in[kRows], y_in[kRows];
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       const int64_t at = (r + u * t.row_lanes) * channels + c0;
       dy_in[u] = *reinterpret_cast<const Vec<T>*>(dy + at);
+      if (kDy2) dy2_in[u] = *reinterpret_cast<const Vec<T>*>(dy2 + at);
       x_in[u] = *reinterpret_cast<const Vec<T>*>(x + at);
       if (with_y) y_in[u] = *reinterpret_cast<const Vec<T>*>(y + at);
     }
 #pragma unroll
-    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, dy_in[u], x_in[u], y_in[u]);
+    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, dy_in[u], dy2_in[u], x_in[u], y_in[u]);
   }
   for (; r < end; r += t.row_lanes) {
     const int64_t at = r * channels + c0;
-    Vec<T> y_in;
+    Vec<T> dy2_in, y_in;
+    if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
     if (with_y) y_in = *reinterpret_cast<const Vec<T>*>(y + at);
-    store(at, *reinterpret_cast<const Vec<T>*>(dy + at), *reinterpret_cast<const Vec<T>*>(x + at), y_in);
+    store(at, *reinterpret_cast<const Vec<T>*>(dy + at), dy2_in, *reinterpret_cast<const Vec<T>*>(x + at), y_in);
   }
 }
 
-template <typename T>
-__global__ void backward_apply_kernel(const T* __restrict__ dy, const T* __restrict__ y, const T* __restrict__ x,
-                                      const float* __restrict__ mean, const float* __restrict__ invstd,
-                                      const float* __restrict__ scale_shift, const float* __restrict__ coefficients,
-                                      int64_t rows, int64_t channels, Tiling t, bool relu, T* __restrict__ dx,
-                                      T* __restrict__ dresidual) {
-  backward_apply_rows<T, 1, false>(dy, y, x, mean, invstd, scale_shift, coefficients, rows, channels, t, relu, dx, dresidual);
+template <typename T, bool kDy2>
+__global__ void backward_apply_kernel(const T* __restrict__ dy, const T* __restrict__ dy2, const T* __restrict__ y,
+                                      const T* __restrict__ x, const float* __restrict__ mean,
+                                      const float* __restrict__ invstd, const float* __restrict__ scale_shift,
+                                      const float* __restrict__ coefficients, int64_t rows, int64_t channels, Tiling t,
+                                      bool relu, T* __restrict__ dx, T* __restrict__ dresidual) {
+  backward_apply_rows<T, 1, false, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift, coefficients, rows, channels, t, relu,
+                                         dx, dresidual);
 }
 
 // Small layers lose their time to launches and to the finalize kernels between the passes, not to memory: a
@@ -603,22 +623,26 @@ __global__ void __launch_bounds__(kThreads) single_pass_forward_kernel(
   apply_rows<T, kSinglePassApplyRows, true>(x, residual, scale_shift, rows, channels, t, relu, y);
 }
 
-template <typename T, typename P>
+template <typename T, typename P, bool kDy2>
 __global__ void __launch_bounds__(kThreads, 2) single_pass_backward_kernel(
-    const T* __restrict__ dy, const T* __restrict__ y, const T* __restrict__ x, const float* __restrict__ mean,
+    const T* __restrict__ dy, const T* __restrict__ dy2, const T* __restrict__ y, const T* __restrict__ x,
+    const float* __restrict__ mean,
     const float* __restrict__ invstd, const float* __restrict__ scale_shift, const P* __restrict__ weight,
     int64_t rows, int64_t channels, Tiling t, bool relu, float* chunk_g, float* chunk_gx, float* coefficients,
     P* __restrict__ dweight, P* __restrict__ dbias, T* __restrict__ dx, T* __restrict__ dresidual) {
   const cg::grid_group grid = cg::this_grid();
-  chunk_backward_sums<T>(dy, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
+  chunk_backward_sums<T, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
   grid.sync();
   for_each_channel_of_this_warp(channels, [&](int64_t c) {
     finalize_channel_backward<P>(c, chunk_g, chunk_gx, rows, channels, t.chunks, invstd, weight, dweight, dbias,
                                  coefficients);
   });
   grid.sync();
-  backward_apply_rows<T, kSinglePassBackwardRows, true>(dy, y, x, mean, invstd, scale_shift, coefficients, rows,
-                                                        channels, t, relu, dx, dresidual);
+  // A second gradient is a fourth tensor read a row: one row's loads at a time, as with three the registers
+  // of two rows' already reach the bound of two blocks a multiprocessor.
+  backward_apply_rows<T, kDy2 ? 1 : kSinglePassBackwardRows, true, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift,
+                                                                        coefficients, rows, channels, t, relu, dx,
+                                                                        dresidual);
 }
 
 // Blocks of kernel that one multiprocessor holds at once (0 when the query fails), asked once per kernel.
@@ -673,6 +697,16 @@ void launch_cooperative(const char* what, void (*kernel)(Params...), dim3 grid, 
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
   check_launch(what);
+}
+
+// Calls fn with std::true_type or std::false_type, to dispatch a template flag.
+template <typename Fn>
+void with_flag(bool flag, Fn&& fn) {
+  if (flag) {
+    fn(std::true_type{});
+  } else {
+    fn(std::false_type{});
+  }
 }
 
 void check_shape(Dtype dtype, int64_t rows, int64_t channels) {
@@ -780,7 +814,7 @@ bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void
   return false;
 }
 
-bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
+bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y, const void* x,
                               const float* mean, const float* invstd, const float* scale_shift, const void* weight,
                               int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
                               void* dbias, float* workspace, cudaStream_t stream, BatchNormPasses passes) {
@@ -791,16 +825,20 @@ bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
     using T = std::remove_pointer_t<decltype(tag)>;
     with_type(param, [&](auto* param_tag) {
       using P = std::remove_pointer_t<decltype(param_tag)>;
-      const Tiling s = single_pass_tiling<single_pass_backward_kernel<T, P>>(passes, rows, channels, vector_elements(dtype));
+      with_flag(dy2 != nullptr, [&](auto dy2_tag) {
+      constexpr bool kDy2 = decltype(dy2_tag)::value;
+      const Tiling s =
+          single_pass_tiling<single_pass_backward_kernel<T, P, kDy2>>(passes, rows, channels, vector_elements(dtype));
       if (s.chunks == 0) return;
       single = true;
       const dim3 grid = grid_of(s);
-      launch_cooperative("batch_norm_relu_backward (single pass)", single_pass_backward_kernel<T, P>, grid, stream,
-                         static_cast<const T*>(dy), static_cast<const T*>(with_y ? y : nullptr),
+      launch_cooperative("batch_norm_relu_backward (single pass)", single_pass_backward_kernel<T, P, kDy2>, grid, stream,
+                         static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(with_y ? y : nullptr),
                          static_cast<const T*>(x), mean, invstd, scale_shift, static_cast<const P*>(weight), rows,
                          channels, s, relu, workspace, workspace + s.chunks * channels,
                          workspace + 2 * s.chunks * channels, static_cast<P*>(dweight), static_cast<P*>(dbias),
                          static_cast<T*>(dx), static_cast<T*>(dresidual));
+      });
     });
   });
   if (single) return true;
@@ -811,9 +849,11 @@ bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
   const dim3 grid = grid_of(t);
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    backward_reduce_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(y),
-                                                             static_cast<const T*>(x), mean, invstd, scale_shift, rows,
-                                                             channels, t, relu, chunk_g, chunk_gx);
+    with_flag(dy2 != nullptr, [&](auto dy2_tag) {
+      backward_reduce_kernel<T, decltype(dy2_tag)::value><<<grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), static_cast<const T*>(x),
+          mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
+    });
   });
   check_launch("batch_norm_relu_backward_reduce");
   const unsigned blocks = static_cast<unsigned>((channels + kThreads / kWarp - 1) / (kThreads / kWarp));
@@ -828,9 +868,12 @@ bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
   const dim3 apply_grid = grid_of(a);
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    backward_apply_kernel<T><<<apply_grid, kThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<const T*>(x), mean, invstd, scale_shift,
-        coefficients, rows, channels, a, relu, static_cast<T*>(dx), static_cast<T*>(dresidual));
+    with_flag(dy2 != nullptr, [&](auto dy2_tag) {
+      backward_apply_kernel<T, decltype(dy2_tag)::value><<<apply_grid, kThreads, 0, stream>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(dy2), static_cast<const T*>(y), static_cast<const T*>(x),
+          mean, invstd, scale_shift, coefficients, rows, channels, a, relu, static_cast<T*>(dx),
+          static_cast<T*>(dresidual));
+    });
   });
   check_launch("batch_norm_relu_backward_apply");
   return false;

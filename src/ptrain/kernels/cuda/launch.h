@@ -67,8 +67,9 @@ void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, con
 // The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
 // and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
 // (y given), and of x * scale + shift without (y null), scale_shift being the forward's; without relu, the
-// backward of bn(x) [+ residual] (y unused). True when the single pass ran.
-bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* y, const void* x,
+// backward of bn(x) [+ residual] (y unused). dy2 (may be null): the gradient of a second use of the output,
+// summed with dy as the passes load them. True when the single pass ran.
+bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y, const void* x,
                               const float* mean, const float* invstd, const float* scale_shift, const void* weight,
                               int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
                               void* dbias, float* workspace, cudaStream_t stream,
