@@ -2,6 +2,7 @@
 // the activations each way where LibTorch's unfused path takes five forward and eight backward:
 //   forward:  statistics (read x) -> finalize (per channel) -> apply (read x [and residual], write y)
 //   backward: reduce (read dy, x [, y]) -> finalize (per channel) -> apply (read dy, x [, y], write dx [and dres])
+// A second gradient dy2 (the output's second use, kernels::batch_norm_relu's twin) is read beside dy and added.
 // The ReLU's mask is recomputed from x and the per-channel scale and shift; with a residual it is the sign of
 // y, which the next layer keeps anyway. Nothing beyond what the unfused layers keep is saved. Without the ReLU
 // (a shortcut's batch norm) the same passes are a plain batch norm. The three passes each way run as three
