@@ -21,22 +21,35 @@ inline double relative_error(const torch::Tensor& got, const torch::Tensor& want
   return (g - w).norm().item<double>() / std::max(1e-30, w.norm().item<double>());
 }
 
-// Which of names end the names of the autograd functions in loss's graph: whether a fused path ran (a fallback to
-// LibTorch's ops would pass every numerical comparison).
-inline std::set<std::string> autograd_functions(const torch::Tensor& loss, const std::vector<std::string>& names) {
-  std::set<std::string> found;
+// Calls fn(node, name) once for every autograd function in loss's graph, name being its qualified name
+// (LibTorch 2.x may wrap it in CppNode<...>; the closing '>' is dropped, so that names end alike).
+template <typename Fn>
+void for_each_autograd_function(const torch::Tensor& loss, Fn&& fn) {
   std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
   std::set<torch::autograd::Node*> seen;
   while (!todo.empty()) {
     auto* node = todo.back();
     todo.pop_back();
     if (!node || !seen.insert(node).second) continue;
-    auto name = node->name();  // the function's qualified name (LibTorch 2.x may wrap it in CppNode<...>)
+    auto name = node->name();
     if (!name.empty() && name.back() == '>') name.pop_back();
-    for (const auto& f : names)
-      if (name.size() >= f.size() && name.compare(name.size() - f.size(), f.size(), f) == 0) found.insert(f);
+    fn(*node, name);
     for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
   }
+}
+
+inline bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Which of names end the names of the autograd functions in loss's graph: whether a fused path ran (a fallback to
+// LibTorch's ops would pass every numerical comparison).
+inline std::set<std::string> autograd_functions(const torch::Tensor& loss, const std::vector<std::string>& names) {
+  std::set<std::string> found;
+  for_each_autograd_function(loss, [&](const torch::autograd::Node&, const std::string& name) {
+    for (const auto& f : names)
+      if (ends_with(name, f)) found.insert(f);
+  });
   return found;
 }
 
@@ -44,18 +57,8 @@ inline std::set<std::string> autograd_functions(const torch::Tensor& loss, const
 // gradients their backward takes): a function that returned a twin of its output has two.
 inline size_t autograd_functions_with_outputs(const torch::Tensor& loss, const std::string& name, size_t outputs) {
   size_t count = 0;
-  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
-  std::set<torch::autograd::Node*> seen;
-  while (!todo.empty()) {
-    auto* node = todo.back();
-    todo.pop_back();
-    if (!node || !seen.insert(node).second) continue;
-    auto n = node->name();
-    if (!n.empty() && n.back() == '>') n.pop_back();
-    if (n.size() >= name.size() && n.compare(n.size() - name.size(), name.size(), name) == 0 &&
-        node->num_inputs() == outputs)
-      ++count;
-    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
-  }
+  for_each_autograd_function(loss, [&](const torch::autograd::Node& node, const std::string& n) {
+    if (ends_with(n, name) && node.num_inputs() == outputs) ++count;
+  });
   return count;
 }
