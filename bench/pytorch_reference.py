@@ -297,10 +297,15 @@ def augment(batch_u8, size, mean, std, dtype, train, gen, channels_last):
         x = padded[idx_b, idx_c, rows.view(b, 1, h, 1), cols.view(b, 1, 1, w)]
         flip = to_device_without_sync(torch.rand(b, generator=gen) < 0.5, x.device)
         x = torch.where(flip.view(b, 1, 1, 1), x.flip(3), x)
-    x = x.float().div_(255)
+    # Scaled and normalised before the resize, on the small images, and channels-last before it where asked, as
+    # ptrain's augment_batch does (the same values up to float rounding: both steps are affine per channel and
+    # bilinear weights sum to one); after it they were three passes over the resized batch.
+    x = (x.float().div_(255) - mean) / std
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     if size and size != h:
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    x = ((x - mean) / std).to(dtype)
+    x = x.to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     return x

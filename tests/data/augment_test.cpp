@@ -119,6 +119,14 @@ TEST(Augment, ResizeUpAndDownMatchesTorchvisionBilinear) {
   up.std = {0.25f};
   const auto draw = draw_augmentation(5, up, 9);
   expect_close(augment_batch(images, up, &draw), oracle_augment(dir, images, up, &draw, {5, 3, 15, 20}));
+  // Channels-last: normalised and laid out before the resize, which keeps the layout; the same values.
+  AugmentOptions up_channels_last = up;
+  up_channels_last.channels_last = true;
+  up_channels_last.mean = {0.1f, 0.2f, 0.3f};
+  up_channels_last.std = {0.5f, 0.6f, 0.7f};
+  const auto laid_out = augment_batch(images, up_channels_last, &draw);
+  EXPECT_TRUE(laid_out.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  expect_close(laid_out, oracle_augment(dir, images, up_channels_last, &draw, {5, 3, 15, 20}));
   AugmentOptions down;
   down.resize = 4;
   expect_close(augment_batch(images, down, &draw), oracle_augment(dir, images, down, &draw, {5, 3, 4, 5}));

@@ -77,6 +77,16 @@ torch::Tensor augment_batch(const torch::Tensor& images_u8, const AugmentOptions
   torch::Tensor x = images_u8;
   if (draw != nullptr && (options.random_crop || options.horizontal_flip)) x = crop_and_flip(x, options, *draw);
   x = x.to(torch::kFloat).div_(255.0f);
+  // Scaling and normalising are affine per channel, and bilinear interpolation's weights sum to one, so they run
+  // before the resize, on the small images, with the same values up to float rounding: after it they were three
+  // passes over the resized batch (CIFAR-10 at 224 px, batch 128: 77 MB each, 0.19 ms of an H200's step). The
+  // images go channels-last first where asked, so that the resize's NHWC kernel writes them in that layout (its
+  // NCHW kernel took 0.15 ms, with as many blocks as output pixels / 1024).
+  if (!options.mean.empty() || !options.std.empty()) {
+    const int64_t channels = x.size(1);
+    x = x.sub_(channel_vector(options.mean, channels, x, "mean")).div_(channel_vector(options.std, channels, x, "std"));
+  }
+  if (options.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
 
   if (options.resize > 0) {
     const int64_t height = x.size(2), width = x.size(3);
@@ -92,10 +102,6 @@ torch::Tensor augment_batch(const torch::Tensor& images_u8, const AugmentOptions
     }
   }
 
-  if (!options.mean.empty() || !options.std.empty()) {
-    const int64_t channels = x.size(1);
-    x = x.sub_(channel_vector(options.mean, channels, x, "mean")).div_(channel_vector(options.std, channels, x, "std"));
-  }
   if (options.out_dtype != torch::kFloat) x = x.to(options.out_dtype);
   if (options.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
   return x;
