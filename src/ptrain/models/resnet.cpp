@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ptrain/core/error.h"
+#include "ptrain/kernels/average_pool.h"
 #include "ptrain/kernels/conv_stats.h"
 #include "ptrain/kernels/max_pool.h"
 #include "ptrain/kernels/stem_conv.h"
@@ -339,7 +340,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
     return y;
   }
   twin_of_ = twin_ = torch::Tensor();
-  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+  x = kernels::global_average_pool(x);
   return fc->forward(x);
 }
 
