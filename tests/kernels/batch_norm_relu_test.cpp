@@ -42,6 +42,21 @@ Inputs make(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::Sc
   return in;
 }
 
+// base's tensors as fresh autograd leaves in dtype `as` (channels-last) and parameters in param_as, with copies
+// of its running statistics: .to() of a tensor already in the dtype is the tensor itself.
+Inputs leaves_of(const Inputs& base, torch::ScalarType as, torch::ScalarType param_as) {
+  const auto cl = at::MemoryFormat::ChannelsLast;
+  const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
+  Inputs in;
+  in.x = leaf(base.x.to(as).contiguous(cl));
+  if (base.residual.defined()) in.residual = leaf(base.residual.to(as).contiguous(cl));
+  in.weight = leaf(base.weight.to(param_as));
+  in.bias = leaf(base.bias.to(param_as));
+  in.running_mean = base.running_mean.to(param_as).clone();
+  in.running_var = base.running_var.to(param_as).clone();
+  return in;
+}
+
 // The fused kernels compute in fp32 and round once; LibTorch's unfused half path rounds the normalised
 // value and the sum with the residual each (so the ReLU's mask flips where they round across zero). Both are
 // compared with LibTorch in fp32 on the same (upcast) inputs, and the fused error must not exceed the
@@ -56,15 +71,7 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
   // A gradient that is not channels-last, as one arriving from a reshaping layer can be.
   const auto dy = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype).contiguous();
   const auto run = [&](bool fused, torch::ScalarType as, torch::ScalarType param_as, Inputs& in) {
-    const auto cl = at::MemoryFormat::ChannelsLast;
-    // Fresh leaves every run: .to() of a tensor already in the dtype is the tensor itself.
-    const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
-    in.x = leaf(base.x.to(as).contiguous(cl));
-    if (with_residual) in.residual = leaf(base.residual.to(as).contiguous(cl));
-    in.weight = leaf(base.weight.to(param_as));
-    in.bias = leaf(base.bias.to(param_as));
-    in.running_mean = base.running_mean.to(param_as).clone();
-    in.running_var = base.running_var.to(param_as).clone();
+    in = leaves_of(base, as, param_as);  // fresh leaves every run
     torch::Tensor y;
     if (!relu) {
       y = fused ? batch_norm_training(in.x, in.weight, in.bias, in.running_mean, in.running_var, 0.1, 1e-5, true)
@@ -275,13 +282,7 @@ TEST(FusedBatchNormRelu, TwinHandsTheSecondUsesGradientToTheKernels) {
       const auto w1 = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat));
       const auto w2 = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat));
       const auto run = [&](bool with_twin, Inputs& in) {
-        const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
-        in.x = leaf(base.x);
-        in.residual = leaf(base.residual);
-        in.weight = leaf(base.weight);
-        in.bias = leaf(base.bias);
-        in.running_mean = base.running_mean.clone();
-        in.running_var = base.running_var.clone();
+        in = leaves_of(base, dtype, torch::kFloat);
         torch::Tensor twin;
         const auto y = batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
                                        1e-5, true, with_twin ? &twin : nullptr);

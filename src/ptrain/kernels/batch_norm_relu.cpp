@@ -106,8 +106,7 @@ class FusedBatchNorm : public torch::autograd::Function<FusedBatchNorm> {
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     auto g = fused::batch_norm_relu_backward(grad_outputs[0], torch::Tensor(), torch::Tensor(), saved[0], saved[1],
-                                             saved[2], saved[3],
-                                             saved[4], /*with_residual=*/false, /*relu=*/false);
+                                             saved[2], saved[3], saved[4], /*with_residual=*/false, /*relu=*/false);
     return {g.dx, g.dweight, g.dbias, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
