@@ -51,6 +51,7 @@ TEST(FusedMaxPool2d, MatchesLibTorchBitForBit) {
   for (const auto dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
     compare_pool(4, 64, 28, 28, 3, 2, 1, dtype, false);
     compare_pool(3, 24, 9, 11, 3, 2, 1, dtype, false);  // odd, unequal sides
+    compare_pool(2, 16, 12, 13, 3, 2, 1, dtype, true);  // the stem's geometry with NaNs
     compare_pool(2, 16, 7, 7, 2, 2, 0, dtype, false);   // windows that do not overlap
     compare_pool(2, 32, 10, 10, 3, 1, 1, dtype, true);  // stride 1: up to nine outputs an input; NaNs
   }
