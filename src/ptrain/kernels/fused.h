@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace ptrain::kernels::fused {
 
@@ -114,6 +115,11 @@ torch::Tensor max_pool_backward(const torch::Tensor& dy, const torch::Tensor& po
 // and out_w are (the 7x7 stride-2 padding-3 convolution's output size + 3).
 torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64_t out_h, int64_t out_w,
                              c10::ScalarType dtype);
+
+// dst[i] = src[i] cast to dst[i]'s dtype, element for element in memory order, for pairs of one shape and
+// strides, each non-overlapping and dense; all sources of one dtype, all destinations of one (fp32/fp16/bf16),
+// all on one CUDA device. One launch for every 32 pairs (kernels/parameter_cast.h).
+void cast_tensors(const std::vector<torch::Tensor>& src, const std::vector<torch::Tensor>& dst);
 
 // LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
 // defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.

@@ -223,6 +223,30 @@ torch::Tensor max_pool_backward(const torch::Tensor& dy_in, const torch::Tensor&
   return dx;
 }
 
+void cast_tensors(const std::vector<torch::Tensor>& src, const std::vector<torch::Tensor>& dst) {
+  const char* what = "fused cast_tensors";
+  check(src.size() == dst.size(), std::string(what) + ": " + std::to_string(src.size()) + " sources for " +
+                                      std::to_string(dst.size()) + " destinations");
+  if (src.empty()) return;
+  c10::cuda::CUDAGuard guard(src[0].device());
+  std::vector<cuda::CastRange> ranges;
+  ranges.reserve(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const auto& in = src[i];
+    const auto& out = dst[i];
+    check(in.is_cuda() && in.device() == src[0].device() && out.device() == in.device() &&
+              in.scalar_type() == src[0].scalar_type() && out.scalar_type() == dst[0].scalar_type(),
+          std::string(what) + ": every source of one dtype, every destination of one, all on one CUDA device");
+    check(in.sizes() == out.sizes() && in.strides() == out.strides() && in.is_non_overlapping_and_dense(),
+          std::string(what) + ": pair " + std::to_string(i) + " differs in shape or strides, or is not dense");
+    ranges.push_back({in.data_ptr(), out.data_ptr(), in.numel()});
+  }
+  launch(what, [&] {
+    cuda::cast_ranges(dtype_of(src[0], what), dtype_of(dst[0], what), ranges.data(), static_cast<int>(ranges.size()),
+                      current_stream(src[0]));
+  });
+}
+
 torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64_t out_h, int64_t out_w,
                              c10::ScalarType dtype) {
   const char* what = "fused space_to_depth";

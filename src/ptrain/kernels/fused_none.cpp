@@ -57,6 +57,10 @@ torch::Tensor max_pool_backward(const torch::Tensor&, const torch::Tensor&, at::
   unavailable("fused max_pool2d backward");
 }
 
+void cast_tensors(const std::vector<torch::Tensor>&, const std::vector<torch::Tensor>&) {
+  unavailable("fused cast_tensors");
+}
+
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                            const torch::Tensor&, double, c10::ScalarType) {
   unavailable("fused add_layer_norm");

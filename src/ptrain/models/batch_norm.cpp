@@ -3,6 +3,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/kernels/parameter_cast.h"
 
 namespace ptrain::models {
 
@@ -63,7 +64,7 @@ torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::
   const auto& o = conv.options;
   const auto padding = compat::explicit_zero_padding(o);
   const bool fused = relu_recompute_ && !o.bias() && padding.has_value() && fused_applies(x, torch::Tensor());
-  if (!fused) return conv.forward(forward_relu(x));
+  if (!fused) return kernels::forward_with_casts(conv, forward_relu(x));
   kernels::ConvGeometry geometry;
   geometry.stride = std::vector<int64_t>(o.stride()->begin(), o.stride()->end());
   geometry.padding = *padding;
@@ -76,7 +77,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::
 }
 
 torch::Tensor BatchNorm2dImpl::conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
-  return conv.weight.scalar_type() == x.scalar_type() ? conv.weight : conv.weight.to(x.scalar_type());
+  const auto weight = kernels::ParameterCastScope::cast_of(conv.weight);
+  return weight.scalar_type() == x.scalar_type() ? weight : weight.to(x.scalar_type());
 }
 
 void BatchNorm2dImpl::require_conv_stats(const torch::Tensor& y) const {

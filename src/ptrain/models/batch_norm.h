@@ -38,7 +38,8 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // relu recomputation is on, the ReLU's output is not kept for the backward but recomputed
   // (kernels::batch_norm_relu_conv).
   torch::Tensor forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv);
-  // conv's weight as autocast would cast it for activations like x (itself when it has x's dtype).
+  // conv's weight as autocast would cast it for activations like x (itself when it has x's dtype): the live
+  // kernels::ParameterCastScope's cast where one holds it.
   static torch::Tensor conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x);
   void set_relu_recompute(bool on) { relu_recompute_ = on; }
 

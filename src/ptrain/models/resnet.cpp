@@ -6,6 +6,7 @@
 #include "ptrain/kernels/average_pool.h"
 #include "ptrain/kernels/conv_stats.h"
 #include "ptrain/kernels/max_pool.h"
+#include "ptrain/kernels/parameter_cast.h"
 #include "ptrain/kernels/stem_conv.h"
 #include "ptrain/models/activation_checkpoint.h"
 
@@ -21,6 +22,24 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t
 
 nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 3, stride, 1); }
 nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 1, stride, 0); }
+
+// The parameters autocast casts in a unit: those of its convolutions and linear layers.
+std::vector<torch::Tensor> autocast_parameters(nn::Module& unit) {
+  std::vector<torch::Tensor> params;
+  const auto add = [&](const torch::Tensor& t) {
+    if (t.defined()) params.push_back(t);
+  };
+  for (const auto& module : unit.modules(/*include_self=*/true)) {
+    if (const auto* c = module->as<nn::Conv2d>()) {
+      add(c->weight);
+      add(c->bias);
+    } else if (const auto* l = module->as<nn::Linear>()) {
+      add(l->weight);
+      add(l->bias);
+    }
+  }
+  return params;
+}
 
 struct Family {
   bool bottleneck;
@@ -78,7 +97,10 @@ class ResidualBlock : public nn::Module {
     if (stride == 1 && in == out) return;
     downsample = register_module("downsample", nn::Sequential(conv1x1(in, out, stride), BatchNorm2d(out)));
   }
-  torch::Tensor shortcut(const torch::Tensor& x) { return downsample.is_empty() ? x : downsample->forward(x); }
+  torch::Tensor shortcut(const torch::Tensor& x) {
+    if (downsample.is_empty()) return x;
+    return downsample[1]->as<BatchNorm2d>()->forward(kernels::forward_with_casts(*downsample[0]->as<nn::Conv2d>(), x));
+  }
 
   // The shortcut with its convolution's statistics handed to its batch norm.
   torch::Tensor shortcut_from_stats(const torch::Tensor& x) {
@@ -139,7 +161,7 @@ class BasicBlock : public ResidualBlock {
       auto out = bn1->forward_relu_conv_from_stats(kernels::conv_with_stats(x, w1, stride, 1), *conv2);
       return bn2->forward_relu_from_stats(out, shortcut_from_stats(shortcut_in), twin_out);
     }
-    auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
+    auto out = bn1->forward_relu_conv(kernels::forward_with_casts(*conv1, x), *conv2);
     return bn2->forward_relu(out, shortcut(shortcut_in), twin_out);
   }
   BatchNorm2d last_bn() override { return bn2; }
@@ -172,7 +194,7 @@ class Bottleneck : public ResidualBlock {
       out = bn2->forward_relu_conv_from_stats(out, *conv3);
       return bn3->forward_relu_from_stats(out, shortcut_from_stats(shortcut_in), twin_out);
     }
-    auto out = bn1->forward_relu_conv(conv1->forward(x), *conv2);
+    auto out = bn1->forward_relu_conv(kernels::forward_with_casts(*conv1, x), *conv2);
     out = bn2->forward_relu_conv(out, *conv3);
     return bn3->forward_relu(out, shortcut(shortcut_in), twin_out);
   }
@@ -296,7 +318,9 @@ torch::Tensor ResNet::stem_conv(const torch::Tensor& x) {
   const bool space_to_depth =
       fused_kernels_ && imagenet_stem() && kernels::stem_space_to_depth_pays(x, conv1->weight);
   if (is_training()) stem_space_to_depth_ = space_to_depth;
-  return space_to_depth ? kernels::stem_conv_space_to_depth(x, conv1->weight, /*allow_fused=*/true) : conv1->forward(x);
+  return space_to_depth ? kernels::stem_conv_space_to_depth(x, kernels::ParameterCastScope::cast_of(conv1->weight),
+                                                             /*allow_fused=*/true)
+                        : kernels::forward_with_casts(*conv1, x);
 }
 
 std::string ResNet::describe_stem_conv() const {
@@ -325,6 +349,12 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ResNet::units()
 torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
                                         std::to_string(blocks_.size() + 2) + " units");
+  // The unit's weights cast as one group under autocast (with the fused kernels; without, autocast's own casts).
+  const auto unit = index == 0 ? std::static_pointer_cast<nn::Module>(stem_)
+                               : index <= blocks_.size() ? std::static_pointer_cast<nn::Module>(blocks_[index - 1].second)
+                                                         : fc.ptr();
+  const kernels::ParameterCastScope casts(fused_kernels_ ? autocast_parameters(*unit) : std::vector<torch::Tensor>(),
+                                          x.device(), /*allow_fused=*/true);
   if (index == 0) {
     twin_of_ = twin_ = torch::Tensor();
     x = bn1->forward_relu(stem_conv(x));
@@ -341,7 +371,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   }
   twin_of_ = twin_ = torch::Tensor();
   x = kernels::global_average_pool(x);
-  return fc->forward(x);
+  return kernels::forward_with_casts(*fc, x);
 }
 
 torch::Tensor ResNet::forward(torch::Tensor x) {

@@ -169,3 +169,18 @@ struct SpaceToDepthShape {
 void space_to_depth(Dtype in, Dtype out, const void* x, const SpaceToDepthShape& shape, void* y, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// count ranges cast element for element, src[0 .. numel) in dtype in to dst in dtype out (round to nearest even),
+// kMaxCastRanges a launch: a group of parameters' casts under autocast, and their gradients' casts back, which
+// LibTorch runs as a kernel each (kernels/parameter_cast.h).
+constexpr int kMaxCastRanges = 32;
+struct CastRange {
+  const void* src;
+  void* dst;
+  int64_t numel;
+};
+void cast_ranges(Dtype in, Dtype out, const CastRange* ranges, int count, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda

@@ -1,0 +1,195 @@
+// Grouped parameter casts (kernels/parameter_cast.h) against the per-parameter casts autocast makes: the casts
+// and the gradients cast back, bit for bit, in the parameters' strides; the scope's answers; and a ResNet step under
+// CPU autocast, grouped and not. On a GPU, the one-kernel cast in fp16 and bf16, subnormals and many tensors.
+#include <gtest/gtest.h>
+
+#include "gpu.h"
+#include "ptrain/core/torch_compat.h"
+#include "ptrain/kernels/parameter_cast.h"
+#include "ptrain/models/resnet.h"
+
+namespace {
+
+using ptrain::kernels::cast_parameters;
+using ptrain::kernels::ParameterCastScope;
+
+// A convolution's weight (channels-last, as the trainer keeps them), a linear layer's weight and bias, and odd
+// sizes, as leaves on device.
+std::vector<torch::Tensor> some_parameters(const torch::Device& device) {
+  std::vector<torch::Tensor> params = {
+      torch::randn({16, 8, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast), torch::randn({10, 24}),
+      torch::randn({10}), torch::randn({7, 5, 1, 1}), torch::randn({1})};
+  for (auto& p : params) p = p.to(device).requires_grad_(true);
+  return params;
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && torch::equal(a.cpu(), b.cpu());
+}
+
+// Casts and gradients of cast_parameters against per-parameter .to(dtype), for the same upstream gradients; the
+// third parameter's cast is left unused, so that it gets no gradient either way.
+void compare_with_per_parameter_casts(const torch::Device& device, c10::ScalarType dtype, bool allow_fused) {
+  const std::string what = std::string(c10::toString(dtype)) + " on " + device.str();
+  torch::manual_seed(3);
+  const auto grouped = some_parameters(device);
+  std::vector<torch::Tensor> reference;
+  for (const auto& p : grouped) reference.push_back(p.detach().clone().requires_grad_(true));
+  const auto casts = cast_parameters(grouped, dtype, allow_fused);
+  ASSERT_EQ(casts.size(), grouped.size());
+  torch::Tensor loss_grouped = torch::zeros({}, torch::device(device)), loss_reference = loss_grouped.clone();
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    const auto want = reference[i].to(dtype);
+    EXPECT_TRUE(bitwise_equal(casts[i], want)) << what << ": cast " << i;
+    EXPECT_EQ(casts[i].strides(), grouped[i].strides()) << what << ": cast " << i;
+    if (i == 2) continue;
+    const auto upstream = torch::randn(want.sizes(), torch::device(device)).to(dtype);
+    loss_grouped = loss_grouped + (casts[i] * upstream).sum().to(torch::kFloat);
+    loss_reference = loss_reference + (want * upstream).sum().to(torch::kFloat);
+  }
+  loss_grouped.backward();
+  loss_reference.backward();
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    if (i == 2) {
+      EXPECT_FALSE(grouped[i].grad().defined()) << what << ": an unused cast gave its parameter a gradient";
+      continue;
+    }
+    ASSERT_TRUE(grouped[i].grad().defined()) << what << ": parameter " << i;
+    EXPECT_TRUE(bitwise_equal(grouped[i].grad(), reference[i].grad())) << what << ": gradient " << i;
+    EXPECT_EQ(grouped[i].grad().strides(), grouped[i].strides()) << what << ": gradient " << i;
+  }
+}
+
+TEST(ParameterCast, CastsAndGradientsMatchPerParameterCasts) {
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) compare_with_per_parameter_casts(torch::kCPU, dtype, false);
+}
+
+TEST(ParameterCast, RefusesParametersOfTwoDtypes) {
+  const std::vector<torch::Tensor> mixed = {torch::randn({4}), torch::randn({4}, torch::kDouble)};
+  EXPECT_THROW(cast_parameters(mixed, torch::kBFloat16, false), std::exception);
+}
+
+TEST(ParameterCastScope, CastsUnderAutocastOnlyAndNests) {
+  auto weight = torch::randn({4, 4}).requires_grad_(true);
+  auto other = torch::randn({3}).requires_grad_(true);
+  const auto counts = torch::zeros({2}, torch::kLong);
+  {
+    const ParameterCastScope off({weight}, torch::kCPU, false);
+    EXPECT_EQ(off.size(), 0u);
+    EXPECT_TRUE(ParameterCastScope::cast_of(weight).is_same(weight)) << "a cast without autocast";
+  }
+  ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
+  ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+  {
+    const ParameterCastScope outer({weight, counts}, torch::kCPU, false);
+    EXPECT_EQ(outer.size(), 1u) << "an integer buffer is no autocast cast";
+    EXPECT_EQ(ParameterCastScope::cast_of(weight).scalar_type(), torch::kBFloat16);
+    {
+      const ParameterCastScope inner({other}, torch::kCPU, false);
+      EXPECT_EQ(ParameterCastScope::cast_of(other).scalar_type(), torch::kBFloat16);
+      EXPECT_EQ(ParameterCastScope::cast_of(weight).scalar_type(), torch::kBFloat16) << "the outer scope's cast";
+    }
+    EXPECT_TRUE(ParameterCastScope::cast_of(other).is_same(other)) << "the inner scope outlived itself";
+  }
+  EXPECT_TRUE(ParameterCastScope::cast_of(weight).is_same(weight));
+  ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+  ptrain::compat::clear_autocast_cache();
+}
+
+// A ResNet training step under CPU bf16 autocast, its units' weights cast as groups (fused kernels on) and by
+// autocast itself (off): the same loss and gradients, bit for bit, and the groups in the graph.
+TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
+  ptrain::models::ResNetOptions options;
+  options.depth = 18;
+  options.num_classes = 10;
+  torch::manual_seed(7);
+  auto grouped = std::make_shared<ptrain::models::ResNet>(options);
+  auto plain = std::make_shared<ptrain::models::ResNet>(options);
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = grouped->parameters();
+    const auto to = plain->parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  grouped->set_fused_kernels(true);
+  plain->set_fused_kernels(false);
+  const auto x = torch::randn({2, 3, 64, 64});
+  const auto labels = torch::tensor({1, 7});
+  const auto step = [&](ptrain::models::ResNet& model) {
+    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+    auto loss = torch::cross_entropy_loss(model.forward(x).to(torch::kFloat), labels);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+    ptrain::compat::clear_autocast_cache();
+    return loss;
+  };
+  const auto loss_grouped = step(*grouped);
+  const auto loss_plain = step(*plain);
+  // The groups, and the casts autograd takes back to a parameter (through a transposition, as LibTorch 1.13's
+  // linear casts the transposed weight): autocast's own, one a weight.
+  const auto count = [](const torch::Tensor& loss, size_t* groups, size_t* own_casts) {
+    for_each_autograd_function(loss, [&](const torch::autograd::Node& node, const std::string& name) {
+      if (ends_with(name, "CastParameters")) ++*groups;
+      if (name.find("ToCopyBackward") == std::string::npos) return;
+      for (const auto& edge : node.next_edges()) {
+        const torch::autograd::Node* next = edge.function.get();
+        if (next && next->name().find("TBackward") != std::string::npos && next->next_edges().size() == 1)
+          next = next->next_edges()[0].function.get();
+        if (next && ends_with(next->name(), "AccumulateGrad")) ++*own_casts;
+      }
+    });
+  };
+  size_t groups = 0, own_casts = 0, plain_groups = 0, plain_own_casts = 0;
+  count(loss_grouped, &groups, &own_casts);
+  count(loss_plain, &plain_groups, &plain_own_casts);
+  EXPECT_EQ(groups, 10u) << "the stem, eight blocks and the head, each one group";
+  EXPECT_EQ(own_casts, 0u) << "a layer took autocast's cast of its weight, not its group's";
+  EXPECT_EQ(plain_groups, 0u);
+  EXPECT_EQ(plain_own_casts, 22u) << "ResNet-18: 20 convolutions, the head's weight and bias";
+  loss_grouped.backward();
+  loss_plain.backward();
+  EXPECT_TRUE(torch::equal(loss_grouped, loss_plain));
+  const auto named_grouped = grouped->named_parameters();
+  const auto named_plain = plain->named_parameters();
+  for (const auto& item : named_grouped) {
+    const auto& g = item.value().grad();
+    const auto& want = named_plain[item.key()].grad();
+    ASSERT_TRUE(g.defined() && want.defined()) << item.key();
+    EXPECT_TRUE(torch::equal(g, want)) << item.key() << ": gradients differ";
+    EXPECT_EQ(g.strides(), item.value().strides()) << item.key();
+  }
+}
+
+TEST(ParameterCast, OneKernelCastMatchesLibTorchOnTheGpu) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) compare_with_per_parameter_casts(cuda, dtype, true);
+  // More tensors than one launch takes (32), of every size up to a few blocks, with fp32 subnormals and values
+  // that round to the 16-bit types' subnormals, infinities and NaN: the kernel flushes nothing.
+  torch::manual_seed(11);
+  std::vector<torch::Tensor> params;
+  for (int i = 0; i < 70; ++i) {
+    auto p = torch::randn({i * 37 + 1}) * std::pow(10.0, (i % 9) - 4);
+    if (i % 5 == 0) p.index_put_({0}, 1e-40f);
+    if (i % 7 == 0) p.index_put_({torch::indexing::Slice(0, std::min<int64_t>(3, p.numel()))}, std::nanf(""));
+    if (i % 11 == 0) p.index_put_({-1}, 1e30f);
+    params.push_back(p.to(cuda).requires_grad_(true));
+  }
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    const auto casts = cast_parameters(params, dtype, true);
+    std::vector<torch::Tensor> upstream;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto want = params[i].detach().to(dtype);
+      EXPECT_TRUE(torch::equal(torch::isnan(casts[i]), torch::isnan(want)) &&
+                  torch::equal(casts[i].nan_to_num(0), want.nan_to_num(0)))
+          << c10::toString(dtype) << ": cast " << i;
+      upstream.push_back(torch::randn(want.sizes(), torch::device(cuda)).to(dtype) * 1e-4);
+    }
+    for (auto& p : params) p.mutable_grad().reset();
+    torch::autograd::backward(casts, upstream);
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(bitwise_equal(params[i].grad(), upstream[i].to(torch::kFloat))) << c10::toString(dtype) << ": gradient " << i;
+  }
+}
+
+}  // namespace
