@@ -128,7 +128,7 @@ TEST(FusedBatchNormRelu, MatchesLibTorchInEveryDtypeAndShape) {
 }
 
 // One training step of ResNet-50 (ImageNet stem: max pooling, every kind of block) with the fused kernels on
-// (the shortcuts' batch norms, max pooling, recomputed ReLUs) against the same network on LibTorch's ops, from
+// (the shortcuts' batch norms with their blocks' last, max pooling, recomputed ReLUs) against the same network on LibTorch's ops, from
 // the same weights, in fp32: the loss, every gradient and the running statistics. The two compute the same
 // values in other orders, so a pre-activation within rounding of zero can land on either side of its ReLU (or a
 // pooling maximum on another tie) and move the gradients of every earlier layer by about a percent (seen on an
@@ -163,13 +163,16 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   const auto labels = torch::randint(10, {8}, torch::device(cuda).dtype(torch::kLong));
   std::set<std::string> fused_nodes;  // the fused functions in the fused network's graph
   size_t twins = 0;                   // and those of them that returned a twin of their output
+  size_t shortcut_pairs = 0;          // the downsampling blocks' two batch norms in one function, with a twin
   const auto step = [&](ptrain::models::ResNet& net, bool collect) {
     net.train();
     auto loss = torch::cross_entropy_loss(net.forward(x), labels);
     if (collect) {
-      fused_nodes = autograd_functions(loss, {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv", "::FusedBatchNorm",
-                                              "::FusedBatchNormRelu", "::FusedMaxPool2d"});
+      fused_nodes = autograd_functions(loss, {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv",
+                                              "::FusedBatchNormRelu", "::FusedMaxPool2d",
+                                              "::FusedBatchNormAddBatchNormRelu"});
       twins = autograd_functions_with_outputs(loss, "::FusedBatchNormAddRelu", 2);
+      shortcut_pairs = autograd_functions_with_outputs(loss, "::FusedBatchNormAddBatchNormRelu", 2);
     }
     loss.backward();
     return loss.item<double>();
@@ -177,8 +180,10 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   const double loss_fused = step(*fused, true), loss_plain = step(*plain, false);
   // Every fused path ran: a fallback to LibTorch's ops would pass every comparison below.
   EXPECT_EQ(fused_nodes.size(), 5u) << "fused functions found: " << c10::Join(", ", fused_nodes);
-  // Every block but the last hands the next one a twin of its output: 15 of ResNet-50's 16.
-  EXPECT_EQ(twins, 15u);
+  // Every block but the last hands the next one a twin of its output: 15 of ResNet-50's 16, of which the first of
+  // each stage (4) ends in its batch norm and its shortcut's as one function.
+  EXPECT_EQ(twins, 11u);
+  EXPECT_EQ(shortcut_pairs, 4u);
   EXPECT_NEAR(loss_fused, loss_plain, 1e-4 * std::abs(loss_plain));
   const auto plain_parameters = plain->named_parameters();
   for (const auto& p : fused->named_parameters()) {

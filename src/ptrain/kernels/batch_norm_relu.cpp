@@ -84,6 +84,39 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
   }
 };
 
+// relu(bn(x) + bn2(x2)) in one function: saves x, x2, y and both batch norms' statistics, what the two functions
+// it replaces (FusedBatchNormAddRelu and the shortcut's FusedBatchNorm) saved between them. twin: as
+// FusedBatchNormAddRelu's.
+class FusedBatchNormAddBatchNormRelu : public torch::autograd::Function<FusedBatchNormAddBatchNormRelu> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                const torch::Tensor& x2, const torch::Tensor& weight2,
+                                                const torch::Tensor& bias2, const torch::Tensor& running_mean2,
+                                                const torch::Tensor& running_var2, double momentum, double eps,
+                                                double momentum2, double eps2, bool twin) {
+    auto out = fused::batch_norm_add_batch_norm_relu_forward(x, weight, bias, running_mean, running_var, momentum, eps,
+                                                             x2, weight2, bias2, running_mean2, running_var2, momentum2,
+                                                             eps2);
+    ctx->save_for_backward({x, x2, out.y, out.stats.mean, out.stats.invstd, out.stats.scale_shift, out.stats2.mean,
+                            out.stats2.invstd, out.stats2.scale_shift, weight, weight2});
+    torch::autograd::variable_list result{out.y};
+    if (twin) result.push_back(out.y.detach());
+    return result;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor dy2 = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
+    const auto g = fused::batch_norm_add_batch_norm_relu_backward(grad_outputs[0], dy2, saved[2], saved[0], saved[1],
+                                                                  {saved[3], saved[4], saved[5]},
+                                                                  {saved[6], saved[7], saved[8]}, saved[9], saved[10]);
+    const torch::Tensor none;
+    return {g.dx, g.dweight, g.dbias, none, none, g.dx2, g.dweight2, g.dbias2, none, none, none, none, none, none, none};
+  }
+};
+
 // The output of FusedBatchNormAddRelu, and its twin into *twin when asked.
 torch::Tensor add_relu_output(const torch::autograd::variable_list& out, torch::Tensor* twin) {
   if (twin) *twin = out.size() > 1 ? out[1] : torch::Tensor();
@@ -225,6 +258,30 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                            twin);
   return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps,
                                    static_cast<const ConvStatsResult*>(nullptr))[0];
+}
+
+bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const BatchNormParams& bn,
+                                                  const torch::Tensor& x2, const BatchNormParams& bn2) {
+  return fused_batch_norm_relu_applies(x, torch::Tensor(), bn.weight, bn.running_mean) &&
+         fused_batch_norm_relu_applies(x2, torch::Tensor(), bn2.weight, bn2.running_mean) && x2.sizes() == x.sizes() &&
+         x2.scalar_type() == x.scalar_type() && bn2.weight.scalar_type() == bn.weight.scalar_type();
+}
+
+torch::Tensor batch_norm_add_batch_norm_relu(const torch::Tensor& x, const BatchNormParams& bn, const torch::Tensor& x2,
+                                             const BatchNormParams& bn2, bool allow_fused, torch::Tensor* twin) {
+  if (twin) *twin = torch::Tensor();
+  if (!allow_fused || !fused_batch_norm_add_batch_norm_relu_applies(x, bn, x2, bn2)) {
+    const auto shortcut = torch::batch_norm(x2, bn2.weight, bn2.bias, bn2.running_mean, bn2.running_var,
+                                            /*training=*/true, bn2.momentum, bn2.eps,
+                                            at::globalContext().userEnabledCuDNN());
+    return reference_batch_norm_relu(x, shortcut, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.momentum,
+                                     bn.eps);
+  }
+  return add_relu_output(FusedBatchNormAddBatchNormRelu::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, x2,
+                                                               bn2.weight, bn2.bias, bn2.running_mean, bn2.running_var,
+                                                               bn.momentum, bn.eps, bn2.momentum, bn2.eps,
+                                                               twin != nullptr),
+                         twin);
 }
 
 torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

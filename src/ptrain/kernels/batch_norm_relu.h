@@ -23,6 +23,23 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                               const torch::Tensor& running_var, double momentum, double eps, bool allow_fused,
                               torch::Tensor* twin = nullptr);
 
+// One training-mode batch norm's tensors and settings, for the functions that take two.
+struct BatchNormParams {
+  torch::Tensor weight, bias, running_mean, running_var;
+  double momentum = 0.1, eps = 1e-5;
+};
+
+// relu(batch_norm(x) + batch_norm(x2)): a ResNet block whose shortcut has a convolution and batch norm of its own
+// (the first block of a stage), both batch norms in training mode, both running statistics updated. Where the fused
+// kernels apply to both (fused_batch_norm_relu_applies for each, x2 shaped and typed as x, the parameters of one
+// dtype), one fused function: the shortcut's output is never written, nor its gradient, and both batch norms run in
+// one pass each way. twin: as batch_norm_relu's. Elsewhere LibTorch's batch norms, add and ReLU.
+torch::Tensor batch_norm_add_batch_norm_relu(const torch::Tensor& x, const BatchNormParams& bn, const torch::Tensor& x2,
+                                             const BatchNormParams& bn2, bool allow_fused, torch::Tensor* twin = nullptr);
+// Whether batch_norm_add_batch_norm_relu(..., allow_fused = true) takes the fused function.
+bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const BatchNormParams& bn,
+                                                  const torch::Tensor& x2, const BatchNormParams& bn2);
+
 // batch_norm(x) in training mode with no ReLU after it (a ResNet shortcut's), through the same kernels where
 // batch_norm_relu's apply (fused_batch_norm_relu_applies(x, {}, ...)); elsewhere LibTorch's batch_norm.
 torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

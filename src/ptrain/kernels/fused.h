@@ -84,6 +84,37 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy, const to
                                                bool with_residual, bool relu,
                                                BatchNormPasses passes = BatchNormPasses::kAuto);
 
+// relu(bn(x) + bn2(x2)) in training mode (kernels::batch_norm_add_batch_norm_relu): both batch norms' statistics
+// and y in one cooperative launch, or, where that cannot run, batch_norm_relu_forward for the shortcut's batch norm
+// (no ReLU) and then for x with its output as the residual. The running statistics updated.
+struct BatchNormStats {
+  torch::Tensor mean, invstd, scale_shift;
+};
+struct DualBatchNormReluForward {
+  torch::Tensor y;
+  BatchNormStats stats, stats2;
+  bool single_pass = false;
+};
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                                                const torch::Tensor& running_var, double momentum, double eps,
+                                                                const torch::Tensor& x2, const torch::Tensor& weight2,
+                                                                const torch::Tensor& bias2, const torch::Tensor& running_mean2,
+                                                                const torch::Tensor& running_var2, double momentum2,
+                                                                double eps2);
+// Its backward from dy (dy2: a twin's gradient, or undefined), the mask y > 0: one cooperative launch, or the two
+// batch norms' backwards one after the other.
+struct DualBatchNormReluBackward {
+  torch::Tensor dx, dweight, dbias, dx2, dweight2, dbias2;
+  bool single_pass = false;
+};
+DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::Tensor& dy, const torch::Tensor& dy2,
+                                                                  const torch::Tensor& y, const torch::Tensor& x,
+                                                                  const torch::Tensor& x2, const BatchNormStats& stats,
+                                                                  const BatchNormStats& stats2,
+                                                                  const torch::Tensor& weight,
+                                                                  const torch::Tensor& weight2);
+
 // y = conv2d(x', weight) with x' = relu(x * scale + shift) when scale is defined (else x' = x), and y's sum
 // and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats.h). x and weight
 // channels-last fp16/bf16 of one dtype, C a multiple of 8; scale and shift [C], any float dtype.

@@ -108,6 +108,68 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   return out;
 }
 
+namespace {
+
+BatchNormStats stats_for(int64_t channels, const torch::TensorOptions& floats) {
+  return {torch::empty({channels}, floats), torch::empty({channels}, floats), torch::empty({2 * channels}, floats)};
+}
+
+cuda::BatchNormSide side_of(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
+                            const torch::Tensor& running_var, double momentum, double eps, const BatchNormStats& stats) {
+  return {data_or_null(weight),         data_or_null(bias), mutable_data_or_null(running_mean),
+          mutable_data_or_null(running_var), momentum,         eps,
+          stats.mean.data_ptr<float>(), stats.invstd.data_ptr<float>(), stats.scale_shift.data_ptr<float>()};
+}
+
+// The dual kernels take one parameter dtype for both batch norms, and x2 like x.
+bool dual_kernels_take(const torch::Tensor& x, const torch::Tensor& x2, const torch::Tensor& weight,
+                       const torch::Tensor& weight2) {
+  return x2.sizes() == x.sizes() && x2.scalar_type() == x.scalar_type() && x2.device() == x.device() &&
+         x2.is_contiguous(at::MemoryFormat::ChannelsLast) && weight.defined() && weight2.defined() &&
+         weight.scalar_type() == weight2.scalar_type();
+}
+
+}  // namespace
+
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                                                const torch::Tensor& running_var, double momentum, double eps,
+                                                                const torch::Tensor& x2, const torch::Tensor& weight2,
+                                                                const torch::Tensor& bias2, const torch::Tensor& running_mean2,
+                                                                const torch::Tensor& running_var2, double momentum2,
+                                                                double eps2) {
+  const char* what = "fused batch_norm_add_batch_norm_relu";
+  check_activations(x, torch::Tensor(), what);
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t channels = x.size(1), rows = rows_of(x);
+  const auto floats = x.options().dtype(torch::kFloat);
+  DualBatchNormReluForward out;
+  if (dual_kernels_take(x, x2, weight, weight2)) {
+    out.y = torch::empty_like(x);
+    out.stats = stats_for(channels, floats);
+    out.stats2 = stats_for(channels, floats);
+    auto workspace = torch::empty({cuda::dual_batch_norm_workspace_floats(rows, channels)}, floats);
+    launch(what, [&] {
+      out.single_pass = cuda::batch_norm_add_batch_norm_relu_forward(
+          dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), x2.data_ptr(), rows, channels,
+          side_of(weight, bias, running_mean, running_var, momentum, eps, out.stats),
+          side_of(weight2, bias2, running_mean2, running_var2, momentum2, eps2, out.stats2), out.y.data_ptr(),
+          workspace.data_ptr<float>(), current_stream(x));
+    });
+    if (out.single_pass) return out;
+  }
+  // The two batch norms apart: the shortcut's (no ReLU), then x's with its output as the residual.
+  const auto shortcut = batch_norm_relu_forward(x2, torch::Tensor(), weight2, bias2, running_mean2, running_var2,
+                                                momentum2, eps2, /*relu=*/false);
+  const auto main = batch_norm_relu_forward(x, shortcut.y, weight, bias, running_mean, running_var, momentum, eps,
+                                            /*relu=*/true);
+  out.y = main.y;
+  out.stats = {main.mean, main.invstd, main.scale_shift};
+  out.stats2 = {shortcut.mean, shortcut.invstd, shortcut.scale_shift};
+  out.single_pass = false;
+  return out;
+}
+
 BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor& sum, const torch::Tensor& sum_of_squares,
                                                   int64_t count, const torch::Tensor& weight, const torch::Tensor& bias,
                                                   const torch::Tensor& running_mean, const torch::Tensor& running_var,
@@ -185,6 +247,62 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
         mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight), mutable_data_or_null(out.dbias),
         workspace.data_ptr<float>(), current_stream(x), kernel_passes(passes));
   });
+  return out;
+}
+
+DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::Tensor& dy_in, const torch::Tensor& dy2_in,
+                                                                  const torch::Tensor& y, const torch::Tensor& x,
+                                                                  const torch::Tensor& x2, const BatchNormStats& stats,
+                                                                  const BatchNormStats& stats2,
+                                                                  const torch::Tensor& weight,
+                                                                  const torch::Tensor& weight2) {
+  const char* what = "fused batch_norm_add_batch_norm_relu backward";
+  c10::cuda::CUDAGuard guard(x.device());
+  DualBatchNormReluBackward out;
+  if (dual_kernels_take(x, x2, weight, weight2)) {
+    const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+    torch::Tensor dy2;
+    if (dy2_in.defined()) {
+      check(dy2_in.sizes() == x.sizes(), std::string(what) + ": the second gradient must be shaped as x, got " +
+                                             c10::str(dy2_in.sizes()) + " for " + c10::str(x.sizes()));
+      dy2 = dy2_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+    }
+    const int64_t channels = x.size(1), rows = rows_of(x);
+    out.dx = torch::empty_like(x);
+    out.dx2 = torch::empty_like(x2);
+    out.dweight = torch::empty_like(weight);
+    out.dbias = torch::empty_like(weight);
+    out.dweight2 = torch::empty_like(weight2);
+    out.dbias2 = torch::empty_like(weight2);
+    auto workspace =
+        torch::empty({cuda::dual_batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
+    // The backward reads the statistics only; the sides' parameter pointers are the forward's (weights, for dx).
+    const auto side = [](const torch::Tensor& w, const BatchNormStats& s) {
+      return cuda::BatchNormSide{w.data_ptr(), nullptr, nullptr, nullptr, 0.0, 0.0, s.mean.data_ptr<float>(),
+                                 s.invstd.data_ptr<float>(), s.scale_shift.data_ptr<float>()};
+    };
+    launch(what, [&] {
+      out.single_pass = cuda::batch_norm_add_batch_norm_relu_backward(
+          dtype_of(x, what), dtype_of(weight, what), dy.data_ptr(), data_or_null(dy2), y.data_ptr(), x.data_ptr(),
+          x2.data_ptr(), rows, channels, side(weight, stats), side(weight2, stats2),
+          {out.dweight.data_ptr(), out.dbias.data_ptr()}, {out.dweight2.data_ptr(), out.dbias2.data_ptr()},
+          out.dx.data_ptr(), out.dx2.data_ptr(), workspace.data_ptr<float>(), current_stream(x));
+    });
+    if (out.single_pass) return out;
+  }
+  // The two backwards apart: x's, which writes the residual's gradient, then the shortcut's from it.
+  const auto main = batch_norm_relu_backward(dy_in, dy2_in, y, x, stats.mean, stats.invstd, stats.scale_shift, weight,
+                                             /*with_residual=*/true, /*relu=*/true);
+  const auto shortcut = batch_norm_relu_backward(main.dresidual, torch::Tensor(), torch::Tensor(), x2, stats2.mean,
+                                                 stats2.invstd, stats2.scale_shift, weight2, /*with_residual=*/false,
+                                                 /*relu=*/false);
+  out.dx = main.dx;
+  out.dweight = main.dweight;
+  out.dbias = main.dbias;
+  out.dx2 = shortcut.dx;
+  out.dweight2 = shortcut.dweight;
+  out.dbias2 = shortcut.dbias;
+  out.single_pass = false;
   return out;
 }
 

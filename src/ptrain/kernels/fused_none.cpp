@@ -44,6 +44,22 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch
   unavailable("fused batch_norm_relu backward");
 }
 
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor&, const torch::Tensor&,
+                                                                const torch::Tensor&, const torch::Tensor&,
+                                                                const torch::Tensor&, double, double, const torch::Tensor&,
+                                                                const torch::Tensor&, const torch::Tensor&,
+                                                                const torch::Tensor&, const torch::Tensor&, double, double) {
+  unavailable("fused batch_norm_add_batch_norm_relu");
+}
+
+DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::Tensor&, const torch::Tensor&,
+                                                                  const torch::Tensor&, const torch::Tensor&,
+                                                                  const torch::Tensor&, const BatchNormStats&,
+                                                                  const BatchNormStats&, const torch::Tensor&,
+                                                                  const torch::Tensor&) {
+  unavailable("fused batch_norm_add_batch_norm_relu backward");
+}
+
 torch::Tensor space_to_depth(const torch::Tensor&, int64_t, int64_t, int64_t, c10::ScalarType) {
   unavailable("fused space_to_depth");
 }

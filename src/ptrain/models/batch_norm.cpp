@@ -60,6 +60,22 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
                                   /*allow_fused=*/true, twin);
 }
 
+torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,
+                                                     const torch::Tensor& shortcut_x, torch::Tensor* twin) {
+  const auto params = [](const BatchNorm2dImpl& norm, double momentum) {
+    return kernels::BatchNormParams{norm.weight, norm.bias, norm.running_mean, norm.running_var, momentum,
+                                    norm.options.eps()};
+  };
+  const bool fused = fused_applies(x, torch::Tensor()) && shortcut_norm.fused_applies(shortcut_x, torch::Tensor()) &&
+                     kernels::fused_batch_norm_add_batch_norm_relu_applies(x, params(*this, 0.0), shortcut_x,
+                                                                           params(shortcut_norm, 0.0));
+  if (!fused) return forward_relu(x, shortcut_norm.forward(shortcut_x), twin);
+  const double momentum2 = shortcut_norm.count_batch_and_momentum();
+  const double momentum = count_batch_and_momentum();
+  return kernels::batch_norm_add_batch_norm_relu(x, params(*this, momentum), shortcut_x,
+                                                 params(shortcut_norm, momentum2), /*allow_fused=*/true, twin);
+}
+
 torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv) {
   const auto& o = conv.options;
   const auto padding = compat::explicit_zero_padding(o);

@@ -34,6 +34,13 @@ class BatchNorm2dImpl : public torch::nn::Module {
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {}, torch::Tensor* twin = nullptr);
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
+  // relu(forward(x) + shortcut_norm.forward(shortcut_x)): a block's last batch norm with its shortcut's. Where the
+  // fused kernels apply to both, one fused function (kernels::batch_norm_add_batch_norm_relu), which never writes
+  // the shortcut's output; else the shortcut's forward, then forward_relu with it as the residual. twin: as
+  // forward_relu's.
+  torch::Tensor forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,
+                                      const torch::Tensor& shortcut_x, torch::Tensor* twin = nullptr);
+
   // conv(forward_relu(x)) for a bias-free, zero-padded convolution; where the fused kernels apply and
   // relu recomputation is on, the ReLU's output is not kept for the backward but recomputed
   // (kernels::batch_norm_relu_conv).

@@ -97,9 +97,13 @@ class ResidualBlock : public nn::Module {
     if (stride == 1 && in == out) return;
     downsample = register_module("downsample", nn::Sequential(conv1x1(in, out, stride), BatchNorm2d(out)));
   }
-  torch::Tensor shortcut(const torch::Tensor& x) {
-    if (downsample.is_empty()) return x;
-    return downsample[1]->as<BatchNorm2d>()->forward(kernels::forward_with_casts(*downsample[0]->as<nn::Conv2d>(), x));
+  // relu(last(out) + shortcut(shortcut_in)): with a downsampling shortcut, its batch norm runs with the block's last
+  // (BatchNorm2dImpl::forward_relu_add_norm).
+  torch::Tensor finish(BatchNorm2dImpl& last, const torch::Tensor& out, const torch::Tensor& shortcut_in,
+                       torch::Tensor* twin_out) {
+    if (downsample.is_empty()) return last.forward_relu(out, shortcut_in, twin_out);
+    const auto shortcut = kernels::forward_with_casts(*downsample[0]->as<nn::Conv2d>(), shortcut_in);
+    return last.forward_relu_add_norm(out, *downsample[1]->as<BatchNorm2d>(), shortcut, twin_out);
   }
 
   // The shortcut with its convolution's statistics handed to its batch norm.
@@ -162,7 +166,7 @@ class BasicBlock : public ResidualBlock {
       return bn2->forward_relu_from_stats(out, shortcut_from_stats(shortcut_in), twin_out);
     }
     auto out = bn1->forward_relu_conv(kernels::forward_with_casts(*conv1, x), *conv2);
-    return bn2->forward_relu(out, shortcut(shortcut_in), twin_out);
+    return finish(*bn2, out, shortcut_in, twin_out);
   }
   BatchNorm2d last_bn() override { return bn2; }
   int64_t out_channels() const override { return planes_; }
@@ -196,7 +200,7 @@ class Bottleneck : public ResidualBlock {
     }
     auto out = bn1->forward_relu_conv(kernels::forward_with_casts(*conv1, x), *conv2);
     out = bn2->forward_relu_conv(out, *conv3);
-    return bn3->forward_relu(out, shortcut(shortcut_in), twin_out);
+    return finish(*bn3, out, shortcut_in, twin_out);
   }
   BatchNorm2d last_bn() override { return bn3; }
   int64_t out_channels() const override { return planes_ * kExpansion; }

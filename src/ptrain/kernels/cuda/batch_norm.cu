@@ -646,6 +646,227 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_backward_kernel(
                                                                         dresidual);
 }
 
+// A ResNet block that changes shape ends in relu(bn(x) + bn2(x2)): x its last convolution's output, x2 its
+// shortcut convolution's. As two batch norms, the shortcut's output is written, then read back as the residual,
+// and in the backward the residual's gradient is written and read back by the shortcut's batch norm. The dual
+// kernels run both in one cooperative launch each way: both statistics, both finalizes, then y from x and x2
+// directly; backward, one reduction for the three sums (g, g * xhat, g * xhat2, g = dy masked by y > 0) and
+// one pass writing dx and dx2. Single pass only: where it cannot run, the caller composes the two batch norms.
+template <typename T, int kRows>
+__device__ __forceinline__ void dual_apply_rows(const T* __restrict__ x, const T* __restrict__ x2,
+                                                const float* scale_shift, const float* scale_shift2, int64_t rows,
+                                                int64_t channels, const Tiling& t, T* __restrict__ y) {
+  constexpr int V = Vec<T>::kSize;
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
+  if (row_lane >= t.row_lanes || group >= t.groups) return;
+  const int64_t c0 = group * V;
+  float scale[V], shift[V], scale2[V], shift2[V];
+  load_channels<V, true>(scale_shift, c0, scale);
+  load_channels<V, true>(scale_shift + channels, c0, shift);
+  load_channels<V, true>(scale_shift2, c0, scale2);
+  load_channels<V, true>(scale_shift2 + channels, c0, shift2);
+  const auto store = [&](int64_t at, const Vec<T>& in, const Vec<T>& in2) {
+    float v[V], v2[V];
+    to_floats(in, v);
+    to_floats(in2, v2);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = fmaxf(v[k] * scale[k] + shift[k] + (v2[k] * scale2[k] + shift2[k]), 0.0f);
+    *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(v);
+  };
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
+  int64_t r = begin + row_lane;
+  for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
+    Vec<T> in[kRows], in2[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int64_t at = (r + u * t.row_lanes) * channels + c0;
+      in[u] = *reinterpret_cast<const Vec<T>*>(x + at);
+      in2[u] = *reinterpret_cast<const Vec<T>*>(x2 + at);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, in[u], in2[u]);
+  }
+  for (; r < end; r += t.row_lanes) {
+    const int64_t at = r * channels + c0;
+    store(at, *reinterpret_cast<const Vec<T>*>(x + at), *reinterpret_cast<const Vec<T>*>(x2 + at));
+  }
+}
+
+template <typename T, typename P>
+__global__ void __launch_bounds__(kThreads) single_pass_dual_forward_kernel(const T* __restrict__ x,
+                                                                            const T* __restrict__ x2, int64_t rows,
+                                                                            int64_t channels, Tiling t,
+                                                                            BatchNormSide side, BatchNormSide side2,
+                                                                            float* workspace, T* __restrict__ y) {
+  const cg::grid_group grid = cg::this_grid();
+  const int64_t plane = t.chunks * channels;
+  chunk_statistics<T>(x, rows, channels, t, workspace, workspace + plane);
+  __syncthreads();  // the second reduction reuses the first's shared memory
+  chunk_statistics<T>(x2, rows, channels, t, workspace + 2 * plane, workspace + 3 * plane);
+  grid.sync();
+  for_each_channel_of_this_warp(2 * channels, [&](int64_t c) {
+    const bool second = c >= channels;
+    const BatchNormSide& s = second ? side2 : side;
+    const float* partials = workspace + (second ? 2 * plane : 0);
+    finalize_channel_stats<P>(second ? c - channels : c, partials, partials + plane, rows, channels, t,
+                              static_cast<const P*>(s.weight), static_cast<const P*>(s.bias),
+                              static_cast<P*>(s.running_mean), static_cast<P*>(s.running_var),
+                              static_cast<float>(s.momentum), static_cast<float>(s.eps), s.mean, s.invstd,
+                              s.scale_shift);
+  });
+  grid.sync();
+  dual_apply_rows<T, kSinglePassApplyRows>(x, x2, side.scale_shift, side2.scale_shift, rows, channels, t, y);
+}
+
+// Per chunk and channel: sum(g), sum(g * xhat) and sum(g * xhat2), g = dy (+ dy2) where y > 0. One row's five
+// loads at a time, as the single-pass backward with dy2 does.
+template <typename T, bool kDy2>
+__device__ __forceinline__ void chunk_dual_backward_sums(const T* __restrict__ dy, const T* __restrict__ dy2,
+                                                         const T* __restrict__ y, const T* __restrict__ x,
+                                                         const T* __restrict__ x2, const BatchNormSide& side,
+                                                         const BatchNormSide& side2, int64_t rows, int64_t channels,
+                                                         const Tiling& t, float* __restrict__ chunk_g,
+                                                         float* __restrict__ chunk_gx, float* __restrict__ chunk_gx2) {
+  constexpr int V = Vec<T>::kSize;
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
+  const bool active = row_lane < t.row_lanes && group < t.groups;
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
+  float sum_g[V], sum_gx[V], sum_gx2[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) sum_g[i] = sum_gx[i] = sum_gx2[i] = 0.0f;
+  if (active) {
+    float mu[V], is[V], mu2[V], is2[V];
+    load_channels<V>(side.mean, group * V, mu);
+    load_channels<V>(side.invstd, group * V, is);
+    load_channels<V>(side2.mean, group * V, mu2);
+    load_channels<V>(side2.invstd, group * V, is2);
+    for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
+      const int64_t at = r * channels + group * V;
+      const Vec<T> dy_in = *reinterpret_cast<const Vec<T>*>(dy + at);
+      Vec<T> dy2_in;
+      if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
+      const Vec<T> y_in = *reinterpret_cast<const Vec<T>*>(y + at);
+      const Vec<T> x_in = *reinterpret_cast<const Vec<T>*>(x + at);
+      const Vec<T> x2_in = *reinterpret_cast<const Vec<T>*>(x2 + at);
+      float g[V], out[V], in[V], in2[V];
+      to_floats(dy_in, g);
+      if (kDy2) add_floats(dy2_in, g);
+      to_floats(y_in, out);
+      to_floats(x_in, in);
+      to_floats(x2_in, in2);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float masked = out[i] > 0.0f ? g[i] : 0.0f;
+        sum_g[i] += masked;
+        sum_gx[i] += masked * (in[i] - mu[i]) * is[i];
+        sum_gx2[i] += masked * (in2[i] - mu2[i]) * is2[i];
+      }
+    }
+  }
+  __shared__ float s_g[kThreads * 8], s_gx[kThreads * 8], s_gx2[kThreads * 8];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    s_g[threadIdx.x * V + i] = sum_g[i];
+    s_gx[threadIdx.x * V + i] = sum_gx[i];
+    s_gx2[threadIdx.x * V + i] = sum_gx2[i];
+  }
+  __syncthreads();
+  if (row_lane != 0 || !active) return;
+  for (int k = 1; k < t.row_lanes; ++k) {
+    const int other = k * t.lanes + lane;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      sum_g[i] += s_g[other * V + i];
+      sum_gx[i] += s_gx[other * V + i];
+      sum_gx2[i] += s_gx2[other * V + i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    chunk_g[blockIdx.x * channels + group * V + i] = sum_g[i];
+    chunk_gx[blockIdx.x * channels + group * V + i] = sum_gx[i];
+    chunk_gx2[blockIdx.x * channels + group * V + i] = sum_gx2[i];
+  }
+}
+
+// dx = k (g - mean_g - xhat mean_gx) and dx2 alike, from one load of dy (dy2), y, x and x2 a row.
+template <typename T, bool kDy2>
+__device__ __forceinline__ void dual_backward_apply_rows(const T* __restrict__ dy, const T* __restrict__ dy2,
+                                                         const T* __restrict__ y, const T* __restrict__ x,
+                                                         const T* __restrict__ x2, const BatchNormSide& side,
+                                                         const BatchNormSide& side2, const float* coefficients,
+                                                         const float* coefficients2, int64_t rows, int64_t channels,
+                                                         const Tiling& t, T* __restrict__ dx, T* __restrict__ dx2) {
+  constexpr int V = Vec<T>::kSize;
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
+  if (row_lane >= t.row_lanes || group >= t.groups) return;
+  const int64_t c0 = group * V;
+  float mu[V], is[V], k1[V], mean_g[V], mean_gx[V], mu2[V], is2[V], k2[V], mean_gx2[V];
+  load_channels<V>(side.mean, c0, mu);
+  load_channels<V>(side.invstd, c0, is);
+  load_channels<V>(side2.mean, c0, mu2);
+  load_channels<V>(side2.invstd, c0, is2);
+  load_channels<V, true>(coefficients, c0, k1);
+  load_channels<V, true>(coefficients + channels, c0, mean_g);  // the same sum(g) on both sides
+  load_channels<V, true>(coefficients + 2 * channels, c0, mean_gx);
+  load_channels<V, true>(coefficients2, c0, k2);
+  load_channels<V, true>(coefficients2 + 2 * channels, c0, mean_gx2);
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
+  for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
+    const int64_t at = r * channels + c0;
+    const Vec<T> dy_in = *reinterpret_cast<const Vec<T>*>(dy + at);
+    Vec<T> dy2_in;
+    if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
+    const Vec<T> y_in = *reinterpret_cast<const Vec<T>*>(y + at);
+    const Vec<T> x_in = *reinterpret_cast<const Vec<T>*>(x + at);
+    const Vec<T> x2_in = *reinterpret_cast<const Vec<T>*>(x2 + at);
+    float g[V], out[V], d[V], d2[V];
+    to_floats(dy_in, g);
+    if (kDy2) add_floats(dy2_in, g);
+    to_floats(y_in, out);
+    to_floats(x_in, d);
+    to_floats(x2_in, d2);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float masked = out[k] > 0.0f ? g[k] : 0.0f;
+      d[k] = k1[k] * (masked - mean_g[k] - (d[k] - mu[k]) * is[k] * mean_gx[k]);
+      d2[k] = k2[k] * (masked - mean_g[k] - (d2[k] - mu2[k]) * is2[k] * mean_gx2[k]);
+    }
+    *reinterpret_cast<Vec<T>*>(dx + at) = from_floats<T>(d);
+    *reinterpret_cast<Vec<T>*>(dx2 + at) = from_floats<T>(d2);
+  }
+}
+
+template <typename T, typename P, bool kDy2>
+__global__ void __launch_bounds__(kThreads, 2) single_pass_dual_backward_kernel(
+    const T* __restrict__ dy, const T* __restrict__ dy2, const T* __restrict__ y, const T* __restrict__ x,
+    const T* __restrict__ x2, int64_t rows, int64_t channels, Tiling t, BatchNormSide side, BatchNormSide side2,
+    BatchNormGrads grads, BatchNormGrads grads2, float* workspace, T* __restrict__ dx, T* __restrict__ dx2) {
+  const cg::grid_group grid = cg::this_grid();
+  const int64_t plane = t.chunks * channels;
+  float* chunk_g = workspace;
+  float* chunk_gx = workspace + plane;
+  float* chunk_gx2 = workspace + 2 * plane;
+  float* coefficients = workspace + 3 * plane;
+  float* coefficients2 = coefficients + 3 * channels;
+  chunk_dual_backward_sums<T, kDy2>(dy, dy2, y, x, x2, side, side2, rows, channels, t, chunk_g, chunk_gx, chunk_gx2);
+  grid.sync();
+  for_each_channel_of_this_warp(2 * channels, [&](int64_t c) {
+    const bool second = c >= channels;
+    const BatchNormSide& s = second ? side2 : side;
+    const BatchNormGrads& d = second ? grads2 : grads;
+    finalize_channel_backward<P>(second ? c - channels : c, chunk_g, second ? chunk_gx2 : chunk_gx, rows, channels,
+                                 t.chunks, s.invstd, static_cast<const P*>(s.weight), static_cast<P*>(d.dweight),
+                                 static_cast<P*>(d.dbias), second ? coefficients2 : coefficients);
+  });
+  grid.sync();
+  dual_backward_apply_rows<T, kDy2>(dy, dy2, y, x, x2, side, side2, coefficients, coefficients2, rows, channels, t, dx,
+                                    dx2);
+}
+
 // Blocks of kernel that one multiprocessor holds at once (0 when the query fails), asked once per kernel.
 template <auto kKernel>
 int resident_blocks_per_multiprocessor() {
@@ -878,6 +1099,60 @@ bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
   });
   check_launch("batch_norm_relu_backward_apply");
   return false;
+}
+
+int64_t dual_batch_norm_workspace_floats(int64_t rows, int64_t channels) {
+  // Four planes forward (two batch norms' mean and m2), three backward, plus six x channels; the single pass's
+  // chunks are at most batch_norm_workspace_floats' own.
+  return 2 * batch_norm_workspace_floats(rows, channels);
+}
+
+bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* x2, int64_t rows,
+                                            int64_t channels, const BatchNormSide& side, const BatchNormSide& side2,
+                                            void* y, float* workspace, cudaStream_t stream) {
+  check_shape(dtype, rows, channels);
+  bool ran = false;
+  with_type(dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    with_type(param, [&](auto* param_tag) {
+      using P = std::remove_pointer_t<decltype(param_tag)>;
+      const Tiling t = single_pass_tiling<single_pass_dual_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels,
+                                                                                vector_elements(dtype));
+      if (t.chunks == 0) return;
+      ran = true;
+      launch_cooperative("batch_norm_add_batch_norm_relu_forward", single_pass_dual_forward_kernel<T, P>, grid_of(t),
+                         stream, static_cast<const T*>(x), static_cast<const T*>(x2), rows, channels, t, side, side2,
+                         workspace, static_cast<T*>(y));
+    });
+  });
+  return ran;
+}
+
+bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y,
+                                             const void* x, const void* x2, int64_t rows, int64_t channels,
+                                             const BatchNormSide& side, const BatchNormSide& side2,
+                                             const BatchNormGrads& grads, const BatchNormGrads& grads2, void* dx,
+                                             void* dx2, float* workspace, cudaStream_t stream) {
+  check_shape(dtype, rows, channels);
+  bool ran = false;
+  with_type(dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    with_type(param, [&](auto* param_tag) {
+      using P = std::remove_pointer_t<decltype(param_tag)>;
+      with_flag(dy2 != nullptr, [&](auto dy2_tag) {
+        constexpr bool kDy2 = decltype(dy2_tag)::value;
+        const Tiling t = single_pass_tiling<single_pass_dual_backward_kernel<T, P, kDy2>>(
+            BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
+        if (t.chunks == 0) return;
+        ran = true;
+        launch_cooperative("batch_norm_add_batch_norm_relu_backward", single_pass_dual_backward_kernel<T, P, kDy2>,
+                           grid_of(t), stream, static_cast<const T*>(dy), static_cast<const T*>(dy2),
+                           static_cast<const T*>(y), static_cast<const T*>(x), static_cast<const T*>(x2), rows,
+                           channels, t, side, side2, grads, grads2, workspace, static_cast<T*>(dx), static_cast<T*>(dx2));
+      });
+    });
+  });
+  return ran;
 }
 
 }  // namespace ptrain::kernels::cuda

@@ -75,6 +75,39 @@ bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const vo
                               void* dbias, float* workspace, cudaStream_t stream,
                               BatchNormPasses passes = BatchNormPasses::kAuto);
 
+
+// One batch norm's parameters, running statistics (updated with momentum), and outputs for the backward, as the
+// dual kernels below take them: relu(bn(x) + bn2(x2)), a ResNet block whose shortcut has a convolution and batch
+// norm of its own.
+struct BatchNormSide {
+  const void* weight;
+  const void* bias;
+  void* running_mean;
+  void* running_var;
+  double momentum, eps;
+  float* mean;         // [channels], written forward, read backward
+  float* invstd;       // [channels]
+  float* scale_shift;  // [2 * channels]
+};
+struct BatchNormGrads {
+  void* dweight;
+  void* dbias;
+};
+// y = relu(x * scale + shift + x2 * scale2 + shift2) with both batch norms' statistics, in one cooperative launch
+// (both shortcuts' passes and the add in one); false, nothing run, where the grid cannot be resident at once
+// (the caller then runs the two batch norms apart). workspace: dual_batch_norm_workspace_floats.
+int64_t dual_batch_norm_workspace_floats(int64_t rows, int64_t channels);
+bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* x2, int64_t rows,
+                                            int64_t channels, const BatchNormSide& side, const BatchNormSide& side2,
+                                            void* y, float* workspace, cudaStream_t stream);
+// Its backward from dy (and dy2, a second use's gradient, or null), with the mask y > 0: dx, dx2 and both
+// sides' dweight and dbias. false, nothing run, as above.
+bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y,
+                                             const void* x, const void* x2, int64_t rows, int64_t channels,
+                                             const BatchNormSide& side, const BatchNormSide& side2,
+                                             const BatchNormGrads& grads, const BatchNormGrads& grads2, void* dx,
+                                             void* dx2, float* workspace, cudaStream_t stream);
+
 }  // namespace ptrain::kernels::cuda
 
 namespace ptrain::kernels::cuda {
