@@ -14,7 +14,8 @@
 // choose on their own (auto); a * marks the layers where auto took the single pass. For the layers with a
 // residual (a block's last, whose output the next block uses twice), "bwd 2-dy" is the backward as the launchers
 // choose with a second gradient summed in (kernels::batch_norm_relu's twin), which replaces autograd's add of the
-// two gradients, an elementwise pass reading two tensors and writing one.
+// two gradients, an elementwise pass reading two tensors and writing one. Last, the downsampling blocks' two batch
+// norms (the block's last and its shortcut's) timed apart and as the dual kernels that run them together.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -231,5 +232,72 @@ int main(int argc, char** argv) {
   std::printf("# the %d layers with a residual: backward auto %.1f us, with a second gradient %.1f us; their copies "
               "(one tensor read, one written) %.1f us, where autograd's add of two gradients reads two\n",
               residual_layers, total_backward_auto_residual, total_backward_two, total_copy_residual);
+
+  // The downsampling blocks' last batch norm with their shortcut's: as two batch norms (the shortcut's output
+  // written, then read as the residual; its gradient written by the backward, then read by the shortcut's), and as
+  // the dual kernels (kernels::batch_norm_add_batch_norm_relu), both with a second gradient (a twin) backward.
+  float* params2;
+  check(cudaMalloc(&params2, 9 * max_channels * sizeof(float)), "cudaMalloc");
+  check(cudaMemset(params2, 0, 9 * max_channels * sizeof(float)), "cudaMemset");
+  check(cudaMemcpy(params2, ones.data(), max_channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  int64_t dual_workspace_floats = 0;
+  for (const Layer& l : layers)
+    dual_workspace_floats =
+        std::max(dual_workspace_floats, ptrain::kernels::cuda::dual_batch_norm_workspace_floats(l.rows, l.channels));
+  float* dual_workspace;
+  check(cudaMalloc(&dual_workspace, dual_workspace_floats * sizeof(float)), "cudaMalloc");
+  const auto side_at = [&](float* base) {
+    return ptrain::kernels::cuda::BatchNormSide{base, base + max_channels, base + 2 * max_channels,
+                                                base + 3 * max_channels, 0.1, 1e-5, base + 4 * max_channels,
+                                                base + 5 * max_channels, base + 6 * max_channels};
+  };
+  std::printf("\n%-14s %8s %5s | %10s %10s | %10s %10s | %6s\n", "shortcut pair", "rows", "ch", "fwd apart", "fwd dual",
+              "bwd apart", "bwd dual", "dual");
+  double apart_total = 0, dual_total = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    if (l.name.find(".shortcut") == std::string::npos) continue;
+    const Layer& last = layers[i + 1];  // the block's bn3, whose residual the shortcut's output was
+    void* x2 = residual;  // the shortcut convolution's output
+    void* y2 = dresidual;  // apart: the shortcut's output; dual: the shortcut's gradient
+    const double forward_apart = time_us([&] {
+      ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x2, nullptr, l.rows, l.channels, params2,
+                                                     params2 + max_channels, params2 + 2 * max_channels,
+                                                     params2 + 3 * max_channels, 0.1, 1e-5, false,
+                                                     params2 + 4 * max_channels, params2 + 5 * max_channels,
+                                                     params2 + 6 * max_channels, y2, workspace, stream);
+      ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x, y2, last.rows, last.channels, weight, bias,
+                                                     running_mean, running_var, 0.1, 1e-5, true, mean, invstd,
+                                                     scale_shift, y, workspace, stream);
+    });
+    bool ran = false;
+    const double forward_dual = time_us([&] {
+      ran = ptrain::kernels::cuda::batch_norm_add_batch_norm_relu_forward(dtype, Dtype::kFloat, x, x2, l.rows,
+                                                                          l.channels, side_at(params), side_at(params2),
+                                                                          y, dual_workspace, stream);
+    });
+    const bool forward_ran = ran;
+    const double backward_apart = time_us([&] {
+      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dy, dy2, y, x, mean, invstd, scale_shift,
+                                                      weight, last.rows, last.channels, true, dx, y2, dweight,
+                                                      dweight + max_channels, workspace, stream);
+      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, y2, nullptr, nullptr, x2,
+                                                      params2 + 4 * max_channels, params2 + 5 * max_channels,
+                                                      params2 + 6 * max_channels, params2, l.rows, l.channels, false,
+                                                      dx, nullptr, params2 + 8 * max_channels, nullptr, workspace,
+                                                      stream);
+    });
+    const double backward_dual = time_us([&] {
+      ran = ptrain::kernels::cuda::batch_norm_add_batch_norm_relu_backward(
+          dtype, Dtype::kFloat, dy, dy2, y, x, x2, l.rows, l.channels, side_at(params), side_at(params2),
+          {dweight, dweight + max_channels}, {params2 + 8 * max_channels, nullptr}, dx, y2, dual_workspace, stream);
+    });
+    std::printf("%-14s %8lld %5lld | %10.1f %10.1f | %10.1f %10.1f | %6s\n", l.name.c_str(),
+                static_cast<long long>(l.rows), static_cast<long long>(l.channels), forward_apart, forward_dual,
+                backward_apart, backward_dual, forward_ran && ran ? "yes" : "NO");
+    apart_total += forward_apart + backward_apart;
+    dual_total += forward_dual + backward_dual;
+  }
+  std::printf("# shortcut pairs, forward + backward: apart %.1f us, dual %.1f us\n", apart_total, dual_total);
   return 0;
 }
