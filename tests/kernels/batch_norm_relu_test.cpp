@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "batch_norm_inputs.h"
 #include "gpu.h"
 #include "ptrain/kernels/batch_norm_relu.h"
 #include "ptrain/kernels/fused.h"
@@ -24,38 +25,9 @@ using ptrain::kernels::batch_norm_training;
 using ptrain::kernels::ConvGeometry;
 using ptrain::kernels::reference_batch_norm_relu;
 
-struct Inputs {
-  torch::Tensor x, residual, weight, bias, running_mean, running_var;
-};
-
-Inputs make(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool residual) {
-  const torch::Device cuda(torch::kCUDA, 0);
-  const auto cl = at::MemoryFormat::ChannelsLast;
-  Inputs in;
-  // An offset mean, so the variance is small beside the mean squared (what naive sums get wrong).
-  in.x = (torch::randn({n, c, hw, hw}, torch::device(cuda)) * 2 + 3).to(dtype).contiguous(cl);
-  if (residual) in.residual = torch::randn({n, c, hw, hw}, torch::device(cuda)).to(dtype).contiguous(cl);
-  in.weight = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
-  in.bias = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
-  in.running_mean = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
-  in.running_var = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
-  return in;
-}
-
-// base's tensors as fresh autograd leaves in dtype `as` (channels-last) and parameters in param_as, with copies
-// of its running statistics: .to() of a tensor already in the dtype is the tensor itself.
-Inputs leaves_of(const Inputs& base, torch::ScalarType as, torch::ScalarType param_as) {
-  const auto cl = at::MemoryFormat::ChannelsLast;
-  const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
-  Inputs in;
-  in.x = leaf(base.x.to(as).contiguous(cl));
-  if (base.residual.defined()) in.residual = leaf(base.residual.to(as).contiguous(cl));
-  in.weight = leaf(base.weight.to(param_as));
-  in.bias = leaf(base.bias.to(param_as));
-  in.running_mean = base.running_mean.to(param_as).clone();
-  in.running_var = base.running_var.to(param_as).clone();
-  return in;
-}
+using batch_norm_inputs::Inputs;
+using batch_norm_inputs::leaves_of;
+using batch_norm_inputs::make;
 
 // The fused kernels compute in fp32 and round once; LibTorch's unfused half path rounds the normalised
 // value and the sum with the residual each (so the ReLU's mask flips where they round across zero). Both are

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "batch_norm_inputs.h"
 #include "gpu.h"
 #include "ptrain/kernels/batch_norm_relu.h"
 #include "ptrain/kernels/fused.h"
@@ -15,38 +16,20 @@ namespace {
 using ptrain::kernels::batch_norm_add_batch_norm_relu;
 using ptrain::kernels::BatchNormParams;
 
-struct Side {
-  torch::Tensor x, weight, bias, running_mean, running_var;
-};
+using batch_norm_inputs::Inputs;
+using batch_norm_inputs::leaves_of;
+using batch_norm_inputs::make;
 
-Side make_side(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, double offset) {
-  const torch::Device cuda(torch::kCUDA, 0);
-  Side s;
-  s.x = (torch::randn({n, c, hw, hw}, torch::device(cuda)) * 2 + offset).to(dtype).contiguous(at::MemoryFormat::ChannelsLast);
-  s.weight = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
-  s.bias = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
-  s.running_mean = (torch::randn({c}, torch::device(cuda)) * 0.1).to(param);
-  s.running_var = (torch::rand({c}, torch::device(cuda)) + 0.5).to(param);
-  return s;
-}
-
-// base as fresh leaves in dtype `as` and parameters in param_as, with copies of the running statistics.
-Side leaves_of(const Side& base, torch::ScalarType as, torch::ScalarType param_as) {
-  const auto leaf = [](const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); };
-  return {leaf(base.x.to(as).contiguous(at::MemoryFormat::ChannelsLast)), leaf(base.weight.to(param_as)),
-          leaf(base.bias.to(param_as)), base.running_mean.to(param_as).clone(), base.running_var.to(param_as).clone()};
-}
-
-BatchNormParams params_of(const Side& s) { return {s.weight, s.bias, s.running_mean, s.running_var, 0.1, 1e-5}; }
+BatchNormParams params_of(const Inputs& s) { return {s.weight, s.bias, s.running_mean, s.running_var, 0.1, 1e-5}; }
 
 void compare_pair(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::ScalarType param, bool twin) {
   const std::string what = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(hw) + " " +
                            c10::toString(dtype) + " params " + c10::toString(param) + (twin ? " with a twin" : "");
-  const Side base = make_side(n, c, hw, dtype, param, 3.0), base2 = make_side(n, c, hw, dtype, param, -1.0);
+  const Inputs base = make(n, c, hw, dtype, param, false), base2 = make(n, c, hw, dtype, param, false, -1.0);
   const auto dy = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype).contiguous();
   const auto dy2 = torch::randn(base.x.sizes(), base.x.options().dtype(torch::kFloat)).to(dtype);
   struct Run {
-    Side a, b;
+    Inputs a, b;
     torch::Tensor y;
   };
   const auto run = [&](bool fused, torch::ScalarType as, torch::ScalarType param_as) {
@@ -110,11 +93,9 @@ TEST(FusedShortcutBatchNorm, RunsAsOneLaunchEachWayAtResNetShapes) {
   torch::manual_seed(19);
   const int64_t shapes[][2] = {{256, 56}, {512, 28}, {1024, 14}, {2048, 7}};
   for (const auto& shape : shapes) {
-    const Side a = make_side(32, shape[0], shape[1], torch::kBFloat16, torch::kFloat, 1.0);
-    const Side b = make_side(32, shape[0], shape[1], torch::kBFloat16, torch::kFloat, 0.0);
-    const auto forward = fused::batch_norm_add_batch_norm_relu_forward(a.x, a.weight, a.bias, a.running_mean,
-                                                                       a.running_var, 0.1, 1e-5, b.x, b.weight, b.bias,
-                                                                       b.running_mean, b.running_var, 0.1, 1e-5);
+    const Inputs a = make(32, shape[0], shape[1], torch::kBFloat16, torch::kFloat, false, 1.0);
+    const Inputs b = make(32, shape[0], shape[1], torch::kBFloat16, torch::kFloat, false, 0.0);
+    const auto forward = fused::batch_norm_add_batch_norm_relu_forward(a.x, params_of(a), b.x, params_of(b));
     EXPECT_TRUE(forward.single_pass) << shape[0] << " channels";
     const auto dy = torch::randn_like(forward.y);
     const auto backward = fused::batch_norm_add_batch_norm_relu_backward(dy, dy, forward.y, a.x, b.x, forward.stats,

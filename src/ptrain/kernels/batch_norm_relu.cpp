@@ -96,9 +96,9 @@ class FusedBatchNormAddBatchNormRelu : public torch::autograd::Function<FusedBat
                                                 const torch::Tensor& bias2, const torch::Tensor& running_mean2,
                                                 const torch::Tensor& running_var2, double momentum, double eps,
                                                 double momentum2, double eps2, bool twin) {
-    auto out = fused::batch_norm_add_batch_norm_relu_forward(x, weight, bias, running_mean, running_var, momentum, eps,
-                                                             x2, weight2, bias2, running_mean2, running_var2, momentum2,
-                                                             eps2);
+    auto out = fused::batch_norm_add_batch_norm_relu_forward(
+        x, {weight, bias, running_mean, running_var, momentum, eps}, x2,
+        {weight2, bias2, running_mean2, running_var2, momentum2, eps2});
     ctx->save_for_backward({x, x2, out.y, out.stats.mean, out.stats.invstd, out.stats.scale_shift, out.stats2.mean,
                             out.stats2.invstd, out.stats2.scale_shift, weight, weight2});
     torch::autograd::variable_list result{out.y};

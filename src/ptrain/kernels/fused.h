@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ptrain/kernels/batch_norm_relu.h"
+
 namespace ptrain::kernels::fused {
 
 // Whether this build has fused kernels for tensors on device.
@@ -95,13 +97,8 @@ struct DualBatchNormReluForward {
   BatchNormStats stats, stats2;
   bool single_pass = false;
 };
-DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& weight,
-                                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
-                                                                const torch::Tensor& running_var, double momentum, double eps,
-                                                                const torch::Tensor& x2, const torch::Tensor& weight2,
-                                                                const torch::Tensor& bias2, const torch::Tensor& running_mean2,
-                                                                const torch::Tensor& running_var2, double momentum2,
-                                                                double eps2);
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const BatchNormParams& bn,
+                                                                const torch::Tensor& x2, const BatchNormParams& bn2);
 // Its backward from dy (dy2: a twin's gradient, or undefined), the mask y > 0: one cooperative launch, or the two
 // batch norms' backwards one after the other.
 struct DualBatchNormReluBackward {

@@ -3,6 +3,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <stdexcept>
+#include <utility>
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
@@ -82,6 +83,19 @@ void check_activations(const torch::Tensor& x, const torch::Tensor& residual, co
         std::string(what) + ": the residual must match x (shape, dtype, channels-last)");
 }
 
+// The gradients arriving at a batch norm's output, as the kernels read them: in x's dtype and channels-last (one
+// arriving from a reshaping layer need not be); dy2, a second use's gradient, undefined when not given.
+std::pair<torch::Tensor, torch::Tensor> kernel_gradients(const torch::Tensor& dy, const torch::Tensor& dy2,
+                                                         const torch::Tensor& x, const char* what) {
+  torch::Tensor second;
+  if (dy2.defined()) {
+    check(dy2.sizes() == x.sizes(), std::string(what) + ": the second gradient must be shaped as x, got " +
+                                        c10::str(dy2.sizes()) + " for " + c10::str(x.sizes()));
+    second = dy2.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  }
+  return {dy.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast), second};
+}
+
 }  // namespace
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
@@ -114,11 +128,18 @@ BatchNormStats stats_for(int64_t channels, const torch::TensorOptions& floats) {
   return {torch::empty({channels}, floats), torch::empty({channels}, floats), torch::empty({2 * channels}, floats)};
 }
 
-cuda::BatchNormSide side_of(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
-                            const torch::Tensor& running_var, double momentum, double eps, const BatchNormStats& stats) {
-  return {data_or_null(weight),         data_or_null(bias), mutable_data_or_null(running_mean),
-          mutable_data_or_null(running_var), momentum,         eps,
-          stats.mean.data_ptr<float>(), stats.invstd.data_ptr<float>(), stats.scale_shift.data_ptr<float>()};
+cuda::BatchNormSide side_of(const BatchNormParams& bn, const BatchNormStats& stats) {
+  cuda::BatchNormSide side;
+  side.weight = data_or_null(bn.weight);
+  side.bias = data_or_null(bn.bias);
+  side.running_mean = mutable_data_or_null(bn.running_mean);
+  side.running_var = mutable_data_or_null(bn.running_var);
+  side.momentum = bn.momentum;
+  side.eps = bn.eps;
+  side.mean = stats.mean.data_ptr<float>();
+  side.invstd = stats.invstd.data_ptr<float>();
+  side.scale_shift = stats.scale_shift.data_ptr<float>();
+  return side;
 }
 
 // The dual kernels take one parameter dtype for both batch norms, and x2 like x.
@@ -131,38 +152,32 @@ bool dual_kernels_take(const torch::Tensor& x, const torch::Tensor& x2, const to
 
 }  // namespace
 
-DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& weight,
-                                                                const torch::Tensor& bias, const torch::Tensor& running_mean,
-                                                                const torch::Tensor& running_var, double momentum, double eps,
-                                                                const torch::Tensor& x2, const torch::Tensor& weight2,
-                                                                const torch::Tensor& bias2, const torch::Tensor& running_mean2,
-                                                                const torch::Tensor& running_var2, double momentum2,
-                                                                double eps2) {
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const BatchNormParams& bn,
+                                                                const torch::Tensor& x2, const BatchNormParams& bn2) {
   const char* what = "fused batch_norm_add_batch_norm_relu";
   check_activations(x, torch::Tensor(), what);
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t channels = x.size(1), rows = rows_of(x);
   const auto floats = x.options().dtype(torch::kFloat);
   DualBatchNormReluForward out;
-  if (dual_kernels_take(x, x2, weight, weight2)) {
+  if (dual_kernels_take(x, x2, bn.weight, bn2.weight)) {
     out.y = torch::empty_like(x);
     out.stats = stats_for(channels, floats);
     out.stats2 = stats_for(channels, floats);
     auto workspace = torch::empty({cuda::dual_batch_norm_workspace_floats(rows, channels)}, floats);
     launch(what, [&] {
       out.single_pass = cuda::batch_norm_add_batch_norm_relu_forward(
-          dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), x2.data_ptr(), rows, channels,
-          side_of(weight, bias, running_mean, running_var, momentum, eps, out.stats),
-          side_of(weight2, bias2, running_mean2, running_var2, momentum2, eps2, out.stats2), out.y.data_ptr(),
+          dtype_of(x, what), param_dtype_of(bn.weight, bn.running_mean, what), x.data_ptr(), x2.data_ptr(), rows,
+          channels, side_of(bn, out.stats), side_of(bn2, out.stats2), out.y.data_ptr(),
           workspace.data_ptr<float>(), current_stream(x));
     });
     if (out.single_pass) return out;
   }
   // The two batch norms apart: the shortcut's (no ReLU), then x's with its output as the residual.
-  const auto shortcut = batch_norm_relu_forward(x2, torch::Tensor(), weight2, bias2, running_mean2, running_var2,
-                                                momentum2, eps2, /*relu=*/false);
-  const auto main = batch_norm_relu_forward(x, shortcut.y, weight, bias, running_mean, running_var, momentum, eps,
-                                            /*relu=*/true);
+  const auto shortcut = batch_norm_relu_forward(x2, torch::Tensor(), bn2.weight, bn2.bias, bn2.running_mean,
+                                                bn2.running_var, bn2.momentum, bn2.eps, /*relu=*/false);
+  const auto main = batch_norm_relu_forward(x, shortcut.y, bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                            bn.momentum, bn.eps, /*relu=*/true);
   out.y = main.y;
   out.stats = {main.mean, main.invstd, main.scale_shift};
   out.stats2 = {shortcut.mean, shortcut.invstd, shortcut.scale_shift};
@@ -222,14 +237,8 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
                                                bool with_residual, bool relu, BatchNormPasses passes) {
   const char* what = "fused batch_norm_relu backward";
   c10::cuda::CUDAGuard guard(x.device());
-  // The gradient arriving from the next layer need not be channels-last.
-  const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-  torch::Tensor dy2;
-  if (dy2_in.defined()) {
-    check(dy2_in.sizes() == x.sizes(), std::string(what) + ": the second gradient must be shaped as x, got " +
-                                           c10::str(dy2_in.sizes()) + " for " + c10::str(x.sizes()));
-    dy2 = dy2_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-  }
+  const auto gradients = kernel_gradients(dy_in, dy2_in, x, what);
+  const torch::Tensor &dy = gradients.first, &dy2 = gradients.second;
   const int64_t channels = x.size(1), rows = rows_of(x);
   BatchNormReluBackward out;
   out.dx = torch::empty_like(x);
@@ -260,13 +269,8 @@ DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::T
   c10::cuda::CUDAGuard guard(x.device());
   DualBatchNormReluBackward out;
   if (dual_kernels_take(x, x2, weight, weight2)) {
-    const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-    torch::Tensor dy2;
-    if (dy2_in.defined()) {
-      check(dy2_in.sizes() == x.sizes(), std::string(what) + ": the second gradient must be shaped as x, got " +
-                                             c10::str(dy2_in.sizes()) + " for " + c10::str(x.sizes()));
-      dy2 = dy2_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
-    }
+    const auto gradients = kernel_gradients(dy_in, dy2_in, x, what);
+  const torch::Tensor &dy = gradients.first, &dy2 = gradients.second;
     const int64_t channels = x.size(1), rows = rows_of(x);
     out.dx = torch::empty_like(x);
     out.dx2 = torch::empty_like(x2);

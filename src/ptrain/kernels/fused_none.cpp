@@ -44,11 +44,8 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor&, const torch
   unavailable("fused batch_norm_relu backward");
 }
 
-DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor&, const torch::Tensor&,
-                                                                const torch::Tensor&, const torch::Tensor&,
-                                                                const torch::Tensor&, double, double, const torch::Tensor&,
-                                                                const torch::Tensor&, const torch::Tensor&,
-                                                                const torch::Tensor&, const torch::Tensor&, double, double) {
+DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor&, const BatchNormParams&,
+                                                                const torch::Tensor&, const BatchNormParams&) {
   unavailable("fused batch_norm_add_batch_norm_relu");
 }
 

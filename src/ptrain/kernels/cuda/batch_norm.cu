@@ -295,6 +295,33 @@ __device__ __forceinline__ void load_channels(const float* p, int64_t c0, float*
   }
 }
 
+// A thread's rows of its chunk in an elementwise pass: store(at, a row, b row) for each, kRows rows' loads of a and
+// b (b may be null: not loaded) issued before the first row is stored.
+template <typename T, int kRows, typename Store>
+__device__ __forceinline__ void for_each_row_of(const T* __restrict__ a, const T* __restrict__ b, int64_t rows,
+                                                int64_t channels, const Tiling& t, int row_lane, int64_t c0,
+                                                Store&& store) {
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
+  int64_t r = begin + row_lane;
+  for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
+    Vec<T> in[kRows], in2[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      const int64_t at = (r + u * t.row_lanes) * channels + c0;
+      in[u] = *reinterpret_cast<const Vec<T>*>(a + at);
+      if (b) in2[u] = *reinterpret_cast<const Vec<T>*>(b + at);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, in[u], in2[u]);
+  }
+  for (; r < end; r += t.row_lanes) {
+    const int64_t at = r * channels + c0;
+    Vec<T> in2;
+    if (b) in2 = *reinterpret_cast<const Vec<T>*>(b + at);
+    store(at, *reinterpret_cast<const Vec<T>*>(a + at), in2);
+  }
+}
+
 // The elementwise passes walk rows like the reductions (each thread one channel vector, a share of the
 // rows), so a thread loads its channels' coefficients once instead of at every element. kRows rows' loads are
 // issued before the first is used: the split passes have threads enough for one, the single-pass kernel not.
@@ -322,26 +349,7 @@ __device__ __forceinline__ void apply_rows(const T* __restrict__ x, const T* __r
     }
     *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(v);
   };
-  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
-  int64_t r = begin + row_lane;
-  for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
-    Vec<T> in[kRows], res[kRows];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const int64_t at = (r + u * t.row_lanes) * channels + c0;
-      in[u] = *reinterpret_cast<const Vec<T>*>(x + at);
-      if (residual) res[u] = *reinterpret_cast<const Vec<T>*>(residual + at);
-    }
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, in[u], res[u]);
-  }
-  for (; r < end; r += t.row_lanes) {
-    const int64_t at = r * channels + c0;
-    const Vec<T> in = *reinterpret_cast<const Vec<T>*>(x + at);
-    Vec<T> res;
-    if (residual) res = *reinterpret_cast<const Vec<T>*>(residual + at);
-    store(at, in, res);
-  }
+  for_each_row_of<T, kRows>(x, residual, rows, channels, t, row_lane, c0, store);
 }
 
 template <typename T>
@@ -369,6 +377,37 @@ __device__ __forceinline__ void relu_mask(bool relu, bool with_y, const Vec<T>& 
   }
 }
 
+// The end of a backward reduction block: each thread's kPlanes per-channel partial sums merged over the row lanes
+// through shared memory, and row lane 0 of each channel vector writing the chunk's sums, plane p to
+// planes[p][chunk * channels + channel].
+template <int V, int kPlanes>
+__device__ __forceinline__ void write_chunk_sums(float (&sums)[kPlanes][V], const Tiling& t, bool active,
+                                                 int64_t channels, float* const (&planes)[kPlanes]) {
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
+  __shared__ float shared[kPlanes][kThreads * 8];
+#pragma unroll
+  for (int p = 0; p < kPlanes; ++p) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) shared[p][threadIdx.x * V + i] = sums[p][i];
+  }
+  __syncthreads();
+  if (row_lane != 0 || !active) return;
+  for (int k = 1; k < t.row_lanes; ++k) {
+    const int other = k * t.lanes + lane;
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) sums[p][i] += shared[p][other * V + i];
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPlanes; ++p) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) planes[p][blockIdx.x * channels + group * V + i] = sums[p][i];
+  }
+}
+
 // Backward pass 1: per chunk and channel, sum(g) and sum(g * xhat) with g = dy where the output was > 0.
 // kDy2: the output had a second use (a ResNet block's output feeds the next block's convolution and its
 // shortcut), and dy2 is that use's gradient: g = dy + dy2, summed here instead of in a pass of its own.
@@ -384,9 +423,9 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
   const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
   const bool active = row_lane < t.row_lanes && group < t.groups;
   const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
-  float sum_g[V], sum_gx[V], mu[V], is[V], scale[V], shift[V];
+  float sums[2][V], mu[V], is[V], scale[V], shift[V];  // sums: g, g * xhat
 #pragma unroll
-  for (int i = 0; i < V; ++i) sum_g[i] = sum_gx[i] = mu[i] = is[i] = scale[i] = shift[i] = 0.0f;
+  for (int i = 0; i < V; ++i) sums[0][i] = sums[1][i] = mu[i] = is[i] = scale[i] = shift[i] = 0.0f;
   if (active) {
     load_channels<V>(mean, group * V, mu);
     load_channels<V>(invstd, group * V, is);
@@ -422,8 +461,8 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const float masked = mask[i] ? g[i] : 0.0f;
-        sum_g[i] += masked;
-        sum_gx[i] += masked * (in[i] - mu[i]) * is[i];
+        sums[0][i] += masked;
+        sums[1][i] += masked * (in[i] - mu[i]) * is[i];
       }
     };
     int64_t r = begin + row_lane;
@@ -437,27 +476,8 @@ __device__ __forceinline__ void chunk_backward_sums(const T* __restrict__ dy, co
     }
     for (; r < end; r += t.row_lanes) fold(load(r * channels + group * V));
   }
-  __shared__ float s_g[kThreads * 8], s_gx[kThreads * 8];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    s_g[threadIdx.x * V + i] = sum_g[i];
-    s_gx[threadIdx.x * V + i] = sum_gx[i];
-  }
-  __syncthreads();
-  if (row_lane != 0 || !active) return;
-  for (int k = 1; k < t.row_lanes; ++k) {
-    const int other = k * t.lanes + lane;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      sum_g[i] += s_g[other * V + i];
-      sum_gx[i] += s_gx[other * V + i];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    chunk_g[blockIdx.x * channels + group * V + i] = sum_g[i];
-    chunk_gx[blockIdx.x * channels + group * V + i] = sum_gx[i];
-  }
+  float* const planes[2] = {chunk_g, chunk_gx};
+  write_chunk_sums<V, 2>(sums, t, active, channels, planes);
 }
 
 template <typename T, bool kDy2>
@@ -674,23 +694,7 @@ __device__ __forceinline__ void dual_apply_rows(const T* __restrict__ x, const T
     for (int k = 0; k < V; ++k) v[k] = fmaxf(v[k] * scale[k] + shift[k] + (v2[k] * scale2[k] + shift2[k]), 0.0f);
     *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(v);
   };
-  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
-  int64_t r = begin + row_lane;
-  for (; r + (kRows - 1) * t.row_lanes < end; r += kRows * t.row_lanes) {
-    Vec<T> in[kRows], in2[kRows];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      const int64_t at = (r + u * t.row_lanes) * channels + c0;
-      in[u] = *reinterpret_cast<const Vec<T>*>(x + at);
-      in2[u] = *reinterpret_cast<const Vec<T>*>(x2 + at);
-    }
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) store((r + u * t.row_lanes) * channels + c0, in[u], in2[u]);
-  }
-  for (; r < end; r += t.row_lanes) {
-    const int64_t at = r * channels + c0;
-    store(at, *reinterpret_cast<const Vec<T>*>(x + at), *reinterpret_cast<const Vec<T>*>(x2 + at));
-  }
+  for_each_row_of<T, kRows>(x, x2, rows, channels, t, row_lane, c0, store);
 }
 
 template <typename T, typename P>
@@ -719,6 +723,28 @@ __global__ void __launch_bounds__(kThreads) single_pass_dual_forward_kernel(cons
   dual_apply_rows<T, kSinglePassApplyRows>(x, x2, side.scale_shift, side2.scale_shift, rows, channels, t, y);
 }
 
+// Row `at` of the dual backward's inputs in fp32: g = dy (+ dy2) where y > 0, else 0; x and x2.
+template <typename T, bool kDy2>
+__device__ __forceinline__ void load_dual_row(const T* __restrict__ dy, const T* __restrict__ dy2,
+                                              const T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ x2,
+                                              int64_t at, float* g, float* in, float* in2) {
+  constexpr int V = Vec<T>::kSize;
+  const Vec<T> dy_in = *reinterpret_cast<const Vec<T>*>(dy + at);
+  Vec<T> dy2_in;
+  if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
+  const Vec<T> y_in = *reinterpret_cast<const Vec<T>*>(y + at);
+  const Vec<T> x_in = *reinterpret_cast<const Vec<T>*>(x + at);
+  const Vec<T> x2_in = *reinterpret_cast<const Vec<T>*>(x2 + at);
+  float out[V];
+  to_floats(dy_in, g);
+  if (kDy2) add_floats(dy2_in, g);
+  to_floats(y_in, out);
+  to_floats(x_in, in);
+  to_floats(x2_in, in2);
+#pragma unroll
+  for (int i = 0; i < V; ++i) g[i] = out[i] > 0.0f ? g[i] : 0.0f;
+}
+
 // Per chunk and channel: sum(g), sum(g * xhat) and sum(g * xhat2), g = dy (+ dy2) where y > 0. One row's five
 // loads at a time, as the single-pass backward with dy2 does.
 template <typename T, bool kDy2>
@@ -733,9 +759,9 @@ __device__ __forceinline__ void chunk_dual_backward_sums(const T* __restrict__ d
   const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
   const bool active = row_lane < t.row_lanes && group < t.groups;
   const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
-  float sum_g[V], sum_gx[V], sum_gx2[V];
+  float sums[3][V];  // g, g * xhat, g * xhat2
 #pragma unroll
-  for (int i = 0; i < V; ++i) sum_g[i] = sum_gx[i] = sum_gx2[i] = 0.0f;
+  for (int i = 0; i < V; ++i) sums[0][i] = sums[1][i] = sums[2][i] = 0.0f;
   if (active) {
     float mu[V], is[V], mu2[V], is2[V];
     load_channels<V>(side.mean, group * V, mu);
@@ -743,52 +769,18 @@ __device__ __forceinline__ void chunk_dual_backward_sums(const T* __restrict__ d
     load_channels<V>(side2.mean, group * V, mu2);
     load_channels<V>(side2.invstd, group * V, is2);
     for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
-      const int64_t at = r * channels + group * V;
-      const Vec<T> dy_in = *reinterpret_cast<const Vec<T>*>(dy + at);
-      Vec<T> dy2_in;
-      if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
-      const Vec<T> y_in = *reinterpret_cast<const Vec<T>*>(y + at);
-      const Vec<T> x_in = *reinterpret_cast<const Vec<T>*>(x + at);
-      const Vec<T> x2_in = *reinterpret_cast<const Vec<T>*>(x2 + at);
-      float g[V], out[V], in[V], in2[V];
-      to_floats(dy_in, g);
-      if (kDy2) add_floats(dy2_in, g);
-      to_floats(y_in, out);
-      to_floats(x_in, in);
-      to_floats(x2_in, in2);
+      float g[V], in[V], in2[V];
+      load_dual_row<T, kDy2>(dy, dy2, y, x, x2, r * channels + group * V, g, in, in2);
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        const float masked = out[i] > 0.0f ? g[i] : 0.0f;
-        sum_g[i] += masked;
-        sum_gx[i] += masked * (in[i] - mu[i]) * is[i];
-        sum_gx2[i] += masked * (in2[i] - mu2[i]) * is2[i];
+        sums[0][i] += g[i];
+        sums[1][i] += g[i] * (in[i] - mu[i]) * is[i];
+        sums[2][i] += g[i] * (in2[i] - mu2[i]) * is2[i];
       }
     }
   }
-  __shared__ float s_g[kThreads * 8], s_gx[kThreads * 8], s_gx2[kThreads * 8];
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    s_g[threadIdx.x * V + i] = sum_g[i];
-    s_gx[threadIdx.x * V + i] = sum_gx[i];
-    s_gx2[threadIdx.x * V + i] = sum_gx2[i];
-  }
-  __syncthreads();
-  if (row_lane != 0 || !active) return;
-  for (int k = 1; k < t.row_lanes; ++k) {
-    const int other = k * t.lanes + lane;
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      sum_g[i] += s_g[other * V + i];
-      sum_gx[i] += s_gx[other * V + i];
-      sum_gx2[i] += s_gx2[other * V + i];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    chunk_g[blockIdx.x * channels + group * V + i] = sum_g[i];
-    chunk_gx[blockIdx.x * channels + group * V + i] = sum_gx[i];
-    chunk_gx2[blockIdx.x * channels + group * V + i] = sum_gx2[i];
-  }
+  float* const planes[3] = {chunk_g, chunk_gx, chunk_gx2};
+  write_chunk_sums<V, 3>(sums, t, active, channels, planes);
 }
 
 // dx = k (g - mean_g - xhat mean_gx) and dx2 alike, from one load of dy (dy2), y, x and x2 a row.
@@ -817,23 +809,12 @@ __device__ __forceinline__ void dual_backward_apply_rows(const T* __restrict__ d
   const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(rows, begin + t.rows_per_chunk);
   for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
     const int64_t at = r * channels + c0;
-    const Vec<T> dy_in = *reinterpret_cast<const Vec<T>*>(dy + at);
-    Vec<T> dy2_in;
-    if (kDy2) dy2_in = *reinterpret_cast<const Vec<T>*>(dy2 + at);
-    const Vec<T> y_in = *reinterpret_cast<const Vec<T>*>(y + at);
-    const Vec<T> x_in = *reinterpret_cast<const Vec<T>*>(x + at);
-    const Vec<T> x2_in = *reinterpret_cast<const Vec<T>*>(x2 + at);
-    float g[V], out[V], d[V], d2[V];
-    to_floats(dy_in, g);
-    if (kDy2) add_floats(dy2_in, g);
-    to_floats(y_in, out);
-    to_floats(x_in, d);
-    to_floats(x2_in, d2);
+    float g[V], d[V], d2[V];
+    load_dual_row<T, kDy2>(dy, dy2, y, x, x2, at, g, d, d2);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float masked = out[k] > 0.0f ? g[k] : 0.0f;
-      d[k] = k1[k] * (masked - mean_g[k] - (d[k] - mu[k]) * is[k] * mean_gx[k]);
-      d2[k] = k2[k] * (masked - mean_g[k] - (d2[k] - mu2[k]) * is2[k] * mean_gx2[k]);
+      d[k] = k1[k] * (g[k] - mean_g[k] - (d[k] - mu[k]) * is[k] * mean_gx[k]);
+      d2[k] = k2[k] * (g[k] - mean_g[k] - (d2[k] - mu2[k]) * is2[k] * mean_gx2[k]);
     }
     *reinterpret_cast<Vec<T>*>(dx + at) = from_floats<T>(d);
     *reinterpret_cast<Vec<T>*>(dx2 + at) = from_floats<T>(d2);
@@ -929,6 +910,13 @@ void with_flag(bool flag, Fn&& fn) {
   } else {
     fn(std::false_type{});
   }
+}
+
+// Calls fn with null pointers of the C++ types of the activations' dtype and the parameters', to dispatch
+// templates on both.
+template <typename Fn>
+void with_types(Dtype dtype, Dtype param, Fn&& fn) {
+  with_type(dtype, [&](auto* tag) { with_type(param, [&](auto* param_tag) { fn(tag, param_tag); }); });
 }
 
 void check_shape(Dtype dtype, int64_t rows, int64_t channels) {
@@ -1112,18 +1100,16 @@ bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void
                                             void* y, float* workspace, cudaStream_t stream) {
   check_shape(dtype, rows, channels);
   bool ran = false;
-  with_type(dtype, [&](auto* tag) {
+  with_types(dtype, param, [&](auto* tag, auto* param_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    with_type(param, [&](auto* param_tag) {
-      using P = std::remove_pointer_t<decltype(param_tag)>;
-      const Tiling t = single_pass_tiling<single_pass_dual_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels,
-                                                                                vector_elements(dtype));
-      if (t.chunks == 0) return;
-      ran = true;
-      launch_cooperative("batch_norm_add_batch_norm_relu_forward", single_pass_dual_forward_kernel<T, P>, grid_of(t),
-                         stream, static_cast<const T*>(x), static_cast<const T*>(x2), rows, channels, t, side, side2,
-                         workspace, static_cast<T*>(y));
-    });
+    using P = std::remove_pointer_t<decltype(param_tag)>;
+    const Tiling t = single_pass_tiling<single_pass_dual_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels,
+                                                                              vector_elements(dtype));
+    if (t.chunks == 0) return;
+    ran = true;
+    launch_cooperative("batch_norm_add_batch_norm_relu_forward", single_pass_dual_forward_kernel<T, P>, grid_of(t),
+                       stream, static_cast<const T*>(x), static_cast<const T*>(x2), rows, channels, t, side, side2,
+                       workspace, static_cast<T*>(y));
   });
   return ran;
 }
@@ -1135,21 +1121,19 @@ bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const voi
                                              void* dx2, float* workspace, cudaStream_t stream) {
   check_shape(dtype, rows, channels);
   bool ran = false;
-  with_type(dtype, [&](auto* tag) {
+  with_types(dtype, param, [&](auto* tag, auto* param_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    with_type(param, [&](auto* param_tag) {
-      using P = std::remove_pointer_t<decltype(param_tag)>;
-      with_flag(dy2 != nullptr, [&](auto dy2_tag) {
-        constexpr bool kDy2 = decltype(dy2_tag)::value;
-        const Tiling t = single_pass_tiling<single_pass_dual_backward_kernel<T, P, kDy2>>(
-            BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
-        if (t.chunks == 0) return;
-        ran = true;
-        launch_cooperative("batch_norm_add_batch_norm_relu_backward", single_pass_dual_backward_kernel<T, P, kDy2>,
-                           grid_of(t), stream, static_cast<const T*>(dy), static_cast<const T*>(dy2),
-                           static_cast<const T*>(y), static_cast<const T*>(x), static_cast<const T*>(x2), rows,
-                           channels, t, side, side2, grads, grads2, workspace, static_cast<T*>(dx), static_cast<T*>(dx2));
-      });
+    using P = std::remove_pointer_t<decltype(param_tag)>;
+    with_flag(dy2 != nullptr, [&](auto dy2_tag) {
+      constexpr bool kDy2 = decltype(dy2_tag)::value;
+      const Tiling t = single_pass_tiling<single_pass_dual_backward_kernel<T, P, kDy2>>(BatchNormPasses::kAuto, rows,
+                                                                                       channels, vector_elements(dtype));
+      if (t.chunks == 0) return;
+      ran = true;
+      launch_cooperative("batch_norm_add_batch_norm_relu_backward", single_pass_dual_backward_kernel<T, P, kDy2>,
+                         grid_of(t), stream, static_cast<const T*>(dy), static_cast<const T*>(dy2),
+                         static_cast<const T*>(y), static_cast<const T*>(x), static_cast<const T*>(x2), rows, channels,
+                         t, side, side2, grads, grads2, workspace, static_cast<T*>(dx), static_cast<T*>(dx2));
     });
   });
   return ran;
