@@ -6,6 +6,7 @@
 #include "gpu.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/parameter_cast.h"
+#include "ptrain/models/gpt.h"
 #include "ptrain/models/resnet.h"
 
 namespace {
@@ -157,6 +158,54 @@ TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
     ASSERT_TRUE(g.defined() && want.defined()) << item.key();
     EXPECT_TRUE(torch::equal(g, want)) << item.key() << ": gradients differ";
     EXPECT_EQ(g.strides(), item.value().strides()) << item.key();
+  }
+}
+
+// GPT's blocks under CPU bf16 autocast with the fused path on (which on the CPU changes nothing else): each block's
+// linear layers take one group's casts, and the loss and gradients are the unfused model's bit for bit.
+TEST(ParameterCastScope, GptBlocksTakeTheirGroupsCasts) {
+  ptrain::models::GptOptions options;
+  options.layers = 2;
+  torch::manual_seed(5);
+  auto grouped = std::make_shared<ptrain::models::Gpt>(options);
+  auto plain = std::make_shared<ptrain::models::Gpt>(options);
+  {
+    torch::NoGradGuard no_grad;
+    const auto from = grouped->parameters();
+    const auto to = plain->parameters();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  }
+  grouped->set_fused_kernels(true);
+  plain->set_fused_kernels(false);
+  const auto tokens = torch::randint(options.vocab_size, {2, 16}, torch::kLong);
+  const auto step = [&](ptrain::models::Gpt& model) {
+    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+    auto logits = model.forward(tokens).to(torch::kFloat);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+    ptrain::compat::clear_autocast_cache();
+    auto loss = torch::cross_entropy_loss(logits.view({-1, options.vocab_size}), tokens.view({-1}));
+    loss.backward();
+    return loss.item<double>();
+  };
+  size_t groups = 0;
+  {
+    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+    const auto logits = grouped->forward(tokens);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+    ptrain::compat::clear_autocast_cache();
+    for_each_autograd_function(logits, [&](const torch::autograd::Node&, const std::string& name) {
+      if (ends_with(name, "CastParameters")) ++groups;
+    });
+  }
+  EXPECT_EQ(groups, 2u) << "one group a block";
+  const double loss_grouped = step(*grouped), loss_plain = step(*plain);
+  EXPECT_EQ(loss_grouped, loss_plain);
+  const auto plain_parameters = plain->named_parameters();
+  for (const auto& p : grouped->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_TRUE(torch::equal(p.value().grad(), plain_parameters[p.key()].grad())) << p.key() << ": gradients differ";
   }
 }
 

@@ -12,6 +12,7 @@
 #include "ptrain/core/torch_compat.h"  // defines: causal_attention
 #include "ptrain/kernels/fp8_linear.h"             // defines: fp8_linear
 #include "ptrain/kernels/layer_norm.h"             // defines: add_layer_norm
+#include "ptrain/kernels/parameter_cast.h"         // defines: ParameterCastScope
 #include "ptrain/models/activation_checkpoint.h"  // defines: checkpoint
 
 namespace ptrain::models {
@@ -49,7 +50,7 @@ class Linear : public nn::Module {
   // run's autocast.
   torch::Tensor forward(const torch::Tensor& x) {
     if (fp8) return kernels::fp8_linear(x, weight, bias, fused_casts, fp8_histories);
-    return torch::linear(x, weight, bias);
+    return torch::linear(x, kernels::ParameterCastScope::cast_of(weight), kernels::ParameterCastScope::cast_of(bias));
   }
   bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
 
@@ -314,6 +315,18 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   }
   if (index <= blocks_.size()) {
     GptBlock& block = *blocks_[index - 1];
+    // The block's weights cast as one group under autocast (with the fused kernels, and no FP8 linear, which casts
+    // its own); the head keeps autocast's cast, one tensor.
+    std::vector<torch::Tensor> weights;
+    if (fused_ && !fp8_) {
+      for (const auto& module : block.modules()) {
+        if (const auto* linear = module->as<Linear>()) {
+          weights.push_back(linear->weight);
+          if (linear->bias.defined()) weights.push_back(linear->bias);
+        }
+      }
+    }
+    const kernels::ParameterCastScope casts(weights, x.device(), /*allow_fused=*/true);
     if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
       return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
     }
