@@ -3,7 +3,7 @@
 // of the same tensor: where the kernels fall short of the memory system, and at which sizes. The step's trace
 // sums kernels over the whole network; this says which layers and which passes make up those sums.
 //
-//   batch_norm_bench [--batch 128] [--image 224] [--dtype bf16|fp16|fp32] [--reps 20] [--warm]
+//   batch_norm_bench [--batch 128] [--image 224] [--dtype bf16|fp16|fp32] [--reps 20] [--warm] [--phases]
 //
 // Each timing is the median of --reps runs, each after a write of 256 MiB that evicts the L2 cache (cold, as
 // when the layer's tensors were written long before), or without it (--warm: as when the previous kernel just
@@ -16,6 +16,9 @@
 // choose with a second gradient summed in (kernels::batch_norm_relu's twin), which replaces autograd's add of the
 // two gradients, an elementwise pass reading two tensors and writing one. Last, the downsampling blocks' two batch
 // norms (the block's last and its shortcut's) timed apart and as the dual kernels that run them together.
+// --phases: instead, where the forward (auto) runs its single pass, the span of each of its phases across the grid
+// from the blocks' clock stamps: the statistics read (the last block's), the first barrier's wait after the last
+// block arrived, the finalize, the second barrier, and the apply.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -81,7 +84,7 @@ struct Timer {
 int main(int argc, char** argv) {
   int64_t batch = 128, image = 224;
   int reps = 20;
-  bool warm = false;
+  bool warm = false, phases = false;
   Dtype dtype = Dtype::kBFloat16;
   std::string dtype_name = "bf16";
   for (int i = 1; i < argc; ++i) {
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
     else if (arg == "--image") image = std::stoll(value());
     else if (arg == "--reps") reps = std::stoi(value());
     else if (arg == "--warm") warm = true;
+    else if (arg == "--phases") phases = true;
     else if (arg == "--dtype") {
       dtype_name = value();
       if (dtype_name == "bf16") dtype = Dtype::kBFloat16;
@@ -163,6 +167,58 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MiB; ResNet-50 batch %lld, %lld px, %s, %s, median of %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(batch),
               static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2", reps);
+  if (phases) {
+    // Each layer's single-pass forward once (after one run to warm up, and after the flush unless --warm), and the
+    // spans of its phases from the blocks' stamps, in us.
+    const int stamps_per_block = ptrain::kernels::cuda::kBatchNormForwardStamps;
+    unsigned long long* stamps;
+    check(cudaMalloc(&stamps, 512 * stamps_per_block * sizeof(unsigned long long)), "cudaMalloc");
+    std::printf("%-14s %8s %5s %7s | %6s %8s %8s %8s %8s %8s %8s | %8s\n", "layer", "rows", "ch", "MiB", "blocks",
+                "ramp", "stats", "barrier1", "finalize", "barrier2", "apply", "total");
+    double sums[7] = {};
+    for (const Layer& l : layers) {
+      int64_t blocks = 0;
+      bool single = false;
+      const auto forward = [&](unsigned long long* into) {
+        single = ptrain::kernels::cuda::batch_norm_relu_forward(
+            dtype, Dtype::kFloat, x, l.residual ? residual : nullptr, l.rows, l.channels, weight, bias, running_mean,
+            running_var, 0.1, 1e-5, l.relu, mean, invstd, scale_shift, y, workspace, stream,
+            ptrain::kernels::cuda::BatchNormPasses::kAuto, into, &blocks);
+      };
+      forward(nullptr);
+      if (!warm) check(cudaMemsetAsync(flush, 1, flush_bytes, stream), "flush");
+      forward(stamps);
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      if (!single) {
+        std::printf("%-14s (split kernels: no single pass to stamp)\n", l.name.c_str());
+        continue;
+      }
+      std::vector<unsigned long long> host(blocks * stamps_per_block);
+      check(cudaMemcpy(host.data(), stamps, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      // first[k] and last[k]: the earliest and latest stamp k over the blocks.
+      std::vector<unsigned long long> first(stamps_per_block, ~0ull), last(stamps_per_block, 0);
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int k = 0; k < stamps_per_block; ++k) {
+          first[k] = std::min(first[k], host[b * stamps_per_block + k]);
+          last[k] = std::max(last[k], host[b * stamps_per_block + k]);
+        }
+      }
+      const auto us = [](unsigned long long a, unsigned long long b) { return (static_cast<double>(b) - a) / 1000.0; };
+      const double span[7] = {us(first[0], last[0]), us(first[0], last[1]), us(last[1], last[2]),
+                              us(first[2], last[3]), us(last[3], last[4]), us(first[4], last[5]), us(first[0], last[5])};
+      for (int k = 0; k < 7; ++k) sums[k] += span[k];
+      std::printf("%-14s %8lld %5lld %7.1f | %6lld %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f\n", l.name.c_str(),
+                  static_cast<long long>(l.rows), static_cast<long long>(l.channels),
+                  static_cast<double>(l.rows) * l.channels * element_bytes(dtype) / (1 << 20),
+                  static_cast<long long>(blocks), span[0], span[1], span[2], span[3], span[4], span[5], span[6]);
+    }
+    std::printf("%-14s %8s %5s %7s | %6s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f\n", "total (us)", "", "", "", "",
+                sums[0], sums[1], sums[2], sums[3], sums[4], sums[5], sums[6]);
+    std::printf("# ramp: first to last block's start; stats: first start to the last block's statistics read; barrier1:"
+                " that to the last block's exit; finalize: first exit to the last block's finalize; barrier2 alike;"
+                " apply: first exit to the last block's rows applied\n");
+    return 0;
+  }
   std::printf("%-14s %8s %5s %7s | %8s %6s | %8s %6s | %8s %6s | %8s %6s | %8s %8s | %8s %8s | %8s\n", "layer", "rows",
               "ch", "MiB", "copy us", "TB/s", "stats", "TB/s", "apply", "TB/s", "backward", "TB/s", "fwd 1-p", "fwd auto",
               "bwd 1-p", "bwd auto", "bwd 2-dy");

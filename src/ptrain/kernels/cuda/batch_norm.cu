@@ -627,21 +627,43 @@ __device__ __forceinline__ void for_each_channel_of_this_warp(int64_t channels, 
   for (int64_t c = warp; c < channels; c += warps) fn(c);
 }
 
+// The GPU's nanosecond clock, for stamping a kernel's phases (batch_norm_bench --phases).
+__device__ __forceinline__ unsigned long long global_nanoseconds() {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+// Thread 0 of each block writes the clock to stamps[block * kBatchNormForwardStamps + k], k the phase (launch.h),
+// where stamps is given (a bench's request; null in training).
+__device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
+  if (stamps != nullptr && threadIdx.x == 0)
+    stamps[(static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kBatchNormForwardStamps + k] =
+        global_nanoseconds();
+}
+
 template <typename T, typename P>
 __global__ void __launch_bounds__(kThreads) single_pass_forward_kernel(
     const T* __restrict__ x, const T* __restrict__ residual, int64_t rows, int64_t channels, Tiling t,
     const P* __restrict__ weight, const P* __restrict__ bias, P* __restrict__ running_mean, P* __restrict__ running_var,
     float momentum, float eps, bool relu, float* chunk_mean, float* chunk_m2, float* mean, float* invstd,
-    float* scale_shift, T* __restrict__ y) {
+    float* scale_shift, T* __restrict__ y, unsigned long long* stamps) {
   const cg::grid_group grid = cg::this_grid();
+  stamp(stamps, 0);
   chunk_statistics<T>(x, rows, channels, t, chunk_mean, chunk_m2);
+  stamp(stamps, 1);
   grid.sync();
+  stamp(stamps, 2);
   for_each_channel_of_this_warp(channels, [&](int64_t c) {
     finalize_channel_stats<P>(c, chunk_mean, chunk_m2, rows, channels, t, weight, bias, running_mean, running_var,
                               momentum, eps, mean, invstd, scale_shift);
   });
+  stamp(stamps, 3);
   grid.sync();
+  stamp(stamps, 4);
   apply_rows<T, kSinglePassApplyRows, true>(x, residual, scale_shift, rows, channels, t, relu, y);
+  if (stamps != nullptr) __syncthreads();  // every thread's rows applied before the last stamp
+  stamp(stamps, 5);
 }
 
 template <typename T, typename P, bool kDy2>
@@ -999,7 +1021,8 @@ void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, con
 bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* residual, int64_t rows,
                              int64_t channels, const void* weight, const void* bias, void* running_mean,
                              void* running_var, double momentum, double eps, bool relu, float* mean, float* invstd,
-                             float* scale_shift, void* y, float* workspace, cudaStream_t stream, BatchNormPasses passes) {
+                             float* scale_shift, void* y, float* workspace, cudaStream_t stream, BatchNormPasses passes,
+                             unsigned long long* phase_stamps, int64_t* phase_blocks) {
   check_shape(dtype, rows, channels);
   bool single = false;
   with_type(dtype, [&](auto* tag) {
@@ -1010,11 +1033,13 @@ bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void
       if (t.chunks == 0) return;
       single = true;
       const dim3 grid = grid_of(t);
+      if (phase_blocks) *phase_blocks = static_cast<int64_t>(grid.x) * grid.y;
       launch_cooperative("batch_norm_relu_forward (single pass)", single_pass_forward_kernel<T, P>, grid, stream,
                          static_cast<const T*>(x), static_cast<const T*>(residual), rows, channels, t,
                          static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<P*>(running_mean),
                          static_cast<P*>(running_var), static_cast<float>(momentum), static_cast<float>(eps), relu,
-                         workspace, workspace + t.chunks * channels, mean, invstd, scale_shift, static_cast<T*>(y));
+                         workspace, workspace + t.chunks * channels, mean, invstd, scale_shift, static_cast<T*>(y),
+                         phase_stamps);
     });
   });
   if (single) return true;

@@ -48,7 +48,13 @@ bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void
                              int64_t channels, const void* weight, const void* bias, void* running_mean,
                              void* running_var, double momentum, double eps, bool relu, float* mean, float* invstd,
                              float* scale_shift, void* y, float* workspace, cudaStream_t stream,
-                             BatchNormPasses passes = BatchNormPasses::kAuto);
+                             BatchNormPasses passes = BatchNormPasses::kAuto,
+                             unsigned long long* phase_stamps = nullptr, int64_t* phase_blocks = nullptr);
+// phase_stamps (a bench's; null in training): where the single pass runs, thread 0 of each block writes the GPU's
+// nanosecond clock at its start, when its statistics are read, after the first barrier, when its channels are
+// finalized, after the second barrier and when its rows are applied: kBatchNormForwardStamps values a block, for at
+// most 512 blocks; *phase_blocks (when given) receives the number of blocks.
+constexpr int kBatchNormForwardStamps = 6;
 void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
                       const void* bias, void* running_mean, void* running_var, double momentum, double eps,
                       float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
