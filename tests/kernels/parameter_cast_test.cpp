@@ -213,12 +213,12 @@ TEST(ParameterCast, OneKernelCastMatchesLibTorchOnTheGpu) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
   const torch::Device cuda(torch::kCUDA, 0);
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) compare_with_per_parameter_casts(cuda, dtype, true);
-  // More tensors than one launch takes (32), of every size up to a few blocks, with fp32 subnormals and values
+  // More tensors than one launch takes (32), empty and of every size up to a few blocks, with fp32 subnormals and values
   // that round to the 16-bit types' subnormals, infinities and NaN: the kernel flushes nothing.
   torch::manual_seed(11);
   std::vector<torch::Tensor> params;
   for (int i = 0; i < 70; ++i) {
-    auto p = torch::randn({i * 37 + 1}) * std::pow(10.0, (i % 9) - 4);
+    auto p = torch::randn({i == 41 ? 0 : i * 37 + 1}) * std::pow(10.0, (i % 9) - 4);  // one empty tensor
     if (i % 5 == 0) p.index_put_({0}, 1e-40f);
     if (i % 7 == 0) p.index_put_({torch::indexing::Slice(0, std::min<int64_t>(3, p.numel()))}, std::nanf(""));
     if (i % 11 == 0) p.index_put_({-1}, 1e30f);

@@ -150,6 +150,14 @@ bool dual_kernels_take(const torch::Tensor& x, const torch::Tensor& x2, const to
          weight.scalar_type() == weight2.scalar_type();
 }
 
+bool dual_kernels_take(const torch::Tensor& x, const BatchNormParams& bn, const torch::Tensor& x2,
+                       const BatchNormParams& bn2) {
+  const auto dtype = bn.weight.defined() ? bn.weight.scalar_type() : torch::kFloat;
+  const auto same = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == dtype; };
+  return dual_kernels_take(x, x2, bn.weight, bn2.weight) && same(bn.running_mean) && same(bn.running_var) &&
+         same(bn2.running_mean) && same(bn2.running_var) && same(bn.bias) && same(bn2.bias);
+}
+
 }  // namespace
 
 DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Tensor& x, const BatchNormParams& bn,
@@ -160,7 +168,7 @@ DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Ten
   const int64_t channels = x.size(1), rows = rows_of(x);
   const auto floats = x.options().dtype(torch::kFloat);
   DualBatchNormReluForward out;
-  if (dual_kernels_take(x, x2, bn.weight, bn2.weight)) {
+  if (dual_kernels_take(x, bn, x2, bn2)) {
     out.y = torch::empty_like(x);
     out.stats = stats_for(channels, floats);
     out.stats2 = stats_for(channels, floats);

@@ -51,10 +51,12 @@ __global__ void __launch_bounds__(kThreads) cast_ranges_kernel(CastBatch batch) 
 }  // namespace
 
 void cast_ranges(Dtype in, Dtype out, const CastRange* ranges, int count, cudaStream_t stream) {
-  for (int first = 0; first < count; first += kMaxCastRanges) {
+  int next = 0;  // the first range no launch has taken yet
+  while (next < count) {
     CastBatch batch = {};
     int64_t blocks = 0;
-    for (int r = first; r < count && batch.count < kMaxCastRanges; ++r) {
+    for (; next < count && batch.count < kMaxCastRanges; ++next) {
+      const int r = next;
       if (ranges[r].numel < 0) throw std::runtime_error("cast_ranges: a range of negative length");
       if (ranges[r].numel == 0) continue;
       const int k = batch.count++;
