@@ -93,6 +93,14 @@ TEST(ParameterCastScope, CastsUnderAutocastOnlyAndNests) {
     EXPECT_TRUE(ParameterCastScope::cast_of(other).is_same(other)) << "the inner scope outlived itself";
   }
   EXPECT_TRUE(ParameterCastScope::cast_of(weight).is_same(weight));
+  {
+    const auto frozen = torch::randn({2, 2});
+    const ParameterCastScope scope({weight, frozen}, torch::kCPU, false);
+    EXPECT_EQ(scope.size(), 1u) << "a frozen parameter, while gradients are recorded, keeps autocast's own cast";
+    torch::NoGradGuard no_grad;
+    const ParameterCastScope evaluation({weight, frozen}, torch::kCPU, false);
+    EXPECT_EQ(evaluation.size(), 2u);
+  }
   ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
   ptrain::compat::clear_autocast_cache();
 }

@@ -126,9 +126,13 @@ std::vector<std::pair<const c10::TensorImpl*, torch::Tensor>> autocast_casts(con
   if (!compat::autocast_enabled(device.type())) return {};
   const auto dtype = compat::autocast_dtype(device.type());
   if (dtype != torch::kHalf && dtype != torch::kBFloat16) return {};
+  // A frozen parameter keeps autocast's own cast while gradients are recorded: in a group its cast would require a
+  // gradient, as every output of a function with one input that does, and its layer would compute one for nothing.
+  const bool recording = torch::GradMode::is_enabled();
   std::vector<torch::Tensor> group;
   for (const auto& p : params) {
-    if (p.defined() && p.device() == device && p.scalar_type() == torch::kFloat && p.is_non_overlapping_and_dense())
+    if (p.defined() && p.device() == device && p.scalar_type() == torch::kFloat && p.is_non_overlapping_and_dense() &&
+        (!recording || p.requires_grad()))
       group.push_back(p);
   }
   const auto casts = cast_parameters(group, dtype, allow_fused);

@@ -20,8 +20,9 @@ std::vector<torch::Tensor> cast_parameters(const std::vector<torch::Tensor>& par
 
 // While alive, on this thread: the autocast casts of params for activations on device, grouped by cast_parameters,
 // for the layers that run in it to take (cast_of). Empty where autocast would cast none of them: autocast off for
-// device's type, its dtype a float one, or no parameter a float tensor on device. Scopes nest; the innermost that
-// holds a parameter answers for it.
+// device's type, its dtype a float one, or no parameter a float tensor on device. A parameter that requires no
+// gradient while gradients are recorded is left to autocast's own cast. Scopes nest; the innermost that holds a
+// parameter answers for it.
 class ParameterCastScope {
  public:
   ParameterCastScope(const std::vector<torch::Tensor>& params, const torch::Device& device, bool allow_fused);
