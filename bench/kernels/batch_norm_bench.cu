@@ -15,7 +15,8 @@
 // residual (a block's last, whose output the next block uses twice), "bwd 2-dy" is the backward as the launchers
 // choose with a second gradient summed in (kernels::batch_norm_relu's twin), which replaces autograd's add of the
 // two gradients, an elementwise pass reading two tensors and writing one. Last, the downsampling blocks' two batch
-// norms (the block's last and its shortcut's) timed apart and as the dual kernels that run them together.
+// norms (the block's last and its shortcut's) timed apart and as the dual kernels that run them together, and the
+// stem's batch norm + ReLU with its max pooling apart and as the pool kernels.
 // --phases: instead, where the forward (auto) runs its single pass, the span of each of its phases across the grid
 // from the blocks' clock stamps: the statistics read (the last block's), the first barrier's wait after the last
 // block arrived, the finalize, the second barrier, and the apply.
@@ -355,5 +356,42 @@ int main(int argc, char** argv) {
     dual_total += forward_dual + backward_dual;
   }
   std::printf("# shortcut pairs, forward + backward: apart %.1f us, dual %.1f us\n", apart_total, dual_total);
+
+  // The stem's batch norm + ReLU and its 3x3 stride-2 max pooling: apart (the batch norm's output written and read
+  // by the pooling; backward, the pooling's input gradient written and read by the batch norm) and as the pool
+  // kernels (kernels::batch_norm_relu_max_pool).
+  const Layer& stem = layers[0];
+  const int64_t side_in = image / 2, side_out = (side_in + 2 - 3) / 2 + 1;
+  const ptrain::kernels::cuda::PoolShape pool{batch, stem.channels, side_in, side_in, side_out, side_out, 3, 2, 1};
+  uint8_t* positions;
+  check(cudaMalloc(&positions, static_cast<size_t>(batch * side_out * side_out * stem.channels)), "cudaMalloc");
+  void* pooled = residual;  // apart and fused: the pooled output
+  const double stem_forward_apart = time_us([&] {
+    ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x, nullptr, stem.rows, stem.channels, weight,
+                                                   bias, running_mean, running_var, 0.1, 1e-5, true, mean, invstd,
+                                                   scale_shift, y, workspace, stream);
+    ptrain::kernels::cuda::max_pool_forward(dtype, y, pool, pooled, positions, stream);
+  });
+  bool stem_ran = false;
+  const double stem_forward_fused = time_us([&] {
+    stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_forward(dtype, Dtype::kFloat, x, pool, side_at(params),
+                                                                      pooled, positions, workspace, stream);
+  });
+  const bool stem_forward_ran = stem_ran;
+  const double stem_backward_apart = time_us([&] {
+    ptrain::kernels::cuda::max_pool_backward(dtype, dy, positions, pool, dresidual, stream);
+    ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dresidual, nullptr, nullptr, x, mean, invstd,
+                                                    scale_shift, weight, stem.rows, stem.channels, true, dx, nullptr,
+                                                    dweight, dweight + max_channels, workspace, stream);
+  });
+  const double stem_backward_fused = time_us([&] {
+    stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_backward(
+        dtype, Dtype::kFloat, dy, positions, x, pool, side_at(params), {dweight, dweight + max_channels}, dx, workspace,
+        stream);
+  });
+  std::printf("\n%-14s | %10s %10s | %10s %10s | %6s\n", "stem + pool", "fwd apart", "fwd fused", "bwd apart",
+              "bwd fused", "fused");
+  std::printf("%-14s | %10.1f %10.1f | %10.1f %10.1f | %6s\n", "stem", stem_forward_apart, stem_forward_fused,
+              stem_backward_apart, stem_backward_fused, stem_forward_ran && stem_ran ? "yes" : "NO");
   return 0;
 }

@@ -105,15 +105,23 @@ TEST(ParameterCastScope, CastsUnderAutocastOnlyAndNests) {
   ptrain::compat::clear_autocast_cache();
 }
 
-// A ResNet training step under CPU bf16 autocast, its units' weights cast as groups (fused kernels on) and by
-// autocast itself (off): the same loss and gradients, bit for bit, and the groups in the graph.
-TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
-  ptrain::models::ResNetOptions options;
-  options.depth = 18;
-  options.num_classes = 10;
-  torch::manual_seed(7);
-  auto grouped = std::make_shared<ptrain::models::ResNet>(options);
-  auto plain = std::make_shared<ptrain::models::ResNet>(options);
+// CPU bf16 autocast while alive, and its cache cleared at the end, as the trainer's region does.
+struct CpuAutocast {
+  CpuAutocast() {
+    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
+  }
+  ~CpuAutocast() {
+    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
+    ptrain::compat::clear_autocast_cache();
+  }
+};
+
+// Two models of the same parameters: the first with the fused path on (its weights cast as groups), the second off.
+template <typename M, typename Options>
+std::pair<std::shared_ptr<M>, std::shared_ptr<M>> grouped_and_plain(const Options& options) {
+  auto grouped = std::make_shared<M>(options);
+  auto plain = std::make_shared<M>(options);
   {
     torch::NoGradGuard no_grad;
     const auto from = grouped->parameters();
@@ -122,15 +130,22 @@ TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
   }
   grouped->set_fused_kernels(true);
   plain->set_fused_kernels(false);
+  return {grouped, plain};
+}
+
+// A ResNet training step under CPU bf16 autocast, its units' weights cast as groups (fused kernels on) and by
+// autocast itself (off): the same loss and gradients, bit for bit, and the groups in the graph.
+TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
+  ptrain::models::ResNetOptions options;
+  options.depth = 18;
+  options.num_classes = 10;
+  torch::manual_seed(7);
+  const auto [grouped, plain] = grouped_and_plain<ptrain::models::ResNet>(options);
   const auto x = torch::randn({2, 3, 64, 64});
   const auto labels = torch::tensor({1, 7});
   const auto step = [&](ptrain::models::ResNet& model) {
-    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
-    auto loss = torch::cross_entropy_loss(model.forward(x).to(torch::kFloat), labels);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
-    ptrain::compat::clear_autocast_cache();
-    return loss;
+    const CpuAutocast autocast;
+    return torch::cross_entropy_loss(model.forward(x).to(torch::kFloat), labels);
   };
   const auto loss_grouped = step(*grouped);
   const auto loss_plain = step(*plain);
@@ -175,38 +190,21 @@ TEST(ParameterCastScope, GptBlocksTakeTheirGroupsCasts) {
   ptrain::models::GptOptions options;
   options.layers = 2;
   torch::manual_seed(5);
-  auto grouped = std::make_shared<ptrain::models::Gpt>(options);
-  auto plain = std::make_shared<ptrain::models::Gpt>(options);
-  {
-    torch::NoGradGuard no_grad;
-    const auto from = grouped->parameters();
-    const auto to = plain->parameters();
-    for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
-  }
-  grouped->set_fused_kernels(true);
-  plain->set_fused_kernels(false);
+  const auto [grouped, plain] = grouped_and_plain<ptrain::models::Gpt>(options);
   const auto tokens = torch::randint(options.vocab_size, {2, 16}, torch::kLong);
+  const auto logits_of = [&](ptrain::models::Gpt& model) {
+    const CpuAutocast autocast;
+    return model.forward(tokens).to(torch::kFloat);
+  };
   const auto step = [&](ptrain::models::Gpt& model) {
-    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
-    auto logits = model.forward(tokens).to(torch::kFloat);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
-    ptrain::compat::clear_autocast_cache();
-    auto loss = torch::cross_entropy_loss(logits.view({-1, options.vocab_size}), tokens.view({-1}));
+    auto loss = torch::cross_entropy_loss(logits_of(model).view({-1, options.vocab_size}), tokens.view({-1}));
     loss.backward();
     return loss.item<double>();
   };
   size_t groups = 0;
-  {
-    ptrain::compat::set_autocast_dtype(c10::DeviceType::CPU, torch::kBFloat16);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, true);
-    const auto logits = grouped->forward(tokens);
-    ptrain::compat::set_autocast_enabled(c10::DeviceType::CPU, false);
-    ptrain::compat::clear_autocast_cache();
-    for_each_autograd_function(logits, [&](const torch::autograd::Node&, const std::string& name) {
-      if (ends_with(name, "CastParameters")) ++groups;
-    });
-  }
+  for_each_autograd_function(logits_of(*grouped), [&](const torch::autograd::Node&, const std::string& name) {
+    if (ends_with(name, "CastParameters")) ++groups;
+  });
   EXPECT_EQ(groups, 2u) << "one group a block";
   const double loss_grouped = step(*grouped), loss_plain = step(*plain);
   EXPECT_EQ(loss_grouped, loss_plain);

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "ptrain/kernels/fused.h"
+#include "ptrain/kernels/max_pool.h"
 
 namespace ptrain::kernels {
 
@@ -114,6 +115,34 @@ class FusedBatchNormAddBatchNormRelu : public torch::autograd::Function<FusedBat
                                                                   {saved[6], saved[7], saved[8]}, saved[9], saved[10]);
     const torch::Tensor none;
     return {g.dx, g.dweight, g.dbias, none, none, g.dx2, g.dweight2, g.dbias2, none, none, none, none, none, none, none};
+  }
+};
+
+// max_pool(relu(bn(x))) in one function: saves x, the statistics and the pooling's positions (a byte an output),
+// what the two functions it replaces (FusedBatchNormRelu and FusedMaxPool2d) saved between them.
+class FusedBatchNormReluMaxPool : public torch::autograd::Function<FusedBatchNormReluMaxPool> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& weight, const torch::Tensor& bias,
+                                                const torch::Tensor& running_mean, const torch::Tensor& running_var,
+                                                double momentum, double eps, int64_t kernel, int64_t stride,
+                                                int64_t padding) {
+    auto out = fused::batch_norm_relu_max_pool_forward(x, {weight, bias, running_mean, running_var, momentum, eps},
+                                                       kernel, stride, padding);
+    ctx->save_for_backward({x, out.positions, out.stats.mean, out.stats.invstd, out.stats.scale_shift, weight});
+    ctx->saved_data["kernel"] = kernel;
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    return {out.y};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto g = fused::batch_norm_relu_max_pool_backward(
+        grad_outputs[0], saved[1], saved[0], {saved[2], saved[3], saved[4]}, saved[5], ctx->saved_data["kernel"].toInt(),
+        ctx->saved_data["stride"].toInt(), ctx->saved_data["padding"].toInt());
+    const torch::Tensor none;
+    return {g.dx, g.dweight, g.dbias, none, none, none, none, none, none, none};
   }
 };
 
@@ -258,6 +287,26 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                            twin);
   return FusedBatchNormRelu::apply(x, weight, bias, running_mean, running_var, momentum, eps,
                                    static_cast<const ConvStatsResult*>(nullptr))[0];
+}
+
+bool fused_batch_norm_relu_max_pool_applies(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
+                                            int64_t stride, int64_t padding) {
+  if (!fused_batch_norm_relu_applies(x, torch::Tensor(), bn.weight, bn.running_mean) ||
+      !fused_max_pool2d_applies(x, kernel, stride, padding))
+    return false;
+  const auto dtype = bn.weight.scalar_type();
+  return bn.bias.defined() && bn.bias.scalar_type() == dtype && bn.running_var.scalar_type() == dtype;
+}
+
+torch::Tensor batch_norm_relu_max_pool(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
+                                       int64_t stride, int64_t padding, bool allow_fused) {
+  if (!allow_fused || !fused_batch_norm_relu_max_pool_applies(x, bn, kernel, stride, padding)) {
+    const auto y = batch_norm_relu(x, torch::Tensor(), bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.momentum,
+                                   bn.eps, allow_fused);
+    return max_pool2d(y, kernel, stride, padding, allow_fused);
+  }
+  return FusedBatchNormReluMaxPool::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.momentum, bn.eps,
+                                          kernel, stride, padding)[0];
 }
 
 bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const BatchNormParams& bn,

@@ -40,6 +40,16 @@ torch::Tensor batch_norm_add_batch_norm_relu(const torch::Tensor& x, const Batch
 bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const BatchNormParams& bn,
                                                   const torch::Tensor& x2, const BatchNormParams& bn2);
 
+// max_pool2d(relu(batch_norm(x)), kernel, stride, padding): ResNet's ImageNet stem, the batch norm in training
+// mode. Where the fused kernels apply to both (fused_batch_norm_relu_applies and kernels::fused_max_pool2d_applies,
+// the parameters and statistics of one dtype), one fused function: the batch norm's output is never written, nor
+// the pooling's input gradient, and each way is one pass (the backward's for a 3x3 stride-2 pooling); the same
+// values as the two functions. Elsewhere (and with allow_fused false) batch_norm_relu then max_pool2d.
+torch::Tensor batch_norm_relu_max_pool(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
+                                       int64_t stride, int64_t padding, bool allow_fused);
+bool fused_batch_norm_relu_max_pool_applies(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
+                                            int64_t stride, int64_t padding);
+
 // batch_norm(x) in training mode with no ReLU after it (a ResNet shortcut's), through the same kernels where
 // batch_norm_relu's apply (fused_batch_norm_relu_applies(x, {}, ...)); elsewhere LibTorch's batch_norm.
 torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,

@@ -112,6 +112,27 @@ DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::T
                                                                   const torch::Tensor& weight,
                                                                   const torch::Tensor& weight2);
 
+// max_pool(relu(bn(x))) in training mode (kernels::batch_norm_relu_max_pool, ResNet's stem): the statistics and the
+// pooled output in one cooperative launch, or, where that cannot run, batch_norm_relu_forward then
+// max_pool_forward. The running statistics updated; positions as max_pool_forward's.
+struct BatchNormReluMaxPoolForward {
+  torch::Tensor y, positions;
+  BatchNormStats stats;
+  bool single_pass = false;
+};
+BatchNormReluMaxPoolForward batch_norm_relu_max_pool_forward(const torch::Tensor& x, const BatchNormParams& bn,
+                                                             int64_t kernel, int64_t stride, int64_t padding);
+// Its backward from the pooled gradient: one cooperative launch for a 3x3 stride-2 padding-1 pooling, else (or
+// where it cannot run) max_pool_backward then batch_norm_relu_backward.
+struct BatchNormReluMaxPoolBackward {
+  torch::Tensor dx, dweight, dbias;
+  bool single_pass = false;
+};
+BatchNormReluMaxPoolBackward batch_norm_relu_max_pool_backward(const torch::Tensor& dy, const torch::Tensor& positions,
+                                                               const torch::Tensor& x, const BatchNormStats& stats,
+                                                               const torch::Tensor& weight, int64_t kernel,
+                                                               int64_t stride, int64_t padding);
+
 // y = conv2d(x', weight) with x' = relu(x * scale + shift) when scale is defined (else x' = x), and y's sum
 // and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats.h). x and weight
 // channels-last fp16/bf16 of one dtype, C a multiple of 8; scale and shift [C], any float dtype.

@@ -377,6 +377,82 @@ void cast_tensors(const std::vector<torch::Tensor>& src, const std::vector<torch
   });
 }
 
+BatchNormReluMaxPoolForward batch_norm_relu_max_pool_forward(const torch::Tensor& x, const BatchNormParams& bn,
+                                                             int64_t kernel, int64_t stride, int64_t padding) {
+  const char* what = "fused batch_norm_relu_max_pool";
+  check_activations(x, torch::Tensor(), what);
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto shape = pool_shape(x.sizes(), kernel, stride, padding);
+  check(shape.out_h > 0 && shape.out_w > 0, std::string(what) + ": input " + c10::str(x.sizes()) +
+                                                " is smaller than the kernel");
+  const auto floats = x.options().dtype(torch::kFloat);
+  BatchNormReluMaxPoolForward out;
+  const auto dtype = bn.weight.defined() ? bn.weight.scalar_type() : torch::kFloat;
+  const bool one_dtype = bn.weight.defined() && bn.running_mean.defined() && bn.running_mean.scalar_type() == dtype &&
+                         (!bn.bias.defined() || bn.bias.scalar_type() == dtype) && bn.running_var.scalar_type() == dtype;
+  if (one_dtype) {
+    out.y = torch::empty({shape.batch, shape.channels, shape.out_h, shape.out_w},
+                         x.options().memory_format(at::MemoryFormat::ChannelsLast));
+    out.positions =
+        torch::empty({shape.batch, shape.out_h, shape.out_w, shape.channels}, x.options().dtype(torch::kUInt8));
+    out.stats = stats_for(shape.channels, floats);
+    auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows_of(x), shape.channels)}, floats);
+    launch(what, [&] {
+      out.single_pass = cuda::batch_norm_relu_max_pool_forward(
+          dtype_of(x, what), dtype_of(bn.weight, what), x.data_ptr(), shape, side_of(bn, out.stats), out.y.data_ptr(),
+          out.positions.data_ptr<uint8_t>(), workspace.data_ptr<float>(), current_stream(x));
+    });
+    if (out.single_pass) return out;
+  }
+  // The batch norm + ReLU, then the pooling.
+  const auto normalized = batch_norm_relu_forward(x, torch::Tensor(), bn.weight, bn.bias, bn.running_mean,
+                                                  bn.running_var, bn.momentum, bn.eps, /*relu=*/true);
+  const auto pooled = max_pool_forward(normalized.y, kernel, stride, padding);
+  out.y = pooled.y;
+  out.positions = pooled.positions;
+  out.stats = {normalized.mean, normalized.invstd, normalized.scale_shift};
+  out.single_pass = false;
+  return out;
+}
+
+BatchNormReluMaxPoolBackward batch_norm_relu_max_pool_backward(const torch::Tensor& dy_in, const torch::Tensor& positions,
+                                                               const torch::Tensor& x, const BatchNormStats& stats,
+                                                               const torch::Tensor& weight, int64_t kernel,
+                                                               int64_t stride, int64_t padding) {
+  const char* what = "fused batch_norm_relu_max_pool backward";
+  c10::cuda::CUDAGuard guard(x.device());
+  const auto shape = pool_shape(x.sizes(), kernel, stride, padding);
+  const auto dy = dy_in.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+  check(dy.sizes() == at::IntArrayRef({shape.batch, shape.channels, shape.out_h, shape.out_w}),
+        std::string(what) + ": the gradient " + c10::str(dy.sizes()) + " is not shaped as the output");
+  BatchNormReluMaxPoolBackward out;
+  if (weight.defined()) {
+    out.dx = torch::empty_like(x);
+    out.dweight = torch::empty_like(weight);
+    out.dbias = torch::empty_like(weight);
+    auto workspace =
+        torch::empty({cuda::batch_norm_workspace_floats(rows_of(x), shape.channels)}, x.options().dtype(torch::kFloat));
+    BatchNormParams bn;
+    bn.weight = weight;
+    launch(what, [&] {
+      out.single_pass = cuda::batch_norm_relu_max_pool_backward(
+          dtype_of(x, what), dtype_of(weight, what), dy.data_ptr(), positions.data_ptr<uint8_t>(), x.data_ptr(), shape,
+          side_of(bn, stats), {out.dweight.data_ptr(), out.dbias.data_ptr()}, out.dx.data_ptr(),
+          workspace.data_ptr<float>(), current_stream(x));
+    });
+    if (out.single_pass) return out;
+  }
+  // The pooling's backward, then the batch norm + ReLU's.
+  const auto pooled = max_pool_backward(dy, positions, x.sizes(), kernel, stride, padding);
+  const auto normalized = batch_norm_relu_backward(pooled, torch::Tensor(), torch::Tensor(), x, stats.mean, stats.invstd,
+                                                   stats.scale_shift, weight, /*with_residual=*/false, /*relu=*/true);
+  out.dx = normalized.dx;
+  out.dweight = normalized.dweight;
+  out.dbias = normalized.dbias;
+  out.single_pass = false;
+  return out;
+}
+
 torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64_t out_h, int64_t out_w,
                              c10::ScalarType dtype) {
   const char* what = "fused space_to_depth";

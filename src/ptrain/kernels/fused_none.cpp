@@ -57,6 +57,17 @@ DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::T
   unavailable("fused batch_norm_add_batch_norm_relu backward");
 }
 
+BatchNormReluMaxPoolForward batch_norm_relu_max_pool_forward(const torch::Tensor&, const BatchNormParams&, int64_t,
+                                                             int64_t, int64_t) {
+  unavailable("fused batch_norm_relu_max_pool");
+}
+
+BatchNormReluMaxPoolBackward batch_norm_relu_max_pool_backward(const torch::Tensor&, const torch::Tensor&,
+                                                               const torch::Tensor&, const BatchNormStats&,
+                                                               const torch::Tensor&, int64_t, int64_t, int64_t) {
+  unavailable("fused batch_norm_relu_max_pool backward");
+}
+
 torch::Tensor space_to_depth(const torch::Tensor&, int64_t, int64_t, int64_t, c10::ScalarType) {
   unavailable("fused space_to_depth");
 }

@@ -3,6 +3,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/kernels/max_pool.h"
 #include "ptrain/kernels/parameter_cast.h"
 
 namespace ptrain::models {
@@ -58,6 +59,18 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
   const double momentum = count_batch_and_momentum();
   return kernels::batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
                                   /*allow_fused=*/true, twin);
+}
+
+torch::Tensor BatchNorm2dImpl::forward_relu_max_pool(const torch::Tensor& x, int64_t kernel, int64_t stride,
+                                                     int64_t padding) {
+  const auto params = [&](double momentum) {
+    return kernels::BatchNormParams{weight, bias, running_mean, running_var, momentum, options.eps()};
+  };
+  if (!fused_applies(x, torch::Tensor()) ||
+      !kernels::fused_batch_norm_relu_max_pool_applies(x, params(0.0), kernel, stride, padding))
+    return kernels::max_pool2d(forward_relu(x), kernel, stride, padding, fused_kernels_ && is_training());
+  return kernels::batch_norm_relu_max_pool(x, params(count_batch_and_momentum()), kernel, stride, padding,
+                                           /*allow_fused=*/true);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,

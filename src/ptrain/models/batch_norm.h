@@ -34,6 +34,11 @@ class BatchNorm2dImpl : public torch::nn::Module {
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {}, torch::Tensor* twin = nullptr);
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
+  // max_pool2d(forward_relu(x), kernel, stride, padding): ResNet's ImageNet stem. Where the fused kernels apply,
+  // one fused function (kernels::batch_norm_relu_max_pool); else forward_relu, then max pooling (its fused kernels
+  // in training with the fused kernels on).
+  torch::Tensor forward_relu_max_pool(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
+
   // relu(forward(x) + shortcut_norm.forward(shortcut_x)): a block's last batch norm with its shortcut's. Where the
   // fused kernels apply to both, one fused function (kernels::batch_norm_add_batch_norm_relu), which never writes
   // the shortcut's output; else the shortcut's forward, then forward_relu with it as the residual. twin: as

@@ -5,7 +5,6 @@
 #include "ptrain/core/error.h"
 #include "ptrain/kernels/average_pool.h"
 #include "ptrain/kernels/conv_stats.h"
-#include "ptrain/kernels/max_pool.h"
 #include "ptrain/kernels/parameter_cast.h"
 #include "ptrain/kernels/stem_conv.h"
 #include "ptrain/models/activation_checkpoint.h"
@@ -361,9 +360,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
                                           x.device(), /*allow_fused=*/true);
   if (index == 0) {
     twin_of_ = twin_ = torch::Tensor();
-    x = bn1->forward_relu(stem_conv(x));
-    if (imagenet_stem()) x = kernels::max_pool2d(x, 3, 2, 1, fused_kernels_ && is_training());
-    return x;
+    return imagenet_stem() ? bn1->forward_relu_max_pool(stem_conv(x), 3, 2, 1) : bn1->forward_relu(stem_conv(x));
   }
   if (index <= blocks_.size()) {
     // A twin only where the next unit is a block (its convolution and shortcut both take this output).

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "ptrain/kernels/cuda/elements.cuh"
+#include "ptrain/kernels/cuda/pooling.cuh"
 
 namespace ptrain::kernels::cuda {
 
@@ -49,26 +50,6 @@ constexpr int kFinalizeLoads = 8;
 constexpr int kSinglePassRowsPerThread = 16;
 constexpr int kSinglePassApplyRows = 4;
 constexpr int kSinglePassBackwardRows = 2;
-
-template <typename T>
-__device__ __forceinline__ void to_floats(const Vec<T>& in, float* out) {
-#pragma unroll
-  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] = to_float(in.v[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ void add_floats(const Vec<T>& in, float* out) {
-#pragma unroll
-  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] += to_float(in.v[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ Vec<T> from_floats(const float* in) {
-  Vec<T> out;
-#pragma unroll
-  for (int i = 0; i < Vec<T>::kSize; ++i) out.v[i] = from_float<T>(in[i]);
-  return out;
-}
 
 // How the threads of a reduction block cover a tile: `groups` channel vectors a row, `lanes` threads along
 // them (all of them, or 256 at a time across blockIdx.y), `row_lanes` rows at once.
@@ -870,6 +851,164 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_dual_backward_kernel(
                                     dx2);
 }
 
+// ResNet's stem ends in max_pool(relu(bn(x))) over its largest activations. As two functions, the batch norm's
+// output is written and read back by the pooling, and in the backward the pooling writes a gradient the size of x
+// that the batch norm reads twice. The pool kernels run both in one cooperative launch each way: forward, the
+// statistics of x, then each output's window maximum of relu(bn(x)) (rounded as the batch norm's output would be)
+// straight from x; backward, each input's gradient gathered from the pooled one where the batch norm's passes
+// read it (pooling.cuh: load_patch_outputs, 3x3 stride-2 pooling only), rounded as the pooling's output would be.
+// The same values as the two functions' kernels; the sums in another order.
+template <typename T, typename P, typename Index>
+__global__ void __launch_bounds__(kThreads) single_pass_pool_forward_kernel(const T* __restrict__ x, int64_t rows,
+                                                                            int64_t channels, Tiling t,
+                                                                            BatchNormSide side, PoolShape s,
+                                                                            float* workspace, T* __restrict__ y,
+                                                                            uint8_t* __restrict__ positions) {
+  constexpr int V = Vec<T>::kSize;
+  const cg::grid_group grid = cg::this_grid();
+  const int64_t plane = t.chunks * channels;
+  chunk_statistics<T>(x, rows, channels, t, workspace, workspace + plane);
+  grid.sync();
+  for_each_channel_of_this_warp(channels, [&](int64_t c) {
+    finalize_channel_stats<P>(c, workspace, workspace + plane, rows, channels, t, static_cast<const P*>(side.weight),
+                              static_cast<const P*>(side.bias), static_cast<P*>(side.running_mean),
+                              static_cast<P*>(side.running_var), static_cast<float>(side.momentum),
+                              static_cast<float>(side.eps), side.mean, side.invstd, side.scale_shift);
+  });
+  grid.sync();
+  const Index groups = static_cast<Index>(channels / V);
+  const Index out_h = static_cast<Index>(s.out_h), out_w = static_cast<Index>(s.out_w);
+  const Index total = static_cast<Index>(s.batch * s.out_h * s.out_w) * groups;
+  const Index threads = static_cast<Index>(gridDim.x * gridDim.y) * kThreads;
+  for (Index i = static_cast<Index>(blockIdx.y * gridDim.x + blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += threads) {
+    const VectorAt<Index> pos = vector_at(i, groups, out_h, out_w);  // (n, oh, ow)
+    float scale[V], shift[V];
+    load_channels<V, true>(side.scale_shift, pos.group * V, scale);
+    load_channels<V, true>(side.scale_shift + channels, pos.group * V, shift);
+    // relu(bn(x)) as apply_rows computes and rounds it.
+    const auto normalized = [&](int k, T v) {
+      const float out = to_float(v) * scale[k] + shift[k];
+      return to_float(from_float<T>(fmaxf(out, 0.0f)));
+    };
+    float best[V];
+    Positions<V> where;
+    window_maximum<T, Index>(x, s, pos.n, pos.h, pos.w, pos.group, normalized, best, where);
+    const int64_t at = static_cast<int64_t>(pos.pixel) * channels + pos.group * V;
+    *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(best);
+    *reinterpret_cast<Positions<V>*>(positions + at) = where;
+  }
+}
+
+// The backward's walk: a thread's outputs (n, oh, ow) of its chunk (the tiling's rows are output pixels) and, for
+// each, the inputs of its 2x2 patch within x: fn(at, g, x row) with g the input's gradient from the pooled one,
+// masked where relu(bn(x)) was not positive.
+template <typename T, typename Index, typename Fn>
+__device__ __forceinline__ void for_each_patch_input(const T* __restrict__ dy, const uint8_t* __restrict__ positions,
+                                                     const T* __restrict__ x, const PoolShape& s, int64_t channels,
+                                                     const Tiling& t, const float* scale, const float* shift, Fn&& fn) {
+  constexpr int V = Vec<T>::kSize;
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const Index group = static_cast<Index>(blockIdx.y) * t.lanes + lane;
+  const Index out_h = static_cast<Index>(s.out_h), out_w = static_cast<Index>(s.out_w);
+  const int64_t outputs = s.batch * s.out_h * s.out_w;
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(outputs, begin + t.rows_per_chunk);
+  for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
+    const Index pixel = static_cast<Index>(r);
+    const Index ow = pixel % out_w, oh = (pixel / out_w) % out_h, n = pixel / (out_w * out_h);
+    const PatchOutputs<T> outputs = load_patch_outputs<T, Index>(dy, positions, s, n, oh, ow, group);
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const Index ih = 2 * oh + a, iw = 2 * ow + b;
+        if (ih >= s.in_h || iw >= s.in_w) continue;
+        const int64_t at = ((static_cast<int64_t>(n) * s.in_h + ih) * s.in_w + iw) * channels + group * V;
+        float in[V], g[V];
+        to_floats(*reinterpret_cast<const Vec<T>*>(x + at), in);
+        patch_input_gradient(outputs, a, b, g);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float pooled = to_float(from_float<T>(g[k]));  // as the pooling's gradient is stored
+          g[k] = in[k] * scale[k] + shift[k] > 0.0f ? pooled : 0.0f;
+        }
+        fn(at, g, in);
+      }
+    }
+  }
+}
+
+template <typename T, typename P, typename Index>
+__global__ void __launch_bounds__(kThreads, 2) single_pass_pool_backward_kernel(
+    const T* __restrict__ dy, const uint8_t* __restrict__ positions, const T* __restrict__ x, int64_t channels,
+    Tiling t, PoolShape s, BatchNormSide side, BatchNormGrads grads, float* workspace, T* __restrict__ dx) {
+  constexpr int V = Vec<T>::kSize;
+  const cg::grid_group grid = cg::this_grid();
+  const int64_t plane = t.chunks * channels;
+  float* chunk_g = workspace;
+  float* chunk_gx = workspace + plane;
+  float* coefficients = workspace + 2 * plane;
+  const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
+  const int64_t group = static_cast<int64_t>(blockIdx.y) * t.lanes + lane;
+  const bool active = row_lane < t.row_lanes && group < t.groups;
+  {
+    float sums[2][V];  // g, g * xhat
+#pragma unroll
+    for (int i = 0; i < V; ++i) sums[0][i] = sums[1][i] = 0.0f;
+    if (active) {
+      float mu[V], is[V], scale[V], shift[V];
+      load_channels<V>(side.mean, group * V, mu);
+      load_channels<V>(side.invstd, group * V, is);
+      load_channels<V>(side.scale_shift, group * V, scale);
+      load_channels<V>(side.scale_shift + channels, group * V, shift);
+      for_each_patch_input<T, Index>(dy, positions, x, s, channels, t, scale, shift,
+                                     [&](int64_t, const float* g, const float* in) {
+#pragma unroll
+                                       for (int i = 0; i < V; ++i) {
+                                         sums[0][i] += g[i];
+                                         sums[1][i] += g[i] * (in[i] - mu[i]) * is[i];
+                                       }
+                                     });
+    }
+    float* const planes[2] = {chunk_g, chunk_gx};
+    write_chunk_sums<V, 2>(sums, t, active, channels, planes);
+  }
+  grid.sync();
+  const int64_t inputs = s.batch * s.in_h * s.in_w;
+  for_each_channel_of_this_warp(channels, [&](int64_t c) {
+    finalize_channel_backward<P>(c, chunk_g, chunk_gx, inputs, channels, t.chunks, side.invstd,
+                                 static_cast<const P*>(side.weight), static_cast<P*>(grads.dweight),
+                                 static_cast<P*>(grads.dbias), coefficients);
+  });
+  grid.sync();
+  if (!active) return;
+  // dx = k (g - mean_g - (x - mean) invstd mean_gx) as k g + a x + b, so that fewer per-channel values stay live
+  // beside the patch's loads.
+  float scale[V], shift[V], k[V], a[V], b[V];
+  {
+    float mu[V], is[V], mean_g[V], mean_gx[V];
+    load_channels<V>(side.mean, group * V, mu);
+    load_channels<V>(side.invstd, group * V, is);
+    load_channels<V, true>(coefficients, group * V, k);
+    load_channels<V, true>(coefficients + channels, group * V, mean_g);
+    load_channels<V, true>(coefficients + 2 * channels, group * V, mean_gx);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      a[i] = -k[i] * mean_gx[i] * is[i];
+      b[i] = -k[i] * mean_g[i] - a[i] * mu[i];
+    }
+  }
+  load_channels<V>(side.scale_shift, group * V, scale);
+  load_channels<V>(side.scale_shift + channels, group * V, shift);
+  for_each_patch_input<T, Index>(dy, positions, x, s, channels, t, scale, shift,
+                                 [&](int64_t at, const float* g, const float* in) {
+                                   float d[V];
+#pragma unroll
+                                   for (int i = 0; i < V; ++i) d[i] = k[i] * g[i] + a[i] * in[i] + b[i];
+                                   *reinterpret_cast<Vec<T>*>(dx + at) = from_floats<T>(d);
+                                 });
+}
+
 // Blocks of kernel that one multiprocessor holds at once (0 when the query fails), asked once per kernel.
 template <auto kKernel>
 int resident_blocks_per_multiprocessor() {
@@ -1160,6 +1299,65 @@ bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const voi
                          static_cast<const T*>(y), static_cast<const T*>(x), static_cast<const T*>(x2), rows, channels,
                          t, side, side2, grads, grads2, workspace, static_cast<T*>(dx), static_cast<T*>(dx2));
     });
+  });
+  return ran;
+}
+
+// Whether the pool kernels' indices fit an int (their divisions take many more instructions in 64 bits).
+bool pool_fits_int(const PoolShape& s) {
+  const int64_t limit = 0x7fffffff - static_cast<int64_t>(512) * kThreads;
+  return s.batch * s.in_h * s.in_w * s.channels < limit && s.batch * s.out_h * s.out_w * s.channels < limit;
+}
+
+// Calls fn with null pointers of the pool kernels' activation, parameter and index types.
+template <typename Fn>
+void with_pool_types(Dtype dtype, Dtype param, const PoolShape& pool, Fn&& fn) {
+  with_types(dtype, param, [&](auto* tag, auto* param_tag) {
+    if (pool_fits_int(pool)) {
+      fn(tag, param_tag, static_cast<int*>(nullptr));
+    } else {
+      fn(tag, param_tag, static_cast<int64_t*>(nullptr));
+    }
+  });
+}
+
+bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, const PoolShape& pool,
+                                      const BatchNormSide& side, void* y, uint8_t* positions, float* workspace,
+                                      cudaStream_t stream) {
+  const int64_t rows = pool.batch * pool.in_h * pool.in_w, channels = pool.channels;
+  check_shape(dtype, rows, channels);
+  bool ran = false;
+  with_pool_types(dtype, param, pool, [&](auto* tag, auto* param_tag, auto* index_tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using P = std::remove_pointer_t<decltype(param_tag)>;
+    constexpr auto kernel = single_pass_pool_forward_kernel<T, P, std::remove_pointer_t<decltype(index_tag)>>;
+    const Tiling t = single_pass_tiling<kernel>(BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
+    if (t.chunks == 0) return;
+    ran = true;
+    launch_cooperative("batch_norm_relu_max_pool_forward", kernel, grid_of(t), stream, static_cast<const T*>(x), rows,
+                       channels, t, side, pool, workspace, static_cast<T*>(y), positions);
+  });
+  return ran;
+}
+
+bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy, const uint8_t* positions,
+                                       const void* x, const PoolShape& pool, const BatchNormSide& side,
+                                       const BatchNormGrads& grads, void* dx, float* workspace, cudaStream_t stream) {
+  const int64_t outputs = pool.batch * pool.out_h * pool.out_w, channels = pool.channels;
+  check_shape(dtype, outputs, channels);
+  if (!is_3x3_stride_2(pool)) return false;
+  bool ran = false;
+  with_pool_types(dtype, param, pool, [&](auto* tag, auto* param_tag, auto* index_tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    using P = std::remove_pointer_t<decltype(param_tag)>;
+    constexpr auto kernel = single_pass_pool_backward_kernel<T, P, std::remove_pointer_t<decltype(index_tag)>>;
+    // The tiling's rows are the output pixels, each thread's share of them its 2x2 patches of inputs.
+    const Tiling t = single_pass_tiling<kernel>(BatchNormPasses::kAuto, outputs, channels, vector_elements(dtype));
+    if (t.chunks == 0) return;
+    ran = true;
+    launch_cooperative("batch_norm_relu_max_pool_backward", kernel, grid_of(t), stream, static_cast<const T*>(dy),
+                       positions, static_cast<const T*>(x), channels, t, pool, side, grads, workspace,
+                       static_cast<T*>(dx));
   });
   return ran;
 }

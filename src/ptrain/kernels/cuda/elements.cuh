@@ -32,6 +32,27 @@ struct alignas(16) Vec {
   T v[kSize];
 };
 
+// A Vec's elements as fp32 (add_floats: added to out), and back, each rounded to nearest even.
+template <typename T>
+__device__ __forceinline__ void to_floats(const Vec<T>& in, float* out) {
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] = to_float(in.v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void add_floats(const Vec<T>& in, float* out) {
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kSize; ++i) out[i] += to_float(in.v[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ Vec<T> from_floats(const float* in) {
+  Vec<T> out;
+#pragma unroll
+  for (int i = 0; i < Vec<T>::kSize; ++i) out.v[i] = from_float<T>(in[i]);
+  return out;
+}
+
 // The elements of a Vec of dtype: 4 in fp32, 8 in fp16 and bf16.
 inline int vector_elements(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 8; }
 

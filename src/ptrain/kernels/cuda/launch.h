@@ -158,6 +158,24 @@ void max_pool_backward(Dtype dtype, const void* dy, const uint8_t* positions, co
 
 namespace ptrain::kernels::cuda {
 
+// max_pool(relu(bn(x))) for ResNet's stem, x NHWC [pool.batch, pool.in_h, pool.in_w, pool.channels], the batch norm
+// in training mode (side: its parameters, running statistics and outputs for the backward): the statistics, then
+// y and positions as max_pool_forward writes them, straight from x, in one cooperative launch; false, nothing run,
+// where the grid cannot be resident (the caller then runs the batch norm and the pooling apart). workspace:
+// batch_norm_workspace_floats(rows of x, channels).
+bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, const PoolShape& pool,
+                                      const BatchNormSide& side, void* y, uint8_t* positions, float* workspace,
+                                      cudaStream_t stream);
+// Its backward from the pooled gradient dy and the positions: dx, dweight and dbias, in one cooperative launch, for
+// a 3x3 stride-2 padding-1 pooling; false, nothing run, for another pooling or where the grid cannot be resident.
+bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy, const uint8_t* positions,
+                                       const void* x, const PoolShape& pool, const BatchNormSide& side,
+                                       const BatchNormGrads& grads, void* dx, float* workspace, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
 // FP8 casts with tensorwise dynamic scaling (torchao's Float8Linear): over the n elements of x (dtype),
 // amax = max |x|, scale = fp8_max / max(amax, 1e-12) (fp32, IEEE division; fp8_max 448 for E4M3, 57344 for
 // E5M2), y[i] = fp8(clamp(x[i] * scale, -fp8_max, fp8_max)) rounded to nearest even, inv_scale = 1 / scale

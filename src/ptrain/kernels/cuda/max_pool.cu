@@ -11,36 +11,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "ptrain/kernels/cuda/elements.cuh"
+#include "ptrain/kernels/cuda/pooling.cuh"
 
 namespace ptrain::kernels::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-// The window positions of one Vec of channels.
-template <int V>
-struct alignas(V) Positions {
-  uint8_t p[V];
-};
-
-// Vector i of an NHWC tensor walked as [batch, height, width, channel groups]: its group, its pixel (n, h, w)
-// as one index, and the pixel's coordinates.
-template <typename Index>
-struct VectorAt {
-  Index group, pixel, h, w, n;
-};
-template <typename Index>
-__device__ __forceinline__ VectorAt<Index> vector_at(Index i, Index groups, Index height, Index width) {
-  VectorAt<Index> at;
-  at.group = i % groups;
-  at.pixel = i / groups;
-  at.w = at.pixel % width;
-  at.h = (at.pixel / width) % height;
-  at.n = at.pixel / (width * height);
-  return at;
-}
 
 // One thread per output pixel and channel vector. Index: int when every index fits, as for ResNet's stem,
 // since each thread splits its index by divisions, which take many more instructions in 64 bits (ResNet-50 at
@@ -56,29 +33,9 @@ __global__ void max_pool_forward_kernel(const T* __restrict__ x, PoolShape s, T*
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const VectorAt<Index> pos = vector_at(i, groups, out_h, out_w);  // (n, oh, ow)
     const Index g = pos.group, pixel = pos.pixel, oh = pos.h, ow = pos.w, n = pos.n;
-    const Index h0 = oh * s.stride - s.padding, w0 = ow * s.stride - s.padding;
     float best[V];
     Positions<V> where;
-#pragma unroll
-    for (int k = 0; k < V; ++k) best[k] = -INFINITY, where.p[k] = 0;
-    bool first = true;
-    for (int kh = 0; kh < s.kernel; ++kh) {
-      const Index ih = h0 + kh;
-      if (ih < 0 || ih >= s.in_h) continue;
-      for (int kw = 0; kw < s.kernel; ++kw) {
-        const Index iw = w0 + kw;
-        if (iw < 0 || iw >= s.in_w) continue;
-        const int64_t at = ((static_cast<int64_t>(n) * s.in_h + ih) * s.in_w + iw) * s.channels + g * V;
-        const Vec<T> in = *reinterpret_cast<const Vec<T>*>(x + at);
-        const uint8_t place = static_cast<uint8_t>(kh * s.kernel + kw);
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float v = to_float(in.v[k]);
-          if (first || v > best[k] || isnan(v)) best[k] = v, where.p[k] = place;
-        }
-        first = false;
-      }
-    }
+    window_maximum<T, Index>(x, s, n, oh, ow, g, [](int, T v) { return to_float(v); }, best, where);
     Vec<T> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = from_float<T>(best[k]);
@@ -142,11 +99,10 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy, const uint8_t
   }
 }
 
-// The 3x3, stride-2, padding-1 pooling of ResNet's stem, one thread per output pixel and channel vector: input
-// rows 2oh and 2oh + 1 (columns alike) take gradients only from outputs oh and oh + 1, so a thread writes its 2x2
-// patch of inputs from the four outputs (oh | oh + 1, ow | ow + 1), each loaded once, in LibTorch's order. Per
-// input, the kernel above loads up to four outputs to write one and splits every index by divisions: 258 us for
-// ResNet-50's stem at batch 128 on an H200, about 3.5x what its bytes take.
+// The 3x3, stride-2, padding-1 pooling of ResNet's stem, one thread per output pixel and channel vector, which
+// writes the 2x2 patch of inputs it owns (pooling.cuh: load_patch_outputs). Per input, the kernel above loads up to
+// four outputs to write one and splits every index by divisions: 258 us for ResNet-50's stem at batch 128 on an
+// H200, about 3.5x what its bytes take.
 template <typename T, typename Index>
 __global__ void max_pool_backward_3x3s2_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ positions,
                                                PoolShape s, T* __restrict__ dx) {
@@ -159,22 +115,7 @@ __global__ void max_pool_backward_3x3s2_kernel(const T* __restrict__ dy, const u
        i += static_cast<Index>(gridDim.x) * blockDim.x) {
     const VectorAt<Index> pos = vector_at(i, groups, out_h, out_w);  // (n, oh, ow)
     const Index g = pos.group, oh = pos.h, ow = pos.w, n = pos.n;
-    // The four outputs: [0] (oh, ow), [1] (oh, ow + 1), [2] (oh + 1, ow), [3] (oh + 1, ow + 1); absent ones
-    // hold no gradient.
-    const bool has_right = ow + 1 < out_w, has_below = oh + 1 < out_h;
-    Vec<T> grad[4];
-    Positions<V> where[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const Index oh_k = oh + (k >> 1), ow_k = ow + (k & 1);
-      if ((k & 1) && !has_right) continue;
-      if ((k >> 1) && !has_below) continue;
-      const int64_t at = ((static_cast<int64_t>(n) * s.out_h + oh_k) * s.out_w + ow_k) * s.channels + g * V;
-      grad[k] = *reinterpret_cast<const Vec<T>*>(dy + at);
-      where[k] = *reinterpret_cast<const Positions<V>*>(positions + at);
-    }
-    // Input (2oh + a, 2ow + b) sits at window position (a + 1 - 2da) * 3 + (b + 1 - 2db) of output
-    // (oh + da, ow + db), which holds it for da <= a and db <= b.
+    const PatchOutputs<T> outputs = load_patch_outputs<T, Index>(dy, positions, s, n, oh, ow, g);
 #pragma unroll
     for (int a = 0; a < 2; ++a) {
       const Index ih = 2 * oh + a;
@@ -184,25 +125,9 @@ __global__ void max_pool_backward_3x3s2_kernel(const T* __restrict__ dy, const u
         const Index iw = 2 * ow + b;
         if (iw >= in_w) continue;
         float sum[V];
-#pragma unroll
-        for (int e = 0; e < V; ++e) sum[e] = 0.0f;
-#pragma unroll
-        for (int da = 0; da <= a; ++da) {
-#pragma unroll
-          for (int db = 0; db <= b; ++db) {
-            const int k = da * 2 + db;
-            if ((db && !has_right) || (da && !has_below)) continue;
-            const uint8_t mine = static_cast<uint8_t>((a + 1 - 2 * da) * 3 + (b + 1 - 2 * db));
-#pragma unroll
-            for (int e = 0; e < V; ++e)
-              if (where[k].p[e] == mine) sum[e] += to_float(grad[k].v[e]);
-          }
-        }
-        Vec<T> out;
-#pragma unroll
-        for (int e = 0; e < V; ++e) out.v[e] = from_float<T>(sum[e]);
+        patch_input_gradient(outputs, a, b, sum);
         const int64_t at = ((static_cast<int64_t>(n) * s.in_h + ih) * s.in_w + iw) * s.channels + g * V;
-        *reinterpret_cast<Vec<T>*>(dx + at) = out;
+        *reinterpret_cast<Vec<T>*>(dx + at) = from_floats<T>(sum);
       }
     }
   }
@@ -258,7 +183,7 @@ void max_pool_backward(Dtype dtype, const void* dy, const uint8_t* positions, co
     const auto* grad = static_cast<const T*>(dy);
     auto* out = static_cast<T*>(dx);
     const bool span2 = (shape.kernel + shape.stride - 1) / shape.stride <= 2;
-    const bool stem = shape.kernel == 3 && shape.stride == 2 && shape.padding == 1;
+    const bool stem = is_3x3_stride_2(shape);
     const int64_t outputs = shape.batch * shape.out_h * shape.out_w * (shape.channels / vector_elements(dtype));
     if (fits_int(total, shape) && stem)
       max_pool_backward_3x3s2_kernel<T, int><<<blocks_for(outputs), kThreads, 0, stream>>>(grad, positions, shape, out);
