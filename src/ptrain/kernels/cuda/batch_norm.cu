@@ -911,8 +911,8 @@ __device__ __forceinline__ void for_each_patch_input(const T* __restrict__ dy, c
   const int lane = threadIdx.x % t.lanes, row_lane = threadIdx.x / t.lanes;
   const Index group = static_cast<Index>(blockIdx.y) * t.lanes + lane;
   const Index out_h = static_cast<Index>(s.out_h), out_w = static_cast<Index>(s.out_w);
-  const int64_t outputs = s.batch * s.out_h * s.out_w;
-  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(outputs, begin + t.rows_per_chunk);
+  const int64_t pixels = s.batch * s.out_h * s.out_w;
+  const int64_t begin = blockIdx.x * t.rows_per_chunk, end = min(pixels, begin + t.rows_per_chunk);
   for (int64_t r = begin + row_lane; r < end; r += t.row_lanes) {
     const Index pixel = static_cast<Index>(r);
     const Index ow = pixel % out_w, oh = (pixel / out_w) % out_h, n = pixel / (out_w * out_h);
