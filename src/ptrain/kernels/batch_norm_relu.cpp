@@ -39,13 +39,23 @@ torch::autograd::variable_list fused_forward(torch::autograd::AutogradContext* c
   return {out.y};
 }
 
+// An output y, and with twin also y.detach(): the same values as a second output, so that autograd hands the
+// backward the gradients of y's two uses apart (batch_norm_relu's twin) instead of adding them in a pass of its own.
+torch::autograd::variable_list with_twin(const torch::Tensor& y, bool twin) {
+  if (twin) return {y, y.detach()};
+  return {y};
+}
+
 // grad_outputs[1], when the forward returned a twin of y: the gradient of y's second use, which the kernels
-// add to grad_outputs[0] as they read both.
+// add to grad_outputs[0] as they read both; undefined otherwise.
+torch::Tensor twin_gradient(const torch::autograd::variable_list& grad_outputs) {
+  return grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
+}
+
 fused::BatchNormReluBackward fused_backward(torch::autograd::AutogradContext* ctx,
                                             const torch::autograd::variable_list& grad_outputs, bool residual) {
   const auto saved = ctx->get_saved_variables();
-  const torch::Tensor dy2 = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
-  return fused::batch_norm_relu_backward(grad_outputs[0], dy2, saved[1], saved[0], saved[2], saved[3], saved[4],
+  return fused::batch_norm_relu_backward(grad_outputs[0], twin_gradient(grad_outputs), saved[1], saved[0], saved[2], saved[3], saved[4],
                                          saved[5], residual, /*relu=*/true);
 }
 
@@ -64,8 +74,7 @@ class FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu> 
   }
 };
 
-// twin: also returns y.detach(), the same values as a second output, so that autograd hands the backward the
-// gradients of y's two uses apart (batch_norm_relu's twin) instead of adding them in a pass of its own.
+// twin: also returns a twin of y (with_twin).
 class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAddRelu> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
@@ -73,9 +82,8 @@ class FusedBatchNormAddRelu : public torch::autograd::Function<FusedBatchNormAdd
                                                 const torch::Tensor& bias, const torch::Tensor& running_mean,
                                                 const torch::Tensor& running_var, double momentum, double eps,
                                                 const ConvStatsResult* sums, bool twin) {
-    auto out = fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps, sums);
-    if (twin) out.push_back(out[0].detach());
-    return out;
+    return with_twin(fused_forward(ctx, x, residual, weight, bias, running_mean, running_var, momentum, eps, sums)[0],
+                     twin);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
@@ -102,15 +110,12 @@ class FusedBatchNormAddBatchNormRelu : public torch::autograd::Function<FusedBat
         {weight2, bias2, running_mean2, running_var2, momentum2, eps2});
     ctx->save_for_backward({x, x2, out.y, out.stats.mean, out.stats.invstd, out.stats.scale_shift, out.stats2.mean,
                             out.stats2.invstd, out.stats2.scale_shift, weight, weight2});
-    torch::autograd::variable_list result{out.y};
-    if (twin) result.push_back(out.y.detach());
-    return result;
+    return with_twin(out.y, twin);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor dy2 = grad_outputs.size() > 1 ? grad_outputs[1] : torch::Tensor();
-    const auto g = fused::batch_norm_add_batch_norm_relu_backward(grad_outputs[0], dy2, saved[2], saved[0], saved[1],
+    const auto g = fused::batch_norm_add_batch_norm_relu_backward(grad_outputs[0], twin_gradient(grad_outputs), saved[2], saved[0], saved[1],
                                                                   {saved[3], saved[4], saved[5]},
                                                                   {saved[6], saved[7], saved[8]}, saved[9], saved[10]);
     const torch::Tensor none;

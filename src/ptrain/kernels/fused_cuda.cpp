@@ -150,12 +150,17 @@ bool dual_kernels_take(const torch::Tensor& x, const torch::Tensor& x2, const to
          weight.scalar_type() == weight2.scalar_type();
 }
 
+// The kernels take a batch norm's parameters and running statistics as one dtype (P): a weight, and the bias and
+// statistics, where given, of its dtype.
+bool one_param_dtype(const BatchNormParams& bn) {
+  if (!bn.weight.defined()) return false;
+  const auto same = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == bn.weight.scalar_type(); };
+  return same(bn.bias) && same(bn.running_mean) && same(bn.running_var);
+}
+
 bool dual_kernels_take(const torch::Tensor& x, const BatchNormParams& bn, const torch::Tensor& x2,
                        const BatchNormParams& bn2) {
-  const auto dtype = bn.weight.defined() ? bn.weight.scalar_type() : torch::kFloat;
-  const auto same = [&](const torch::Tensor& t) { return !t.defined() || t.scalar_type() == dtype; };
-  return dual_kernels_take(x, x2, bn.weight, bn2.weight) && same(bn.running_mean) && same(bn.running_var) &&
-         same(bn2.running_mean) && same(bn2.running_var) && same(bn.bias) && same(bn2.bias);
+  return dual_kernels_take(x, x2, bn.weight, bn2.weight) && one_param_dtype(bn) && one_param_dtype(bn2);
 }
 
 }  // namespace
@@ -387,10 +392,7 @@ BatchNormReluMaxPoolForward batch_norm_relu_max_pool_forward(const torch::Tensor
                                                 " is smaller than the kernel");
   const auto floats = x.options().dtype(torch::kFloat);
   BatchNormReluMaxPoolForward out;
-  const auto dtype = bn.weight.defined() ? bn.weight.scalar_type() : torch::kFloat;
-  const bool one_dtype = bn.weight.defined() && bn.running_mean.defined() && bn.running_mean.scalar_type() == dtype &&
-                         (!bn.bias.defined() || bn.bias.scalar_type() == dtype) && bn.running_var.scalar_type() == dtype;
-  if (one_dtype) {
+  if (one_param_dtype(bn) && bn.running_mean.defined()) {
     out.y = torch::empty({shape.batch, shape.channels, shape.out_h, shape.out_w},
                          x.options().memory_format(at::MemoryFormat::ChannelsLast));
     out.positions =

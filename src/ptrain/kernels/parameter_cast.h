@@ -40,6 +40,20 @@ class ParameterCastScope {
   ParameterCastScope* outer_;
 };
 
+// The weights and biases (where defined) of the layers in unit, itself included, whose type is one of Layers: what
+// a model hands a ParameterCastScope for a unit (ResNet: Conv2d and Linear; GPT: its Linear).
+template <typename... Layers>
+std::vector<torch::Tensor> layer_parameters(torch::nn::Module& unit) {
+  std::vector<torch::Tensor> params;
+  const auto add = [&](const auto* layer) {
+    if (layer == nullptr) return;
+    if (layer->weight.defined()) params.push_back(layer->weight);
+    if (layer->bias.defined()) params.push_back(layer->bias);
+  };
+  for (const auto& module : unit.modules(/*include_self=*/true)) (add(module->template as<Layers>()), ...);
+  return params;
+}
+
 // conv(x) and linear(x) with their parameters as the live scopes cast them (their own forward where no scope holds
 // them, or where the convolution pads other than with explicit zeros).
 torch::Tensor forward_with_casts(torch::nn::Conv2dImpl& conv, const torch::Tensor& x);

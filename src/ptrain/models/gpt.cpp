@@ -317,16 +317,9 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
     GptBlock& block = *blocks_[index - 1];
     // The block's weights cast as one group under autocast (with the fused kernels, and no FP8 linear, which casts
     // its own); the head keeps autocast's cast, one tensor.
-    std::vector<torch::Tensor> weights;
-    if (fused_ && !fp8_) {
-      for (const auto& module : block.modules()) {
-        if (const auto* linear = module->as<Linear>()) {
-          weights.push_back(linear->weight);
-          if (linear->bias.defined()) weights.push_back(linear->bias);
-        }
-      }
-    }
-    const kernels::ParameterCastScope casts(weights, x.device(), /*allow_fused=*/true);
+    const kernels::ParameterCastScope casts(
+        fused_ && !fp8_ ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), x.device(),
+        /*allow_fused=*/true);
     if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
       return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
     }

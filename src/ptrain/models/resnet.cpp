@@ -22,24 +22,6 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t
 nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 3, stride, 1); }
 nn::Conv2d conv1x1(int64_t in, int64_t out, int64_t stride) { return conv(in, out, 1, stride, 0); }
 
-// The parameters autocast casts in a unit: those of its convolutions and linear layers.
-std::vector<torch::Tensor> autocast_parameters(nn::Module& unit) {
-  std::vector<torch::Tensor> params;
-  const auto add = [&](const torch::Tensor& t) {
-    if (t.defined()) params.push_back(t);
-  };
-  for (const auto& module : unit.modules(/*include_self=*/true)) {
-    if (const auto* c = module->as<nn::Conv2d>()) {
-      add(c->weight);
-      add(c->bias);
-    } else if (const auto* l = module->as<nn::Linear>()) {
-      add(l->weight);
-      add(l->bias);
-    }
-  }
-  return params;
-}
-
 struct Family {
   bool bottleneck;
   std::vector<int> blocks_per_stage;
@@ -356,7 +338,7 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   const auto unit = index == 0 ? std::static_pointer_cast<nn::Module>(stem_)
                                : index <= blocks_.size() ? std::static_pointer_cast<nn::Module>(blocks_[index - 1].second)
                                                          : fc.ptr();
-  const kernels::ParameterCastScope casts(fused_kernels_ ? autocast_parameters(*unit) : std::vector<torch::Tensor>(),
+  const kernels::ParameterCastScope casts(fused_kernels_ ? kernels::layer_parameters<nn::Conv2d, nn::Linear>(*unit) : std::vector<torch::Tensor>(),
                                           x.device(), /*allow_fused=*/true);
   if (index == 0) {
     twin_of_ = twin_ = torch::Tensor();
