@@ -857,7 +857,8 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_dual_backward_kernel(
 // statistics of x, then each output's window maximum of relu(bn(x)) (rounded as the batch norm's output would be)
 // straight from x; backward, each input's gradient gathered from the pooled one where the batch norm's passes
 // read it (pooling.cuh: load_patch_outputs, 3x3 stride-2 pooling only), rounded as the pooling's output would be.
-// The same values as the two functions' kernels; the sums in another order.
+// The forward's values are the two functions' bit for bit (it runs on their tiling, batch_norm_relu_max_pool_forward);
+// the backward's sums run in another order.
 template <typename T, typename P, typename Index>
 __global__ void __launch_bounds__(kThreads) single_pass_pool_forward_kernel(const T* __restrict__ x, int64_t rows,
                                                                             int64_t channels, Tiling t,
@@ -1326,13 +1327,22 @@ bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, c
                                       cudaStream_t stream) {
   const int64_t rows = pool.batch * pool.in_h * pool.in_w, channels = pool.channels;
   check_shape(dtype, rows, channels);
+  check_pool(dtype, pool);
   bool ran = false;
   with_pool_types(dtype, param, pool, [&](auto* tag, auto* param_tag, auto* index_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     using P = std::remove_pointer_t<decltype(param_tag)>;
     constexpr auto kernel = single_pass_pool_forward_kernel<T, P, std::remove_pointer_t<decltype(index_tag)>>;
-    const Tiling t = single_pass_tiling<kernel>(BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
+    // The plain single-pass forward's tiling, not one of this kernel's own: the statistics then merge the same
+    // chunks in the same order, and the pooled output is the two functions' (batch norm + ReLU, then max pooling)
+    // bit for bit. This kernel holds more blocks at once than that one (fewer registers); where it could not hold
+    // that grid, the caller runs the two.
+    const Tiling t =
+        single_pass_tiling<single_pass_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
     if (t.chunks == 0) return;
+    const int64_t resident = static_cast<int64_t>(resident_blocks_per_multiprocessor<kernel>()) *
+                             device_attribute(cudaDevAttrMultiProcessorCount);
+    if (resident < t.chunks * channel_blocks(t)) return;
     ran = true;
     launch_cooperative("batch_norm_relu_max_pool_forward", kernel, grid_of(t), stream, static_cast<const T*>(x), rows,
                        channels, t, side, pool, workspace, static_cast<T*>(y), positions);
@@ -1345,6 +1355,7 @@ bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy,
                                        const BatchNormGrads& grads, void* dx, float* workspace, cudaStream_t stream) {
   const int64_t outputs = pool.batch * pool.out_h * pool.out_w, channels = pool.channels;
   check_shape(dtype, outputs, channels);
+  check_pool(dtype, pool);
   if (!is_3x3_stride_2(pool)) return false;
   bool ran = false;
   with_pool_types(dtype, param, pool, [&](auto* tag, auto* param_tag, auto* index_tag) {

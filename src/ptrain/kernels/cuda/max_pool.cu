@@ -133,15 +133,6 @@ __global__ void max_pool_backward_3x3s2_kernel(const T* __restrict__ dy, const u
   }
 }
 
-void check_pool(Dtype dtype, const PoolShape& s) {
-  if (s.channels <= 0 || s.channels % vector_elements(dtype) != 0)
-    throw std::runtime_error("max_pool: channels must be a positive multiple of " + std::to_string(vector_elements(dtype)) +
-                             ", got " + std::to_string(s.channels));
-  if (s.kernel <= 0 || s.kernel * s.kernel > 255 || s.stride <= 0 || s.padding < 0 || 2 * s.padding > s.kernel)
-    throw std::runtime_error("max_pool: kernel " + std::to_string(s.kernel) + ", stride " + std::to_string(s.stride) +
-                             ", padding " + std::to_string(s.padding) + " not supported");
-}
-
 unsigned blocks_for(int64_t total) {
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);

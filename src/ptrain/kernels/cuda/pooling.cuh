@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "ptrain/kernels/cuda/elements.cuh"
 
@@ -110,6 +112,17 @@ __device__ __forceinline__ void patch_input_gradient(const PatchOutputs<T>& outp
         if (outputs.where[k].p[e] == mine) sum[e] += to_float(outputs.grad[k].v[e]);
     }
   }
+}
+
+// Throws unless the pooling kernels take s: channels in whole vectors of dtype, a window whose positions fit the one
+// byte each output keeps, and padding within half the window (every window holds an input).
+inline void check_pool(Dtype dtype, const PoolShape& s) {
+  if (s.channels <= 0 || s.channels % vector_elements(dtype) != 0)
+    throw std::runtime_error("max_pool: channels must be a positive multiple of " + std::to_string(vector_elements(dtype)) +
+                             ", got " + std::to_string(s.channels));
+  if (s.kernel <= 0 || s.kernel * s.kernel > 255 || s.stride <= 0 || s.padding < 0 || 2 * s.padding > s.kernel)
+    throw std::runtime_error("max_pool: kernel " + std::to_string(s.kernel) + ", stride " + std::to_string(s.stride) +
+                             ", padding " + std::to_string(s.padding) + " not supported");
 }
 
 // Whether a pooling is the one load_patch_outputs and patch_input_gradient take.
