@@ -86,6 +86,25 @@ TEST(FusedShortcutBatchNorm, MatchesLibTorchInEveryDtype) {
   compare_pair(32, 256, 56, torch::kBFloat16, torch::kFloat, true);  // layer1's shape: hundreds of rows a chunk
 }
 
+// The kernels read a side's bias and running variance in its weight's dtype: parameters of mixed dtypes, or a
+// batch norm without a bias, take the unfused path.
+TEST(FusedShortcutBatchNorm, RefusesParametersOfMixedDtypes) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const Inputs a = make(4, 64, 8, torch::kBFloat16, torch::kFloat, false);
+  const Inputs b = make(4, 64, 8, torch::kBFloat16, torch::kFloat, false);
+  using ptrain::kernels::fused_batch_norm_add_batch_norm_relu_applies;
+  ASSERT_TRUE(fused_batch_norm_add_batch_norm_relu_applies(a.x, params_of(a), b.x, params_of(b)));
+  auto mixed = params_of(b);
+  mixed.bias = mixed.bias.to(torch::kBFloat16);
+  EXPECT_FALSE(fused_batch_norm_add_batch_norm_relu_applies(a.x, params_of(a), b.x, mixed));
+  mixed = params_of(b);
+  mixed.running_var = mixed.running_var.to(torch::kHalf);
+  EXPECT_FALSE(fused_batch_norm_add_batch_norm_relu_applies(a.x, mixed, b.x, params_of(b)));
+  mixed = params_of(a);
+  mixed.bias = torch::Tensor();
+  EXPECT_FALSE(fused_batch_norm_add_batch_norm_relu_applies(a.x, mixed, b.x, params_of(b)));
+}
+
 // At ResNet-50's four downsampling shapes (batch 32) the fused function runs one cooperative launch each way.
 TEST(FusedShortcutBatchNorm, RunsAsOneLaunchEachWayAtResNetShapes) {
   PTRAIN_REQUIRE_CUDA_KERNELS();

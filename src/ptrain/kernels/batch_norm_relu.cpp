@@ -294,13 +294,22 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                                    static_cast<const ConvStatsResult*>(nullptr))[0];
 }
 
+namespace {
+
+// Whether the fused kernels take bn's parameters: fused_batch_norm_relu_applies looks at the weight and the running
+// mean; the kernels read the bias and the running variance in the weight's dtype too.
+bool fused_kernels_take(const torch::Tensor& x, const BatchNormParams& bn) {
+  if (!fused_batch_norm_relu_applies(x, torch::Tensor(), bn.weight, bn.running_mean)) return false;
+  const auto dtype = bn.weight.scalar_type();
+  return bn.bias.defined() && bn.bias.scalar_type() == dtype && bn.running_var.defined() &&
+         bn.running_var.scalar_type() == dtype;
+}
+
+}  // namespace
+
 bool fused_batch_norm_relu_max_pool_applies(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
                                             int64_t stride, int64_t padding) {
-  if (!fused_batch_norm_relu_applies(x, torch::Tensor(), bn.weight, bn.running_mean) ||
-      !fused_max_pool2d_applies(x, kernel, stride, padding))
-    return false;
-  const auto dtype = bn.weight.scalar_type();
-  return bn.bias.defined() && bn.bias.scalar_type() == dtype && bn.running_var.scalar_type() == dtype;
+  return fused_kernels_take(x, bn) && fused_max_pool2d_applies(x, kernel, stride, padding);
 }
 
 torch::Tensor batch_norm_relu_max_pool(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
@@ -316,8 +325,7 @@ torch::Tensor batch_norm_relu_max_pool(const torch::Tensor& x, const BatchNormPa
 
 bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const BatchNormParams& bn,
                                                   const torch::Tensor& x2, const BatchNormParams& bn2) {
-  return fused_batch_norm_relu_applies(x, torch::Tensor(), bn.weight, bn.running_mean) &&
-         fused_batch_norm_relu_applies(x2, torch::Tensor(), bn2.weight, bn2.running_mean) && x2.sizes() == x.sizes() &&
+  return fused_kernels_take(x, bn) && fused_kernels_take(x2, bn2) && x2.sizes() == x.sizes() &&
          x2.scalar_type() == x.scalar_type() && bn2.weight.scalar_type() == bn.weight.scalar_type();
 }
 
