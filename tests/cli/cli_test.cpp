@@ -62,6 +62,23 @@ TEST(Cli, TrainsAndWritesTheMetricsRecord) {
   EXPECT_NE(r.output.find(" after step 8)"), std::string::npos) << r.output;
 }
 
+// --skip-fusions: the record says which fused paths a run left out, from the command line or a variable; a name
+// that is no fusion stops the run before it starts.
+TEST(Cli, SkippedFusionsReachTheRecord) {
+  const auto dir = scratch("skip_fusions");
+  const auto metrics = dir / "run.json";
+  const Result r = run_shell("PTRAIN_SKIP_FUSIONS=weight-casts,stem-pool " + std::string(PTRAIN_EXECUTABLE) + " " +
+                             kSmallRun + "--max-steps 2 --metrics-out " + metrics.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(metrics);
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json["kernels"]["skipped_fusions"], "weight-casts,stem-pool") << json["kernels"].dump();
+  EXPECT_EQ(json["extra"]["config"]["run"]["skip_fusions"], nlohmann::json({"weight-casts", "stem-pool"}));
+  const Result bad = run(kSmallRun + "--skip-fusions stem-pool,twins --dry-run");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--skip-fusions: 'twins' is not a fusion"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, DryRunPrintsThePlanWithoutTraining) {
   const Result r = run(kSmallRun + "--dry-run --precision bf16 --master-weights --grad-accum 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -170,6 +170,41 @@ TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   at::globalContext().setAllowTF32CuDNN(tf32);
 }
 
+// --skip-fusions shortcut-norms,stem-pool,residual-twins on a GPU: ResNet-50's step keeps its other fused
+// functions but runs those three paths apart (no pair of batch norms, no stem function, no twin), and its loss is
+// the all-fused network's to rounding.
+TEST(FusedKernels, SkippedFusionsRunApart) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::manual_seed(17);
+  ptrain::models::ResNetOptions options;
+  options.num_classes = 10;
+  const auto x = torch::randn({4, 3, 64, 64}, torch::device(cuda)).contiguous(at::MemoryFormat::ChannelsLast);
+  const auto labels = torch::randint(10, {4}, torch::device(cuda).dtype(torch::kLong));
+  const std::vector<std::string> names = {"::FusedBatchNormAddRelu", "::FusedBatchNormReluConv",
+                                          "::FusedBatchNormReluMaxPool", "::FusedBatchNormAddBatchNormRelu"};
+  std::vector<double> losses;
+  for (const bool skip : {false, true}) {
+    torch::manual_seed(19);
+    ptrain::models::ResNet net(options);
+    net.to(cuda);
+    for (auto& p : net.parameters())
+      if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+    net.set_fused_kernels(true);
+    net.set_relu_recompute(true);
+    if (skip) net.set_fusions(ptrain::models::fusions_skipping({"shortcut-norms", "stem-pool", "residual-twins"}));
+    net.train();
+    const auto loss = torch::cross_entropy_loss(net.forward(x), labels);
+    const auto found = autograd_functions(loss, names);
+    EXPECT_EQ(found.size(), skip ? 2u : 4u) << "fused functions found: " << c10::Join(", ", found);
+    EXPECT_EQ(found.count("::FusedBatchNormAddBatchNormRelu") + found.count("::FusedBatchNormReluMaxPool"),
+              skip ? 0u : 2u);
+    EXPECT_EQ(autograd_functions_with_outputs(loss, "::FusedBatchNormAddRelu", 2), skip ? 0u : 11u);
+    losses.push_back(loss.item<double>());
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-3 * std::abs(losses[0]));
+}
+
 // The single-pass kernels (one cooperative launch, grid-wide barriers between the passes) against the split
 // kernels on the same inputs, each forced. Both merge the same kind of per-chunk partials, in other chunkings
 // and orders, so the statistics agree to fp32 rounding and the outputs and gradients to their dtype's; a pass

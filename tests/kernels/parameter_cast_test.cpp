@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu.h"
+#include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/parameter_cast.h"
 #include "ptrain/models/gpt.h"
@@ -184,6 +185,49 @@ TEST(ParameterCastScope, ResNetStepUnderAutocastMatchesAutocastsOwnCasts) {
   }
 }
 
+// The grouped casts (CastParameters functions) in out's autograd graph.
+size_t cast_groups(const torch::Tensor& out) {
+  size_t groups = 0;
+  for_each_autograd_function(out, [&](const torch::autograd::Node&, const std::string& name) {
+    if (ends_with(name, "CastParameters")) ++groups;
+  });
+  return groups;
+}
+
+// --skip-fusions weight-casts: with the fused kernels on, ResNet's units and GPT's blocks leave their weights to
+// autocast's own casts; skipping another fusion leaves the groups in place.
+TEST(ParameterCastScope, SkippingWeightCastsLeavesAutocastsOwn) {
+  namespace models = ptrain::models;
+  models::ResNetOptions resnet_options;
+  resnet_options.depth = 18;
+  resnet_options.num_classes = 10;
+  models::GptOptions gpt_options;
+  gpt_options.layers = 2;
+  const auto x = torch::randn({2, 3, 32, 32});
+  const auto tokens = torch::randint(gpt_options.vocab_size, {2, 8}, torch::kLong);
+  for (const bool skip : {true, false}) {
+    const auto choices = models::fusions_skipping({skip ? "weight-casts" : "residual-twins"});
+    models::ResNet resnet(resnet_options);
+    models::Gpt gpt(gpt_options);
+    for (models::Model* model : {static_cast<models::Model*>(&resnet), static_cast<models::Model*>(&gpt)}) {
+      model->set_fused_kernels(true);
+      model->set_fusions(choices);
+    }
+    const CpuAutocast autocast;
+    EXPECT_EQ(cast_groups(resnet.forward(x)), skip ? 0u : 10u) << (skip ? "skipped" : "kept");
+    EXPECT_EQ(cast_groups(gpt.forward(tokens)), skip ? 0u : 2u) << (skip ? "skipped" : "kept");
+  }
+}
+
+TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
+  namespace models = ptrain::models;
+  const auto none = models::fusions_skipping({});
+  EXPECT_TRUE(none.weight_casts && none.shortcut_norms && none.stem_pool && none.residual_twins);
+  const auto some = models::fusions_skipping({"stem-pool", "shortcut-norms"});
+  EXPECT_TRUE(some.weight_casts && !some.shortcut_norms && !some.stem_pool && some.residual_twins);
+  EXPECT_THROW(models::fusions_skipping({"weight_casts"}), ptrain::Error);
+}
+
 // GPT's blocks under CPU bf16 autocast with the fused path on (which on the CPU changes nothing else): each block's
 // linear layers take one group's casts, and the loss and gradients are the unfused model's bit for bit.
 TEST(ParameterCastScope, GptBlocksTakeTheirGroupsCasts) {
@@ -201,11 +245,7 @@ TEST(ParameterCastScope, GptBlocksTakeTheirGroupsCasts) {
     loss.backward();
     return loss.item<double>();
   };
-  size_t groups = 0;
-  for_each_autograd_function(logits_of(*grouped), [&](const torch::autograd::Node&, const std::string& name) {
-    if (ends_with(name, "CastParameters")) ++groups;
-  });
-  EXPECT_EQ(groups, 2u) << "one group a block";
+  EXPECT_EQ(cast_groups(logits_of(*grouped)), 2u) << "one group a block";
   const double loss_grouped = step(*grouped), loss_plain = step(*plain);
   EXPECT_EQ(loss_grouped, loss_plain);
   const auto plain_parameters = plain->named_parameters();

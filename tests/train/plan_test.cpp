@@ -29,6 +29,17 @@ TEST(Plan, LossScalerRulesNeedADynamicScale) {
   EXPECT_EQ(plain.precision.loss_scale_window, 2000);
 }
 
+TEST(Plan, SkippedFusionsAreNamedOnes) {
+  auto c = cpu_config();
+  c.run.skip_fusions = {"weight-casts", "stem_pool"};
+  const std::string message = plan_error(c);
+  EXPECT_NE(message.find("--skip-fusions: 'stem_pool' is not a fusion (did you mean stem-pool?)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("residual-twins"), std::string::npos) << message;
+  c.run.skip_fusions = {"weight-casts", "stem-pool", "shortcut-norms", "residual-twins"};
+  EXPECT_NO_THROW(ptrain::train::make_plan(c));
+}
+
 TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {
   auto c = cpu_config();
   c.optim.warmup_steps = 10;

@@ -289,6 +289,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "prologue (MLPerf's fusion, cuDNN's fused graphs), where cuDNN has precompiled engines for them: "
                  "fp16 on Ampere and Hopper; the run record says where it ran")
       ->group("Run");
+  app.add_option("--skip-fusions", c.run.skip_fusions,
+                 "Fused paths to leave out, comma-separated, with the fused kernels on (to measure what each brings): "
+                 "weight-casts, shortcut-norms, stem-pool, residual-twins")
+      ->group("Run")->delimiter(',');
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "
                  "clipping, optimizer and scheduler become the keys above (flags and --config win)")

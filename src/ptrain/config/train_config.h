@@ -106,6 +106,7 @@ struct RunConfig {
   bool fused_kernels = true;               // fused CUDA kernels and optimizers where they exist (else LibTorch ops)
   bool relu_recompute = true;              // with them, a ResNet's batch norm + ReLU outputs recomputed in backward
   bool conv_bn_fusion = true;              // with both, a ResNet's convolutions hand their statistics to its batch norms
+  std::vector<std::string> skip_fusions;   // fused paths left out with the fused kernels on (models::fusion_names)
 };
 
 struct DistributedConfig {

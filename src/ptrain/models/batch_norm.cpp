@@ -66,7 +66,7 @@ torch::Tensor BatchNorm2dImpl::forward_relu_max_pool(const torch::Tensor& x, int
   const auto params = [&](double momentum) {
     return kernels::BatchNormParams{weight, bias, running_mean, running_var, momentum, options.eps()};
   };
-  if (!fused_applies(x, torch::Tensor()) ||
+  if (!fusions_.stem_pool || !fused_applies(x, torch::Tensor()) ||
       !kernels::fused_batch_norm_relu_max_pool_applies(x, params(0.0), kernel, stride, padding))
     return kernels::max_pool2d(forward_relu(x), kernel, stride, padding, fused_kernels_ && is_training());
   return kernels::batch_norm_relu_max_pool(x, params(count_batch_and_momentum()), kernel, stride, padding,
@@ -79,7 +79,7 @@ torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, Bat
     return kernels::BatchNormParams{norm.weight, norm.bias, norm.running_mean, norm.running_var, momentum,
                                     norm.options.eps()};
   };
-  const bool fused = fused_applies(x, torch::Tensor()) && shortcut_norm.fused_applies(shortcut_x, torch::Tensor()) &&
+  const bool fused = fusions_.shortcut_norms && fused_applies(x, torch::Tensor()) && shortcut_norm.fused_applies(shortcut_x, torch::Tensor()) &&
                      kernels::fused_batch_norm_add_batch_norm_relu_applies(x, params(*this, 0.0), shortcut_x,
                                                                            params(shortcut_norm, 0.0));
   if (!fused) return forward_relu(x, shortcut_norm.forward(shortcut_x), twin);

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/kernels/conv_stats.h"
+#include "ptrain/models/model.h"
 
 namespace ptrain::models {
 
@@ -33,14 +34,16 @@ class BatchNorm2dImpl : public torch::nn::Module {
   // alone takes the same kernels without the ReLU. twin (may be null): see kernels::batch_norm_relu.
   torch::Tensor forward_relu(const torch::Tensor& x, const torch::Tensor& residual = {}, torch::Tensor* twin = nullptr);
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  // Which of the fused functions below it may take (stem_pool, shortcut_norms; the others are not its own).
+  void set_fusions(const FusionChoices& choices) { fusions_ = choices; }
 
-  // max_pool2d(forward_relu(x), kernel, stride, padding): ResNet's ImageNet stem. Where the fused kernels apply,
-  // one fused function (kernels::batch_norm_relu_max_pool); else forward_relu, then max pooling (its fused kernels
+  // max_pool2d(forward_relu(x), kernel, stride, padding): ResNet's ImageNet stem. Where the fused kernels apply
+  // (and the stem-pool fusion is on), one fused function (kernels::batch_norm_relu_max_pool); else forward_relu, then max pooling (its fused kernels
   // in training with the fused kernels on).
   torch::Tensor forward_relu_max_pool(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
 
   // relu(forward(x) + shortcut_norm.forward(shortcut_x)): a block's last batch norm with its shortcut's. Where the
-  // fused kernels apply to both, one fused function (kernels::batch_norm_add_batch_norm_relu), which never writes
+  // fused kernels apply to both (and the shortcut-norms fusion is on), one fused function (kernels::batch_norm_add_batch_norm_relu), which never writes
   // the shortcut's output; else the shortcut's forward, then forward_relu with it as the residual. twin: as
   // forward_relu's.
   torch::Tensor forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,
@@ -86,6 +89,7 @@ class BatchNorm2dImpl : public torch::nn::Module {
 
   Normalize normalize_;
   bool fused_kernels_ = false;
+  FusionChoices fusions_;
   bool relu_recompute_ = false;
   bool conv_stats_ = false;
 };

@@ -280,6 +280,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   auto replica = std::make_shared<Gpt>(options_);
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_);
+  replica->group_weight_casts_ = group_weight_casts_;
   replica->set_fp8_linear(fp8_, {fp8_head_, fp8_delayed_});
   return replica;
 }
@@ -315,10 +316,11 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   }
   if (index <= blocks_.size()) {
     GptBlock& block = *blocks_[index - 1];
-    // The block's weights cast as one group under autocast (with the fused kernels, and no FP8 linear, which casts
-    // its own); the head keeps autocast's cast, one tensor.
+    // The block's weights cast as one group under autocast (with the fused kernels and the weight-casts fusion, and
+    // no FP8 linear, which casts its own); the head keeps autocast's cast, one tensor.
+    const bool grouped = fused_ && group_weight_casts_ && !fp8_;
     const kernels::ParameterCastScope casts(
-        fused_ && !fp8_ ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), x.device(),
+        grouped ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), x.device(),
         /*allow_fused=*/true);
     if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
       return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);

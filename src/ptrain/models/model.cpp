@@ -1,11 +1,34 @@
 #include "ptrain/models/model.h"
 
+#include <algorithm>
+
 #include "ptrain/core/error.h"
 
 namespace ptrain::models {
 
 std::shared_ptr<Model> Model::make_replica() const {
   throw Error("model '" + name() + "' cannot make replicas of itself, which --strategy dp needs");
+}
+
+const std::vector<std::string>& fusion_names() {
+  static const std::vector<std::string> names = {"weight-casts", "shortcut-norms", "stem-pool", "residual-twins"};
+  return names;
+}
+
+FusionChoices fusions_skipping(const std::vector<std::string>& names) {
+  FusionChoices choices;
+  bool* const flags[] = {&choices.weight_casts, &choices.shortcut_norms, &choices.stem_pool, &choices.residual_twins};
+  const auto& known = fusion_names();
+  for (const auto& name : names) {
+    const auto at = std::find(known.begin(), known.end(), name);
+    if (at == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error("--skip-fusions: '" + name + "' is not a fusion (the fusions: " + list + ")");
+    }
+    *flags[at - known.begin()] = false;
+  }
+  return choices;
 }
 
 std::string describe_fp8_layers(const Fp8Layers& layers) {

@@ -36,6 +36,20 @@ struct Fp8Options {
   bool delayed_scaling = false;
 };
 
+// The fused paths --skip-fusions leaves out one by one while the fused kernels stay on: to measure what each
+// brings, or to train without one that a GPU or a build gets wrong. Each applies where its kernels do.
+struct FusionChoices {
+  bool weight_casts = true;    // a unit's autocast weight casts in one kernel each way (kernels/parameter_cast.h)
+  bool shortcut_norms = true;  // a downsampling block's last batch norm with its shortcut's, as one function
+  bool stem_pool = true;       // the ImageNet stem's batch norm + ReLU + max pooling as one function
+  bool residual_twins = true;  // a block output's two gradients summed in its batch norm's backward kernels
+};
+
+// The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins.
+const std::vector<std::string>& fusion_names();
+// Every fusion on but those named; an Error names a name that is none of fusion_names().
+FusionChoices fusions_skipping(const std::vector<std::string>& names);
+
 // "linear layers in FP8: 48, kept in bf16: 1 (lm_head: --fp8-head is off)": what the run's header and
 // --dry-run print.
 std::string describe_fp8_layers(const Fp8Layers& layers);
@@ -62,6 +76,9 @@ class Model : public torch::nn::Module {
   // last training forward took, for the run record; empty for models without such convolutions.
   virtual void set_conv_bn_fusion(bool /*on*/) {}
   virtual std::string describe_conv_bn_fusion() const { return {}; }
+
+  // Which fused paths run with the fused kernels on (ResNet: all four; GPT: the weight casts). Others ignore it.
+  virtual void set_fusions(const FusionChoices& /*choices*/) {}
 
   // Which form of its ImageNet stem convolution the last training forward ran (ResNet: "7x7", or
   // "space-to-depth 4x4", kernels/stem_conv.h, with the fused kernels on); empty for other models.

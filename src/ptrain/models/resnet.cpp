@@ -259,6 +259,7 @@ std::shared_ptr<Model> ResNet::make_replica() const {
   replica->set_fused_kernels(fused_kernels_);
   replica->set_relu_recompute(relu_recompute_);
   replica->set_conv_bn_fusion(conv_bn_fusion_);
+  replica->set_fusions(fusions_);
   return replica;
 }
 
@@ -273,6 +274,13 @@ void ResNet::set_conv_bn_fusion(bool on) {
   conv_bn_fusion_ = on;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* bn = module->as<BatchNorm2d>()) bn->set_conv_stats(on);
+  }
+}
+
+void ResNet::set_fusions(const FusionChoices& choices) {
+  fusions_ = choices;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* bn = module->as<BatchNorm2d>()) bn->set_fusions(choices);
   }
 }
 
@@ -334,12 +342,15 @@ std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> ResNet::units()
 torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   check(index < blocks_.size() + 2, "ResNet::forward_unit: index " + std::to_string(index) + " is beyond the " +
                                         std::to_string(blocks_.size() + 2) + " units");
-  // The unit's weights cast as one group under autocast (with the fused kernels; without, autocast's own casts).
+  // The unit's weights cast as one group under autocast (with the fused kernels and the weight-casts fusion;
+  // without, autocast's own casts).
   const auto unit = index == 0 ? std::static_pointer_cast<nn::Module>(stem_)
                                : index <= blocks_.size() ? std::static_pointer_cast<nn::Module>(blocks_[index - 1].second)
                                                          : fc.ptr();
-  const kernels::ParameterCastScope casts(fused_kernels_ ? kernels::layer_parameters<nn::Conv2d, nn::Linear>(*unit) : std::vector<torch::Tensor>(),
-                                          x.device(), /*allow_fused=*/true);
+  const bool grouped = fused_kernels_ && fusions_.weight_casts;
+  const kernels::ParameterCastScope casts(
+      grouped ? kernels::layer_parameters<nn::Conv2d, nn::Linear>(*unit) : std::vector<torch::Tensor>(), x.device(),
+      /*allow_fused=*/true);
   if (index == 0) {
     twin_of_ = twin_ = torch::Tensor();
     return imagenet_stem() ? bn1->forward_relu_max_pool(stem_conv(x), 3, 2, 1) : bn1->forward_relu(stem_conv(x));
@@ -347,7 +358,8 @@ torch::Tensor ResNet::forward_unit(size_t index, torch::Tensor x) {
   if (index <= blocks_.size()) {
     // A twin only where the next unit is a block (its convolution and shortcut both take this output).
     torch::Tensor twin;
-    auto y = run_block(*blocks_[index - 1].second, x, index < blocks_.size() ? &twin : nullptr);
+    const bool wants_twin = fusions_.residual_twins && index < blocks_.size();
+    auto y = run_block(*blocks_[index - 1].second, x, wants_twin ? &twin : nullptr);
     twin_of_ = twin.defined() ? y : torch::Tensor();
     twin_ = std::move(twin);
     return y;

@@ -35,6 +35,7 @@ class ResNet : public Model {
   void set_relu_recompute(bool on) override;
   void set_conv_bn_fusion(bool on) override;
   std::string describe_conv_bn_fusion() const override;
+  void set_fusions(const FusionChoices& choices) override;
   std::string describe_stem_conv() const override;
   std::string name() const override;
   std::shared_ptr<Model> make_replica() const override;
@@ -56,6 +57,7 @@ class ResNet : public Model {
   bool fused_kernels_ = false;
   bool relu_recompute_ = false;
   bool conv_bn_fusion_ = false;
+  FusionChoices fusions_;
   bool stem_space_to_depth_ = false;  // what the last training forward's stem took
   bool cifar_family_ = false;
   torch::nn::Conv2d conv1{nullptr};

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ptrain/config/near_names.h"
 #include "ptrain/config/number_checks.h"
 #include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/cuda_runtime.h"
@@ -288,6 +289,14 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
     throw Error("--model: unknown model '" + c.model.name + "' (known: " + known +
                 "; or a TorchScript file ending in .pt)");
+  }
+  for (const auto& fusion : c.run.skip_fusions) {
+    const auto& fusions = models::fusion_names();
+    if (std::find(fusions.begin(), fusions.end(), fusion) != fusions.end()) continue;
+    std::string known;
+    for (const auto& n : fusions) known += (known.empty() ? "" : ", ") + n;
+    throw Error("--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
+                " (the fusions: " + known + ")");
   }
   if (!models::is_language_model(c.model.name)) {
     for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},

@@ -130,6 +130,7 @@ void TrainingRun::build_model() {
   model_->set_fused_kernels(c_.run.fused_kernels);
   model_->set_relu_recompute(c_.run.relu_recompute);
   model_->set_conv_bn_fusion(c_.run.conv_bn_fusion);
+  model_->set_fusions(models::fusions_skipping(c_.run.skip_fusions));
   if (policy_.fp8_matmuls) {
     const models::Fp8Options options = fp8_options(c_.precision);
     models::Fp8Layers fp8 = model_->set_fp8_linear(true, options);

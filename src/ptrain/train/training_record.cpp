@@ -105,6 +105,12 @@ void TrainingRun::record_implementation() {
     const std::string conv_bn = model_->describe_conv_bn_fusion();
     if (fused_norms && !conv_bn.empty()) record_.kernels["conv_bn_fusion"] = conv_bn;
   }
+  // The fused paths --skip-fusions left out: a run without one is measured as such.
+  if (c_.run.fused_kernels && !c_.run.skip_fusions.empty()) {
+    std::string skipped;
+    for (const auto& name : c_.run.skip_fusions) skipped += (skipped.empty() ? "" : ",") + name;
+    record_.kernels["skipped_fusions"] = skipped;
+  }
   // Which form of the ImageNet stem's convolution the last training forward ran (ResNets only).
   if (const std::string stem = model_->describe_stem_conv(); !stem.empty()) record_.kernels["stem_conv"] = stem;
   record_.step_phase_seconds = phases_.means().to_json();
