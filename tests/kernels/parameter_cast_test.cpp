@@ -1,6 +1,7 @@
 // Grouped parameter casts (kernels/parameter_cast.h) against the per-parameter casts autocast makes: the casts
 // and the gradients cast back, bit for bit, in the parameters' strides; the scope's answers; and a ResNet step under
 // CPU autocast, grouped and not. On a GPU, the one-kernel cast in fp16 and bf16, subnormals and many tensors.
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
 #include "gpu.h"
@@ -64,6 +65,34 @@ void compare_with_per_parameter_casts(const torch::Device& device, c10::ScalarTy
 
 TEST(ParameterCast, CastsAndGradientsMatchPerParameterCasts) {
   for (const auto dtype : {torch::kBFloat16, torch::kHalf}) compare_with_per_parameter_casts(torch::kCPU, dtype, false);
+}
+
+// A 1x1 convolution's weight keeps strides (C, 1, 1, 1) (it is channels-last contiguous as it is), while cuDNN hands
+// its gradient strides (C, 1, C, C): the same memory. The backward casts that gradient back as it lies (one
+// aten::copy_, the cast itself; no empty_strided and copy into the parameter's strides first), in the parameter's
+// strides, bit for bit.
+TEST(ParameterCast, GradientsInOtherSizeOneStridesAreNotCopiedFirst) {
+  static int copies = 0, strided_empties = 0;
+  const auto count = [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+    const std::string name = fn.name();
+    if (name == "aten::copy_") ++copies;
+    if (name == "aten::empty_strided") ++strided_empties;
+    return nullptr;
+  };
+  const auto param = torch::randn({8, 4, 1, 1}).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+  ASSERT_EQ(param.strides(), (std::vector<int64_t>{4, 1, 1, 1}));
+  const auto cast = cast_parameters({param}, torch::kBFloat16, /*allow_fused=*/true);
+  auto grad = at::empty({8, 4, 1, 1}, torch::TensorOptions().dtype(torch::kBFloat16), at::MemoryFormat::ChannelsLast);
+  grad.normal_();
+  ASSERT_EQ(grad.strides(), (std::vector<int64_t>{4, 1, 4, 4}));
+  const auto handle = at::addGlobalCallback(at::RecordFunctionCallback(+count));
+  torch::autograd::backward({cast[0]}, {grad});
+  at::removeCallback(handle);
+  EXPECT_EQ(copies, 1) << "the cast alone";
+  EXPECT_EQ(strided_empties, 0);
+  ASSERT_TRUE(param.grad().defined());
+  EXPECT_EQ(param.grad().strides(), param.strides());
+  EXPECT_TRUE(bitwise_equal(param.grad(), grad.to(torch::kFloat)));
 }
 
 TEST(ParameterCast, RefusesParametersOfTwoDtypes) {

@@ -24,6 +24,17 @@ torch::Tensor alias(const torch::Tensor& buffer, int64_t offset, at::IntArrayRef
   return out;
 }
 
+// Whether dense t's elements lie in memory as strides lay them out: its strides are those wherever a dimension holds
+// more than one element. A size-1 dimension's stride says nothing: cuDNN hands a 1x1 convolution's weight gradient
+// channels-last strides, (C, 1, C, C), where its parameter has (C, 1, 1, 1); the same memory, which a copy would
+// only move.
+bool laid_out_as(const torch::Tensor& t, at::IntArrayRef strides) {
+  if (!t.is_non_overlapping_and_dense()) return false;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1 && t.stride(d) != strides[d]) return false;
+  return true;
+}
+
 void cast_pairs(const std::vector<torch::Tensor>& src, const std::vector<torch::Tensor>& dst, bool allow_fused) {
   if (src.empty()) return;
   if (allow_fused && fused::available(src[0].device()) && fused::kernel_dtype(src[0].scalar_type()) &&
@@ -90,8 +101,10 @@ class CastParameters : public torch::autograd::Function<CastParameters> {
     std::vector<torch::Tensor> sources, destinations;
     for (const size_t i : arrived) {
       auto grad = grads[i];
-      if (grad.strides() != strides[i] || !grad.is_non_overlapping_and_dense())
+      if (!laid_out_as(grad, strides[i]))
         grad = torch::empty_strided(sizes[i], strides[i], grad.options()).copy_(grad);
+      else if (grad.strides() != strides[i])
+        grad = grad.as_strided(sizes[i], strides[i], grad.storage_offset());
       sources.push_back(grad);
       destinations.push_back(alias(buffer, offsets[i], sizes[i], strides[i]));
       out[i] = destinations.back();
