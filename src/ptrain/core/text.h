@@ -1,7 +1,8 @@
-// Small text tests the library's parsers share (C++17's std::string has no ends_with).
+// Small text tests and joins the library's parsers and messages share (C++17's std::string has no ends_with).
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ptrain {
 
@@ -16,6 +17,13 @@ inline bool remove_suffix(std::string& text, const std::string& end) {
   if (text.size() <= end.size() || !ends_with(text, end)) return false;
   text.resize(text.size() - end.size());
   return true;
+}
+
+// parts with separator between each two: join({"a", "b"}, ", ") is "a, b".
+inline std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i ? separator : "") + parts[i];
+  return text;
 }
 
 }  // namespace ptrain

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 
 namespace ptrain::models {
 
@@ -21,11 +22,8 @@ FusionChoices fusions_skipping(const std::vector<std::string>& names) {
   const auto& known = fusion_names();
   for (const auto& name : names) {
     const auto at = std::find(known.begin(), known.end(), name);
-    if (at == known.end()) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      throw Error("--skip-fusions: '" + name + "' is not a fusion (the fusions: " + list + ")");
-    }
+    if (at == known.end())
+      throw Error("--skip-fusions: '" + name + "' is not a fusion (the fusions: " + join(known, ", ") + ")");
     *flags[at - known.begin()] = false;
   }
   return choices;

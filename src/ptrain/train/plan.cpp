@@ -10,6 +10,7 @@
 #include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/cpu_threads.h"
 #include "ptrain/io/output_path.h"
@@ -293,10 +294,8 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   for (const auto& fusion : c.run.skip_fusions) {
     const auto& fusions = models::fusion_names();
     if (std::find(fusions.begin(), fusions.end(), fusion) != fusions.end()) continue;
-    std::string known;
-    for (const auto& n : fusions) known += (known.empty() ? "" : ", ") + n;
     throw Error("--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
-                " (the fusions: " + known + ")");
+                " (the fusions: " + join(fusions, ", ") + ")");
   }
   if (!models::is_language_model(c.model.name)) {
     for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},

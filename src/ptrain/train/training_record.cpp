@@ -2,6 +2,7 @@
 // has ended: throughput, memory peaks, utilisation, accuracy, what ran and where.
 #include <algorithm>
 
+#include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cross_entropy.h"
 #include "ptrain/metrics/cpu_allocator.h"
@@ -106,11 +107,8 @@ void TrainingRun::record_implementation() {
     if (fused_norms && !conv_bn.empty()) record_.kernels["conv_bn_fusion"] = conv_bn;
   }
   // The fused paths --skip-fusions left out: a run without one is measured as such.
-  if (c_.run.fused_kernels && !c_.run.skip_fusions.empty()) {
-    std::string skipped;
-    for (const auto& name : c_.run.skip_fusions) skipped += (skipped.empty() ? "" : ",") + name;
-    record_.kernels["skipped_fusions"] = skipped;
-  }
+  if (c_.run.fused_kernels && !c_.run.skip_fusions.empty())
+    record_.kernels["skipped_fusions"] = join(c_.run.skip_fusions, ",");
   // Which form of the ImageNet stem's convolution the last training forward ran (ResNets only).
   if (const std::string stem = model_->describe_stem_conv(); !stem.empty()) record_.kernels["stem_conv"] = stem;
   record_.step_phase_seconds = phases_.means().to_json();
