@@ -6,8 +6,10 @@
 #include <map>
 #include <set>
 
+#include "ptrain/bench/jobs.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/core/error.h"
+#include "ptrain/models/model.h"
 #include "test_support.h"
 
 namespace ptrain::bench {
@@ -93,6 +95,59 @@ TEST(Suite, BadSuitesAreNamedByFileAndKey) {
   expect_refused("workload: {model: resnet20}\nruns: [{precision: fp32, devices: 2}]\n", {"single runs on one device"});
   expect_refused("pytorch-compile-mode: fastest\nworkload: {model: resnet20}\nruns: [{precision: fp32}]\n",
                  {"pytorch-compile-mode 'fastest'", "reduce-overhead"});
+}
+
+// skip-fusions on a run: ptrain's alone, each a fusion of models::fusion_names() once; the run's id and label say
+// which, and its ptrain job passes them to `ptrain train`.
+TEST(Suite, RunsSkipFusionsByNameAndAlone) {
+  const std::string head = "workload: {model: resnet20}\nruns:\n";
+  expect_refused(head + "  - {precision: amp-bf16, skip-fusions: stem_pool, pytorch: none}\n",
+                 {"runs[0]", "'stem_pool' is not a fusion (did you mean stem-pool?)", "residual-twins"});
+  expect_refused(head + "  - {precision: amp-bf16, skip-fusions: [stem-pool, stem-pool], pytorch: none}\n",
+                 {"runs[0]", "named twice"});
+  expect_refused(head + "  - {precision: amp-bf16, skip-fusions: weight-casts}\n", {"runs[0]", "ptrain's alone"});
+  TempDir dir;
+  const Suite suite = load_suite(write(dir, head + "  - {precision: amp-bf16}\n"
+                                                   "  - {precision: amp-bf16, skip-fusions: weight-casts, pytorch: none}\n"
+                                                   "  - {precision: amp-bf16, skip-fusions: [stem-pool, shortcut-norms], "
+                                                   "pytorch: none}\n"),
+                                 "/nonexistent", 1);
+  ASSERT_EQ(suite.runs.size(), 3u);
+  EXPECT_EQ(suite.runs[1].id(), "amp-bf16-single-x1-no-weight-casts");
+  EXPECT_EQ(suite.runs[2].id(), "amp-bf16-single-x1-no-stem-pool-no-shortcut-norms");
+  EXPECT_EQ(suite.runs[2].label(), "amp-bf16, single, 1 device, without stem-pool, shortcut-norms");
+  const auto arguments = ptrain_train_arguments(suite, suite.runs[2], dir.file("out"), dir.file("run.json"));
+  const auto flag = std::find(arguments.begin(), arguments.end(), "--skip-fusions");
+  ASSERT_NE(flag, arguments.end());
+  ASSERT_NE(flag + 1, arguments.end());
+  EXPECT_EQ(*(flag + 1), "stem-pool,shortcut-norms");
+  const auto plain = ptrain_train_arguments(suite, suite.runs[0], dir.file("out"), dir.file("run.json"));
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--skip-fusions"), plain.end());
+}
+
+// The fusions suite: ResNet-50 with every fusion and without each in turn, GPT-2 small with and without its one
+// (the speed suite's workloads), PyTorch compiled beside the full sets only; on the CPU the weight casts alone.
+TEST(Suite, FusionsSuiteLeavesOutEachFusionOnceBesideTheFullSet) {
+  const Suite gpu = load_suite("fusions", PTRAIN_SOURCE_DIR, 1);
+  const Suite speed = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
+  std::set<std::string> jobs;
+  for (const auto& run : gpu.runs) {
+    EXPECT_EQ(run.precision, "amp-bf16");
+    EXPECT_EQ(gpu.workload_of(run), speed.workload_of(run)) << run.id();
+    if (run.ptrain) jobs.insert("ptrain/" + run.id());
+    for (const auto& variant : run.pytorch) jobs.insert(variant + "/" + run.id());
+  }
+  std::set<std::string> expected = {"ptrain/resnet50/amp-bf16-single-x1", "compiled/resnet50/amp-bf16-single-x1",
+                                    "ptrain/gpt2-small/amp-bf16-single-x1", "compiled/gpt2-small/amp-bf16-single-x1",
+                                    "ptrain/gpt2-small/amp-bf16-single-x1-no-weight-casts"};
+  for (const auto& fusion : models::fusion_names()) expected.insert("ptrain/resnet50/amp-bf16-single-x1-no-" + fusion);
+  EXPECT_EQ(jobs, expected);
+  const Suite cpu = load_suite("fusions", PTRAIN_SOURCE_DIR, 0);
+  for (const auto& run : cpu.runs) {
+    EXPECT_TRUE(run.pytorch.empty()) << run.id();
+    EXPECT_TRUE(run.skip_fusions.empty() || run.skip_fusions == std::vector<std::string>{"weight-casts"}) << run.id();
+  }
+  EXPECT_EQ(cpu.runs.size(), 4u);
 }
 
 TEST(Suite, PytorchCompileModeIsDefaultUnlessTheSuiteNamesOne) {

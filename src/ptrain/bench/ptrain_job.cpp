@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "ptrain/bench/jobs.h"
+#include "ptrain/core/text.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/report/report_curves.h"
 
@@ -33,6 +34,7 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
   if (run.master_weights) train.push_back("--master-weights");
   if (run.fp8_delayed_scaling) train.insert(train.end(), {"--fp8-scaling", "delayed"});
   if (run.fp8_head) train.push_back("--fp8-head");
+  if (!run.skip_fusions.empty()) train.insert(train.end(), {"--skip-fusions", join(run.skip_fusions, ",")});
   if (spec.takes_fsdp_options()) train.insert(train.end(), {"--min-num-params", kFsdpMinNumParams});
   append_batch_size(suite, run, train);
   const bool gpu = suite.on_gpu;

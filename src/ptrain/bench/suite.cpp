@@ -9,9 +9,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "ptrain/config/near_names.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
+#include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"
 
 namespace ptrain::bench {
@@ -134,6 +136,29 @@ void check_workload_name(const std::string& name, const std::string& where) {
         where + ": workload name '" + name + "' reads as a framework in --skip; choose another");
 }
 
+// skip-fusions: a fusion's name or a list of them, each one of models::fusion_names() once.
+std::vector<std::string> read_fusions(const YAML::Node& node, const std::string& where) {
+  std::vector<std::string> names;
+  if (node.IsScalar()) {
+    names.push_back(node.as<std::string>());
+  } else {
+    check(node.IsSequence() && node.size() > 0, where + ": expected a fusion's name or a list of them");
+    for (const auto& item : node) {
+      check(item.IsScalar(), where + ": expected a fusion's name or a list of them");
+      names.push_back(item.as<std::string>());
+    }
+  }
+  const auto& known = models::fusion_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    check(std::find(known.begin(), known.end(), names[i]) != known.end(),
+          where + ": '" + names[i] + "' is not a fusion" + config::did_you_mean(names[i], known) + " (the fusions: " +
+              join(known, ", ") + ")");
+    check(std::find(names.begin(), names.begin() + i, names[i]) == names.begin() + i,
+          where + ": '" + names[i] + "' is named twice");
+  }
+  return names;
+}
+
 std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where, int64_t available_gpus,
                                 const std::vector<std::string>& workload_names, const std::string& compile_mode) {
   check(node.IsSequence() && node.size() > 0, where + ": expected a non-empty list of runs");
@@ -151,6 +176,10 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
       const std::string key_at = at + ": key '" + key + "'";
       if (key == "pytorch") {
         run.pytorch = read_pytorch_variants(kv.second, key_at, compile_mode);
+        continue;
+      }
+      if (key == "skip-fusions" || key == "skip_fusions") {
+        run.skip_fusions = read_fusions(kv.second, key_at);
         continue;
       }
       check(kv.second.IsScalar(), key_at + ": expected a single value");
@@ -199,11 +228,14 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
         }
       } else {
         throw Error(key_at + " is not a run key (known: precision, master-weights, strategy, devices, workload, "
-                             "batch-size, fp8-scaling, fp8-head, ptrain, pytorch)");
+                             "batch-size, fp8-scaling, fp8-head, skip-fusions, ptrain, pytorch)");
       }
     }
     check(!fp8_keys_given || precision::precision_mode_or_none(run.precision) == precision::PrecisionMode::FP8,
           at + ": fp8-scaling and fp8-head belong to precision fp8, not " + run.precision);
+    check(run.skip_fusions.empty() || run.pytorch.empty(),
+          at + ": skip-fusions is ptrain's alone (PyTorch has no such fusions); give the run pytorch: none and ask "
+               "for PyTorch beside the run with all of them");
     check(workload_names.empty() || !run.workload.empty(),
           at + ": this suite has several workloads; say which one the run trains (workload: NAME)");
     const strategies::StrategySpec spec = run.spec();
@@ -228,9 +260,11 @@ std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where
 }  // namespace
 
 std::string SuiteRun::run_id() const {
+  std::string skipped;
+  for (const auto& fusion : skip_fusions) skipped += "-no-" + fusion;
   return precision + (master_weights ? "-master" : "") + (fp8_delayed_scaling ? "-delayed" : "") +
          (fp8_head ? "-head" : "") + "-" + strategy + "-x" + std::to_string(devices) +
-         (batch_size ? "-b" + std::to_string(*batch_size) : "");
+         (batch_size ? "-b" + std::to_string(*batch_size) : "") + skipped;
 }
 
 std::string SuiteRun::id() const { return workload.empty() ? run_id() : workload + "/" + run_id(); }
@@ -239,7 +273,8 @@ std::string SuiteRun::label() const {
   return (workload.empty() ? "" : workload + " ") + precision + (master_weights ? " + master weights" : "") +
          (fp8_delayed_scaling ? " (delayed scaling)" : "") + (fp8_head ? " + FP8 head" : "") + ", " +
          strategy + ", " + std::to_string(devices) + (devices == 1 ? " device" : " devices") +
-         (batch_size ? ", batch " + std::to_string(*batch_size) : "");
+         (batch_size ? ", batch " + std::to_string(*batch_size) : "") +
+         (skip_fusions.empty() ? "" : ", without " + join(skip_fusions, ", "));
 }
 
 bool is_compiled_variant(const std::string& variant) {

@@ -81,13 +81,18 @@ struct SuiteRun {
   bool fp8_head = false;
   // Whether the run asks for fp8 flags other than `ptrain train`'s defaults (and PyTorch's recipe).
   bool fp8_beyond_defaults() const { return fp8_delayed_scaling || fp8_head; }
+  // Fused paths ptrain leaves out (suite key skip-fusions: one name or a list; --skip-fusions): a ptrain-only run
+  // that measures what those fusions bring beside the same run with all of them.
+  std::vector<std::string> skip_fusions;
 
   // Unique within a suite's workload and safe as a file name, e.g. "fp16-master-single-x1", or
-  // "amp-bf16-single-x1-b256" for a run with its own batch-size, "fp8-delayed-head-single-x1" with fp8 flags.
+  // "amp-bf16-single-x1-b256" for a run with its own batch-size, "fp8-delayed-head-single-x1" with fp8 flags,
+  // "amp-bf16-single-x1-no-stem-pool" with a fusion skipped.
   std::string run_id() const;
   // run_id(), prefixed by the workload in a suite of several: "resnet50/fp16-master-single-x1".
   std::string id() const;
-  std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU" (", batch 256")
+  std::string label() const;  // for people, e.g. "fp16 + master weights, single, 1 GPU" (", batch 256",
+                              // ", without stem-pool")
   // What the strategy does (one process a device? several devices from one?), asked instead of its name.
   strategies::StrategySpec spec() const { return strategies::StrategySpec::parse(strategy); }
 };
