@@ -5,6 +5,7 @@
 // backward against the same without recomputation; the single-pass kernels against the split ones; an output's
 // twin (its second use's gradient summed by the backward kernels) against autograd's sum; a whole ResNet-50 step
 // on the fused kernels against LibTorch's ops.
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,47 @@ TEST(FusedBatchNormRelu, MatchesLibTorchInEveryDtypeAndShape) {
 // pooling maximum on another tie) and move the gradients of every earlier layer by about a percent (seen on an
 // H200 while these kernels were written: 0.7-1.4% below the first such flip, under 0.1% above it); a lost or
 // doubled gradient path moves them by tens of percent.
+// A NaN in the activations stays NaN through the fused batch norm + ReLU, as through LibTorch's: its channel's
+// statistics are NaN, so every output of that channel is, where fmaxf(NaN, 0) would have made them zeros and hidden
+// a diverged step from the loss. With and without a residual, in the shortcut pair, and through the stem's pooling.
+TEST(FusedBatchNormRelu, ANaNStaysNaNAsInLibTorch) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  torch::manual_seed(23);
+  const int64_t channel = 5;
+  const auto with_nan = [&](const torch::Tensor& x) {
+    auto y = x.clone();
+    y.index_put_({1, channel, 2, 3}, std::numeric_limits<float>::quiet_NaN());
+    return y;
+  };
+  const auto only_that_channel_is_nan = [&](const torch::Tensor& y, const std::string& what) {
+    const auto nan = torch::isnan(y.to(torch::kFloat));
+    EXPECT_TRUE(nan.select(1, channel).all().item<bool>()) << what << ": its channel is not all NaN";
+    EXPECT_EQ(nan.sum().item<int64_t>(), nan.select(1, channel).numel()) << what << ": NaN beyond its channel";
+  };
+  for (const bool residual : {false, true}) {
+    Inputs in = make(4, 16, 8, torch::kBFloat16, torch::kFloat, residual);
+    in.x = with_nan(in.x);
+    const auto y = batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean.clone(),
+                                   in.running_var.clone(), 0.1, 1e-5, /*allow_fused=*/true);
+    const auto want = reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean.clone(),
+                                                in.running_var.clone(), 0.1, 1e-5);
+    EXPECT_TRUE(torch::equal(torch::isnan(y), torch::isnan(want))) << (residual ? "with" : "without") << " a residual";
+    only_that_channel_is_nan(y, residual ? "batch_norm_relu with a residual" : "batch_norm_relu");
+  }
+  const Inputs a = make(4, 16, 8, torch::kBFloat16, torch::kFloat, false);
+  const Inputs b = make(4, 16, 8, torch::kBFloat16, torch::kFloat, false);
+  const auto params = [](const Inputs& s) {
+    return ptrain::kernels::BatchNormParams{s.weight, s.bias, s.running_mean.clone(), s.running_var.clone(), 0.1, 1e-5};
+  };
+  only_that_channel_is_nan(
+      ptrain::kernels::batch_norm_add_batch_norm_relu(with_nan(a.x), params(a), b.x, params(b), /*allow_fused=*/true),
+      "the shortcut pair");
+  const Inputs stem = make(2, 64, 16, torch::kBFloat16, torch::kFloat, false);
+  only_that_channel_is_nan(
+      ptrain::kernels::batch_norm_relu_max_pool(with_nan(stem.x), params(stem), 3, 2, 1, /*allow_fused=*/true),
+      "the stem's batch norm + ReLU + pooling");
+}
+
 TEST(FusedKernels, ResNet50StepMatchesLibTorchsOps) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
   const torch::Device cuda(torch::kCUDA, 0);

@@ -326,7 +326,7 @@ __device__ __forceinline__ void apply_rows(const T* __restrict__ x, const T* __r
     for (int k = 0; k < V; ++k) {
       float out = v[k] * scale[k] + shift[k];
       if (residual) out += r[k];
-      v[k] = relu ? fmaxf(out, 0.0f) : out;
+      v[k] = relu ? relu_of(out) : out;
     }
     *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(v);
   };
@@ -694,7 +694,7 @@ __device__ __forceinline__ void dual_apply_rows(const T* __restrict__ x, const T
     to_floats(in, v);
     to_floats(in2, v2);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = fmaxf(v[k] * scale[k] + shift[k] + (v2[k] * scale2[k] + shift2[k]), 0.0f);
+    for (int k = 0; k < V; ++k) v[k] = relu_of(v[k] * scale[k] + shift[k] + (v2[k] * scale2[k] + shift2[k]));
     *reinterpret_cast<Vec<T>*>(y + at) = from_floats<T>(v);
   };
   for_each_row_of<T, kRows>(x, x2, rows, channels, t, row_lane, c0, store);
@@ -890,7 +890,7 @@ __global__ void __launch_bounds__(kThreads) single_pass_pool_forward_kernel(cons
     // relu(bn(x)) as apply_rows computes and rounds it.
     const auto normalized = [&](int k, T v) {
       const float out = to_float(v) * scale[k] + shift[k];
-      return to_float(from_float<T>(fmaxf(out, 0.0f)));
+      return to_float(from_float<T>(relu_of(out)));
     };
     float best[V];
     Positions<V> where;

@@ -53,6 +53,9 @@ __device__ __forceinline__ Vec<T> from_floats(const float* in) {
   return out;
 }
 
+// PyTorch's ReLU, NaN kept: fmaxf(NaN, 0) is 0, which would hide a diverged activation from the loss.
+__device__ __forceinline__ float relu_of(float v) { return v > 0.0f || isnan(v) ? v : 0.0f; }
+
 // The elements of a Vec of dtype: 4 in fp32, 8 in fp16 and bf16.
 inline int vector_elements(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 8; }
 
