@@ -29,15 +29,36 @@ TEST(Plan, LossScalerRulesNeedADynamicScale) {
   EXPECT_EQ(plain.precision.loss_scale_window, 2000);
 }
 
-TEST(Plan, SkippedFusionsAreNamedOnes) {
+// --skip-fusions names fusions the run would take: of ptrain's own models, with the fused kernels on, the weight
+// casts under autocast, the batch norms' on CUDA; else it is refused by name, as a flag without effect is.
+TEST(Plan, SkippedFusionsAreOnesTheRunWouldTake) {
   auto c = cpu_config();
+  c.model.name = "resnet20";
+  c.precision.precision = "amp-bf16";
   c.run.skip_fusions = {"weight-casts", "stem_pool"};
-  const std::string message = plan_error(c);
+  std::string message = plan_error(c);
   EXPECT_NE(message.find("--skip-fusions: 'stem_pool' is not a fusion (did you mean stem-pool?)"), std::string::npos)
       << message;
   EXPECT_NE(message.find("residual-twins"), std::string::npos) << message;
-  c.run.skip_fusions = {"weight-casts", "stem-pool", "shortcut-norms", "residual-twins"};
+  c.run.skip_fusions = {"weight-casts"};
   EXPECT_NO_THROW(ptrain::train::make_plan(c));
+  c.run.skip_fusions = {"weight-casts", "shortcut-norms"};
+  message = plan_error(c);
+  EXPECT_NE(message.find("--skip-fusions shortcut-norms: the batch norms' fused kernels run on CUDA only"),
+            std::string::npos)
+      << message;
+  c.run.skip_fusions = {"weight-casts"};
+  c.run.fused_kernels = false;
+  EXPECT_NE(plan_error(c).find("--no-fused-kernels already leaves every fusion out"), std::string::npos);
+  c.run.fused_kernels = true;
+  c.precision.precision = "fp32";
+  EXPECT_NE(plan_error(c).find("--skip-fusions weight-casts: --precision fp32 casts no weight"), std::string::npos)
+      << plan_error(c);
+  c.model.name = "gpt-tiny";
+  c.data.dataset = "synthetic-tokens";
+  c.precision.precision = "amp-bf16";
+  c.run.skip_fusions = {"residual-twins"};
+  EXPECT_NE(plan_error(c).find("--model gpt-tiny has no batch norms"), std::string::npos) << plan_error(c);
 }
 
 TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {

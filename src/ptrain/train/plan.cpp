@@ -177,6 +177,35 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std:
   return {first, last};
 }
 
+namespace {
+
+// --skip-fusions names fusions this run would take, or is refused: fusions of ptrain's own models (ResNets all four,
+// GPTs the weight casts) with the fused kernels on; the weight casts under autocast (and not beside GPT's FP8
+// linears, which cast their own); the batch norms' three on CUDA, where their kernels run.
+void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan, bool model_outside_zoo) {
+  const auto& fusions = models::fusion_names();
+  for (const auto& fusion : c.run.skip_fusions) {
+    const std::string flag = "--skip-fusions " + fusion;
+    check(std::find(fusions.begin(), fusions.end(), fusion) != fusions.end(),
+          "--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
+              " (the fusions: " + join(fusions, ", ") + ")");
+    check(c.run.fused_kernels, flag + ": --no-fused-kernels already leaves every fusion out");
+    check(!model_outside_zoo, flag + ": --model " + c.model.name + " is not one of ptrain's own, which have the fusions");
+    const bool language = models::is_language_model(c.model.name);
+    if (fusion == "weight-casts") {
+      check(plan.precision.autocast, flag + ": --precision " + plan.precision.name + " casts no weight (no autocast)");
+      check(!(language && plan.precision.fp8_matmuls),
+            flag + ": under --precision fp8 GPT's FP8 linear layers cast their own weights, and nothing else does");
+    } else {
+      check(!language, flag + ": --model " + c.model.name + " has no batch norms (its one fusion: weight-casts)");
+      check(plan.device.is_cuda(), flag + ": the batch norms' fused kernels run on CUDA only, not on " +
+                                        plan.device.str());
+    }
+  }
+}
+
+}  // namespace
+
 Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   Plan plan;
   plan.config = config;
@@ -291,12 +320,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     throw Error("--model: unknown model '" + c.model.name + "' (known: " + known +
                 "; or a TorchScript file ending in .pt)");
   }
-  for (const auto& fusion : c.run.skip_fusions) {
-    const auto& fusions = models::fusion_names();
-    if (std::find(fusions.begin(), fusions.end(), fusion) != fusions.end()) continue;
-    throw Error("--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
-                " (the fusions: " + join(fusions, ", ") + ")");
-  }
+  check_skipped_fusions(c, plan, scripted || model_from_caller);
   if (!models::is_language_model(c.model.name)) {
     for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},
                                       {"--gpt-width", c.model.gpt_width},
