@@ -58,6 +58,27 @@ TEST(BatchNorm2d, BehavesAsTorchsWithCumulativeMomentumAndWithoutAffine) {
   expect_same_behaviour(torch::nn::BatchNormOptions(3).momentum(c10::nullopt).affine(false));
 }
 
+// A batch with one value per channel is refused in training, as torch's BatchNorm2d refuses it, on every path;
+// in evaluation the running statistics normalise it.
+TEST(BatchNorm2d, RefusesOneValuePerChannelInTrainingAsTorchDoes) {
+  auto p = make_pair(torch::nn::BatchNormOptions(4));
+  const auto single = torch::randn({1, 4, 1, 1});
+  EXPECT_THROW(p.theirs->forward(single), c10::Error);
+  try {
+    p.ours->forward(single);
+    ADD_FAILURE() << "a channel of one value was normalised";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 1 value per channel when training"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(p.ours->forward_relu(single, torch::randn({1, 4, 1, 1})), c10::Error);
+  p.ours->set_fused_kernels(true);
+  EXPECT_THROW(p.ours->forward_relu(single), c10::Error);
+  EXPECT_NO_THROW(p.ours->forward(torch::randn({2, 4, 1, 1})));
+  EXPECT_EQ(p.ours->num_batches_tracked.item<int64_t>(), 1) << "only the batch of two values counted";
+  p.ours->eval();
+  EXPECT_NO_THROW(p.ours->forward(single));
+}
+
 TEST(BatchNorm2d, TakeOverReplacesTheNormalisationUntilReset) {
   BatchNorm2d norm(2);
   int calls = 0;

@@ -29,8 +29,14 @@ double BatchNorm2dImpl::count_batch_and_momentum() {
   return options.momentum() ? *options.momentum() : 1.0 / num_batches_tracked.item<double>();
 }
 
+void BatchNorm2dImpl::require_values_to_normalise(const torch::Tensor& x) const {
+  TORCH_CHECK(x.dim() != 4 || x.size(0) * x.size(2) * x.size(3) != 1,
+              "BatchNorm2d: expected more than 1 value per channel when training, got input size ", x.sizes());
+}
+
 torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got ", x.dim(), "-D");
+  if (is_training()) require_values_to_normalise(x);
   const bool tracking = tracks_running_stats();
   const double momentum = is_training() && tracking ? count_batch_and_momentum() : 0.0;
   return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training() || !tracking, momentum,
@@ -38,8 +44,9 @@ torch::Tensor BatchNorm2dImpl::local_forward(const torch::Tensor& x) {
 }
 
 bool BatchNorm2dImpl::fused_applies(const torch::Tensor& x, const torch::Tensor& residual) const {
-  return fused_kernels_ && !normalize_ && is_training() && tracks_running_stats() && x.dim() == 4 &&
-         kernels::fused_batch_norm_relu_applies(x, residual, weight, running_mean);
+  if (!fused_kernels_ || normalize_ || !is_training() || !tracks_running_stats() || x.dim() != 4) return false;
+  require_values_to_normalise(x);
+  return kernels::fused_batch_norm_relu_applies(x, residual, weight, running_mean);
 }
 
 torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {

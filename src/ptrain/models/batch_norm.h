@@ -82,8 +82,11 @@ class BatchNorm2dImpl : public torch::nn::Module {
 
  private:
   // Training with fused kernels on and nobody taking over, for tensors the kernels take (residual may be
-  // undefined).
+  // undefined). Throws where x has one value per channel, as local_forward does in training.
   bool fused_applies(const torch::Tensor& x, const torch::Tensor& residual) const;
+  // As torch::nn::BatchNorm2d in training: a channel of one value has no variance to normalise by (its unbiased
+  // running variance would be 0/0), so such a batch is refused rather than turned into NaN statistics.
+  void require_values_to_normalise(const torch::Tensor& x) const;
   // Throws unless accepts_conv_stats(y).
   void require_conv_stats(const torch::Tensor& y) const;
 
