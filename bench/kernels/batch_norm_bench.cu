@@ -83,6 +83,8 @@ struct Timer {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file: a kernel fault aborts the bench, and the rows printed before it must survive.
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   int64_t batch = 128, image = 224;
   int reps = 20;
   bool warm = false, phases = false;
@@ -130,8 +132,10 @@ int main(int argc, char** argv) {
   }
   float *workspace, *params;
   check(cudaMalloc(&workspace, workspace_floats * sizeof(float)), "cudaMalloc");
-  check(cudaMalloc(&params, 9 * max_channels * sizeof(float)), "cudaMalloc");
-  check(cudaMemset(params, 0, 9 * max_channels * sizeof(float)), "cudaMemset");
+  // weight, bias, running mean and variance, mean, invstd, scale and shift (two planes), and the weight and bias
+  // gradients (two planes: the launchers take dbias as dweight + channels).
+  check(cudaMalloc(&params, 10 * max_channels * sizeof(float)), "cudaMalloc");
+  check(cudaMemset(params, 0, 10 * max_channels * sizeof(float)), "cudaMemset");
   float *weight = params, *bias = params + max_channels, *running_mean = params + 2 * max_channels,
         *running_var = params + 3 * max_channels, *mean = params + 4 * max_channels, *invstd = params + 5 * max_channels,
         *scale_shift = params + 6 * max_channels, *dweight = params + 8 * max_channels;
