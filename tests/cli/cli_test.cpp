@@ -603,6 +603,26 @@ runs:
             std::string::npos);
 }
 
+// The fusions suite on the CPU (its cpu-workloads): each model with every fusion and without the weight casts, the
+// records saying which, the report a row each.
+TEST(Cli, BenchFusionsSuiteRunsOnTheCpuWithAndWithoutTheWeightCasts) {
+  const auto dir = scratch("bench_fusions");
+  const Result r = run("bench --gpus 0 --no-estimate --source-dir " + std::string(PTRAIN_SOURCE_DIR) +
+                       " --suite fusions --set max-steps=3 --set test-limit=16 --out " + (dir / "out").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* model : {"resnet20", "gpt-tiny"}) {
+    const auto runs = dir / "out" / "runs" / "ptrain" / model;
+    const auto full = nlohmann::json::parse(std::ifstream(runs / "amp-bf16-single-x1.json"));
+    const auto without = nlohmann::json::parse(std::ifstream(runs / "amp-bf16-single-x1-no-weight-casts.json"));
+    EXPECT_FALSE(full["kernels"].contains("skipped_fusions")) << model << full["kernels"].dump();
+    EXPECT_EQ(without["kernels"]["skipped_fusions"], "weight-casts") << model << without["kernels"].dump();
+  }
+  std::ifstream csv_in(dir / "out" / "report.csv");
+  const std::string csv((std::istreambuf_iterator<char>(csv_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(csv.find("ptrain/resnet20/amp-bf16-single-x1-no-weight-casts,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("ptrain/gpt-tiny/amp-bf16-single-x1-no-weight-casts,"), std::string::npos) << csv;
+}
+
 // A suite of two workloads (an image model and a language model) beside PyTorch, cut short by --time-limit
 // and continued: records per workload, and the report's side-by-side table of both models.
 TEST(Cli, BenchOfSeveralWorkloadsContinuesAfterItsTimeLimitAndComparesEachModel) {
