@@ -107,11 +107,10 @@ TEST(Suite, RunsSkipFusionsByNameAndAlone) {
                  {"runs[0]", "named twice"});
   expect_refused(head + "  - {precision: amp-bf16, skip-fusions: weight-casts}\n", {"runs[0]", "ptrain's alone"});
   TempDir dir;
-  const Suite suite = load_suite(write(dir, head + "  - {precision: amp-bf16}\n"
-                                                   "  - {precision: amp-bf16, skip-fusions: weight-casts, pytorch: none}\n"
-                                                   "  - {precision: amp-bf16, skip-fusions: [stem-pool, shortcut-norms], "
-                                                   "pytorch: none}\n"),
-                                 "/nonexistent", 1);
+  const std::string runs = "  - {precision: amp-bf16}\n"
+                           "  - {precision: amp-bf16, skip-fusions: weight-casts, pytorch: none}\n"
+                           "  - {precision: amp-bf16, skip-fusions: [stem-pool, shortcut-norms], pytorch: none}\n";
+  const Suite suite = load_suite(write(dir, head + runs), "/nonexistent", 1);
   ASSERT_EQ(suite.runs.size(), 3u);
   EXPECT_EQ(suite.runs[1].id(), "amp-bf16-single-x1-no-weight-casts");
   EXPECT_EQ(suite.runs[2].id(), "amp-bf16-single-x1-no-stem-pool-no-shortcut-norms");

@@ -86,7 +86,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, Bat
     return kernels::BatchNormParams{norm.weight, norm.bias, norm.running_mean, norm.running_var, momentum,
                                     norm.options.eps()};
   };
-  const bool fused = fusions_.shortcut_norms && fused_applies(x, torch::Tensor()) && shortcut_norm.fused_applies(shortcut_x, torch::Tensor()) &&
+  const bool fused = fusions_.shortcut_norms && fused_applies(x, torch::Tensor()) &&
+                     shortcut_norm.fused_applies(shortcut_x, torch::Tensor()) &&
                      kernels::fused_batch_norm_add_batch_norm_relu_applies(x, params(*this, 0.0), shortcut_x,
                                                                            params(shortcut_norm, 0.0));
   if (!fused) return forward_relu(x, shortcut_norm.forward(shortcut_x), twin);

@@ -38,14 +38,14 @@ class BatchNorm2dImpl : public torch::nn::Module {
   void set_fusions(const FusionChoices& choices) { fusions_ = choices; }
 
   // max_pool2d(forward_relu(x), kernel, stride, padding): ResNet's ImageNet stem. Where the fused kernels apply
-  // (and the stem-pool fusion is on), one fused function (kernels::batch_norm_relu_max_pool); else forward_relu, then max pooling (its fused kernels
-  // in training with the fused kernels on).
+  // (and the stem-pool fusion is on), one fused function (kernels::batch_norm_relu_max_pool); else forward_relu,
+  // then max pooling (its fused kernels in training with the fused kernels on).
   torch::Tensor forward_relu_max_pool(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
 
   // relu(forward(x) + shortcut_norm.forward(shortcut_x)): a block's last batch norm with its shortcut's. Where the
-  // fused kernels apply to both (and the shortcut-norms fusion is on), one fused function (kernels::batch_norm_add_batch_norm_relu), which never writes
-  // the shortcut's output; else the shortcut's forward, then forward_relu with it as the residual. twin: as
-  // forward_relu's.
+  // fused kernels apply to both (and the shortcut-norms fusion is on), one fused function
+  // (kernels::batch_norm_add_batch_norm_relu), which never writes the shortcut's output; else the shortcut's
+  // forward, then forward_relu with it as the residual. twin: as forward_relu's.
   torch::Tensor forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,
                                       const torch::Tensor& shortcut_x, torch::Tensor* twin = nullptr);
 

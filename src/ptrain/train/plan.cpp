@@ -190,7 +190,8 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan, bool 
           "--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
               " (the fusions: " + join(fusions, ", ") + ")");
     check(c.run.fused_kernels, flag + ": --no-fused-kernels already leaves every fusion out");
-    check(!model_outside_zoo, flag + ": --model " + c.model.name + " is not one of ptrain's own, which have the fusions");
+    check(!model_outside_zoo,
+          flag + ": --model " + c.model.name + " is not one of ptrain's own, which have the fusions");
     const bool language = models::is_language_model(c.model.name);
     if (fusion == "weight-casts") {
       check(plan.precision.autocast, flag + ": --precision " + plan.precision.name + " casts no weight (no autocast)");

@@ -1337,8 +1337,8 @@ bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, c
     // chunks in the same order, and the pooled output is the two functions' (batch norm + ReLU, then max pooling)
     // bit for bit. This kernel holds more blocks at once than that one (fewer registers); where it could not hold
     // that grid, the caller runs the two.
-    const Tiling t =
-        single_pass_tiling<single_pass_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels, vector_elements(dtype));
+    const Tiling t = single_pass_tiling<single_pass_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels,
+                                                                          vector_elements(dtype));
     if (t.chunks == 0) return;
     const int64_t resident = static_cast<int64_t>(resident_blocks_per_multiprocessor<kernel>()) *
                              device_attribute(cudaDevAttrMultiProcessorCount);

@@ -118,8 +118,8 @@ __device__ __forceinline__ void patch_input_gradient(const PatchOutputs<T>& outp
 // byte each output keeps, and padding within half the window (every window holds an input).
 inline void check_pool(Dtype dtype, const PoolShape& s) {
   if (s.channels <= 0 || s.channels % vector_elements(dtype) != 0)
-    throw std::runtime_error("max_pool: channels must be a positive multiple of " + std::to_string(vector_elements(dtype)) +
-                             ", got " + std::to_string(s.channels));
+    throw std::runtime_error("max_pool: channels must be a positive multiple of " +
+                             std::to_string(vector_elements(dtype)) + ", got " + std::to_string(s.channels));
   if (s.kernel <= 0 || s.kernel * s.kernel > 255 || s.stride <= 0 || s.padding < 0 || 2 * s.padding > s.kernel)
     throw std::runtime_error("max_pool: kernel " + std::to_string(s.kernel) + ", stride " + std::to_string(s.stride) +
                              ", padding " + std::to_string(s.padding) + " not supported");
