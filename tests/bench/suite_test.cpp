@@ -106,6 +106,10 @@ TEST(Suite, RunsSkipFusionsByNameAndAlone) {
   expect_refused(head + "  - {precision: amp-bf16, skip-fusions: [stem-pool, stem-pool], pytorch: none}\n",
                  {"runs[0]", "named twice"});
   expect_refused(head + "  - {precision: amp-bf16, skip-fusions: weight-casts}\n", {"runs[0]", "ptrain's alone"});
+  // A comma text is a list, and one set of fusions is one run however it is written.
+  expect_refused(head + "  - {precision: amp-bf16, skip-fusions: \"residual-twins,stem-pool\", pytorch: none}\n"
+                        "  - {precision: amp-bf16, skip-fusions: [stem-pool, residual-twins], pytorch: none}\n",
+                 {"runs[1]", "same run"});
   TempDir dir;
   const std::string runs = "  - {precision: amp-bf16}\n"
                            "  - {precision: amp-bf16, skip-fusions: weight-casts, pytorch: none}\n"
@@ -113,13 +117,13 @@ TEST(Suite, RunsSkipFusionsByNameAndAlone) {
   const Suite suite = load_suite(write(dir, head + runs), "/nonexistent", 1);
   ASSERT_EQ(suite.runs.size(), 3u);
   EXPECT_EQ(suite.runs[1].id(), "amp-bf16-single-x1-no-weight-casts");
-  EXPECT_EQ(suite.runs[2].id(), "amp-bf16-single-x1-no-stem-pool-no-shortcut-norms");
-  EXPECT_EQ(suite.runs[2].label(), "amp-bf16, single, 1 device, without stem-pool, shortcut-norms");
+  EXPECT_EQ(suite.runs[2].id(), "amp-bf16-single-x1-no-shortcut-norms-no-stem-pool") << "in fusion_names' order";
+  EXPECT_EQ(suite.runs[2].label(), "amp-bf16, single, 1 device, without shortcut-norms, stem-pool");
   const auto arguments = ptrain_train_arguments(suite, suite.runs[2], dir.file("out"), dir.file("run.json"));
   const auto flag = std::find(arguments.begin(), arguments.end(), "--skip-fusions");
   ASSERT_NE(flag, arguments.end());
   ASSERT_NE(flag + 1, arguments.end());
-  EXPECT_EQ(*(flag + 1), "stem-pool,shortcut-norms");
+  EXPECT_EQ(*(flag + 1), "shortcut-norms,stem-pool");
   const auto plain = ptrain_train_arguments(suite, suite.runs[0], dir.file("out"), dir.file("run.json"));
   EXPECT_EQ(std::find(plain.begin(), plain.end(), "--skip-fusions"), plain.end());
 }

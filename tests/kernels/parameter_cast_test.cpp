@@ -255,6 +255,19 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   const auto some = models::fusions_skipping({"stem-pool", "shortcut-norms"});
   EXPECT_TRUE(some.weight_casts && !some.shortcut_norms && !some.stem_pool && some.residual_twins);
   EXPECT_THROW(models::fusions_skipping({"weight_casts"}), ptrain::Error);
+  // What each model has: a ResNet's stem pooling with the ImageNet stem only, its twins without checkpointing.
+  models::ResNetOptions imagenet;
+  imagenet.depth = 18;
+  models::ResNetOptions cifar = imagenet;
+  cifar.cifar_stem = true;
+  models::ResNet with_pool(imagenet), without_pool(cifar);
+  EXPECT_EQ(with_pool.fusions(),
+            (std::vector<std::string>{"weight-casts", "shortcut-norms", "stem-pool", "residual-twins"}));
+  without_pool.set_activation_checkpointing(true);
+  EXPECT_EQ(without_pool.fusions(), (std::vector<std::string>{"weight-casts", "shortcut-norms"}));
+  models::GptOptions gpt_options;
+  gpt_options.layers = 1;
+  EXPECT_EQ(models::Gpt(gpt_options).fusions(), std::vector<std::string>{"weight-casts"});
 }
 
 // GPT's blocks under CPU bf16 autocast with the fused path on (which on the CPU changes nothing else): each block's

@@ -905,6 +905,25 @@ TEST(BenchReport, SideBySideMatchesFp8RunsOfTheSameRecipeOnly) {
       << written.markdown;
 }
 
+// A ptrain run with fusions left out (--skip-fusions, the fusions suite's) measures those fusions: ptrain beside
+// PyTorch is the run with all of them, whatever the records' order.
+TEST(BenchReport, SideBySideTakesPtrainsRunWithEveryFusion) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  RunRecord skipped = speed_record("ptrain", "resnet50", "amp-bf16", 6000, 7);
+  skipped.kernels["skipped_fusions"] = "weight-casts";
+  write_json(runs / "ptrain" / "resnet50" / "amp-bf16-a-no-weight-casts.json", metrics::to_json(skipped));
+  write_json(runs / "ptrain" / "resnet50" / "amp-bf16-b.json",
+             metrics::to_json(speed_record("ptrain", "resnet50", "amp-bf16", 6600, 7)));
+  RunRecord compiled = speed_record("pytorch", "resnet50", "amp-bf16", 6000, 9);
+  compiled.compiled = true;
+  write_json(runs / "pytorch-compiled" / "resnet50" / "amp-bf16.json", metrics::to_json(compiled));
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "fusions");
+  const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
+  ASSERT_EQ(rows.size(), 2u) << written.markdown;
+  EXPECT_EQ(csv_row(rows, 1).at("ptrain_run"), "ptrain/resnet50/amp-bf16-b");
+}
+
 // PyTorch's reference trains on past a non-finite loss and records the step: its throughput and accuracy
 // must not read as results anywhere the report shows them.
 TEST(BenchReport, ADivergedRunIsMarkedWhereverItsAccuracyOrThroughputIsShown) {

@@ -136,16 +136,21 @@ void check_workload_name(const std::string& name, const std::string& where) {
         where + ": workload name '" + name + "' reads as a framework in --skip; choose another");
 }
 
-// skip-fusions: a fusion's name or a list of them, each one of models::fusion_names() once.
+// skip-fusions: a fusion's name, a comma-separated text of them or a list, each one of models::fusion_names() once;
+// kept in that order, so that one set of fusions is one run id however it is written.
 std::vector<std::string> read_fusions(const YAML::Node& node, const std::string& where) {
   std::vector<std::string> names;
+  const auto add = [&](const std::string& text) {
+    std::stringstream parts(text);
+    for (std::string name; std::getline(parts, name, ',');) names.push_back(name);
+  };
   if (node.IsScalar()) {
-    names.push_back(node.as<std::string>());
+    add(node.as<std::string>());
   } else {
     check(node.IsSequence() && node.size() > 0, where + ": expected a fusion's name or a list of them");
     for (const auto& item : node) {
       check(item.IsScalar(), where + ": expected a fusion's name or a list of them");
-      names.push_back(item.as<std::string>());
+      add(item.as<std::string>());
     }
   }
   const auto& known = models::fusion_names();
@@ -156,7 +161,10 @@ std::vector<std::string> read_fusions(const YAML::Node& node, const std::string&
     check(std::find(names.begin(), names.begin() + i, names[i]) == names.begin() + i,
           where + ": '" + names[i] + "' is named twice");
   }
-  return names;
+  std::vector<std::string> ordered;
+  for (const auto& name : known)
+    if (std::find(names.begin(), names.end(), name) != names.end()) ordered.push_back(name);
+  return ordered;
 }
 
 std::vector<SuiteRun> read_runs(const YAML::Node& node, const std::string& where, int64_t available_gpus,

@@ -45,6 +45,7 @@ class Gpt : public Model {
   Fp8Layers set_fp8_linear(bool on, const Fp8Options& options) override;
   // Its blocks' weight casts grouped (kernels/parameter_cast.h) with the fused kernels unless weight_casts is off.
   void set_fusions(const FusionChoices& choices) override { group_weight_casts_ = choices.weight_casts; }
+  std::vector<std::string> fusions() const override { return {"weight-casts"}; }
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::shared_ptr<Model> make_replica() const override;

@@ -79,6 +79,9 @@ class Model : public torch::nn::Module {
 
   // Which fused paths run with the fused kernels on (ResNet: all four; GPT: the weight casts). Others ignore it.
   virtual void set_fusions(const FusionChoices& /*choices*/) {}
+  // The fusions of fusion_names() this model has as it is set up (ResNet: stem-pool with the ImageNet stem only,
+  // residual-twins without activation checkpointing), the ones --skip-fusions may name; none for models without.
+  virtual std::vector<std::string> fusions() const { return {}; }
 
   // Which form of its ImageNet stem convolution the last training forward ran (ResNet: "7x7", or
   // "space-to-depth 4x4", kernels/stem_conv.h, with the fused kernels on); empty for other models.

@@ -284,6 +284,13 @@ void ResNet::set_fusions(const FusionChoices& choices) {
   }
 }
 
+std::vector<std::string> ResNet::fusions() const {
+  std::vector<std::string> names = {"weight-casts", "shortcut-norms"};
+  if (imagenet_stem()) names.push_back("stem-pool");
+  if (!checkpointing_) names.push_back("residual-twins");  // no twins across a checkpoint (run_block)
+  return names;
+}
+
 std::string ResNet::describe_conv_bn_fusion() const {
   if (!conv_bn_fusion_) return "off";
   size_t took = 0;

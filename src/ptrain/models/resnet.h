@@ -36,6 +36,7 @@ class ResNet : public Model {
   void set_conv_bn_fusion(bool on) override;
   std::string describe_conv_bn_fusion() const override;
   void set_fusions(const FusionChoices& choices) override;
+  std::vector<std::string> fusions() const override;
   std::string describe_stem_conv() const override;
   std::string name() const override;
   std::shared_ptr<Model> make_replica() const override;

@@ -191,6 +191,8 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
   std::map<Key, Group> groups;
   for (size_t i = 0; i < report.runs.size(); ++i) {
     const RunRecord& r = report.runs[i].record;
+    // ptrain with fusions left out (--skip-fusions) is a measurement of those fusions, not ptrain beside PyTorch.
+    if (r.framework == metrics::kFrameworkPtrain && r.kernels.contains("skipped_fusions")) continue;
     const std::string recipe = fp8_recipe_of(r);
     const std::string precision = base_precision(r.precision) + (recipe.empty() ? "" : " (" + recipe + ")");
     const Key key{r.model, r.dataset, r.image_size, r.seq_len.value_or(0), r.devices, strategy_rank(r.strategy),

@@ -179,19 +179,24 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std:
 
 namespace {
 
-// --skip-fusions names fusions this run would take, or is refused: fusions of ptrain's own models (ResNets all four,
-// GPTs the weight casts) with the fused kernels on; the weight casts under autocast (and not beside GPT's FP8
-// linears, which cast their own); the batch norms' three on CUDA, where their kernels run.
-void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan, bool model_outside_zoo) {
+// --skip-fusions names fusions this run would take, each once, or is refused by name: with the fused kernels on; the
+// weight casts under autocast (and not beside GPT's FP8 linears, which cast their own); the batch norms' three on
+// CUDA in channels-last, without --sync-batchnorm's normalisation in their place. Whether the model has the fusion
+// (a ResNet's ImageNet stem, its twins without activation checkpointing) the model itself answers, once built
+// (models::Model::fusions).
+void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
   const auto& fusions = models::fusion_names();
-  for (const auto& fusion : c.run.skip_fusions) {
+  const auto& skipped = c.run.skip_fusions;
+  for (size_t i = 0; i < skipped.size(); ++i) {
+    const std::string& fusion = skipped[i];
     const std::string flag = "--skip-fusions " + fusion;
     check(std::find(fusions.begin(), fusions.end(), fusion) != fusions.end(),
           "--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
               " (the fusions: " + join(fusions, ", ") + ")");
+    check(std::find(skipped.begin(), skipped.begin() + static_cast<std::ptrdiff_t>(i), fusion) ==
+              skipped.begin() + static_cast<std::ptrdiff_t>(i),
+          flag + ": named twice");
     check(c.run.fused_kernels, flag + ": --no-fused-kernels already leaves every fusion out");
-    check(!model_outside_zoo,
-          flag + ": --model " + c.model.name + " is not one of ptrain's own, which have the fusions");
     const bool language = models::is_language_model(c.model.name);
     if (fusion == "weight-casts") {
       check(plan.precision.autocast, flag + ": --precision " + plan.precision.name + " casts no weight (no autocast)");
@@ -201,6 +206,9 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan, bool 
       check(!language, flag + ": --model " + c.model.name + " has no batch norms (its one fusion: weight-casts)");
       check(plan.device.is_cuda(), flag + ": the batch norms' fused kernels run on CUDA only, not on " +
                                         plan.device.str());
+      check(plan.channels_last, flag + ": the batch norms' fused kernels take channels-last activations, which "
+                                       "--channels-last false turns off");
+      check(!c.dist.sync_batchnorm, flag + ": --sync-batchnorm's synchronised batch norms run in place of the fused ones");
     }
   }
 }
@@ -321,7 +329,6 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     throw Error("--model: unknown model '" + c.model.name + "' (known: " + known +
                 "; or a TorchScript file ending in .pt)");
   }
-  check_skipped_fusions(c, plan, scripted || model_from_caller);
   if (!models::is_language_model(c.model.name)) {
     for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--gpt-layers", c.model.gpt_layers},
                                       {"--gpt-width", c.model.gpt_width},
@@ -342,6 +349,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
 
   plan.data = data::DataSpec{c.data.dataset, c.data.path, c.data.seq_len};
   plan.channels_last = resolve_channels_last(c, plan.device);
+  check_skipped_fusions(c, plan);
   if (!c.run.profile_out.empty()) {
     const auto [first, last] = parse_step_range(c.run.profile_steps, "--profile-steps");
     plan.profile_first_step = first;

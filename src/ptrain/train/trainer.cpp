@@ -8,6 +8,7 @@
 
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/dist/cpu_threads.h"
 #include "ptrain/kernels/cross_entropy.h"
@@ -131,6 +132,12 @@ void TrainingRun::build_model() {
   model_->set_relu_recompute(c_.run.relu_recompute);
   model_->set_conv_bn_fusion(c_.run.conv_bn_fusion);
   model_->set_fusions(models::fusions_skipping(c_.run.skip_fusions));
+  const std::vector<std::string> has = model_->fusions();
+  for (const auto& fusion : c_.run.skip_fusions) {
+    check(std::find(has.begin(), has.end(), fusion) != has.end(),
+          "--skip-fusions " + fusion + ": --model " + c_.model.name + " has no such fusion in this run (its fusions: " +
+              (has.empty() ? std::string("none") : join(has, ", ")) + ")");
+  }
   if (policy_.fp8_matmuls) {
     const models::Fp8Options options = fp8_options(c_.precision);
     models::Fp8Layers fp8 = model_->set_fp8_linear(true, options);

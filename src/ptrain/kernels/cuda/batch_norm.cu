@@ -1335,8 +1335,8 @@ bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, c
     constexpr auto kernel = single_pass_pool_forward_kernel<T, P, std::remove_pointer_t<decltype(index_tag)>>;
     // The plain single-pass forward's tiling, not one of this kernel's own: the statistics then merge the same
     // chunks in the same order, and the pooled output is the two functions' (batch norm + ReLU, then max pooling)
-    // bit for bit. This kernel holds more blocks at once than that one (fewer registers); where it could not hold
-    // that grid, the caller runs the two.
+    // bit for bit. Where this kernel cannot hold that grid at once (its 64-bit-index form in fp32 holds fewer blocks
+    // than the plain forward), the caller runs the two.
     const Tiling t = single_pass_tiling<single_pass_forward_kernel<T, P>>(BatchNormPasses::kAuto, rows, channels,
                                                                           vector_elements(dtype));
     if (t.chunks == 0) return;
