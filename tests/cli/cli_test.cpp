@@ -56,9 +56,11 @@ TEST(Cli, TrainsAndWritesTheMetricsRecord) {
   EXPECT_GE(json["final_test_accuracy"].get<double>(), 0.0);
   // 32 steps: the steady clock starts after a quarter of them and runs on across the epoch boundary.
   EXPECT_EQ(json["steady_from_step"], 8);
+  // Steady throughput leaves out the first steps' warm-up, which on two busy cores (tests run in parallel) can take
+  // a few times a steady step's time: the bounds catch a window or a count off by an order of magnitude, not load.
   const double steady = json["steady_images_per_second"].get<double>();
   EXPECT_GT(steady, 0.5 * json["images_per_second"].get<double>());
-  EXPECT_LT(steady, 3.0 * json["images_per_second"].get<double>());
+  EXPECT_LT(steady, 10.0 * json["images_per_second"].get<double>());
   EXPECT_NE(r.output.find(" after step 8)"), std::string::npos) << r.output;
 }
 
