@@ -43,7 +43,7 @@ TEST(Plan, SkippedFusionsAreOnesTheRunWouldTake) {
   c.run.skip_fusions = {"weight-casts"};
   EXPECT_NO_THROW(ptrain::train::make_plan(c));
   c.run.skip_fusions = {"weight-casts", "weight-casts"};
-  EXPECT_NE(plan_error(c).find("--skip-fusions weight-casts: named twice"), std::string::npos) << plan_error(c);
+  EXPECT_NE(plan_error(c).find("--skip-fusions: 'weight-casts' is named twice"), std::string::npos) << plan_error(c);
   c.run.skip_fusions = {"weight-casts", "shortcut-norms"};
   message = plan_error(c);
   EXPECT_NE(message.find("--skip-fusions shortcut-norms: the batch norms' fused kernels run on CUDA only"),

@@ -9,12 +9,12 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "ptrain/config/near_names.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
 #include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"
+#include "ptrain/train/plan.h"
 
 namespace ptrain::bench {
 
@@ -153,16 +153,9 @@ std::vector<std::string> read_fusions(const YAML::Node& node, const std::string&
       add(item.as<std::string>());
     }
   }
-  const auto& known = models::fusion_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    check(std::find(known.begin(), known.end(), names[i]) != known.end(),
-          where + ": '" + names[i] + "' is not a fusion" + config::did_you_mean(names[i], known) + " (the fusions: " +
-              join(known, ", ") + ")");
-    check(std::find(names.begin(), names.begin() + i, names[i]) == names.begin() + i,
-          where + ": '" + names[i] + "' is named twice");
-  }
+  train::check_fusion_names(names, where);
   std::vector<std::string> ordered;
-  for (const auto& name : known)
+  for (const auto& name : models::fusion_names())
     if (std::find(names.begin(), names.end(), name) != names.end()) ordered.push_back(name);
   return ordered;
 }

@@ -177,6 +177,16 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text, const std:
   return {first, last};
 }
 
+void check_fusion_names(const std::vector<std::string>& names, const std::string& where) {
+  const auto& fusions = models::fusion_names();
+  for (auto at = names.begin(); at != names.end(); ++at) {
+    check(std::find(fusions.begin(), fusions.end(), *at) != fusions.end(),
+          where + ": '" + *at + "' is not a fusion" + config::did_you_mean(*at, fusions) + " (the fusions: " +
+              join(fusions, ", ") + ")");
+    check(std::find(names.begin(), at, *at) == at, where + ": '" + *at + "' is named twice");
+  }
+}
+
 namespace {
 
 // --skip-fusions names fusions this run would take, each once, or is refused by name: with the fused kernels on; the
@@ -185,17 +195,9 @@ namespace {
 // (a ResNet's ImageNet stem, its twins without activation checkpointing) the model itself answers, once built
 // (models::Model::fusions).
 void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
-  const auto& fusions = models::fusion_names();
-  const auto& skipped = c.run.skip_fusions;
-  for (size_t i = 0; i < skipped.size(); ++i) {
-    const std::string& fusion = skipped[i];
+  check_fusion_names(c.run.skip_fusions, "--skip-fusions");
+  for (const auto& fusion : c.run.skip_fusions) {
     const std::string flag = "--skip-fusions " + fusion;
-    check(std::find(fusions.begin(), fusions.end(), fusion) != fusions.end(),
-          "--skip-fusions: '" + fusion + "' is not a fusion" + config::did_you_mean(fusion, fusions) +
-              " (the fusions: " + join(fusions, ", ") + ")");
-    check(std::find(skipped.begin(), skipped.begin() + static_cast<std::ptrdiff_t>(i), fusion) ==
-              skipped.begin() + static_cast<std::ptrdiff_t>(i),
-          flag + ": named twice");
     check(c.run.fused_kernels, flag + ": --no-fused-kernels already leaves every fusion out");
     const bool language = models::is_language_model(c.model.name);
     if (fusion == "weight-casts") {

@@ -44,6 +44,10 @@ struct Plan {
   std::function<data::Dataset(bool train)> open_data;
 };
 
+// names as --skip-fusions (or a suite run's skip-fusions, at where) gives them: each one of models::fusion_names(),
+// once; throws an Error naming the first that is not, with the fusions that are.
+void check_fusion_names(const std::vector<std::string>& names, const std::string& where);
+
 // model_from_caller: the plan's make_model will be set, so config.model.name names no zoo model.
 Plan make_plan(const config::TrainConfig& config, bool model_from_caller = false);
 
