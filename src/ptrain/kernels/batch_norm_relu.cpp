@@ -6,6 +6,7 @@
 
 #include "ptrain/kernels/fused.h"
 #include "ptrain/kernels/max_pool.h"
+#include "ptrain/kernels/saved_pooling.h"
 
 namespace ptrain::kernels {
 
@@ -135,17 +136,16 @@ class FusedBatchNormReluMaxPool : public torch::autograd::Function<FusedBatchNor
     auto out = fused::batch_norm_relu_max_pool_forward(x, {weight, bias, running_mean, running_var, momentum, eps},
                                                        kernel, stride, padding);
     ctx->save_for_backward({x, out.positions, out.stats.mean, out.stats.invstd, out.stats.scale_shift, weight});
-    ctx->saved_data["kernel"] = kernel;
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
+    save_pooling(ctx, kernel, stride, padding);
     return {out.y};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const auto g = fused::batch_norm_relu_max_pool_backward(
-        grad_outputs[0], saved[1], saved[0], {saved[2], saved[3], saved[4]}, saved[5], ctx->saved_data["kernel"].toInt(),
-        ctx->saved_data["stride"].toInt(), ctx->saved_data["padding"].toInt());
+    const SavedPooling pool = saved_pooling(ctx);
+    const auto g = fused::batch_norm_relu_max_pool_backward(grad_outputs[0], saved[1], saved[0],
+                                                            {saved[2], saved[3], saved[4]}, saved[5], pool.kernel,
+                                                            pool.stride, pool.padding);
     const torch::Tensor none;
     return {g.dx, g.dweight, g.dbias, none, none, none, none, none, none, none};
   }

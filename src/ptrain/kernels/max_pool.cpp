@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "ptrain/kernels/fused.h"
+#include "ptrain/kernels/saved_pooling.h"
 
 namespace ptrain::kernels {
 
@@ -16,17 +17,15 @@ class FusedMaxPool2d : public torch::autograd::Function<FusedMaxPool2d> {
     auto out = fused::max_pool_forward(x, kernel, stride, padding);
     ctx->save_for_backward({out.positions});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
-    ctx->saved_data["kernel"] = kernel;
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
+    save_pooling(ctx, kernel, stride, padding);
     return {out.y};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
-    auto dx = fused::max_pool_backward(grad_outputs[0], saved[0], x_sizes, ctx->saved_data["kernel"].toInt(),
-                                       ctx->saved_data["stride"].toInt(), ctx->saved_data["padding"].toInt());
+    const SavedPooling pool = saved_pooling(ctx);
+    auto dx = fused::max_pool_backward(grad_outputs[0], saved[0], x_sizes, pool.kernel, pool.stride, pool.padding);
     return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
