@@ -175,6 +175,10 @@ void compare_step(int depth, bool autocast) {
   EXPECT_EQ(said, "cuDNN convolution + statistics graphs in " + std::to_string(blocks) + " of " +
                       std::to_string(blocks) + " blocks")
       << what;
+  // Every shortcut batch norm read its convolution's statistics: a --skip-fusions shortcut-norms run would say
+  // it measured nothing.
+  EXPECT_EQ(fused->fusions_bypassed(), std::vector<std::string>{"shortcut-norms"}) << what;
+  EXPECT_TRUE(plain->fusions_bypassed().empty()) << what;
   EXPECT_EQ(functions.size(), 2u) << what << ": the fused functions in the graph: " << c10::Join(", ", functions);
   EXPECT_LT(std::abs(loss_fused - loss_exact), 2 * std::abs(loss_plain - loss_exact) + 1e-3 * loss_exact) << what;
   double worst_fused = 0, worst_plain = 0;

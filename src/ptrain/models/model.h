@@ -82,6 +82,10 @@ class Model : public torch::nn::Module {
   // The fusions of fusion_names() this model has as it is set up (ResNet: stem-pool with the ImageNet stem only,
   // residual-twins without activation checkpointing), the ones --skip-fusions may name; none for models without.
   virtual std::vector<std::string> fusions() const { return {}; }
+  // The fusions of fusions() that the last training forward never reached because another path ran in their
+  // place (ResNet: shortcut-norms where every downsampling block took --conv-bn-fusion, whose shortcut batch
+  // norm reads its convolution's statistics instead), so that skipping them measured nothing.
+  virtual std::vector<std::string> fusions_bypassed() const { return {}; }
 
   // Which form of its ImageNet stem convolution the last training forward ran (ResNet: "7x7", or
   // "space-to-depth 4x4", kernels/stem_conv.h, with the fused kernels on); empty for other models.

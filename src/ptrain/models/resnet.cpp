@@ -71,6 +71,7 @@ class ResidualBlock : public nn::Module {
 
   // Whether the last training forward took the convolution + batch norm fusion; why not, when it did not.
   bool took_conv_stats() const { return took_conv_stats_; }
+  bool downsamples() const { return !downsample.is_empty(); }
   const std::string& conv_stats_why_not() const { return conv_stats_why_not_; }
 
  protected:
@@ -289,6 +290,18 @@ std::vector<std::string> ResNet::fusions() const {
   if (imagenet_stem()) names.push_back("stem-pool");
   if (!checkpointing_) names.push_back("residual-twins");  // no twins across a checkpoint (run_block)
   return names;
+}
+
+std::vector<std::string> ResNet::fusions_bypassed() const {
+  if (!conv_bn_fusion_) return {};
+  size_t downsampling = 0, took = 0;
+  for (const auto& [name, block] : blocks_) {
+    if (!block->downsamples()) continue;
+    ++downsampling;
+    if (block->took_conv_stats()) ++took;
+  }
+  if (downsampling > 0 && took == downsampling) return {"shortcut-norms"};
+  return {};
 }
 
 std::string ResNet::describe_conv_bn_fusion() const {

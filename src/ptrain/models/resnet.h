@@ -35,6 +35,7 @@ class ResNet : public Model {
   void set_relu_recompute(bool on) override;
   void set_conv_bn_fusion(bool on) override;
   std::string describe_conv_bn_fusion() const override;
+  std::vector<std::string> fusions_bypassed() const override;
   void set_fusions(const FusionChoices& choices) override;
   std::vector<std::string> fusions() const override;
   std::string describe_stem_conv() const override;

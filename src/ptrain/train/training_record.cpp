@@ -1,6 +1,7 @@
 // The run's metrics record (metrics/run_record.h, documented in docs/metrics.md), assembled once training
 // has ended: throughput, memory peaks, utilisation, accuracy, what ran and where.
 #include <algorithm>
+#include <iostream>
 
 #include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
@@ -107,8 +108,20 @@ void TrainingRun::record_implementation() {
     if (fused_norms && !conv_bn.empty()) record_.kernels["conv_bn_fusion"] = conv_bn;
   }
   // The fused paths --skip-fusions left out: a run without one is measured as such.
-  if (c_.run.fused_kernels && !c_.run.skip_fusions.empty())
+  if (c_.run.fused_kernels && !c_.run.skip_fusions.empty()) {
     record_.kernels["skipped_fusions"] = join(c_.run.skip_fusions, ",");
+    // A skip another path made moot measured nothing: the record says so, and so does the run's end.
+    std::vector<std::string> without_effect;
+    for (const auto& bypassed : model_->fusions_bypassed())
+      if (std::count(c_.run.skip_fusions.begin(), c_.run.skip_fusions.end(), bypassed)) without_effect.push_back(bypassed);
+    if (!without_effect.empty()) {
+      record_.kernels["skipped_fusions_without_effect"] = join(without_effect, ",");
+      if (strategy_->is_main())
+        std::cerr << "ptrain: warning: --skip-fusions " << join(without_effect, ",")
+                  << " had no effect: the last training forward ran another path in its place (kernels.conv_bn_fusion: "
+                  << model_->describe_conv_bn_fusion() << ")" << std::endl;
+    }
+  }
   // Which form of the ImageNet stem's convolution the last training forward ran (ResNets only).
   if (const std::string stem = model_->describe_stem_conv(); !stem.empty()) record_.kernels["stem_conv"] = stem;
   record_.step_phase_seconds = phases_.means().to_json();
