@@ -268,6 +268,15 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   models::GptOptions gpt_options;
   gpt_options.layers = 1;
   EXPECT_EQ(models::Gpt(gpt_options).fusions(), std::vector<std::string>{"weight-casts"});
+  // A training step on the CPU takes no convolution + statistics graph (CUDA only), so no fusion is bypassed by one,
+  // with --conv-bn-fusion on or off; the fp16 case where every block takes it is ConvBatchNormFusion's, on a GPU.
+  for (bool conv_bn : {false, true}) {
+    with_pool.set_fused_kernels(true);
+    with_pool.set_conv_bn_fusion(conv_bn);
+    with_pool.train();
+    with_pool.forward(torch::randn({2, 3, 32, 32})).sum().backward();
+    EXPECT_TRUE(with_pool.fusions_bypassed().empty()) << "conv-bn-fusion " << conv_bn;
+  }
 }
 
 // GPT's blocks under CPU bf16 autocast with the fused path on (which on the CPU changes nothing else): each block's
