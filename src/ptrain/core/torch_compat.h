@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace at::cuda {
+struct CUDAGraph;
+}
+
 #define PTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -109,6 +113,12 @@ void reset_cuda_allocator_peaks(int device);
 // caller copies instead.
 bool nccl_broadcast_from_first(std::vector<torch::Tensor>& buffers);
 bool nccl_reduce_into_first(std::vector<torch::Tensor>& buffers);
+
+// Begins graph's capture on the current stream, into a memory pool of its own, in thread-local capture mode
+// (the data loader's thread goes on copying batches meanwhile, which global mode refuses). The mode is an
+// argument of CUDAGraph::capture_begin in 2.1 and later; 1.13's captures in global mode only, so there this
+// throws. Defined in torch_compat_cuda.cpp; CUDA builds alone capture.
+void begin_thread_local_capture(at::cuda::CUDAGraph& graph);
 
 // The autocast nesting depth (same API in 1.13 and 2.x). Casted copies of weights are cached for the
 // outermost region only (as torch.autocast.__exit__): leaving it clears the cache.

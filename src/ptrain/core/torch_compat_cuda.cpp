@@ -1,5 +1,6 @@
 // The compatibility layer's CUDA-build half: Kineto's profiler (PyTorch's wheel has it: CPU operators and
-// CUDA kernels on one timeline) and the CUDA caching allocator's statistics.
+// CUDA kernels on one timeline), the CUDA caching allocator's statistics and CUDA graph capture.
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #if __has_include(<torch/csrc/cuda/nccl.h>)
@@ -61,6 +62,15 @@ bool nccl_reduce_into_first(std::vector<torch::Tensor>& buffers) {
 #else
   (void)buffers;
   return false;
+#endif
+}
+
+void begin_thread_local_capture(at::cuda::CUDAGraph& graph) {
+#if PTRAIN_TORCH_AT_LEAST(2, 1)
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+  (void)graph;
+  TORCH_CHECK(false, "CUDA graph capture needs LibTorch 2.1 or later (thread-local capture mode)");
 #endif
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "ptrain/core/error.h"
+#include "ptrain/core/torch_compat.h"
 #include "ptrain/train/captured_step.h"
 
 namespace ptrain::train {
@@ -55,7 +56,7 @@ class CudaCapturedStep final : public CapturedStep {
     c10::cuda::CUDACachingAllocator::emptyCache();
     try {
       c10::cuda::CUDAStreamGuard on_side(side_);
-      graph_.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      compat::begin_thread_local_capture(graph_);
       try {
         fn();
       } catch (...) {
