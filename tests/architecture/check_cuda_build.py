@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""The CUDA build's own sources, compiled and matched on a machine without a GPU or a CUDA LibTorch.
+
+Usage: check_cuda_build.py PROJECT_ROOT BUILD_DIR
+
+A CUDA build differs from the CPU one by the files it swaps in: each src/ptrain/**/X_none.cpp has a CUDA
+half (X_cuda.cpp, or X.cpp beside it), and src/ptrain/kernels/cuda/*.cu are compiled by nvcc. CPU CI builds
+only the _none halves, so a CUDA half that no longer compiles, or that lacks a function its _none half
+defines, or that calls a ptrain function nobody defines, would first show on a GPU machine, where device
+time is scarce. This checker finds such breakage here:
+  1. every .cu file compiles with nvcc for sm_90 (the H100/H200 the GPU sessions use);
+  2. every CUDA half compiles with the CPU build's own flags (taken from BUILD_DIR/compile_commands.json,
+     precompiled header included) plus PTRAIN_WITH_CUDA=1, against the LibTorch headers installed here
+     (Debian's libtorch-dev ships c10/cuda and ATen/cuda); test sources that test PTRAIN_WITH_CUDA are
+     checked the same way;
+  3. what the _none halves define in namespace ptrain, the CUDA halves define too;
+  4. what the CUDA halves and .cu objects call in namespace ptrain is defined by them or by the CPU build's
+     other objects (BUILD_DIR/src/ptrain/*/*.a, less the _none halves).
+The LibTorch here is 1.13 and the GPU machines' is 2.x; the few calls that differ between them live in
+core/torch_compat.h, so the halves compile against either.
+
+NVCC in the environment names the nvcc to use (else PATH's, else /usr/local/cuda/bin's).
+Exit 0: all matched; 1: something did not (each problem names its file); 77: this machine cannot check
+(no nvcc, no compile_commands.json, no LibTorch CUDA headers), with the reason on stdout.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SKIP = 77
+# Mangled names in namespace ptrain: _ZN6ptrain..., _ZNK6ptrain... (const members), and the typeinfo and
+# vtable symbols of its classes (_ZTIN6ptrain, _ZTVN6ptrain).
+PTRAIN_SYMBOL = re.compile(r"^_Z(?:N|NK|TIN|TVN|TSN)6ptrain")
+# Debian's libtorch-dev installs c10/cuda's headers but not the one CMake generates beside them in a CUDA
+# build of PyTorch; it only says whether c10_cuda is a shared library.
+GENERATED_MACROS = "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n"
+
+
+class Problem(Exception):
+    pass
+
+
+def find_nvcc():
+    if "NVCC" in os.environ:  # the CUDA toolkit of the caller's choice (or, naming none there, none)
+        named = Path(os.environ["NVCC"])
+        return named if named.exists() else None
+    found = shutil.which("nvcc")
+    if found:
+        return Path(found)
+    for candidate in (Path("/usr/local/cuda/bin/nvcc"),):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def halves(project):
+    """(none_half, cuda_half) pairs of src/ptrain, and the .cu files."""
+    pairs = []
+    for none_half in sorted((project / "src/ptrain").rglob("*_none.cpp")):
+        stem = none_half.name[: -len("_none.cpp")]
+        cuda_half = none_half.with_name(stem + "_cuda.cpp")
+        if not cuda_half.exists():
+            cuda_half = none_half.with_name(stem + ".cpp")
+        if not cuda_half.exists():
+            raise Problem(f"{none_half.relative_to(project)}: no CUDA half beside it "
+                          f"({stem}_cuda.cpp or {stem}.cpp)")
+        pairs.append((none_half, cuda_half))
+    kernels = sorted((project / "src/ptrain").rglob("*.cu"))
+    return pairs, kernels
+
+
+def tests_reading_the_cuda_macro(project):
+    return sorted(p for p in (project / "tests").rglob("*.cpp") if "PTRAIN_WITH_CUDA" in p.read_text(errors="replace"))
+
+
+def compile_command_for(source, entries):
+    """The compile command of source's target (its own entry, or that of the unity batch including it), and
+    whether the CPU build compiles source at all."""
+    source = source.resolve()
+    for entry in entries:
+        if Path(entry["directory"], entry["file"]).resolve() == source:
+            return entry, True
+    for entry in entries:
+        batch = Path(entry["directory"], entry["file"])
+        if batch.suffix == ".cxx" and batch.exists() and f'"{source}"' in batch.read_text(errors="replace"):
+            return entry, True
+    # A source that only CUDA builds compile (kernels/cudnn/conv_stats_none.cpp, taken where cuDNN's backend
+    # header is missing) gets the flags of its component's other sources.
+    for entry in entries:
+        if "/src/ptrain/" in entry["file"] and _component_of(Path(entry["file"])) == _component_of(source):
+            return entry, False
+    raise Problem(f"{source}: not in compile_commands.json, nor any source of its component")
+
+
+def _component_of(path):
+    parts = path.parts
+    for index in range(len(parts) - 1):
+        if parts[index] == "ptrain" and index > 0 and parts[index - 1] == "src":
+            return parts[index + 1]
+    # Unity batches live in BUILD/src/ptrain/<component>/CMakeFiles/...
+    return None
+
+
+def flags_of(entry):
+    words = entry["arguments"] if "arguments" in entry else shlex.split(entry["command"])
+    flags, skip = [], False
+    for word in words[1:]:
+        if skip:
+            skip = False
+            continue
+        if word in ("-o", "-c"):
+            skip = True
+            continue
+        if word == entry["file"] or re.fullmatch(r"-O[0-3s]", word):
+            continue
+        flags.append(word)
+    return words[0], flags
+
+
+def run(command, cwd):
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
+def defined_and_undefined(objects, cwd):
+    """Strong definitions and undefined references of namespace ptrain in objects or archives."""
+    defined, undefined = {}, set()
+    for obj in objects:
+        code, out = run(["nm", "--defined-only", "-P", str(obj)], cwd)
+        if code != 0:
+            raise Problem(f"nm {obj}: {out}")
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[1] in "TDBR" and PTRAIN_SYMBOL.match(parts[0]):
+                defined.setdefault(parts[0], obj)
+        code, out = run(["nm", "--undefined-only", "-P", str(obj)], cwd)
+        for line in out.splitlines():
+            parts = line.split()
+            if parts and PTRAIN_SYMBOL.match(parts[0]):
+                undefined.add(parts[0])
+    return defined, undefined
+
+
+def demangle(symbols):
+    if not symbols:
+        return []
+    out = subprocess.run(["c++filt"], input="\n".join(symbols), capture_output=True, text=True).stdout
+    return out.splitlines()
+
+
+def check(project, build):
+    nvcc = find_nvcc()
+    if nvcc is None:
+        print("skipped: no nvcc on PATH or in /usr/local/cuda/bin (the CUDA toolkit), so the CUDA sources cannot be compiled here")
+        return SKIP
+    commands = build / "compile_commands.json"
+    if not commands.exists():
+        print(f"skipped: {commands} is missing (configure with CMAKE_EXPORT_COMPILE_COMMANDS=ON)")
+        return SKIP
+    cuda_include = nvcc.resolve().parent.parent / "include"
+    entries = json.loads(commands.read_text())
+    pairs, kernels = halves(project)
+    tests = tests_reading_the_cuda_macro(project)
+
+    with tempfile.TemporaryDirectory(prefix="ptrain-cuda-check-") as scratch:
+        scratch = Path(scratch)
+        macros = scratch / "include/c10/cuda/impl/cuda_cmake_macros.h"
+        macros.parent.mkdir(parents=True)
+        macros.write_text(GENERATED_MACROS)
+        jobs = []  # (label, command, cwd, object or None)
+
+        for index, kernel in enumerate(kernels):
+            obj = scratch / f"cu{index}_{kernel.stem}.o"
+            jobs.append((kernel, [str(nvcc), "-std=c++17", "-O3", "-arch=sm_90", f"-I{project / 'src'}", "-c",
+                                  str(kernel), "-o", str(obj)], project, obj))
+        cuda_extra = ["-O1", "-DPTRAIN_WITH_CUDA=1", "-DUSE_C10D_NCCL", "-isystem", str(cuda_include),
+                      "-isystem", str(scratch / "include")]
+        for index, (none_half, cuda_half) in enumerate(pairs):
+            # The CUDA half compiles with the flags its _none half has in the CPU build (same target).
+            entry, in_cpu_build = compile_command_for(none_half, entries)
+            compiler, flags = flags_of(entry)
+            none_extra = ["-O1"] if in_cpu_build else cuda_extra
+            for side, source, extra in (("none", none_half, none_extra), ("cuda", cuda_half, cuda_extra)):
+                obj = scratch / f"{side}{index}_{source.stem}.o"
+                jobs.append((source, [compiler, *flags, *extra, "-c", str(source), "-o", str(obj)],
+                             entry["directory"], obj))
+        for test in tests:
+            entry, _ = compile_command_for(test, entries)
+            compiler, flags = flags_of(entry)
+            jobs.append((test, [compiler, *flags, *cuda_extra, "-fsyntax-only", str(test)], entry["directory"], None))
+
+        failures = []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for (label, command, cwd, obj), (code, out) in zip(jobs, pool.map(lambda j: run(j[1], j[2]), jobs)):
+                if code != 0:
+                    failures.append(f"{Path(label).relative_to(project)} does not compile as the CUDA build compiles it:\n"
+                                    f"  {shlex.join(command)}\n" + "\n".join("  " + l for l in out.splitlines()[-30:]))
+        if failures:
+            print("\n\n".join(failures))
+            return 1
+
+        source_of = {obj: label for label, _, _, obj in jobs if obj is not None}
+        none_objects = [obj for obj, label in source_of.items() if obj.name.startswith("none")]
+        cuda_objects = [obj for obj in source_of if obj not in none_objects]
+        none_defined, _ = defined_and_undefined(none_objects, scratch)
+        cuda_defined, cuda_undefined = defined_and_undefined(cuda_objects, scratch)
+        archives = sorted((build / "src/ptrain").glob("*/*.a"))
+        if not archives:
+            print(f"skipped: no CPU build archives under {build / 'src/ptrain'} (build the project first)")
+            return SKIP
+        # The CPU archives hold the _none halves too (in unity batches): what only those define does not
+        # count as defined for the CUDA build.
+        cpu_defined, _ = defined_and_undefined(archives, scratch)
+        elsewhere = set(cpu_defined) - set(none_defined)
+
+        problems = []
+        lacking = sorted(set(none_defined) - set(cuda_defined))
+        for symbol, readable in zip(lacking, demangle(lacking)):
+            none_half = source_of[none_defined[symbol]].relative_to(project)
+            problems.append(f"{readable}: defined by {none_half} but by no CUDA half or .cu file")
+        unresolved = sorted(cuda_undefined - set(cuda_defined) - elsewhere)
+        for readable in demangle(unresolved):
+            problems.append(f"{readable}: called by the CUDA build's sources, defined nowhere in it")
+        if problems:
+            print("\n".join(problems))
+            return 1
+        print(f"CUDA build sources compile and link here: {len(kernels)} .cu files, {len(pairs)} CUDA halves "
+              f"({len(none_defined)} ptrain symbols of their CPU halves all defined), {len(tests)} test sources; "
+              f"{len(cuda_undefined)} ptrain symbols they call all defined")
+        return 0
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__)
+        return 2
+    try:
+        return check(Path(argv[1]).resolve(), Path(argv[2]).resolve())
+    except Problem as problem:
+        print(problem)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

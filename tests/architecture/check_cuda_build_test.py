@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""check_cuda_build.py on small trees made here (a CPU half, its CUDA half, a .cu kernel, a CPU archive and
+the compile_commands.json of their CPU build): what it must refuse and what it must let pass, then on the
+real tree (argv[1], the project's root; argv[2], its build directory)."""
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+CHECKER = Path(__file__).with_name("check_cuda_build.py")
+SKIP = 77
+PROJECT_ROOT = BUILD_DIR = None
+
+SMALL = {
+    "src/ptrain/core/core.h": "#pragma once\nnamespace ptrain::core { int twice(int x); }\n",
+    "src/ptrain/core/core.cpp": '#include "ptrain/core/core.h"\nnamespace ptrain::core { int twice(int x) { return 2 * x; } }\n',
+    "src/ptrain/kernels/fused.h": "#pragma once\nnamespace ptrain::kernels { int scaled(int x); }\n",
+    "src/ptrain/kernels/fused_none.cpp": (
+        '#include "ptrain/kernels/fused.h"\n#include "ptrain/core/core.h"\n'
+        "namespace ptrain::kernels { int scaled(int x) { return core::twice(x); } }\n"),
+    "src/ptrain/kernels/fused_cuda.cpp": (
+        '#include "ptrain/kernels/fused.h"\n#include "ptrain/kernels/cuda/launch.h"\n#include "ptrain/core/core.h"\n'
+        "#if !PTRAIN_WITH_CUDA\n#error compiled without PTRAIN_WITH_CUDA\n#endif\n"
+        "namespace ptrain::kernels { int scaled(int x) { return cuda::launch_scale(core::twice(x)); } }\n"),
+    "src/ptrain/kernels/cuda/launch.h": "#pragma once\nnamespace ptrain::kernels::cuda { int launch_scale(int x); }\n",
+    "src/ptrain/kernels/cuda/scale.cu": (
+        '#include "ptrain/kernels/cuda/launch.h"\n'
+        "__global__ void scale_kernel(int* x) { *x *= 3; }\n"
+        "namespace ptrain::kernels::cuda { int launch_scale(int x) { scale_kernel<<<1, 1>>>(nullptr); return x; } }\n"),
+}
+
+
+def make_tree(root, files):
+    """The sources, a CPU build of core and kernels (objects in archives), and its compile_commands.json."""
+    root = Path(root)
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    build = root / "build"
+    entries = []
+    for component, sources in (("core", ["core.cpp"]), ("kernels", ["fused_none.cpp"])):
+        folder = build / "src/ptrain" / component
+        folder.mkdir(parents=True, exist_ok=True)
+        objects = []
+        for name in sources:
+            source = root / "src/ptrain" / component / name
+            if not source.exists():
+                continue
+            obj = folder / (name + ".o")
+            command = ["c++", "-std=gnu++17", f"-I{root / 'src'}", "-Wall", "-O2", "-c", str(source), "-o", str(obj)]
+            subprocess.run(command, check=True)
+            entries.append({"directory": str(build), "file": str(source), "command": shlex.join(command)})
+            objects.append(str(obj))
+        subprocess.run(["ar", "rcs", str(folder / f"libptrain_{component}.a"), *objects], check=True)
+    (build / "compile_commands.json").write_text(__import__("json").dumps(entries))
+    return root, build
+
+
+def run_checker(root, build, env=None):
+    return subprocess.run([sys.executable, str(CHECKER), str(root), str(build)], capture_output=True, text=True,
+                          env=env)
+
+
+def toolkit_here():
+    sys.path.insert(0, str(CHECKER.parent))
+    import check_cuda_build
+    return check_cuda_build.find_nvcc() is not None
+
+
+class Checker(unittest.TestCase):
+    def check(self, files, env=None):
+        if env is None and not toolkit_here():
+            self.skipTest("no CUDA toolkit (nvcc) on this machine")
+        with tempfile.TemporaryDirectory() as scratch:
+            root, build = make_tree(scratch, files)
+            return run_checker(root, build, env)
+
+    def test_halves_that_compile_and_define_what_is_called_pass(self):
+        result = self.check(SMALL)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("1 .cu files, 1 CUDA halves", result.stdout)
+
+    def test_a_function_only_the_cpu_half_defines_fails_naming_it_and_the_file(self):
+        bad = dict(SMALL)
+        bad["src/ptrain/kernels/fused_none.cpp"] += "namespace ptrain::kernels { int forgotten_on_gpu() { return 1; } }\n"
+        result = self.check(bad)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("ptrain::kernels::forgotten_on_gpu(): defined by src/ptrain/kernels/fused_none.cpp "
+                      "but by no CUDA half or .cu file", result.stdout)
+
+    def test_a_launcher_the_cu_files_do_not_define_fails(self):
+        bad = dict(SMALL)
+        bad["src/ptrain/kernels/cuda/launch.h"] += "namespace ptrain::kernels::cuda { int launch_shift(int x); }\n"
+        bad["src/ptrain/kernels/fused_cuda.cpp"] = bad["src/ptrain/kernels/fused_cuda.cpp"].replace(
+            "cuda::launch_scale(core::twice(x))", "cuda::launch_shift(cuda::launch_scale(x))")
+        result = self.check(bad)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("ptrain::kernels::cuda::launch_shift(int): called by the CUDA build's sources, defined nowhere",
+                      result.stdout)
+
+    def test_a_cuda_half_that_does_not_compile_fails_naming_it_with_the_compiler_message(self):
+        bad = dict(SMALL)
+        bad["src/ptrain/kernels/fused_cuda.cpp"] = bad["src/ptrain/kernels/fused_cuda.cpp"].replace(
+            "core::twice(x)", "core::thrice(x)")
+        result = self.check(bad)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/ptrain/kernels/fused_cuda.cpp does not compile as the CUDA build compiles it", result.stdout)
+        self.assertIn("thrice", result.stdout)
+
+    def test_a_cu_file_that_does_not_compile_fails(self):
+        bad = dict(SMALL)
+        bad["src/ptrain/kernels/cuda/scale.cu"] = bad["src/ptrain/kernels/cuda/scale.cu"].replace("*x *= 3;", "*x *= y;")
+        result = self.check(bad)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/ptrain/kernels/cuda/scale.cu does not compile", result.stdout)
+
+    def test_a_cpu_half_without_a_cuda_half_fails(self):
+        bad = dict(SMALL)
+        bad["src/ptrain/core/clock_none.cpp"] = "int unused;\n"
+        result = self.check(bad)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/ptrain/core/clock_none.cpp: no CUDA half beside it (clock_cuda.cpp or clock.cpp)",
+                      result.stdout)
+
+    def test_without_nvcc_it_skips_saying_why(self):
+        env = dict(os.environ, NVCC="/nonexistent/nvcc")
+        result = self.check(SMALL, env)
+        self.assertEqual(result.returncode, SKIP, result.stdout + result.stderr)
+        self.assertIn("skipped: no nvcc", result.stdout)
+
+    def test_ptrain_s_cuda_sources_compile_and_link_here(self):
+        result = run_checker(PROJECT_ROOT, BUILD_DIR)
+        if result.returncode == SKIP:
+            self.skipTest(result.stdout.strip())
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+
+if __name__ == "__main__":
+    BUILD_DIR = Path(sys.argv.pop(2))
+    PROJECT_ROOT = Path(sys.argv.pop(1))
+    unittest.main()
