@@ -166,7 +166,19 @@ def check(project, build):
         print(f"skipped: {commands} is missing (configure with CMAKE_EXPORT_COMPILE_COMMANDS=ON)")
         return SKIP
     cuda_include = nvcc.resolve().parent.parent / "include"
+    # What the CUDA halves include beyond this build's own headers: the toolkit's runtime, cuDNN's backend
+    # API and NCCL (in the toolkit's include folder here), and LibTorch's CUDA headers.
+    for header in ("cuda_runtime_api.h", "cudnn_backend.h", "nccl.h"):
+        if not (cuda_include / header).exists():
+            print(f"skipped: {cuda_include / header} is missing, so the CUDA halves cannot be compiled here")
+            return SKIP
     entries = json.loads(commands.read_text())
+    torch_cuda_header = "c10/cuda/CUDAStream.h"
+    include_dirs = {Path(w[2:]) for e in entries for w in shlex.split(e.get("command", "")) if w.startswith("-I")}
+    include_dirs |= {Path(p) for e in entries for p in re.findall(r"-isystem (\S+)", e.get("command", ""))}
+    if not any((d / torch_cuda_header).exists() for d in include_dirs | {Path("/usr/include")}):
+        print(f"skipped: LibTorch's {torch_cuda_header} is not in this build's include folders")
+        return SKIP
     pairs, kernels = halves(project)
     tests = tests_reading_the_cuda_macro(project)
 
