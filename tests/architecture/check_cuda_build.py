@@ -8,7 +8,7 @@ half (X_cuda.cpp, or X.cpp beside it), and src/ptrain/kernels/cuda/*.cu are comp
 only the _none halves, so a CUDA half that no longer compiles, or that lacks a function its _none half
 defines, or that calls a ptrain function nobody defines, would first show on a GPU machine, where device
 time is scarce. This checker finds such breakage here:
-  1. every .cu file compiles with nvcc for sm_90 (the H100/H200 the GPU sessions use);
+  1. every .cu file (src/ptrain's kernels, bench/'s benchmarks) compiles with nvcc for sm_90 (the H100/H200 the GPU sessions use);
   2. every CUDA half compiles with the CPU build's own flags (taken from BUILD_DIR/compile_commands.json,
      precompiled header included) plus PTRAIN_WITH_CUDA=1, against the LibTorch headers installed here
      (Debian's libtorch-dev ships c10/cuda and ATen/cuda); test sources that test PTRAIN_WITH_CUDA are
@@ -73,7 +73,7 @@ def halves(project):
             raise Problem(f"{none_half.relative_to(project)}: no CUDA half beside it "
                           f"({stem}_cuda.cpp or {stem}.cpp)")
         pairs.append((none_half, cuda_half))
-    kernels = sorted((project / "src/ptrain").rglob("*.cu"))
+    kernels = sorted((project / "src/ptrain").rglob("*.cu")) + sorted((project / "bench").rglob("*.cu"))
     return pairs, kernels
 
 
