@@ -55,10 +55,8 @@ def find_nvcc():
     found = shutil.which("nvcc")
     if found:
         return Path(found)
-    for candidate in (Path("/usr/local/cuda/bin/nvcc"),):
-        if candidate.exists():
-            return candidate
-    return None
+    toolkit = Path("/usr/local/cuda/bin/nvcc")
+    return toolkit if toolkit.exists() else None
 
 
 def halves(project):
@@ -101,11 +99,11 @@ def compile_command_for(source, entries):
 
 
 def _component_of(path):
+    """<component> of .../src/ptrain/<component>/...: a source's, or a unity batch's (BUILD/src/ptrain/<component>/CMakeFiles/...)."""
     parts = path.parts
-    for index in range(len(parts) - 1):
-        if parts[index] == "ptrain" and index > 0 and parts[index - 1] == "src":
+    for index in range(1, len(parts) - 1):
+        if parts[index - 1] == "src" and parts[index] == "ptrain":
             return parts[index + 1]
-    # Unity batches live in BUILD/src/ptrain/<component>/CMakeFiles/...
     return None
 
 
@@ -125,28 +123,37 @@ def flags_of(entry):
     return words[0], flags
 
 
+def include_dirs(entries):
+    dirs = {Path("/usr/include")}
+    for entry in entries:
+        _, flags = flags_of(entry)
+        for flag, following in zip(flags, flags[1:] + [""]):
+            if flag == "-isystem":
+                dirs.add(Path(following))
+            elif flag.startswith("-I"):
+                dirs.add(Path(flag[2:]))
+    return dirs
+
+
 def run(command, cwd):
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     return result.returncode, (result.stdout + result.stderr).strip()
 
 
-def defined_and_undefined(objects, cwd):
-    """Strong definitions and undefined references of namespace ptrain in objects or archives."""
-    defined, undefined = {}, set()
+def ptrain_symbols(objects, which):
+    """{symbol: the object defining it} of namespace ptrain in objects or archives: strong definitions for
+    which="--defined-only", references for "--undefined-only"."""
+    symbols = {}
     for obj in objects:
-        code, out = run(["nm", "--defined-only", "-P", str(obj)], cwd)
+        code, out = run(["nm", which, "-P", str(obj)], None)
         if code != 0:
             raise Problem(f"nm {obj}: {out}")
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) >= 2 and parts[1] in "TDBR" and PTRAIN_SYMBOL.match(parts[0]):
-                defined.setdefault(parts[0], obj)
-        code, out = run(["nm", "--undefined-only", "-P", str(obj)], cwd)
-        for line in out.splitlines():
-            parts = line.split()
-            if parts and PTRAIN_SYMBOL.match(parts[0]):
-                undefined.add(parts[0])
-    return defined, undefined
+            strong = which == "--undefined-only" or (len(parts) >= 2 and parts[1] in "TDBR")
+            if parts and strong and PTRAIN_SYMBOL.match(parts[0]):
+                symbols.setdefault(parts[0], obj)
+    return symbols
 
 
 def demangle(symbols):
@@ -174,10 +181,12 @@ def check(project, build):
             return SKIP
     entries = json.loads(commands.read_text())
     torch_cuda_header = "c10/cuda/CUDAStream.h"
-    include_dirs = {Path(w[2:]) for e in entries for w in shlex.split(e.get("command", "")) if w.startswith("-I")}
-    include_dirs |= {Path(p) for e in entries for p in re.findall(r"-isystem (\S+)", e.get("command", ""))}
-    if not any((d / torch_cuda_header).exists() for d in include_dirs | {Path("/usr/include")}):
+    if not any((d / torch_cuda_header).exists() for d in include_dirs(entries)):
         print(f"skipped: LibTorch's {torch_cuda_header} is not in this build's include folders")
+        return SKIP
+    archives = sorted((build / "src/ptrain").glob("*/*.a"))
+    if not archives:
+        print(f"skipped: no CPU build archives under {build / 'src/ptrain'} (build the project first)")
         return SKIP
     pairs, kernels = halves(project)
     tests = tests_reading_the_cuda_macro(project)
@@ -187,7 +196,8 @@ def check(project, build):
         macros = scratch / "include/c10/cuda/impl/cuda_cmake_macros.h"
         macros.parent.mkdir(parents=True)
         macros.write_text(GENERATED_MACROS)
-        jobs = []  # (label, command, cwd, object or None)
+        jobs = []  # (source, command, cwd, object or None)
+        none_objects = []
 
         for index, kernel in enumerate(kernels):
             obj = scratch / f"cu{index}_{kernel.stem}.o"
@@ -204,6 +214,8 @@ def check(project, build):
                 obj = scratch / f"{side}{index}_{source.stem}.o"
                 jobs.append((source, [compiler, *flags, *extra, "-c", str(source), "-o", str(obj)],
                              entry["directory"], obj))
+                if side == "none":
+                    none_objects.append(obj)
         for test in tests:
             entry, _ = compile_command_for(test, entries)
             compiler, flags = flags_of(entry)
@@ -211,27 +223,22 @@ def check(project, build):
 
         failures = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for (label, command, cwd, obj), (code, out) in zip(jobs, pool.map(lambda j: run(j[1], j[2]), jobs)):
+            for (source, command, cwd, obj), (code, out) in zip(jobs, pool.map(lambda j: run(j[1], j[2]), jobs)):
                 if code != 0:
-                    failures.append(f"{Path(label).relative_to(project)} does not compile as the CUDA build compiles it:\n"
+                    failures.append(f"{source.relative_to(project)} does not compile as the CUDA build compiles it:\n"
                                     f"  {shlex.join(command)}\n" + "\n".join("  " + l for l in out.splitlines()[-30:]))
         if failures:
             print("\n\n".join(failures))
             return 1
 
-        source_of = {obj: label for label, _, _, obj in jobs if obj is not None}
-        none_objects = [obj for obj, label in source_of.items() if obj.name.startswith("none")]
+        source_of = {obj: source for source, _, _, obj in jobs if obj is not None}
         cuda_objects = [obj for obj in source_of if obj not in none_objects]
-        none_defined, _ = defined_and_undefined(none_objects, scratch)
-        cuda_defined, cuda_undefined = defined_and_undefined(cuda_objects, scratch)
-        archives = sorted((build / "src/ptrain").glob("*/*.a"))
-        if not archives:
-            print(f"skipped: no CPU build archives under {build / 'src/ptrain'} (build the project first)")
-            return SKIP
+        none_defined = ptrain_symbols(none_objects, "--defined-only")
+        cuda_defined = ptrain_symbols(cuda_objects, "--defined-only")
+        cuda_undefined = set(ptrain_symbols(cuda_objects, "--undefined-only"))
         # The CPU archives hold the _none halves too (in unity batches): what only those define does not
         # count as defined for the CUDA build.
-        cpu_defined, _ = defined_and_undefined(archives, scratch)
-        elsewhere = set(cpu_defined) - set(none_defined)
+        elsewhere = set(ptrain_symbols(archives, "--defined-only")) - set(none_defined)
 
         problems = []
         lacking = sorted(set(none_defined) - set(cuda_defined))

@@ -3,6 +3,7 @@
 the compile_commands.json of their CPU build): what it must refuse and what it must let pass, then on the
 real tree (argv[1], the project's root; argv[2], its build directory)."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -57,7 +58,7 @@ def make_tree(root, files):
             entries.append({"directory": str(build), "file": str(source), "command": shlex.join(command)})
             objects.append(str(obj))
         subprocess.run(["ar", "rcs", str(folder / f"libptrain_{component}.a"), *objects], check=True)
-    (build / "compile_commands.json").write_text(__import__("json").dumps(entries))
+    (build / "compile_commands.json").write_text(json.dumps(entries))
     return root, build
 
 
