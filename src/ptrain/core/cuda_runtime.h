@@ -22,4 +22,15 @@ int current_device();
 // throws ptrain::Error.
 int compute_capability(int device);
 
+// What a device's peak arithmetic rate is computed from (metrics/flops.h).
+struct DeviceProperties {
+  std::string name;            // "NVIDIA H100 80GB HBM3"
+  int multiprocessors = 0;
+  int max_clock_khz = 0;       // the multiprocessors' peak clock
+  int compute_capability = 0;  // major * 10 + minor
+};
+
+// CPU builds: throws ptrain::Error.
+DeviceProperties device_properties(int device);
+
 }  // namespace ptrain::cuda_runtime

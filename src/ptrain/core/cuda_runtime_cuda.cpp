@@ -17,4 +17,18 @@ int compute_capability(int device) {
   return properties->major * 10 + properties->minor;
 }
 
+DeviceProperties device_properties(int device) {
+  const cudaDeviceProp* properties = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+  DeviceProperties p;
+  p.name = properties->name;
+  p.multiprocessors = properties->multiProcessorCount;
+  p.compute_capability = properties->major * 10 + properties->minor;
+  // An attribute, not cudaDeviceProp::clockRate, which CUDA 13 removed.
+  if (cudaDeviceGetAttribute(&p.max_clock_khz, cudaDevAttrClockRate, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    p.max_clock_khz = 0;
+  }
+  return p;
+}
+
 }  // namespace ptrain::cuda_runtime

@@ -21,4 +21,9 @@ int compute_capability(int device) {
   return 0;
 }
 
+DeviceProperties device_properties(int device) {
+  require_cuda_build("the properties of cuda:" + std::to_string(device));
+  return {};
+}
+
 }  // namespace ptrain::cuda_runtime
