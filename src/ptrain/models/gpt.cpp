@@ -170,6 +170,20 @@ class GptBlock : public nn::Module {
   std::shared_ptr<Mlp> mlp;
 };
 
+std::optional<double> Gpt::forward_flops(const std::vector<int64_t>& sample_shape) const {
+  check(sample_shape.size() == 1, "Gpt::forward_flops: a sample is [tokens]");
+  const auto tokens = static_cast<double>(sample_shape[0]);
+  const auto width = static_cast<double>(options_.width), layers = static_cast<double>(options_.layers);
+  // Each token through a block's projections: qkv (3 d^2), the attention's output (d^2), the MLP's two (8 d^2);
+  // then the head (d x vocabulary, the vocabulary's own columns: the padding is the GPU's convenience, not the
+  // model's). Attention's own products, Q K^T and the weights times V, over the whole T x T square as PaLM
+  // counts them (the causal half they skip is not subtracted).
+  const double projections =
+      tokens * (layers * 24.0 * width * width + 2.0 * width * static_cast<double>(options_.vocab_size));
+  const double attention = layers * 4.0 * tokens * tokens * width;
+  return projections + attention;
+}
+
 int64_t gpt_parameter_count(const GptOptions& o) {
   const int64_t c = o.width;
   const int64_t block = 2 * 2 * c                 // ln_1, ln_2

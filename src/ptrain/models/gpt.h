@@ -48,6 +48,7 @@ class Gpt : public Model {
   std::vector<std::string> fusions() const override { return {"weight-casts"}; }
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
+  std::optional<double> forward_flops(const std::vector<int64_t>& sample_shape) const override;
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
   torch::Tensor forward_unit(size_t index, torch::Tensor x) override;

@@ -4,6 +4,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
+#include "ptrain/core/torch_compat.h"
 
 namespace ptrain::models {
 
@@ -43,6 +44,23 @@ Fp8Layers Model::set_fp8_linear(bool on, const Fp8Options& /*options*/) {
   layers.why = "no FP8 path in " + name() +
                ": its convolutions and linear layers run in bf16 under autocast (cuDNN's FP8 convolutions are not used)";
   return layers;
+}
+
+double conv2d_forward_flops(const torch::nn::Conv2dImpl& conv, int64_t& height, int64_t& width) {
+  const auto& o = conv.options;
+  const auto padding = compat::explicit_zero_padding(o);
+  check(padding.has_value(), "a convolution's FLOPs: only explicit zero padding is counted");
+  const int64_t sizes[2] = {height, width};
+  int64_t out[2];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t span = (*o.dilation())[d] * ((*o.kernel_size())[d] - 1) + 1;
+    out[d] = (sizes[d] + 2 * (*padding)[d] - span) / (*o.stride())[d] + 1;
+  }
+  height = out[0];
+  width = out[1];
+  const double macs_per_output = static_cast<double>(o.in_channels() / o.groups()) * (*o.kernel_size())[0] *
+                                 (*o.kernel_size())[1] * static_cast<double>(o.out_channels());
+  return 2.0 * macs_per_output * static_cast<double>(out[0] * out[1]);
 }
 
 void to_floating_point(torch::nn::Module& module, const c10::optional<torch::Device>& device, torch::Dtype dtype,

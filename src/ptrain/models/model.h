@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,6 +101,13 @@ class Model : public torch::nn::Module {
 
   virtual std::string name() const = 0;
 
+  // The matrix products and convolutions of the forward on one sample of sample_shape ([channels, height, width]
+  // for images, [tokens] for sequences), two FLOPs a multiply-add: what model FLOP utilisation counts
+  // (metrics/flops.h). Null for models that cannot count theirs (TorchScript, a user's module).
+  virtual std::optional<double> forward_flops(const std::vector<int64_t>& /*sample_shape*/) const {
+    return std::nullopt;
+  }
+
   // A new model of the same architecture and settings (activation checkpointing included) with its own,
   // freshly initialised parameters: what one-process data parallelism keeps a copy of per device.
   virtual std::shared_ptr<Model> make_replica() const;
@@ -119,6 +127,10 @@ class Model : public torch::nn::Module {
   virtual bool units_run_themselves() const { return false; }
   virtual void observe_units(UnitObserver* /*observer*/) {}
 };
+
+// conv's FLOPs on one sample of height x width (two a multiply-add), its output's height and width left in their
+// place: the convolutions' share of Model::forward_flops. Throws ptrain::Error for padding other than zeros.
+double conv2d_forward_flops(const torch::nn::Conv2dImpl& conv, int64_t& height, int64_t& width);
 
 // As PyTorch's Module.to: floating-point parameters and buffers take dtype, the others (BatchNorm's
 // num_batches_tracked) keep theirs; every tensor moves to device when one is given. In place (set_data),

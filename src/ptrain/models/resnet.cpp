@@ -72,6 +72,10 @@ class ResidualBlock : public nn::Module {
   // Whether the last training forward took the convolution + batch norm fusion; why not, when it did not.
   bool took_conv_stats() const { return took_conv_stats_; }
   bool downsamples() const { return !downsample.is_empty(); }
+  // The shortcut's convolution, for counting FLOPs; null for an identity shortcut.
+  const nn::Conv2dImpl* shortcut_conv() const {
+    return downsample.is_empty() ? nullptr : downsample->ptr(0)->as<nn::Conv2d>();
+  }
   const std::string& conv_stats_why_not() const { return conv_stats_why_not_; }
 
  protected:
@@ -247,6 +251,28 @@ ResNet::ResNet(const ResNetOptions& options) : options_(options) {
   if (options.zero_init_residual) {
     for (auto& [name, block] : blocks_) nn::init::zeros_(block->last_bn()->weight);
   }
+}
+
+std::optional<double> ResNet::forward_flops(const std::vector<int64_t>& sample_shape) const {
+  check(sample_shape.size() == 3, "ResNet::forward_flops: a sample is [channels, height, width]");
+  int64_t height = sample_shape[1], width = sample_shape[2];
+  double flops = conv2d_forward_flops(*conv1, height, width);
+  if (imagenet_stem()) {  // torchvision's 3x3 stride-2 max pooling, padding 1
+    height = (height - 1) / 2 + 1;
+    width = (width - 1) / 2 + 1;
+  }
+  for (const auto& [name, block] : blocks_) {
+    // The shortcut's convolution sees the block's input; the main path's run one after another in the order the
+    // block registered them (conv1, conv2[, conv3]).
+    if (const auto* shortcut = block->shortcut_conv()) {
+      int64_t h = height, w = width;
+      flops += conv2d_forward_flops(*shortcut, h, w);
+    }
+    for (const auto& child : block->named_children()) {
+      if (const auto* conv = child.value()->as<nn::Conv2d>()) flops += conv2d_forward_flops(*conv, height, width);
+    }
+  }
+  return flops + 2.0 * static_cast<double>(fc->options.in_features() * fc->options.out_features());
 }
 
 std::string ResNet::name() const {

@@ -40,6 +40,7 @@ class ResNet : public Model {
   std::vector<std::string> fusions() const override;
   std::string describe_stem_conv() const override;
   std::string name() const override;
+  std::optional<double> forward_flops(const std::vector<int64_t>& sample_shape) const override;
   std::shared_ptr<Model> make_replica() const override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> units() override;
   torch::Tensor forward_unit(size_t index, torch::Tensor x) override;
