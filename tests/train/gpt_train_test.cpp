@@ -51,6 +51,16 @@ void expect_learns(const ptrain::metrics::RunRecord& r, int64_t sequences, doubl
 TEST(GptTraining, TinyLearnsTheSyntheticChainInFp32) {
   const auto r = ptrain::train::train(ptrain::train::make_plan(gpt_run()), "test");
   expect_learns(r, 1024, 1.6, 0.45);
+  // Model FLOPs of a step by hand: 32 tokens through 2 blocks of width 64 (24 x 64^2 a token and block), the head
+  // (2 x 64 x 32 a token) and attention over 32 x 32 (4 x 32^2 x 64 a block), x 3, x 16 sequences; on the CPU no
+  // peak is known, so TFLOP/s but no MFU.
+  const double forward = 32.0 * (2 * 24.0 * 64 * 64 + 2.0 * 64 * kVocab) + 2 * 4.0 * 32 * 32 * 64;
+  ASSERT_TRUE(r.model_flops_per_step && r.tflops && r.steady_images_per_second);
+  EXPECT_DOUBLE_EQ(*r.model_flops_per_step, 3 * forward * 16);
+  EXPECT_DOUBLE_EQ(*r.tflops, 3 * forward * *r.steady_images_per_second / 1e12);
+  EXPECT_FALSE(r.mfu);
+  EXPECT_FALSE(r.peak_tflops);
+  EXPECT_EQ(r.peak_tflops_basis, "");
 }
 
 TEST(GptTraining, TinyLearnsInAmpBf16AndPureBf16WithMasters) {

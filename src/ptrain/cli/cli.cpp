@@ -109,6 +109,17 @@ void print_result(const metrics::RunRecord& r) {
     std::cout << line;
   }
   std::cout << "\n";
+  if (r.tflops) {
+    std::snprintf(line, sizeof(line), "result: model %.4g TFLOP a step, %.1f TFLOP/s a device", *r.model_flops_per_step / 1e12,
+                  *r.tflops);
+    std::cout << line;
+    if (r.mfu) {
+      std::snprintf(line, sizeof(line), ", MFU %.1f%% of %.1f (%s)", *r.mfu * 100.0, *r.peak_tflops,
+                    r.peak_tflops_basis.c_str());
+      std::cout << line;
+    }
+    std::cout << "\n";
+  }
   if (r.final_test_accuracy) {
     std::snprintf(line, sizeof(line), "result: test accuracy %.2f%%, test loss %.4f", *r.final_test_accuracy * 100.0,
                   *r.final_test_loss);
@@ -247,6 +258,7 @@ void add_report_command(CLI::App& app, ReportCommand& command) {
 
 int run_report(const ReportCommand& command) {
   const report::WrittenReport written = report::write_report(command.run_dirs, command.out_dir, command.title);
+  for (const auto& file : written.skipped) std::cerr << "ptrain: note: left out " << file << std::endl;
   std::cout << written.markdown << "report written to " << written.markdown_path << ", " << written.csv_path
             << " and " << written.html_path << std::endl;
   return 0;

@@ -120,6 +120,11 @@ json to_json(const RunRecord& r) {
               {"seq_len", optional_or_null(r.seq_len)},
               {"tokens_per_second", optional_or_null(r.tokens_per_second)},
               {"steady_tokens_per_second", optional_or_null(r.steady_tokens_per_second)},
+              {"model_flops_per_step", optional_or_null(r.model_flops_per_step)},
+              {"tflops", optional_or_null(r.tflops)},
+              {"mfu", optional_or_null(r.mfu)},
+              {"peak_tflops", optional_or_null(r.peak_tflops)},
+              {"peak_tflops_basis", r.peak_tflops_basis},
               {"compiled", optional_or_null(r.compiled)},
               {"fused_optimizer", optional_or_null(r.fused_optimizer)},
               {"peak_allocated_bytes", optional_or_null(r.peak_allocated_bytes)},
@@ -192,9 +197,13 @@ RunRecord run_record_from_json(const json& o) {
   }
   for (auto [key, value] : {std::pair{"steady_images_per_second", &r.steady_images_per_second},
                             std::pair{"tokens_per_second", &r.tokens_per_second},
-                            std::pair{"steady_tokens_per_second", &r.steady_tokens_per_second}}) {
+                            std::pair{"steady_tokens_per_second", &r.steady_tokens_per_second},
+                            std::pair{"model_flops_per_step", &r.model_flops_per_step},
+                            std::pair{"tflops", &r.tflops}, std::pair{"mfu", &r.mfu},
+                            std::pair{"peak_tflops", &r.peak_tflops}}) {
     if (o.contains(key)) *value = read_optional<double>(o, key, where);
   }
+  if (o.contains("peak_tflops_basis")) r.peak_tflops_basis = read_string(o, "peak_tflops_basis", where);
   if (o.contains("seq_len")) r.seq_len = read_optional<int64_t>(o, "seq_len", where);
   for (auto [key, value] : {std::pair{"compiled", &r.compiled}, std::pair{"fused_optimizer", &r.fused_optimizer}}) {
     if (o.contains(key)) *value = read_optional_bool(o, key, where);

@@ -49,6 +49,12 @@ struct RunRecord {
   // images there). Null for image models.
   std::optional<int64_t> seq_len;
   std::optional<double> tokens_per_second, steady_tokens_per_second;
+  // Model FLOP utilisation (metrics/flops.h): the model's matrix products and convolutions in one optimizer step
+  // (forward x 3, the global batch), the model TFLOP/s each device did (steady when measured), and that over
+  // peak_tflops, the device's dense peak for the run's precision, whose source peak_tflops_basis names. Null where
+  // the model cannot count its FLOPs (TorchScript, a user's module) or no peak is known (a CPU, an unlisted GPU).
+  std::optional<double> model_flops_per_step, tflops, mfu, peak_tflops;
+  std::string peak_tflops_basis;
   // How the step ran (with channels_last below): the model through torch.compile (PyTorch records; null in
   // ptrain's, which do not use it); the optimizer step as one fused kernel. Null in records before the fields.
   std::optional<bool> compiled, fused_optimizer;

@@ -33,8 +33,10 @@ void Progress::start_epoch(int64_t epoch) {
   epoch_start_ = std::chrono::steady_clock::now();
 }
 
-void Progress::update(int64_t step, double images_per_second, double loss) {
+void Progress::update(int64_t step, double images_per_second, double loss, std::optional<double> mfu) {
   if (style_ == Style::None) return;
+  char utilisation[32] = "";
+  if (mfu) std::snprintf(utilisation, sizeof(utilisation), "  mfu %.1f%%", *mfu * 100.0);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(steps_per_epoch_ - step) : 0;
   char line[256];
@@ -43,16 +45,17 @@ void Progress::update(int64_t step, double images_per_second, double loss) {
     const int filled = steps_per_epoch_ > 0 ? static_cast<int>(kWidth * step / steps_per_epoch_) : 0;
     std::string bar(static_cast<size_t>(filled), '#');
     bar.append(static_cast<size_t>(kWidth - filled), '.');
-    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  %.0f img/s  loss %.4f  ETA %s   ",
+    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  %.0f img/s%s  loss %.4f  ETA %s   ",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
-                  static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), images_per_second, loss,
-                  format_duration(eta).c_str());
+                  static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), images_per_second, utilisation,
+                  loss, format_duration(eta).c_str());
     std::cout << line << std::flush;
     bar_open_ = true;
   } else {
-    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld  %.0f img/s  loss %.4f  eta %s",
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld  %.0f img/s%s  loss %.4f  eta %s",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), static_cast<long long>(step),
-                  static_cast<long long>(steps_per_epoch_), images_per_second, loss, format_duration(eta).c_str());
+                  static_cast<long long>(steps_per_epoch_), images_per_second, utilisation, loss,
+                  format_duration(eta).c_str());
     std::cout << line << std::endl;
   }
 }

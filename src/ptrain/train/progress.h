@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ptrain::train {
@@ -16,8 +17,9 @@ class Progress {
   Progress(Style style, int64_t epochs, int64_t steps_per_epoch);
 
   void start_epoch(int64_t epoch);
-  // step: optimizer steps done in this epoch; loss: mean over the steps since the last update.
-  void update(int64_t step, double images_per_second, double loss);
+  // step: optimizer steps done in this epoch; loss: mean over the steps since the last update; mfu: the model
+  // FLOP utilisation over those steps, where the run knows it (metrics/flops.h).
+  void update(int64_t step, double images_per_second, double loss, std::optional<double> mfu = std::nullopt);
   void end_epoch(const std::string& summary);
   void message(const std::string& text);
 

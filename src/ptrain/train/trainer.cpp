@@ -239,12 +239,21 @@ void TrainingRun::announce(Progress& progress) {
                                             : record_.cuda_graphs_note));
   }
   if (!fp8_summary_.empty()) progress.message(fp8_summary_);
+  flops_ = count_run_flops(*model_, sample_shape(), device_, policy_.mode,
+                           c_.run.batch_size * c_.optim.grad_accum * devices(), devices());
+  progress.message(flops_.describe());
   progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
                    std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
                    " steps per epoch, " + std::to_string(total_steps_) + " in all");
   const auto& transforms = record_.extra["data_transforms"];
   progress.message("transforms: train " + transforms.at("train").get<std::string>() + "; test " +
                    transforms.at("test").get<std::string>());
+}
+
+std::vector<int64_t> TrainingRun::sample_shape() const {
+  if (train_set_.is_tokens()) return {train_set_.images.size(1)};
+  const int64_t size = c_.data.image_size;
+  return {train_set_.channels(), size > 0 ? size : train_set_.height(), size > 0 ? size : train_set_.width()};
 }
 
 void TrainingRun::start_gpu_sampler() {
@@ -388,7 +397,9 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
         log_progress(mean_loss, seconds > 0 ? window_images / seconds : 0, seconds > 0 ? predictions / seconds : 0);
       }
       check_divergence();
-      progress.update(step_in_epoch, seconds > 0 ? window_images / seconds : 0, mean_loss);
+      const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
+      const auto utilisation = flops_.at(samples_per_second);
+      progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
       totals_->window_loss.zero_();
       window_images = 0;
       window_predictions = 0;

@@ -40,6 +40,10 @@ void TrainingRun::log_progress(double mean_loss, double samples_per_second, doub
   } else {
     scalars.emplace_back("train/images_per_s", samples_per_second);
   }
+  if (const auto utilisation = flops_.at(samples_per_second)) {
+    scalars.emplace_back("train/tflops", utilisation->tflops);
+    if (utilisation->mfu) scalars.emplace_back("train/mfu", *utilisation->mfu);
+  }
   // High-water marks since the run began: the allocator's on this process's device, and NVML's for the device.
   if (device_.is_cuda()) {
     const auto peak = metrics::cuda_allocator_peak(device_.index());

@@ -47,6 +47,16 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
         static_cast<double>(clock_.steady_steps() * c_.optim.grad_accum * c_.run.batch_size * devices()) /
         clock_.steady_seconds();
   }
+  const double samples_per_second = record_.steady_images_per_second.value_or(record_.images_per_second);
+  if (const auto utilisation = flops_.at(samples_per_second)) {
+    record_.model_flops_per_step = utilisation->model_flops_per_step;
+    record_.tflops = utilisation->tflops;
+    record_.mfu = utilisation->mfu;
+  }
+  if (flops_.peak()) {
+    record_.peak_tflops = flops_.peak()->flops_per_second / 1e12;
+    record_.peak_tflops_basis = flops_.peak()->basis;
+  }
   if (train_set_.is_tokens()) {  // a sequence counts as an image above; these count its tokens
     record_.seq_len = train_set_.images.size(1);
     record_.tokens_per_second = record_.images_per_second * static_cast<double>(*record_.seq_len);

@@ -28,6 +28,7 @@
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/metrics/gpu_sampler.h"
 #include "ptrain/metrics/run_record.h"
+#include "ptrain/train/run_flops.h"
 #include "ptrain/metrics/scalar_log.h"
 #include "ptrain/metrics/step_phases.h"
 #include "ptrain/metrics/timer.h"
@@ -181,6 +182,8 @@ class TrainingRun {
   bool should_stop_after(int64_t step) const;
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
+  // One training sample as the model sees it: [channels, height, width] after any resize, or [tokens].
+  std::vector<int64_t> sample_shape() const;
   // The devices of this process: the plan's device and, under dp, the ones after it.
   std::vector<torch::Device> local_devices() const;
 
@@ -216,6 +219,7 @@ class TrainingRun {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   TrainingPosition start_;
   ThroughputClock clock_;
+  RunFlops flops_;  // the model's FLOPs and the device's peak: TFLOP/s and MFU, set by announce()
   int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
   metrics::RunRecord record_;
