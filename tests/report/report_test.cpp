@@ -93,6 +93,8 @@ RunRecord ptrain_bf16() {
   r.gpu_util_mean = 85.0;
   r.gpu_util_peak = 100.0;
   r.final_test_accuracy = 0.8987;
+  r.tflops = 412.3;
+  r.mfu = 0.4167;
   r.epochs_detail = {epoch(0, 20.0, 1.25, 0.84), epoch(1, 20.0, 0.62, 0.8987)};
   r.extra["estimate"] = {{"strategy", "single"}, {"predicted_peak_allocated_bytes", 2.25 * kGiB}};
   return r;
@@ -332,20 +334,20 @@ TEST(BenchReport, MarkdownTableHasOneRowPerRunWithSpeedupMemorySavedAndNa) {
   EXPECT_TRUE(has_line(md,
                        "| run | framework | strategy | precision | devices | batch/device | throughput img/s | steady img/s | "
                        "speed-up vs baseline | test accuracy | peak allocated/GPU | memory saved vs baseline | "
-                       "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time |"))
+                       "predicted peak/GPU | peak NVML used/GPU | GPU util mean | GPU util peak | total time | training time | MFU |"))
       << md;
   // Runs ordered by devices, strategy and precision (fp32 before the mixed modes), ptrain before PyTorch.
   EXPECT_TRUE(has_line(md,
                        "| amp-bf16 \"fast\", \\<script\\>alert(1) | ptrain | single | amp-bf16 | 1 | 128 | 2500 | 3000 | "
-                       "2.50x | 89.87% | 2.00 GiB | 50.0% | 2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s |"))
+                       "2.50x | 89.87% | 2.00 GiB | 50.0% | 2.25 GiB | n/a | 85% | 100% | 50.0 s | 40.0 s | 41.67% |"))
       << md;
   EXPECT_TRUE(has_line(md,
                        "| fp32-baseline | ptrain | single | fp32 | 1 | 128 | 1000 | 1200 | 1.00x | 90.12% | 4.00 GiB | 0.0% | "
-                       "n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s |"))
+                       "n/a | 5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s | n/a |"))
       << md;
   EXPECT_TRUE(has_line(md,
                        "| pytorch-amp-bf16 | pytorch | single | amp-bf16 | 1 | 128 | 2000 | n/a | 2.00x | 89.91% | 3.00 GiB | "
-                       "25.0% | n/a | 4.00 GiB | n/a | n/a | 1 min 03 s | 50.0 s |"))
+                       "25.0% | n/a | 4.00 GiB | n/a | n/a | 1 min 03 s | 50.0 s | n/a |"))
       << md;
   EXPECT_TRUE(has_line(md, "Baseline: fp32-baseline (the ptrain single-device fp32 run).")) << md;
   EXPECT_EQ(md.find("<script>"), std::string::npos);
@@ -364,7 +366,7 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
       "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "images_per_second",
       "steady_images_per_second", "speedup_vs_baseline", "final_test_accuracy", "peak_allocated_bytes_per_gpu",
       "memory_saved_vs_baseline_fraction", "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu",
-      "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds", "train_wall_seconds", "diverged_at_step"};
+      "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds", "train_wall_seconds", "diverged_at_step", "mfu"};
   EXPECT_EQ(rows[0], header);
   for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
 
@@ -384,6 +386,8 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("speedup_vs_baseline")), 2.5);
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("memory_saved_vs_baseline_fraction")), 0.5);
   EXPECT_DOUBLE_EQ(std::stod(bf16.at("final_test_accuracy")), 0.8987);
+  EXPECT_DOUBLE_EQ(std::stod(bf16.at("mfu")), 0.4167);
+  EXPECT_EQ(by_run.at("fp32-baseline").at("mfu"), "") << "a record without a peak has no MFU";
   const auto& pytorch = by_run.at("pytorch-amp-bf16");
   EXPECT_EQ(pytorch.at("framework"), "pytorch");
   EXPECT_EQ(pytorch.at("gpu_util_mean_percent"), "");
@@ -454,7 +458,7 @@ TEST(BenchReport, WithoutSingleDeviceFp32TheFirstRunIsTheBaselineAndRunsWithoutE
       << written.markdown;
   EXPECT_TRUE(has_line(written.markdown,
                        "| a-ddp | ptrain | ddp | fp32 | 2 | 128 | 1800 | 1200 | 1.00x | n/a | 4.00 GiB | 0.0% | n/a | "
-                       "5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s |"))
+                       "5.00 GiB | 80% | 99% | 2 min 00 s | 1 min 40 s | n/a |"))
       << written.markdown;
   EXPECT_NE(written.markdown.find("| 2000 | n/a | 1.11x | 89.91% | 3.00 GiB | 25.0% |"), std::string::npos)
       << written.markdown;

@@ -167,6 +167,10 @@ const std::vector<Column>& columns() {
         number([](const Report& r, size_t i) { return measured(record_of(r, i).diverged_at_step); },
                [](std::optional<double> v) { return v ? shortest_number(*v) : std::string(); }));
     c.back().in_tables = false;  // the accuracy cell says it
+    // Last, so that the CSV's earlier columns keep their places for readers that index them.
+    add("MFU", "mfu", true,
+        number([](const Report& r, size_t i) { return measured(record_of(r, i).mfu); },
+               [](std::optional<double> v) { return fraction_as_percent_text(v); }));
     return c;
   }();
   return all;
