@@ -571,6 +571,30 @@ TEST(BenchReport, MissingOrEmptyDirectoryIsAnErrorNamingIt) {
   EXPECT_FALSE(fs::exists(out)) << "a failed report must not leave a half-written directory";
 }
 
+// A bench's bench.json and an estimate's JSON beside the records are left out and named, in the report and in
+// what it returns; a directory of such files alone holds no run record, and the error names them.
+TEST(BenchReport, JsonFilesThatAreNotRunRecordsAreLeftOutAndNamed) {
+  ScratchDir scratch;
+  const fs::path runs = scratch.path() / "runs";
+  write_json(runs / "fp32.json", metrics::to_json(fp32_baseline()));
+  write_json(runs / "bench.json", json{{"suite", "standard"}, {"runs", json::array()}});
+  write_json(runs / "estimate" / "resnet.json", json::array({json{{"predicted_peak_allocated_bytes", 1}}}));
+  const auto written = report::write_report({runs.string()}, (scratch.path() / "out").string(), "t");
+  ASSERT_EQ(written.skipped.size(), 2u);
+  EXPECT_EQ(written.skipped[0], (runs / "bench.json").string() +
+                                    " (not a run record: no schema_version and epochs_detail keys)");
+  EXPECT_EQ(written.skipped[1].rfind((runs / "estimate" / "resnet.json").string(), 0), 0u) << written.skipped[1];
+  EXPECT_TRUE(has_line(written.markdown, "## Files left out")) << written.markdown;
+  EXPECT_NE(written.markdown.find("bench.json (not a run record"), std::string::npos) << written.markdown;
+  EXPECT_NE(read_text(written.html_path).find("<h2>Files left out</h2>"), std::string::npos);
+  EXPECT_NE(written.markdown.find("| fp32 |"), std::string::npos) << "the run record is still reported";
+
+  const fs::path foreign = scratch.path() / "foreign";
+  write_json(foreign / "bench.json", json{{"suite", "standard"}});
+  expect_error_naming([&] { report::write_report({foreign.string()}, (scratch.path() / "out2").string(), "t"); },
+                      {foreign.string(), "no run record", (foreign / "bench.json").string()});
+}
+
 TEST(BenchReport, MalformedRecordIsAnErrorNamingTheFileAndTheKey) {
   ScratchDir scratch;
   const fs::path runs = scratch.path() / "runs";

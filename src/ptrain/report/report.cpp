@@ -249,11 +249,14 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
 
 WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
                            const std::string& title) {
-  const Report report = make_report(read_runs(run_dirs), title);
+  std::vector<std::string> skipped;
+  Report report = make_report(read_runs(run_dirs, &skipped), title);
+  report.skipped = std::move(skipped);
   std::error_code error;
   fs::create_directories(out_dir, error);
   check(!error, "cannot create report directory " + out_dir + ": " + error.message());
   WrittenReport written;
+  written.skipped = report.skipped;
   written.markdown = render_markdown(report);
   written.markdown_path = (fs::path(out_dir) / "report.md").string();
   written.csv_path = (fs::path(out_dir) / "report.csv").string();

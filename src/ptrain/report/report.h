@@ -30,6 +30,9 @@ struct Report {
   // or where it has none its first ptrain run (or, without one, its first run), which every rendering names.
   std::vector<size_t> baseline_of;
   bool is_baseline(size_t run) const { return baseline_of.at(run) == run; }
+  // JSON files of the run directories that are not run records (a bench's bench.json, an estimate's output), each
+  // "path (why)": left out, and listed where the report ends.
+  std::vector<std::string> skipped;
 };
 
 // "resnet50 on cifar10 at 224 px", "gpt-small on synthetic-tokens at 1024 tokens": runs of one job compare
@@ -38,10 +41,12 @@ std::string job_of(const metrics::RunRecord& r);
 // Whether a run is what a job's baseline should be: ptrain, single device, fp32.
 bool is_single_device_fp32_ptrain(const metrics::RunRecord& r);
 
-// Reads every *.json below each directory (recursively, in path order, so that reports are stable).
-// Throws ptrain::Error naming the directory when it is missing or holds no record, and naming the file
-// and the key when a record is not valid JSON or not a run record.
-std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs);
+// Reads every *.json below each directory (recursively, in path order, so that reports are stable). A file whose
+// JSON is not an object with a run record's "schema_version" and "epochs_detail" is another tool's (bench.json,
+// an estimate's): left out, and named with why in skipped (when given). Throws ptrain::Error naming the directory
+// when it is missing or holds no run record (naming the files left out), and naming the file and the key when a
+// file is not valid JSON or is a run record that does not read as one.
+std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs, std::vector<std::string>* skipped = nullptr);
 
 // Orders the runs by job, devices, strategy (single, dp, ddp, zero1..3, fsdp) and precision (fp32 to amp-bf16),
 // ptrain before PyTorch, and picks each job's baseline (Report::baseline_of).
@@ -94,6 +99,7 @@ struct WrittenReport {
   std::string markdown_path, csv_path, html_path;
   std::string side_by_side_csv_path;  // side-by-side.csv; empty when no run had a PyTorch counterpart
   std::string markdown;  // what report.md holds, for printing
+  std::vector<std::string> skipped;  // Report::skipped
 };
 
 // read_runs, make_report and the renderings into out_dir (created when missing): report.md, report.csv,

@@ -471,6 +471,11 @@ std::string render_html(const Report& report) {
                             },
                             percent_value, percent_tick),
                  no_curve_note);
+  if (!report.skipped.empty()) {
+    html << "<h2>Files left out</h2>\n<ul>\n";
+    for (const auto& file : report.skipped) html << "<li>" << escape_html(file) << "</li>\n";
+    html << "</ul>\n";
+  }
   html << "<script>" << kMarkCheckScript << "</script>\n</body>\n</html>\n";
   return html.str();
 }

@@ -31,9 +31,10 @@ std::string directory_name(const std::string& dir) {
 
 }  // namespace
 
-std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
+std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs, std::vector<std::string>* skipped) {
   check(!run_dirs.empty(), "no run directory given");
   std::vector<ReportRun> runs;
+  std::vector<std::string> not_records;
   std::vector<std::string> directory_of_run;
   for (const auto& dir : run_dirs) {
     std::error_code error;
@@ -46,12 +47,18 @@ std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
     check(!error, "cannot list run directory " + dir + ": " + error.message());
     check(!files.empty(), "run directory " + dir + " holds no run record (*.json)");
     std::sort(files.begin(), files.end());
+    const size_t runs_before = runs.size(), skipped_before = not_records.size();
     for (const auto& file : files) {
       nlohmann::json json;
       try {
         json = nlohmann::json::parse(read_file(file));
       } catch (const nlohmann::json::exception& e) {
         throw Error(file.string() + ": not valid JSON: " + e.what());
+      }
+      // Every run record has both keys, whichever tool wrote it; a file without them is not one gone wrong.
+      if (!json.is_object() || !json.contains("schema_version") || !json.contains("epochs_detail")) {
+        not_records.push_back(file.string() + " (not a run record: no schema_version and epochs_detail keys)");
+        continue;
       }
       ReportRun run;
       try {
@@ -65,7 +72,13 @@ std::vector<ReportRun> read_runs(const std::vector<std::string>& run_dirs) {
       runs.push_back(std::move(run));
       directory_of_run.push_back(directory_name(dir));
     }
+    if (runs.size() == runs_before) {
+      std::string left_out;
+      for (size_t i = skipped_before; i < not_records.size(); ++i) left_out += (left_out.empty() ? "" : "; ") + not_records[i];
+      throw Error("run directory " + dir + " holds no run record (*.json): " + left_out);
+    }
   }
+  if (skipped) *skipped = std::move(not_records);
   std::map<std::string, int> uses;
   for (const auto& run : runs) ++uses[run.name];
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -65,6 +65,11 @@ std::string render_markdown(const Report& report) {
     }
     md << "\n" << escape_markdown(side_by_side_note(report)) << "\n\n";
   }
+  if (!report.skipped.empty()) {
+    md << "## Files left out\n\n";
+    for (const auto& file : report.skipped) md << "- " << escape_markdown(file) << "\n";
+    md << "\n";
+  }
   return md.str();
 }
 
