@@ -169,9 +169,19 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  std::printf("# %s, %d SMs, L2 %d MiB; ResNet-50 batch %lld, %lld px, %s, %s, median of %d\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20, static_cast<long long>(batch),
-              static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2", reps);
+  // The memory's peak from the device itself: two transfers a clock (double data rate) over the bus.
+  int memory_clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "batch_norm_bench: the device does not report its memory clock: no peak to compare with\n");
+  }
+  const double peak_tbps = 2.0 * memory_clock_khz * 1e3 * (bus_bits / 8.0) / 1e12;
+  std::printf("# %s, %d SMs, L2 %d MiB, memory peak %.2f TB/s (%d MHz x %d bits x 2, read off the device); ResNet-50 "
+              "batch %lld, %lld px, %s, %s, median of %d\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, peak_tbps, memory_clock_khz / 1000, bus_bits,
+              static_cast<long long>(batch), static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2",
+              reps);
   if (phases) {
     // Each layer's single-pass forward once (after one run to warm up, and after the flush unless --warm), and the
     // spans of its phases from the blocks' stamps, in us.
@@ -231,6 +241,7 @@ int main(int argc, char** argv) {
          total_forward_auto = 0, total_backward_single = 0, total_backward_auto = 0, total_backward_two = 0,
          total_backward_auto_residual = 0, total_copy_residual = 0;
   int residual_layers = 0;
+  double copy_bytes = 0, forward_bytes = 0, all_backward_bytes = 0;  // what each must move at least, summed
   using ptrain::kernels::cuda::BatchNormPasses;
   for (const Layer& l : layers) {
     const double tensor = static_cast<double>(l.rows) * l.channels * element_bytes(dtype);
@@ -278,6 +289,7 @@ int main(int argc, char** argv) {
                 forward_auto_single ? "*" : " ", backward_single, backward_single_ran ? " " : "!", backward_auto,
                 backward_auto_single ? "*" : " ", two);
     total_copy += copy, total_stats += stats, total_apply += apply, total_backward += backward;
+    copy_bytes += 2 * tensor, forward_bytes += tensor + apply_bytes, all_backward_bytes += backward_bytes;
     total_forward_single += forward_single, total_forward_auto += forward_auto;
     total_backward_single += backward_single, total_backward_auto += backward_auto;
     if (l.residual) {
@@ -290,6 +302,13 @@ int main(int argc, char** argv) {
               total_forward_single, total_forward_auto, total_backward_single, total_backward_auto);
   std::printf("# forward split (stats + apply) %.1f us; ! marks a layer the single pass could not take (split ran)\n",
               total_stats + total_apply);
+  // Against the memory's peak: the bytes each must move at least (stats' read of x counted in the forward, both
+  // reads of the backward's inputs), over the 53 layers' summed time.
+  std::printf("# of the %.2f TB/s peak: copy %.2f TB/s (%.0f%%), forward auto %.2f TB/s (%.0f%%), backward auto "
+              "%.2f TB/s (%.0f%%)\n",
+              peak_tbps, tbps(copy_bytes, total_copy), 100 * tbps(copy_bytes, total_copy) / peak_tbps,
+              tbps(forward_bytes, total_forward_auto), 100 * tbps(forward_bytes, total_forward_auto) / peak_tbps,
+              tbps(all_backward_bytes, total_backward_auto), 100 * tbps(all_backward_bytes, total_backward_auto) / peak_tbps);
   std::printf("# the %d layers with a residual: backward auto %.1f us, with a second gradient %.1f us; their copies "
               "(one tensor read, one written) %.1f us, where autograd's add of two gradients reads two\n",
               residual_layers, total_backward_auto_residual, total_backward_two, total_copy_residual);
