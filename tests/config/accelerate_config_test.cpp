@@ -43,6 +43,17 @@ TEST(AccelerateConfig, TheMultiGpuFileAccelerateWritesReadsUnchanged) {
   EXPECT_NE(launch.warnings[1].find("same_network"), std::string::npos);
 }
 
+// yaml-cpp's as<int> read 010 as octal eight: accelerate's integers are decimal as ptrain's flags are.
+TEST(AccelerateConfig, ZeroPaddedIntegersAreDecimalAndOtherBasesAreRefused) {
+  const auto padded = write_yaml("zero_padded", kBase + "distributed_type: MULTI_CPU\nnum_processes: 010\n");
+  EXPECT_EQ(read_accelerate_config(padded).num_processes_per_machine, 10);
+  const auto nine = write_yaml("nine", kBase + "distributed_type: MULTI_CPU\nnum_processes: 09\n");
+  EXPECT_EQ(read_accelerate_config(nine).num_processes_per_machine, 9);
+  const auto hex = write_yaml("hex", kBase + "distributed_type: MULTI_CPU\nnum_processes: 0x10\n");
+  const std::string message = error_of(hex);
+  EXPECT_NE(message.find(hex + ": key 'num_processes': '0x10' is not a decimal number"), std::string::npos) << message;
+}
+
 TEST(AccelerateConfig, MultiCpuMixedPrecisionAndGpuIds) {
   const auto cpu = read_accelerate_config(repo_file("configs/accelerate/multi-cpu-2.yaml"));
   EXPECT_EQ(cpu.num_processes_per_machine, 2);

@@ -496,6 +496,7 @@ int run_cli(int argc, char** argv) {
   add_estimate_command(app, estimate_command);
   VerifyCommand verify_command;
   add_verify_command(app, verify_command);
+  config::read_numbers_as_decimal(app);  // the options of launch, bench and estimate's own too
 
   try {
     app.parse(argc, argv);

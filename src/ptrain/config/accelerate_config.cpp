@@ -3,11 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "ptrain/config/cli_options.h"
+#include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
@@ -18,12 +20,13 @@ namespace {
 
 std::string text_of(const YAML::Node& node) { return node.IsScalar() ? node.as<std::string>() : std::string(); }
 
+// Decimal, as every integer ptrain reads (yaml-cpp's as<int> reads 010 as octal eight).
 int integer_of(const YAML::Node& node, const std::string& where) {
-  try {
-    return node.as<int>();
-  } catch (const YAML::Exception&) {
-    throw Error(where + " must be an integer, not '" + text_of(node) + "'");
-  }
+  check(node.IsScalar(), where + " must be an integer");
+  const int64_t value = decimal_integer(text_of(node), where);
+  check(value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max(),
+        where + ": '" + text_of(node) + "' is out of range");
+  return static_cast<int>(value);
 }
 
 bool boolean_of(const YAML::Node& node, const std::string& where) {

@@ -307,6 +307,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
     opt->envname(env_name_of(names.front()));
     opt->capture_default_str();
   }
+  read_numbers_as_decimal(app);
   app.formatter(std::make_shared<HelpFormatter>(/*every_default=*/true));
   app.footer("Every flag is also read from its environment variable, PTRAIN_ and the flag's name in capitals "
              "(--batch-size: PTRAIN_BATCH_SIZE), and from a --config YAML file as a key (batch-size or batch_size). "
