@@ -145,8 +145,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive);
   app.add_option("--max-steps", c.run.max_steps,
-                 "The run's length in optimizer steps, fewer than its epochs: training ends there and the learning-rate "
-                 "schedule spans it (Hugging Face's max_steps); 0: all epochs")
+                 "The run's length in optimizer steps, instead of --epochs: training goes on over as many epochs as "
+                 "it takes, ends there, and the learning-rate schedule spans it (Hugging Face's max_steps); 0: --epochs")
       ->group("Run")->check(non_negative);
   app.add_option("--stop-at-step", c.run.stop_at_step,
                  "Pause after this optimizer step: save a checkpoint there (--checkpoint-dir) and exit 0; the schedule "

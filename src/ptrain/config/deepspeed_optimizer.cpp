@@ -195,7 +195,8 @@ void read_scheduler(Reading& r, const json& block) {
     const int64_t total = k.positive_integer(*v, "scheduler.params.total_num_steps");
     o.max_steps = {total, "scheduler.params.total_num_steps"};
     k.note(k.where("scheduler.params.total_num_steps") + " becomes --max-steps " + std::to_string(total) +
-           ": ptrain's cosine spans the run, which ends there or at the last of --epochs, whichever comes first");
+           ": the run trains that many steps, over the epochs they take (--max-steps overrides --epochs), and ptrain's "
+           "cosine spans them");
   } else {
     check(params.contains("total_num_steps"), k.where("scheduler.params.total_num_steps") + " is required for " + type);
   }

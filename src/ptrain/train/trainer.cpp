@@ -83,7 +83,7 @@ metrics::RunRecord TrainingRun::run() {
   resume();
   open_scalar_log();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
-  Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
+  Progress progress(progress_style_, epochs_, steps_per_epoch_);
   announce(progress);
   start_gpu_sampler();
   std::optional<Evaluation> last_eval;
@@ -266,19 +266,19 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
-  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_ && !stopped_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stopped_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
     if (stop_signal_) {
       record_.epochs_detail.push_back(epoch_record);
-      stop_at_signal({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+      stop_at_signal({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
     }
-    const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    const bool last_epoch = epoch + 1 == epochs_ || global_step_ >= total_steps_;
     if (stopped_) {
       // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
       // evaluates that epoch as the run never paused does.
       record_.epochs_detail.push_back(epoch_record);
-      save({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+      save({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
       progress.end_epoch(epoch_summary(epoch, epoch_record));
       if (strategy_->is_main())
         std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
@@ -291,7 +291,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     // Saved before the evaluation: an evaluation that fails (a model that cannot run in eval mode, memory
     // that runs out at the evaluation's batch size) must not take the trained state with it. A run stopped
     // inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
-    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0}
+    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, micro_batches_of(steps_done), global_step_, 0, 0}
                                        : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
     if (last_epoch) {
       export_weights();
@@ -326,7 +326,7 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
   collect_step_phases();
   check_divergence();
-  const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
+  const int64_t images = (micro_batches_of(steps_done) - first) * c_.run.batch_size * devices();
   clock_.add_epoch(epoch_start, epoch_seconds, step_before, global_step_, images);
 
   metrics::EpochRecord epoch_record;
@@ -345,7 +345,8 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
   const int64_t accum = c_.optim.grad_accum;
   train_loader_->start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
-  int64_t step_in_epoch = first_micro_batch / accum;
+  // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
+  int64_t step_in_epoch = (first_micro_batch + accum - 1) / accum;
   metrics::Stopwatch window;
   int64_t window_images = 0, window_predictions = 0;
   totals_->window_loss.zero_();
@@ -353,7 +354,10 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
     start_or_stop_trace(/*before_step=*/true);
-    for (int64_t micro = 0; micro < accum; ++micro) {
+    const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
+    images.resize(static_cast<size_t>(step_micro_batches));
+    labels.resize(static_cast<size_t>(step_micro_batches));
+    for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
       const metrics::Stopwatch waiting;
       auto batch = train_loader_->next();
       phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
@@ -364,10 +368,16 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_images += batch->labels.size(0) * strategy_->world_size();
     }
     optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    steps_->run(images, labels);
+    // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
+    if (step_micro_batches < accum) {
+      steps_->run_eagerly(images, labels);
+    } else {
+      steps_->run(images, labels);
+    }
     ++global_step_;
     start_or_stop_trace(/*before_step=*/false);
-    if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(accum)});
+    if (hooks_.on_step)
+      hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(step_micro_batches)});
     if (clock_.steady_starts_after(global_step_)) {
       metrics::synchronize(device_);
       clock_.start_steady();
@@ -377,7 +387,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
-      save({epoch, step_in_epoch * accum, global_step_, 0, 0});
+      save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
     const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
     if (progress_read) {
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
@@ -422,6 +432,10 @@ int TrainingRun::agreed_stop_signal(bool at_progress_read) {
   strategy_->all_reduce_sum(received);
   const auto any = received.cpu().nonzero();
   return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
+}
+
+int64_t TrainingRun::micro_batches_of(int64_t steps) const {
+  return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);
 }
 
 bool TrainingRun::should_stop_after(int64_t step) const {
