@@ -162,6 +162,21 @@ TEST(TrainingFaults, MaxStepsBeyondTheEpochsTrainsOnOverAsManyEpochsAsItTakes) {
   EXPECT_EQ(train(c).steps, 5);
 }
 
+// Pure bf16 cast BatchNorm's num_batches_tracked to bf16 with the weights, where it stops counting at 256:
+// integer buffers stay integers, as under PyTorch's model.half().
+TEST(TrainingFaults, PureHalfPrecisionKeepsIntegerBuffersIntegers) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("bf16"));
+  c.run.epochs = 1;
+  c.precision.precision = "bf16";
+  ASSERT_EQ(train(c).steps, 8);
+  const auto model = model_of(ptrain::train::checkpoint_path(c.run.checkpoint_dir, 8));
+  const auto& tracked = model.at("bn1.num_batches_tracked");
+  EXPECT_EQ(tracked.scalar_type(), torch::kLong);
+  EXPECT_EQ(tracked.item<int64_t>(), 8);
+  EXPECT_EQ(model.at("bn1.running_mean").scalar_type(), torch::kBFloat16);
+}
+
 // The same under fsdp on two processes over gloo (64 samples, 8 a rank: 4 steps an epoch, 8 in all).
 TEST(TrainingFaults, PauseUnderFsdpOnTwoRanksResumesBitForBit) {
   PTRAIN_SKIP_WITHOUT_GLOO();

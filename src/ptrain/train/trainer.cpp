@@ -125,7 +125,9 @@ void TrainingRun::build_model() {
   model_ = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
-  if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
+  // As PyTorch's model.half(): floating-point tensors only. LibTorch's Module::to(dtype) casts every one, and a
+  // bf16 num_batches_tracked stops counting at 256 (the momentum-less batch norms' 1/count with it).
+  if (policy_.param_dtype != torch::kFloat) models::to_floating_point(*model_, c10::nullopt, policy_.param_dtype);
   if (plan_.channels_last) convert_to_channels_last(*model_);
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
