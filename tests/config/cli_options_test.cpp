@@ -192,6 +192,34 @@ TEST(TrainOptions, ZeroPaddedNumbersAreDecimalAndOtherBasesAreRefusedByName) {
   EXPECT_NE(hex_variable.find("--batch-size: '0x20' is not a decimal number"), std::string::npos) << hex_variable;
 }
 
+// CLI11 said "--batch-size: At Most 1 required but received 2" of a flag given twice.
+TEST(TrainOptions, AFlagGivenTwiceIsSaidSo) {
+  const auto usage_of = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(std::move(args));
+    } catch (const CLI::ParseError& e) {
+      return ptrain::config::usage_message(e);
+    }
+    return "no usage error";
+  };
+  EXPECT_EQ(usage_of({"--batch-size", "8", "--batch-size", "9"}), "--batch-size is given twice: keep one");
+  EXPECT_EQ(usage_of({"--lr=0.1", "--lr", "0.2", "--lr", "0.3"}), "--lr is given 3 times: keep one");
+  EXPECT_EQ(usage_of({"--precision", "fp9"}).find("is given"), std::string::npos);
+}
+
+// CLI11 drops a list's empty items: "--skip-fusions ," was short of a value and took the next flag as its list.
+TEST(TrainOptions, AnEmptyListIsRefusedNamingItsFlagInsteadOfTakingTheNextFlag) {
+  const std::string comma = error_of([] { parse({"--skip-fusions", ",", "--lr", "0.5"}); });
+  EXPECT_NE(comma.find("--skip-fusions: the list is empty (such as ','), and the flag '--lr' after it"),
+            std::string::npos) << comma;
+  const std::string empty = error_of([] { parse({"--skip-fusions", "", "--lr", "0.5"}); });
+  EXPECT_NE(empty.find("--skip-fusions: the list is empty"), std::string::npos) << empty;
+  EXPECT_NE(error_of([] { parse({"--milestones", ",", "--epochs", "3"}); }).find("--milestones: the list is empty"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--skip-fusions", "stem-pool,", "--lr", "0.5"}).run.skip_fusions,
+            std::vector<std::string>{"stem-pool"});
+}
+
 // LibTorch holds these settings as floats: a larger value used to pass every check (--dry-run's too) and
 // fail in the first step as "value cannot be converted to type float without overflow", naming no flag.
 TEST(TrainOptions, FloatSettingsBeyondAFloatAreRefusedByNameAsFlagYamlKeyAndVariable) {

@@ -474,7 +474,7 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e, int argc, char*
     }
     if (!extras.empty()) return name + ": unexpected argument '" + extras.front() + "' (" + name + " --help)";
   }
-  return naming_the_variable(command, e.what(), args);
+  return naming_the_variable(command, config::usage_message(e), args);
 }
 
 }  // namespace

@@ -19,6 +19,20 @@ namespace ptrain::config {
 
 namespace {
 
+// An item of a comma-separated list. CLI11 drops empty items: "--skip-fusions ," left the option short of a
+// value, and it took the next argument, a flag ("--lr"), as its list.
+CLI::Validator list_item() {
+  return CLI::Validator(
+      [](std::string& item) -> std::string {
+        if (item.empty()) return "the list is empty (name at least one item, or leave the flag out)";
+        if (item.rfind("--", 0) == 0)
+          return "the list is empty (such as ','), and the flag '" + item +
+                 "' after it would be taken as its items (name at least one item, or leave the flag out)";
+        return {};
+      },
+      "", "LIST_ITEM");
+}
+
 // A true/false flag (and its --no- form where names give one); help says its default: the value bound now.
 CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value, const std::string& description) {
   return app.add_flag(names, value, description)->default_function([&value] { return value ? "true" : "false"; });
@@ -306,6 +320,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
     if (names.empty() || names.front() == "help") continue;
     opt->envname(env_name_of(names.front()));
     opt->capture_default_str();
+    if (opt->get_delimiter() != '\0') opt->check(list_item());
   }
   read_numbers_as_decimal(app);
   app.formatter(std::make_shared<HelpFormatter>(/*every_default=*/true));
@@ -314,6 +329,15 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
              "The command line wins over the variables, and both over the file.");
 
   return app.add_option("--config", "YAML file with the same keys as the flags (flags win)")->group("Run");
+}
+
+std::string usage_message(const CLI::Error& error) {
+  const std::string message = error.what();
+  const std::string at_most = ": At Most 1 required but received ";
+  const auto at = message.find(at_most);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&error) == nullptr || at == std::string::npos) return message;
+  const std::string times = message.substr(at + at_most.size());
+  return message.substr(0, at) + " is given " + (times == "2" ? "twice" : times + " times") + ": keep one";
 }
 
 std::string env_name_of(const std::string& flag) {
