@@ -44,12 +44,14 @@ void convert_to_channels_last(torch::nn::Module& module) {
   }
 }
 
-// "epoch 3: 1m 02s, 812 img/s, train loss 0.4210 acc 0.8472, test loss ...": what an epoch's end prints.
-std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_record) {
+// "epoch 3: 1m 02s, 812 img/s, train loss 0.4210 acc 0.8472, test loss ...": what an epoch's end prints (tokens/s
+// for a language model's sequences of seq_len tokens).
+std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_record, int64_t seq_len) {
   char summary[256];
-  std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %.0f img/s, train loss %.4f acc %.4f",
+  std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %s, train loss %.4f acc %.4f",
                 static_cast<long long>(epoch + 1), format_duration(epoch_record.wall_seconds).c_str(),
-                epoch_record.images_per_second, epoch_record.train_loss, *epoch_record.train_accuracy);
+                throughput_text(epoch_record.images_per_second, seq_len).c_str(), epoch_record.train_loss,
+                *epoch_record.train_accuracy);
   std::string line = summary;
   if (epoch_record.test_accuracy) {
     std::snprintf(summary, sizeof(summary), ", test loss %.4f acc %.4f", *epoch_record.test_loss,
@@ -84,6 +86,7 @@ metrics::RunRecord TrainingRun::run() {
   open_scalar_log();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
   Progress progress(progress_style_, epochs_, steps_per_epoch_);
+  progress.count_tokens(sequence_length());
   announce(progress);
   start_gpu_sampler();
   std::optional<Evaluation> last_eval;
@@ -281,7 +284,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       // evaluates that epoch as the run never paused does.
       record_.epochs_detail.push_back(epoch_record);
       save({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
-      progress.end_epoch(epoch_summary(epoch, epoch_record));
+      progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
       if (strategy_->is_main())
         std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
                   << (c_.run.checkpoint_dir.empty()
@@ -312,7 +315,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     }
     record_.epochs_detail.push_back(epoch_record);
     if (scalar_log_) log_epoch(epoch_record);
-    progress.end_epoch(epoch_summary(epoch, epoch_record));
+    progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
   }
   return last_eval;
 }
@@ -435,6 +438,8 @@ int TrainingRun::agreed_stop_signal(bool at_progress_read) {
   const auto any = received.cpu().nonzero();
   return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
 }
+
+int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }
 
 int64_t TrainingRun::micro_batches_of(int64_t steps) const {
   return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);

@@ -152,6 +152,8 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // A token dataset's tokens a sample (what throughput counts as tokens/s), 0 for images.
+  int64_t sequence_length() const;
   // The micro-batches of an epoch that its first `steps` optimizer steps read (the last window may be short).
   int64_t micro_batches_of(int64_t steps) const;
   // What a step does on the device, host-free where the strategy is: what steps_ runs, or captures.
