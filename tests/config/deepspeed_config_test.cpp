@@ -67,6 +67,17 @@ const char* const kZero2 = R"({
   }
 })";
 
+// nlohmann's parser keeps the last of a key given twice: "lr" 0.1 then 3e-4 trained at 3e-4 without a word.
+TEST(DeepSpeedConfig, AKeyGivenTwiceIsRefusedNamingTheFileAndTheKey) {
+  const std::string top = error_of(R"({"gradient_clipping": 1.0, "train_batch_size": 8, "gradient_clipping": 0.5})");
+  EXPECT_NE(top.find("ds_config.json: key 'gradient_clipping' is given twice: keep one"), std::string::npos) << top;
+  const std::string nested =
+      error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "eps": 1e-8, "lr": 3e-4}}})");
+  EXPECT_NE(nested.find("ds_config.json: key 'optimizer.params.lr' is given twice"), std::string::npos) << nested;
+  // The same key in two objects is no duplicate.
+  EXPECT_NO_THROW(apply(R"({"fp16": {"enabled": false}, "bf16": {"enabled": false}})"));
+}
+
 TEST(DeepSpeedConfig, ZeroTwoFileMapsOntoTheConfig) {
   const Applied a = apply(kZero2, {}, /*world_size=*/4);
   const TrainConfig& c = a.config;

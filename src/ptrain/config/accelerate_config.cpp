@@ -37,6 +37,20 @@ bool boolean_of(const YAML::Node& node, const std::string& where) {
   }
 }
 
+// yaml-cpp keeps both entries of a key given twice, and the readers below would apply both in turn: refused, as
+// ptrain's own YAML configs refuse it, naming both lines. prefix: the keys of the mappings around map.
+void check_keys_given_once(const YAML::Node& map, const std::string& path, const std::string& prefix = "") {
+  std::map<std::string, int> lines;
+  for (const auto& entry : map) {
+    const std::string key = entry.first.as<std::string>();
+    const int line = entry.first.Mark().line + 1;
+    const auto [first, inserted] = lines.emplace(key, line);
+    check(inserted, path + ": key '" + prefix + key + "' is given twice (lines " + std::to_string(first->second) +
+                        " and " + std::to_string(line) + "): keep one");
+    if (entry.second.IsMap()) check_keys_given_once(entry.second, path, prefix + key + ".");
+  }
+}
+
 // Sets the `ptrain train` option `flag` for every started process (through its PTRAIN_* variable).
 void set_option(AccelerateLaunch& launch, const std::string& flag, const std::string& value) {
   launch.environment[env_name_of(flag)] = value;
@@ -260,6 +274,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
     throw Error(path + ": not valid YAML: " + e.what());
   }
   check(root.IsMap(), path + ": an accelerate config is a mapping of keys to values");
+  check_keys_given_once(root, path);
 
   AccelerateLaunch launch;
   std::string distributed_type = "NO";
