@@ -74,7 +74,7 @@ struct ConfigOverlay {
 
   BatchKeysOfFile batch;
 
-  // The keys the file leaves to ptrain ("auto"), in the file's order.
+  // The keys the file leaves to ptrain ("auto"), in the order they are read.
   std::vector<AutoKey> auto_keys;
 
   // What reading the file found worth saying: keys without effect, approximations.
