@@ -1113,9 +1113,9 @@ def main(argv=None):
     if steps_per_epoch == 0:
         p.error(f"--batch-size {a.batch_size}: a step needs {step_images} samples per process but each of the "
                 f"{ctx.world} process(es) gets {len(sampler)} of the {data.train_size} training samples")
-    total = steps_per_epoch * a.epochs
-    if a.max_steps:
-        total = min(total, a.max_steps)
+    # ptrain's run_steps: --max-steps overrides --epochs (Hugging Face's max_steps), over the epochs it takes.
+    total = a.max_steps if a.max_steps else steps_per_epoch * a.epochs
+    epochs = -(-total // steps_per_epoch)
     opt = build_optimizer(p, a, ctx, model)
     # ptrain's LrSchedule: --warmup-steps, else --warmup-epochs rounded half away from zero (llround).
     warmup = a.warmup_steps or int(math.floor(a.warmup_epochs * steps_per_epoch + 0.5))
@@ -1153,7 +1153,7 @@ def main(argv=None):
     first_step_seconds = None
     first_nonfinite = torch.full((), -1, dtype=torch.int64, device=ctx.device)
     final_acc = final_loss = None
-    for epoch in range(a.epochs):
+    for epoch in range(epochs):
         if step >= total:
             break
         model.train()
@@ -1294,7 +1294,7 @@ def main(argv=None):
         "command_line": " ".join(sys.argv), "model": a.model,
         "dataset": a.dataset, "precision": a.precision + ("+channels-last" if a.channels_last else ""),
         "strategy": a.strategy, "device": str(ctx.device), "world_size": ctx.world, "devices": devices,
-        "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": a.epochs,
+        "batch_size_per_device": a.batch_size, "global_batch_size": a.batch_size * devices, "epochs": epochs,
         "steps": step, "image_size": data.image_size, "seq_len": data.seq_len or None,
         "channels_last": a.channels_last, "compiled": compiled, "fused_optimizer": a.fused_optimizer,
         # ptrain's own accounts of its step (graph capture, its kernels, step phases) have no counterpart here.

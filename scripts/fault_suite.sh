@@ -464,6 +464,52 @@ plans_and_messages() {
   fi
 }
 plans_and_messages
+# --- numbers and image headers ---------------------------------------------------------------------
+# Zero-padded numbers are decimal (CLI11 and yaml-cpp read 010 as octal eight and refused 09), other bases are
+# refused by name; a 159-byte JPEG whose header claims 30000x30000 or 65500x65500 pixels is refused naming the
+# file and the bound, from its header (it took 2.8 GB, or died of std::bad_alloc naming no file).
+numbers_and_image_headers() {
+  local dir="$ROOT/numbers" out
+  mkdir -p "$dir"
+  out=$("$PTRAIN" "${BASE[@]}" --batch-size 010 --dry-run 2>&1)
+  if [[ "$out" == *"batch 10 per device"* ]]; then pass "--batch-size 010 is ten"
+  else fail "--batch-size 010 is ten" "$(echo "$out" | grep -m1 'batch\|error')"; fi
+  bad_input "--batch-size 0x20" "--batch-size: '0x20' is not a decimal number" "${BASE[@]}" --batch-size 0x20 --dry-run
+  local sizes="30000" loadings="memory stream"
+  if [ "$ALL_BAD_INPUT" = 1 ]; then
+    sizes="30000 65500" loadings="auto memory stream"
+    out=$(PTRAIN_BATCH_SIZE=09 "$PTRAIN" "${BASE[@]}" --dry-run 2>&1)
+    if [[ "$out" == *"batch 9 per device"* ]]; then pass "PTRAIN_BATCH_SIZE=09 is nine"
+    else fail "PTRAIN_BATCH_SIZE=09 is nine" "$(echo "$out" | grep -m1 'batch\|error')"; fi
+    PTRAIN_SEED=0x10 bad_input "PTRAIN_SEED=0x10" "PTRAIN_SEED=0x10: '0x10' is not a decimal number" "${TINY[@]}" --dry-run
+    printf 'epochs: 0x3\n' > "$dir/hex.yaml"
+    bad_input "epochs: 0x3 in a --config file" "$dir/hex.yaml: key 'epochs'" "${TINY[@]}" --config "$dir/hex.yaml" --dry-run
+  fi
+  # An 8x8 grey JPEG (libjpeg, quality 50); its SOF0 frame's height and width are the bytes at 94..97.
+  local jpeg=/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1RV19iZ2hnPk1xeXBkeFxlZ2P/wAALCAAIAAgBAREA/8QAFAABAAAAAAAAAAAAAAAAAAAAAP/EABQQAQAAAAAAAAAAAAAAAAAAAAD/2gAIAQEAAD8AP//Z
+  local size split loading peak
+  for size in $sizes; do
+    for split in train test; do
+      mkdir -p "$dir/bomb-$size/$split/a"
+      echo "$jpeg" | base64 -d | "$PYTHON" -c "import sys; d = bytearray(sys.stdin.buffer.read()); \
+        d[94:98] = ($size).to_bytes(2, 'big') * 2; sys.stdout.buffer.write(d)" > "$dir/bomb-$size/$split/a/bomb.jpg"
+    done
+    for loading in $loadings; do
+      bad_input "a JPEG header of ${size}x${size} (--image-loading $loading)" \
+        "$dir/bomb-$size/train/a/bomb.jpg: its header says ${size}x${size} pixels" train --model resnet20 \
+        --dataset imagefolder --data-path "$dir/bomb-$size" --image-loading "$loading" --image-size 8 --device cpu \
+        --threads 1 --batch-size 1 --max-steps 1 --progress none
+    done
+  done
+  if [ -x /usr/bin/time ]; then  # refused before its 2.5 GiB of pixels are allocated
+    /usr/bin/time -f '%M' -o "$dir/rss" "$PTRAIN" train --model resnet20 --dataset imagefolder --image-loading memory \
+      --data-path "$dir/bomb-30000" --device cpu --threads 1 --batch-size 1 --max-steps 1 --progress none > /dev/null 2>&1
+    peak=$(tail -1 "$dir/rss")
+    if [ "${peak:-0}" -lt 1048576 ]; then pass "a JPEG header of 30000x30000: peak RSS $((peak / 1024)) MiB"
+    else fail "a JPEG header of 30000x30000" "peak RSS $((peak / 1024)) MiB"; fi
+  fi
+}
+numbers_and_image_headers
 # --- ranks started differently, a port another job holds, a launcher's variables without a strategy --
 # Each must stop before the first step with one error naming the setting, port or variables: no abort,
 # no run trained on silently, and the other job unharmed.

@@ -43,6 +43,27 @@ TEST(AccelerateConfig, TheMultiGpuFileAccelerateWritesReadsUnchanged) {
   EXPECT_NE(launch.warnings[1].find("same_network"), std::string::npos);
 }
 
+// yaml-cpp's as<int> read 010 as octal eight: accelerate's integers are decimal as ptrain's flags are.
+TEST(AccelerateConfig, ZeroPaddedIntegersAreDecimalAndOtherBasesAreRefused) {
+  const auto padded = write_yaml("zero_padded", kBase + "distributed_type: MULTI_CPU\nnum_processes: 010\n");
+  EXPECT_EQ(read_accelerate_config(padded).num_processes_per_machine, 10);
+  const auto nine = write_yaml("nine", kBase + "distributed_type: MULTI_CPU\nnum_processes: 09\n");
+  EXPECT_EQ(read_accelerate_config(nine).num_processes_per_machine, 9);
+  const auto hex = write_yaml("hex", kBase + "distributed_type: MULTI_CPU\nnum_processes: 0x10\n");
+  const std::string message = error_of(hex);
+  EXPECT_NE(message.find(hex + ": key 'num_processes': '0x10' is not a decimal number"), std::string::npos) << message;
+}
+
+// yaml-cpp keeps both entries of a key given twice: the second num_processes won without a word.
+TEST(AccelerateConfig, AKeyGivenTwiceIsRefusedNamingTheFileTheKeyAndBothLines) {
+  const auto top = write_yaml("twice", kBase + "distributed_type: MULTI_CPU\nnum_processes: 2\nnum_processes: 4\n");
+  EXPECT_EQ(error_of(top), top + ": key 'num_processes' is given twice (lines 6 and 7): keep one");
+  const auto nested = write_yaml("twice_nested", kBase + "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n"
+                                                         "  fsdp_offload_params: false\n  fsdp_offload_params: true\n");
+  EXPECT_NE(error_of(nested).find(nested + ": key 'fsdp_config.fsdp_offload_params' is given twice"), std::string::npos)
+      << error_of(nested);
+}
+
 TEST(AccelerateConfig, MultiCpuMixedPrecisionAndGpuIds) {
   const auto cpu = read_accelerate_config(repo_file("configs/accelerate/multi-cpu-2.yaml"));
   EXPECT_EQ(cpu.num_processes_per_machine, 2);
@@ -72,7 +93,9 @@ TEST(AccelerateConfig, UnsupportedSettingsAreNamed) {
   EXPECT_NE(error_of(unknown).find("'megatron_lm_config'"), std::string::npos);
   const auto tpu = write_yaml("tpu", kBase + "tpu_use_cluster: true\n");
   EXPECT_NE(error_of(tpu).find("TPU"), std::string::npos);
-  const auto uneven = write_yaml("uneven", kBase + "distributed_type: MULTI_GPU\nnum_processes: 3\nnum_machines: 2\n");
+  // (kBase's num_machines: 1 given again would be a key given twice.)
+  const auto uneven = write_yaml("uneven", "compute_environment: LOCAL_MACHINE\nmachine_rank: 0\nrdzv_backend: static\n"
+                                           "distributed_type: MULTI_GPU\nnum_processes: 3\nnum_machines: 2\n");
   EXPECT_NE(error_of(uneven).find("not divisible"), std::string::npos);
   const auto precision = write_yaml("fp4", kBase + "mixed_precision: fp4\n");
   const std::string message = error_of(precision);

@@ -157,6 +157,69 @@ TEST(TrainOptions, NonFiniteAndOutOfRangeNumbersAreRefusedReadably) {
   EXPECT_EQ(parse({"--seed", "18446744073709551615"}).run.seed, 18446744073709551615ull);
 }
 
+// CLI11 and yaml-cpp read integers as C does: 010 was eight (octal), 09 no number, 0x20 thirty-two. Every
+// numeric flag, --config key and PTRAIN_* variable is decimal: a leading zero is a zero, other bases are refused.
+TEST(TrainOptions, ZeroPaddedNumbersAreDecimalAndOtherBasesAreRefusedByName) {
+  EXPECT_EQ(parse({"--batch-size", "010"}).run.batch_size, 10);
+  EXPECT_EQ(parse({"--batch-size", "09"}).run.batch_size, 9);
+  EXPECT_EQ(parse({"--batch-size=0008"}).run.batch_size, 8);
+  EXPECT_EQ(parse({"--seed", "010"}).run.seed, 10u);
+  EXPECT_EQ(parse({"--epochs", "+010"}).run.epochs, 10);
+  EXPECT_EQ(parse({"--train-limit", "000"}).data.train_limit, 0);
+  EXPECT_EQ(parse({"--milestones", "010,020"}).optim.milestones, (std::vector<int64_t>{10, 20}));
+  EXPECT_DOUBLE_EQ(parse({"--lr", "00.5"}).optim.lr, 0.5);
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-size", "0x20"}, {"--seed", "0X10"}, {"--epochs", "0b11"}, {"--grad-accum", "0o7"},
+           {"--lr", "0x1p-3"}}) {
+    const std::string message = error_of([&] { parse({flag, value}); });
+    EXPECT_NE(message.find(flag + ": '" + value + "' is not a decimal number"), std::string::npos) << message;
+  }
+
+  const auto path = write_yaml("zero_padded", "batch-size: 010\nseed: 09\n");
+  const TrainConfig from_yaml = parse({"--config", path});
+  EXPECT_EQ(from_yaml.run.batch_size, 10);
+  EXPECT_EQ(from_yaml.run.seed, 9u);
+  const std::string hex_key = error_of([&] { parse({"--config", write_yaml("hex", "epochs: 0x3\n")}); });
+  EXPECT_NE(hex_key.find("key 'epochs'"), std::string::npos) << hex_key;
+  EXPECT_NE(hex_key.find("not a decimal number"), std::string::npos) << hex_key;
+
+  ::setenv("PTRAIN_BATCH_SIZE", "010", 1);
+  const int64_t from_environment = parse({}).run.batch_size;
+  ::setenv("PTRAIN_BATCH_SIZE", "0x20", 1);
+  const std::string hex_variable = error_of([&] { parse({}); });
+  ::unsetenv("PTRAIN_BATCH_SIZE");
+  EXPECT_EQ(from_environment, 10);
+  EXPECT_NE(hex_variable.find("--batch-size: '0x20' is not a decimal number"), std::string::npos) << hex_variable;
+}
+
+// CLI11 said "--batch-size: At Most 1 required but received 2" of a flag given twice.
+TEST(TrainOptions, AFlagGivenTwiceIsSaidSo) {
+  const auto usage_of = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(std::move(args));
+    } catch (const CLI::ParseError& e) {
+      return ptrain::config::usage_message(e);
+    }
+    return "no usage error";
+  };
+  EXPECT_EQ(usage_of({"--batch-size", "8", "--batch-size", "9"}), "--batch-size is given twice: keep one");
+  EXPECT_EQ(usage_of({"--lr=0.1", "--lr", "0.2", "--lr", "0.3"}), "--lr is given 3 times: keep one");
+  EXPECT_EQ(usage_of({"--precision", "fp9"}).find("is given"), std::string::npos);
+}
+
+// CLI11 drops a list's empty items: "--skip-fusions ," was short of a value and took the next flag as its list.
+TEST(TrainOptions, AnEmptyListIsRefusedNamingItsFlagInsteadOfTakingTheNextFlag) {
+  const std::string comma = error_of([] { parse({"--skip-fusions", ",", "--lr", "0.5"}); });
+  EXPECT_NE(comma.find("--skip-fusions: the list is empty (such as ','), and the flag '--lr' after it"),
+            std::string::npos) << comma;
+  const std::string empty = error_of([] { parse({"--skip-fusions", "", "--lr", "0.5"}); });
+  EXPECT_NE(empty.find("--skip-fusions: the list is empty"), std::string::npos) << empty;
+  EXPECT_NE(error_of([] { parse({"--milestones", ",", "--epochs", "3"}); }).find("--milestones: the list is empty"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--skip-fusions", "stem-pool,", "--lr", "0.5"}).run.skip_fusions,
+            std::vector<std::string>{"stem-pool"});
+}
+
 // LibTorch holds these settings as floats: a larger value used to pass every check (--dry-run's too) and
 // fail in the first step as "value cannot be converted to type float without overflow", naming no flag.
 TEST(TrainOptions, FloatSettingsBeyondAFloatAreRefusedByNameAsFlagYamlKeyAndVariable) {

@@ -67,6 +67,17 @@ const char* const kZero2 = R"({
   }
 })";
 
+// nlohmann's parser keeps the last of a key given twice: "lr" 0.1 then 3e-4 trained at 3e-4 without a word.
+TEST(DeepSpeedConfig, AKeyGivenTwiceIsRefusedNamingTheFileAndTheKey) {
+  const std::string top = error_of(R"({"gradient_clipping": 1.0, "train_batch_size": 8, "gradient_clipping": 0.5})");
+  EXPECT_NE(top.find("ds_config.json: key 'gradient_clipping' is given twice: keep one"), std::string::npos) << top;
+  const std::string nested =
+      error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1, "eps": 1e-8, "lr": 3e-4}}})");
+  EXPECT_NE(nested.find("ds_config.json: key 'optimizer.params.lr' is given twice"), std::string::npos) << nested;
+  // The same key in two objects is no duplicate.
+  EXPECT_NO_THROW(apply(R"({"fp16": {"enabled": false}, "bf16": {"enabled": false}})"));
+}
+
 TEST(DeepSpeedConfig, ZeroTwoFileMapsOntoTheConfig) {
   const Applied a = apply(kZero2, {}, /*world_size=*/4);
   const TrainConfig& c = a.config;
@@ -239,6 +250,60 @@ TEST(DeepSpeedConfig, OptimizersAreMappedOnlyWhereTheyAreTheSame) {
   EXPECT_DOUBLE_EQ(flagged.config.optim.lr, 0.5);
   EXPECT_DOUBLE_EQ(flagged.config.optim.weight_decay, 0.25);
   EXPECT_TRUE(mentions(flagged.warnings, "'optimizer.params.lr' (0.01) is overridden by --lr"));
+}
+
+// The Hugging Face Trainer's ZeRO-2 template: "auto" lr became ptrain's default 0.1 (SGD's) under AdamW and
+// clipping stayed off, without a word. "auto" takes ptrain's flag, each said in one line; a rate with nothing to
+// take it from is an error naming the key.
+const char* const kHuggingFaceZero2 = R"({
+  "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+           "hysteresis": 2, "min_loss_scale": 1},
+  "bf16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                               "warmup_num_steps": "auto"}},
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                        "allgather_partitions": true, "allgather_bucket_size": 2e8, "overlap_comm": true,
+                        "reduce_scatter": true, "reduce_bucket_size": "auto", "contiguous_gradients": true},
+  "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 2000,
+  "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": false
+})";
+
+TEST(DeepSpeedConfig, AutoKeysOfTheHuggingFaceTemplateTakePtrainsFlagsEachSaidInALine) {
+  const std::string no_lr = error_of(kHuggingFaceZero2);
+  EXPECT_NE(no_lr.find("ds_config.json: key 'optimizer.params.lr' is \"auto\", which takes --lr, and no --lr is "
+                       "given"),
+            std::string::npos) << no_lr;
+
+  const Applied a = apply(kHuggingFaceZero2, {"--lr", "3e-4", "--clip-grad-norm", "1", "--batch-size", "16",
+                                              "--warmup-steps", "10"}, 2);
+  EXPECT_EQ(a.config.optim.name, "adamw");
+  EXPECT_DOUBLE_EQ(a.config.optim.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(a.config.optim.clip_grad_norm, 1.0);
+  EXPECT_EQ(a.config.optim.warmup_steps, 10);
+  EXPECT_EQ(a.config.run.batch_size, 16);
+  EXPECT_EQ(a.config.run.strategy, "zero2");
+  for (const std::string line :
+       {"key 'optimizer.params.lr' is \"auto\": --lr 0.0003", "key 'scheduler.params.warmup_max_lr' is \"auto\": --lr 0.0003",
+        "key 'optimizer.params.betas' is \"auto\": --beta1 0.9 (ptrain's default)",
+        "key 'optimizer.params.betas' is \"auto\": --beta2 0.999 (ptrain's default)",
+        "key 'optimizer.params.eps' is \"auto\": --eps 1e-08 (ptrain's default)",
+        "key 'optimizer.params.weight_decay' is \"auto\": --weight-decay 0.0005 (ptrain's default)",
+        "key 'gradient_clipping' is \"auto\": --clip-grad-norm 1", "key 'fp16.enabled' is \"auto\": --precision fp32",
+        "key 'scheduler.params.warmup_num_steps' is \"auto\": --warmup-steps 10",
+        "key 'train_micro_batch_size_per_gpu' is \"auto\": --batch-size 16",
+        "key 'gradient_accumulation_steps' is \"auto\": --grad-accum 1 (ptrain's default)",
+        "key 'train_batch_size' is \"auto\": --global-batch-size 32 (--batch-size x --grad-accum x 2 processes)",
+        "key 'zero_optimization.reduce_bucket_size' is \"auto\": --reduce-bucket-mb 25 (ptrain's default)"}) {
+    EXPECT_TRUE(mentions(a.warnings, "ds_config.json: " + line)) << line;
+  }
+  // Under SGD ptrain's default rate is SGD's own; clipping off is said, not silent.
+  const Applied sgd = apply(R"({"optimizer": {"type": "SGD", "params": {"lr": "auto"}}, "gradient_clipping": "auto"})");
+  EXPECT_DOUBLE_EQ(sgd.config.optim.lr, 0.1);
+  EXPECT_TRUE(mentions(sgd.warnings, "key 'gradient_clipping' is \"auto\": --clip-grad-norm 0 (off) (ptrain's default)"));
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": "auto"}}})").find(
+                "'optimizer.params.amsgrad' is \"auto\", and ptrain has no setting to take it from"),
+            std::string::npos);
 }
 
 TEST(DeepSpeedConfig, SchedulersMapToLinearWarmupAndCosine) {

@@ -277,6 +277,17 @@ TEST(Registry, NormalizationHasOneValueOrOnePerChannel) {
   EXPECT_EQ(default_normalization("imagefolder").mean, std::vector<float>{0.5f});
 }
 
+// A standard deviation of 1e39 was a float infinity: every input zero, the run trained on nothing and exited 0.
+TEST(Registry, NormalizationBeyondAFloatOrTooWideToLeaveAnyInputIsRefused) {
+  EXPECT_EQ(parse_normalization("0.5,1e30").std, std::vector<float>{1e30f});
+  expect_error_mentioning([] { parse_normalization("0.5,1e39"); }, {"--normalize '0.5,1e39'", "'1e39'", "float"});
+  expect_error_mentioning([] { parse_normalization("1e39,0.5"); }, {"--normalize '1e39,0.5'", "'1e39'"});
+  expect_error_mentioning([] { parse_normalization("0.5,1e31"); }, {"--normalize '0.5,1e31'", "at most 1e30"});
+  expect_error_mentioning([] { parse_normalization("0,0,0/1,1e35,1"); }, {"--normalize", "at most 1e30"});
+  expect_error_mentioning([] { parse_normalization("0.5,inf"); }, {"--normalize", "'inf' is not a number"});
+  expect_error_mentioning([] { parse_normalization("0.5,0"); }, {"--normalize", "greater than 0"});
+}
+
 }  // namespace
 }  // namespace ptrain::data
 

@@ -1,8 +1,14 @@
 // Image folders against torchvision's ImageFolder on files written by PIL, and their failure modes.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <zlib.h>
 
+// jpeglib.h needs size_t and FILE declared before it.
+#include <cstdio>
+#include <jpeglib.h>
 
 #include "ptrain/data/image_folder.h"
+#include "ptrain/data/jpeg_decode.h"
 #include "ptrain/data/registry.h"
 #include "test_util.h"
 
@@ -137,6 +143,103 @@ TEST(ImageFolder, CorruptJpegAndPngNameTheFile) {
 
   replace_file(dir, "zebra/b.png", std::vector<uint8_t>{'n', 'o', 't'});
   expect_error_mentioning([&] { load_image_folder(dir / "root", 2); }, {dir / "root/zebra/b.png", "PNG"});
+}
+
+// An 8x8 JPEG whose SOF0 header claims width x height: a few hundred bytes that say they decode to gigabytes.
+std::vector<uint8_t> jpeg_claiming(int width, int height) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = 8;
+  cinfo.image_height = 8;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<uint8_t> row(8 * 3, 128);
+  while (cinfo.next_scanline < 8) {
+    JSAMPROW rows[1] = {row.data()};
+    jpeg_write_scanlines(&cinfo, rows, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<uint8_t> bytes(buffer, buffer + size);
+  std::free(buffer);
+  jpeg_destroy_compress(&cinfo);
+  for (size_t i = 2; i + 9 < bytes.size(); ++i) {
+    if (bytes[i] == 0xff && bytes[i + 1] == 0xc0) {  // SOF0: length, precision, then height and width, big-endian
+      bytes[i + 5] = static_cast<uint8_t>(height >> 8);
+      bytes[i + 6] = static_cast<uint8_t>(height & 0xff);
+      bytes[i + 7] = static_cast<uint8_t>(width >> 8);
+      bytes[i + 8] = static_cast<uint8_t>(width & 0xff);
+      return bytes;
+    }
+  }
+  ADD_FAILURE() << "no SOF0 marker in the encoded JPEG";
+  return bytes;
+}
+
+// A PNG of signature, an IHDR of width x height RGB (its CRC right), an IDAT of no real data and IEND.
+std::vector<uint8_t> png_claiming(uint32_t width, uint32_t height) {
+  std::vector<uint8_t> bytes{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  const auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    const auto be32 = [&](uint32_t v) {
+      for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(v >> shift));
+    };
+    be32(static_cast<uint32_t>(data.size()));
+    const size_t start = bytes.size();
+    bytes.insert(bytes.end(), type, type + 4);
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    be32(static_cast<uint32_t>(crc32(0, bytes.data() + start, static_cast<uInt>(bytes.size() - start))));
+  };
+  std::vector<uint8_t> header;
+  for (const uint32_t v : {width, height})
+    for (int shift = 24; shift >= 0; shift -= 8) header.push_back(static_cast<uint8_t>(v >> shift));
+  header.insert(header.end(), {8, 2, 0, 0, 0});  // 8 bits, RGB, deflate, no filter, not interlaced
+  chunk("IHDR", header);
+  chunk("IDAT", {0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01});
+  chunk("IEND", {});
+  return bytes;
+}
+
+int64_t peak_rss_kib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// A 3 kB JPEG whose header claims 30000 x 30000 pixels was refused only after 2.8 GB of RSS (65500 x 65500:
+// std::bad_alloc, naming no file). Every loader refuses such a file from its header, naming it and the bound.
+TEST(ImageFolder, ImagesWhoseHeaderClaimsTooManyPixelsAreRefusedBeforeTheirPixelsAreAllocated) {
+  ScratchDir dir;
+  const std::string jpeg = dir / "root/ant/bomb.jpg", png = dir / "root/zebra/bomb.png";
+  testing::write_bytes(jpeg, jpeg_claiming(20000, 10000));  // 200 million pixels, 0.6 GB decoded
+  testing::write_bytes(png, png_claiming(20000, 10000));
+  const int64_t peak_before = peak_rss_kib();
+  const std::vector<std::string> named{"its header says 20000x10000 pixels",
+                                       "at most " + std::to_string(kMaxImagePixels) + " pixels"};
+  for (const std::string& file : {jpeg, png}) {
+    auto parts = named;
+    parts.push_back(file);
+    expect_error_mentioning([&] { decode_image_file(file); }, parts);
+    expect_error_mentioning([&] { image_dimensions(file); }, parts);
+    bool asked = false;
+    expect_error_mentioning([&] {
+      decode_for_region(file, [&](int64_t width, int64_t height) {
+        asked = true;
+        return DecodeRequest{0, 0, static_cast<double>(width), static_cast<double>(height), 224, 224};
+      });
+    }, parts);
+    EXPECT_FALSE(asked) << file << ": the streamed decode chose a crop of an image it must refuse";
+  }
+  expect_error_mentioning([&] { load_image_folder(dir / "root", 1); }, {jpeg, "at most"});
+  EXPECT_LT(peak_rss_kib() - peak_before, 100 * 1024) << "KiB of peak RSS grown while refusing";
+  // Within the bound, a large image's header is read as before.
+  testing::write_bytes(jpeg, jpeg_claiming(13000, 13000));
+  EXPECT_EQ(image_dimensions(jpeg), (std::pair<int64_t, int64_t>{13000, 13000}));
 }
 
 // ImageFolder refuses a class without images: here it would add a class no sample has.

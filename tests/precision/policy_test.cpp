@@ -99,10 +99,12 @@ TEST(PrecisionPolicy, ExplicitLossScale) {
   ASSERT_TRUE(fixed.static_loss_scale.has_value());
   EXPECT_EQ(*fixed.static_loss_scale, 1024.0);
   EXPECT_EQ(*resolve_precision("fp16", true, kCuda, "0.5").static_loss_scale, 0.5);
+  EXPECT_EQ(*resolve_precision("fp16", true, kCuda, "01024").static_loss_scale, 1024.0);  // decimal, not octal
 }
 
 TEST(PrecisionPolicy, BadLossScaleIsRefused) {
-  for (const std::string bad : {"", "abc", "0", "-8", "inf", "nan", "12x", "1e400", "Dynamic"}) {
+  // strtod read 0x400 as 1024: numbers are decimal, as every flag's.
+  for (const std::string bad : {"", "abc", "0", "-8", "inf", "nan", "12x", "1e400", "Dynamic", "0x400", "0X1p10"}) {
     expect_refused("amp-fp16", false, kCuda, bad, {"--loss-scale"});
   }
 }

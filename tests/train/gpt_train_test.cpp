@@ -6,6 +6,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/train/plan.h"
+#include "ptrain/train/progress.h"
 #include "ptrain/train/trainer.h"
 #include "test_support.h"
 
@@ -123,6 +124,35 @@ TEST(GptTraining, LargerVocabularyAndShapeFlags) {
   // fp32 parameters: one block of width 48, 40 token and 32 position embeddings, ln_f and the untied head.
   const int64_t block = 4 * 48 + (48 * 144 + 144) + (48 * 48 + 48) + (48 * 192 + 192) + (192 * 48 + 48);
   EXPECT_EQ(*r.model_state_param_bytes, 4 * (40 * 48 + 32 * 48 + block + 2 * 48 + 40 * 48));
+}
+
+// The record counts a language model's throughput in tokens/s; its progress lines and epoch summaries said img/s,
+// counting sequences.
+TEST(GptTraining, ProgressAndEpochLinesSayTokensPerSecondAsTheRecordDoes) {
+  EXPECT_EQ(ptrain::train::throughput_text(100.4, 0), "100 img/s");
+  EXPECT_EQ(ptrain::train::throughput_text(100.0, 32), "3200 tokens/s");
+
+  auto c = gpt_run(128);
+  c.run.epochs = 1;
+  c.run.max_steps = 2;
+  c.optim.warmup_steps = 0;
+  c.run.log_every = 1;
+  c.run.progress = "lines";
+  ::testing::internal::CaptureStdout();
+  ptrain::metrics::RunRecord r;
+  std::string error;
+  try {
+    r = ptrain::train::train(ptrain::train::make_plan(c), "test");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(error, "");
+  ASSERT_TRUE(r.tokens_per_second.has_value());
+  EXPECT_NE(out.find("step 1/"), std::string::npos) << out;
+  EXPECT_NE(out.find(" tokens/s  loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 1: "), std::string::npos) << out;
+  EXPECT_EQ(out.find("img/s"), std::string::npos) << out;
 }
 
 }  // namespace

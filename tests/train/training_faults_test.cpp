@@ -127,6 +127,56 @@ TEST(TrainingFaults, PauseWithGradientAccumulationResumesBitForBit) {
   paused_and_resumed_ends_where_the_whole_run_ends(c, 3);
 }
 
+// --grad-accum 3 over 8 micro-batches an epoch trained two steps of three and dropped the last two micro-batches
+// of every epoch without a word. The last step of an epoch takes the ones left; a pause after it resumes bit
+// for bit.
+TEST(TrainingFaults, GradientAccumulationTrainsAnEpochsLastMicroBatchesInAShorterStep) {
+  auto c = tiny_run("");
+  c.run.epochs = 1;
+  c.optim.grad_accum = 3;  // windows of 3, 3 and 2 micro-batches of 8 samples
+  ptrain::train::TrainHooks hooks;
+  std::vector<double> losses;
+  hooks.on_step = [&](const ptrain::train::StepReport& step) { losses.push_back(step.loss); };
+  const auto record = ptrain::train::train(ptrain::train::make_plan(c), "test", hooks);
+  EXPECT_EQ(record.steps, 3);
+  ASSERT_EQ(record.epochs_detail.size(), 1u);
+  EXPECT_EQ(record.epochs_detail[0].images, 64);  // every sample
+  EXPECT_EQ(losses.size(), 3u);
+
+  auto two_epochs = tiny_run("");
+  two_epochs.optim.grad_accum = 3;
+  paused_and_resumed_ends_where_the_whole_run_ends(two_epochs, 3);  // the pause after the short step
+}
+
+// --max-steps is Hugging Face's max_steps: it overrides --epochs. A run of 8 steps an epoch and --max-steps 20
+// used to stop after its one epoch's 8 steps, exit 0 and say nothing.
+TEST(TrainingFaults, MaxStepsBeyondTheEpochsTrainsOnOverAsManyEpochsAsItTakes) {
+  auto c = tiny_run("");
+  c.run.epochs = 1;
+  c.run.max_steps = 20;
+  const auto record = train(c);
+  EXPECT_EQ(record.steps, 20);
+  EXPECT_EQ(record.epochs, 3);
+  EXPECT_EQ(record.epochs_detail.size(), 3u);
+  c.run.max_steps = 5;  // fewer than an epoch: ends there, as before
+  EXPECT_EQ(train(c).steps, 5);
+}
+
+// Pure bf16 cast BatchNorm's num_batches_tracked to bf16 with the weights, where it stops counting at 256:
+// integer buffers stay integers, as under PyTorch's model.half().
+TEST(TrainingFaults, PureHalfPrecisionKeepsIntegerBuffersIntegers) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("bf16"));
+  c.run.epochs = 1;
+  c.precision.precision = "bf16";
+  ASSERT_EQ(train(c).steps, 8);
+  const auto model = model_of(ptrain::train::checkpoint_path(c.run.checkpoint_dir, 8));
+  const auto& tracked = model.at("bn1.num_batches_tracked");
+  EXPECT_EQ(tracked.scalar_type(), torch::kLong);
+  EXPECT_EQ(tracked.item<int64_t>(), 8);
+  EXPECT_EQ(model.at("bn1.running_mean").scalar_type(), torch::kBFloat16);
+}
+
 // The same under fsdp on two processes over gloo (64 samples, 8 a rank: 4 steps an epoch, 8 in all).
 TEST(TrainingFaults, PauseUnderFsdpOnTwoRanksResumesBitForBit) {
   PTRAIN_SKIP_WITHOUT_GLOO();

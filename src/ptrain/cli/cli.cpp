@@ -97,14 +97,17 @@ void apply_config_sources(CLI::App& cmd, CLI::Option* config_file, config::Train
 
 void print_result(const metrics::RunRecord& r) {
   char line[512];
-  std::snprintf(line, sizeof(line),
-                "result: %s %s on %s, %lld steps in %s (training %s), %.0f img/s",
-                r.model.c_str(), r.precision.c_str(), r.device.c_str(), static_cast<long long>(r.steps),
+  // A language model's rates in tokens/s, as its record has them.
+  const int64_t seq_len = r.seq_len.value_or(0);
+  std::snprintf(line, sizeof(line), "result: %s %s on %s, %lld steps in %s (training %s), %s", r.model.c_str(),
+                r.precision.c_str(), r.device.c_str(), static_cast<long long>(r.steps),
                 train::format_duration(r.total_wall_seconds).c_str(),
-                train::format_duration(r.train_wall_seconds).c_str(), r.images_per_second);
+                train::format_duration(r.train_wall_seconds).c_str(),
+                train::throughput_text(r.images_per_second, seq_len).c_str());
   std::cout << line;
   if (r.steady_images_per_second && r.steady_from_step) {
-    std::snprintf(line, sizeof(line), " (%.0f after step %lld)", *r.steady_images_per_second,
+    const std::string steady = train::throughput_text(*r.steady_images_per_second, seq_len);
+    std::snprintf(line, sizeof(line), " (%s after step %lld)", steady.substr(0, steady.find(' ')).c_str(),
                   static_cast<long long>(*r.steady_from_step));
     std::cout << line;
   }
@@ -486,7 +489,7 @@ std::string usage_error(CLI::App& app, const CLI::ParseError& e, int argc, char*
     }
     if (!extras.empty()) return name + ": unexpected argument '" + extras.front() + "' (" + name + " --help)";
   }
-  return naming_the_variable(command, e.what(), args);
+  return naming_the_variable(command, config::usage_message(e), args);
 }
 
 }  // namespace
@@ -508,6 +511,7 @@ int run_cli(int argc, char** argv) {
   add_estimate_command(app, estimate_command);
   VerifyCommand verify_command;
   add_verify_command(app, verify_command);
+  config::read_numbers_as_decimal(app);  // the options of launch, bench and estimate's own too
 
   try {
     app.parse(argc, argv);

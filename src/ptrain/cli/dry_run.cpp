@@ -98,7 +98,7 @@ std::string describe_layout(const train::Plan& plan) {
   }
   auto model = models::make_model(spec);
   // Buckets group by bytes, in the parameters' training dtype.
-  if (plan.precision.param_dtype != torch::kFloat) model->to(plan.precision.param_dtype);
+  if (plan.precision.param_dtype != torch::kFloat) models::to_floating_point(*model, c10::nullopt, plan.precision.param_dtype);
   const auto summary = models::summarize_model(*model);
   const int64_t parameters = summary.parameters;
 

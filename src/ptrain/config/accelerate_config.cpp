@@ -3,11 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 
 #include "ptrain/config/cli_options.h"
+#include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/strategy_spec.h"
@@ -18,12 +20,13 @@ namespace {
 
 std::string text_of(const YAML::Node& node) { return node.IsScalar() ? node.as<std::string>() : std::string(); }
 
+// Decimal, as every integer ptrain reads (yaml-cpp's as<int> reads 010 as octal eight).
 int integer_of(const YAML::Node& node, const std::string& where) {
-  try {
-    return node.as<int>();
-  } catch (const YAML::Exception&) {
-    throw Error(where + " must be an integer, not '" + text_of(node) + "'");
-  }
+  check(node.IsScalar(), where + " must be an integer");
+  const int64_t value = decimal_integer(text_of(node), where);
+  check(value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max(),
+        where + ": '" + text_of(node) + "' is out of range");
+  return static_cast<int>(value);
 }
 
 bool boolean_of(const YAML::Node& node, const std::string& where) {
@@ -31,6 +34,20 @@ bool boolean_of(const YAML::Node& node, const std::string& where) {
     return node.as<bool>();
   } catch (const YAML::Exception&) {
     throw Error(where + " must be true or false, not '" + text_of(node) + "'");
+  }
+}
+
+// yaml-cpp keeps both entries of a key given twice, and the readers below would apply both in turn: refused, as
+// ptrain's own YAML configs refuse it, naming both lines. prefix: the keys of the mappings around map.
+void check_keys_given_once(const YAML::Node& map, const std::string& path, const std::string& prefix = "") {
+  std::map<std::string, int> lines;
+  for (const auto& entry : map) {
+    const std::string key = entry.first.as<std::string>();
+    const int line = entry.first.Mark().line + 1;
+    const auto [first, inserted] = lines.emplace(key, line);
+    check(inserted, path + ": key '" + prefix + key + "' is given twice (lines " + std::to_string(first->second) +
+                        " and " + std::to_string(line) + "): keep one");
+    if (entry.second.IsMap()) check_keys_given_once(entry.second, path, prefix + key + ".");
   }
 }
 
@@ -257,6 +274,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
     throw Error(path + ": not valid YAML: " + e.what());
   }
   check(root.IsMap(), path + ": an accelerate config is a mapping of keys to values");
+  check_keys_given_once(root, path);
 
   AccelerateLaunch launch;
   std::string distributed_type = "NO";

@@ -19,6 +19,20 @@ namespace ptrain::config {
 
 namespace {
 
+// An item of a comma-separated list. CLI11 drops empty items: "--skip-fusions ," left the option short of a
+// value, and it took the next argument, a flag ("--lr"), as its list.
+CLI::Validator list_item() {
+  return CLI::Validator(
+      [](std::string& item) -> std::string {
+        if (item.empty()) return "the list is empty (name at least one item, or leave the flag out)";
+        if (item.rfind("--", 0) == 0)
+          return "the list is empty (such as ','), and the flag '" + item +
+                 "' after it would be taken as its items (name at least one item, or leave the flag out)";
+        return {};
+      },
+      "", "LIST_ITEM");
+}
+
 // A true/false flag (and its --no- form where names give one); help says its default: the value bound now.
 CLI::Option* add_switch(CLI::App& app, const std::string& names, bool& value, const std::string& description) {
   return app.add_flag(names, value, description)->default_function([&value] { return value ? "true" : "false"; });
@@ -145,8 +159,8 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
 
   app.add_option("--epochs", c.run.epochs, "Epochs")->group("Run")->check(positive);
   app.add_option("--max-steps", c.run.max_steps,
-                 "The run's length in optimizer steps, fewer than its epochs: training ends there and the learning-rate "
-                 "schedule spans it (Hugging Face's max_steps); 0: all epochs")
+                 "The run's length in optimizer steps, instead of --epochs: training goes on over as many epochs as "
+                 "it takes, ends there, and the learning-rate schedule spans it (Hugging Face's max_steps); 0: --epochs")
       ->group("Run")->check(non_negative);
   app.add_option("--stop-at-step", c.run.stop_at_step,
                  "Pause after this optimizer step: save a checkpoint there (--checkpoint-dir) and exit 0; the schedule "
@@ -306,13 +320,24 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
     if (names.empty() || names.front() == "help") continue;
     opt->envname(env_name_of(names.front()));
     opt->capture_default_str();
+    if (opt->get_delimiter() != '\0') opt->check(list_item());
   }
+  read_numbers_as_decimal(app);
   app.formatter(std::make_shared<HelpFormatter>(/*every_default=*/true));
   app.footer("Every flag is also read from its environment variable, PTRAIN_ and the flag's name in capitals "
              "(--batch-size: PTRAIN_BATCH_SIZE), and from a --config YAML file as a key (batch-size or batch_size). "
              "The command line wins over the variables, and both over the file.");
 
   return app.add_option("--config", "YAML file with the same keys as the flags (flags win)")->group("Run");
+}
+
+std::string usage_message(const CLI::Error& error) {
+  const std::string message = error.what();
+  const std::string at_most = ": At Most 1 required but received ";
+  const auto at = message.find(at_most);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&error) == nullptr || at == std::string::npos) return message;
+  const std::string times = message.substr(at + at_most.size());
+  return message.substr(0, at) + " is given " + (times == "2" ? "twice" : times + " times") + ": keep one";
 }
 
 std::string env_name_of(const std::string& flag) {

@@ -22,6 +22,10 @@ std::string env_name_of(const std::string& flag);
 // variables or by apply_yaml_config. Their values win over those of a file read later.
 std::set<std::string> flags_given(const CLI::App& app);
 
+// What a usage error CLI11 found says, as ptrain says it: "--batch-size is given twice: keep one" for CLI11's
+// "--batch-size: At Most 1 required but received 2"; the others' words as CLI11 has them.
+std::string usage_message(const CLI::Error& error);
+
 // After app has parsed the command line: applies the YAML file's keys to every option the command
 // line did not set (flags win). Keys are flag names without dashes; '_' and '-' are interchangeable.
 // Unknown keys and bad values throw ptrain::Error naming the file and the key.

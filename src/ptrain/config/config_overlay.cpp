@@ -70,11 +70,46 @@ class OverlayMerge {
     if (o.min_lr_ratio && !given("min-lr")) c.optim.min_lr = c.optim.lr * *o.min_lr_ratio;
 
     if (o.batch.any) merge_batch(world_size);
+    for (const AutoKey& a : o.auto_keys) {
+      warnings_.push_back(where(a.key) + " is \"auto\": " +
+                          (a.flag.empty() ? a.value
+                                          : "--" + a.flag + " " + flag_value(a.flag, world_size) +
+                                                (given(a.flag) || a.flag == "global-batch-size" ? "" : " (ptrain's default)")));
+    }
     return warnings_;
   }
 
  private:
   bool given(const std::string& flag) const { return given_.count(flag) > 0; }
+
+  // The value of a flag an "auto" key takes, once every source is merged.
+  std::string flag_value(const std::string& flag, int64_t world_size) const {
+    const TrainConfig& c = config_;
+    if (flag == "lr") return value_text(c.optim.lr);
+    if (flag == "weight-decay") return value_text(c.optim.weight_decay);
+    if (flag == "beta1") return value_text(c.optim.beta1);
+    if (flag == "beta2") return value_text(c.optim.beta2);
+    if (flag == "eps") return value_text(c.optim.eps);
+    if (flag == "momentum") return value_text(c.optim.momentum);
+    if (flag == "nesterov") return value_text(c.optim.nesterov);
+    if (flag == "clip-grad-norm") return value_text(c.optim.clip_grad_norm) + (c.optim.clip_grad_norm > 0 ? "" : " (off)");
+    if (flag == "warmup-steps")
+      return c.optim.warmup_steps > 0 || c.optim.warmup_epochs == 0
+                 ? value_text(c.optim.warmup_steps)
+                 : value_text(c.optim.warmup_steps) + " (--warmup-epochs " + value_text(c.optim.warmup_epochs) + ")";
+    if (flag == "max-steps")
+      return value_text(c.run.max_steps) + (c.run.max_steps > 0 ? "" : " (the run's --epochs " + value_text(c.run.epochs) + ")");
+    if (flag == "batch-size") return value_text(c.run.batch_size);
+    if (flag == "grad-accum") return value_text(c.optim.grad_accum);
+    if (flag == "global-batch-size")
+      return value_text(c.run.batch_size * c.optim.grad_accum * world_size) + " (--batch-size x --grad-accum x " +
+             value_text(world_size) + " processes)";
+    if (flag == "precision") return c.precision.precision;
+    if (flag == "bucket-cap-mb") return value_text(c.dist.bucket_cap_mb);
+    if (flag == "reduce-bucket-mb") return value_text(c.sharding.reduce_bucket_mb);
+    if (flag == "overlap-comm") return value_text(c.sharding.overlap_comm);
+    throw Error("config overlay: no value for \"auto\" of --" + flag);
+  }
   std::string where(const std::string& key) const { return overlay_.source + ": key '" + key + "'"; }
 
   // The file's value where no earlier source gave the flag; else the earlier one stays, named when it

@@ -41,6 +41,15 @@ struct BatchKeysOfFile {
   bool micro_auto = false, accumulation_auto = false;
 };
 
+// A key the file gives as "auto" (as the Hugging Face Trainer's DeepSpeed templates write them): it takes
+// ptrain's value of flag (given, or ptrain's default), which apply_overlay says in one line once the sources are
+// merged. flag empty: value says what the key takes.
+struct AutoKey {
+  std::string key;
+  std::string flag;
+  std::string value;
+};
+
 struct ConfigOverlay {
   std::string source;  // the file, as warnings and errors name it
 
@@ -65,6 +74,9 @@ struct ConfigOverlay {
 
   BatchKeysOfFile batch;
 
+  // The keys the file leaves to ptrain ("auto"), in the order they are read.
+  std::vector<AutoKey> auto_keys;
+
   // What reading the file found worth saying: keys without effect, approximations.
   std::vector<std::string> warnings;
 };
@@ -72,7 +84,7 @@ struct ConfigOverlay {
 // Merges overlay into config (already holding the flags, PTRAIN_* and --config values; given names the
 // flags among them). A value outside its flag's range is a ptrain::Error naming the file's key and the
 // flag. The batch keys resolve with world_size processes (resolve_batch_sizes). Returns the overlay's
-// warnings followed by those of the merge.
+// warnings followed by those of the merge, then a line for each "auto" key saying the value it took.
 std::vector<std::string> apply_overlay(const ConfigOverlay& overlay, TrainConfig& config, const FlagsGiven& given,
                                        int64_t world_size);
 

@@ -25,7 +25,8 @@ bool is_batch_key(const std::string& key) {
   return key == "train_batch_size" || key == "train_micro_batch_size_per_gpu" || key == "gradient_accumulation_steps";
 }
 
-void read_batch_key(const deepspeed::KeyReader& k, const std::string& key, const json& value, BatchKeysOfFile& batch) {
+void read_batch_key(const deepspeed::KeyReader& k, const std::string& key, const json& value, ConfigOverlay& overlay) {
+  BatchKeysOfFile& batch = overlay.batch;
   batch.any = true;
   BatchKey& target = key == "train_batch_size"                 ? batch.train_batch
                      : key == "train_micro_batch_size_per_gpu" ? batch.micro_batch
@@ -33,6 +34,9 @@ void read_batch_key(const deepspeed::KeyReader& k, const std::string& key, const
   if (is_auto(value)) {
     if (&target == &batch.micro_batch) batch.micro_auto = true;
     if (&target == &batch.accumulation) batch.accumulation_auto = true;
+    overlay.auto_keys.push_back({key, &target == &batch.micro_batch     ? "batch-size"
+                                      : &target == &batch.accumulation ? "grad-accum"
+                                                                       : "global-batch-size", ""});
   } else {
     target.value = k.positive_integer(value, key);
   }
@@ -75,9 +79,13 @@ ConfigOverlay read_deepspeed_config(const std::string& path, const TrainConfig& 
   json zero, optimizer, scheduler;
   for (const auto& [key, value] : root.items()) {
     if (is_batch_key(key)) {
-      read_batch_key(k, key, value, overlay.batch);
+      read_batch_key(k, key, value, overlay);
     } else if (key == "gradient_clipping") {
-      if (!is_auto(value)) overlay.clip_grad_norm = {k.non_negative(value, key), key};
+      if (is_auto(value)) {
+        overlay.auto_keys.push_back({key, "clip-grad-norm", ""});
+      } else {
+        overlay.clip_grad_norm = {k.non_negative(value, key), key};
+      }
     } else if (key == "fp16") {
       precision.fp16 = k.object(value, key);
     } else if (key == "bf16" || key == "bfloat16") {

@@ -6,7 +6,10 @@
 //   torch_autocast     -> --precision amp-fp16/amp-bf16
 //   batch keys         -> --batch-size, --grad-accum (train_batch_size = micro x accumulation x world)
 //   gradient_clipping, optimizer (SGD, Adam, AdamW), scheduler (WarmupLR, WarmupCosineLR, linear warm-up)
-// "auto" (as accelerate and the HF Trainer write it) keeps ptrain's own value. Keys with an effect
+// "auto" (as accelerate and the HF Trainer write it) takes ptrain's own value, as the Trainer fills in its
+// arguments: the flag's, given or ptrain's default, each said in one line. An "auto" learning rate under Adam or
+// AdamW without --lr (ptrain's default is SGD's) and an "auto" ptrain has no setting for are errors naming the
+// key. Keys with an effect
 // ptrain cannot reproduce are errors naming the key; keys that cannot change the result are named in
 // a warning. Flags, PTRAIN_* variables and --config keys win over the file (each such case is named
 // in a warning when it overrides a value of the file): apply_overlay (config/config_overlay.h) merges.

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "ptrain/core/error.h"
 
@@ -10,12 +13,30 @@ namespace ptrain::config::deepspeed {
 json load_object(const std::string& path) {
   std::ifstream in(path);
   check(in.good(), path + ": cannot open the DeepSpeed config");
+  // nlohmann's parser keeps the last of a key given twice in one object: the file's reader may have meant the
+  // other. The parse's callback sees every key of every object, as ptrain's own YAML configs' check does.
+  std::vector<std::pair<std::string, std::set<std::string>>> objects;  // the open objects: their path, keys
+  std::string key, duplicate;
+  const json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      const std::string outer = objects.empty() ? "" : objects.back().first;
+      objects.push_back({objects.empty() ? "" : outer.empty() ? key : outer + "." + key, {}});
+    } else if (event == json::parse_event_t::object_end) {
+      objects.pop_back();
+    } else if (event == json::parse_event_t::key) {
+      key = parsed.get<std::string>();
+      const std::string& outer = objects.back().first;
+      if (!objects.back().second.insert(key).second && duplicate.empty()) duplicate = outer.empty() ? key : outer + "." + key;
+    }
+    return true;
+  };
   json root;
   try {
-    root = json::parse(in);
+    root = json::parse(in, callback);
   } catch (const json::parse_error& e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
+  check(duplicate.empty(), path + ": key '" + duplicate + "' is given twice: keep one");
   check(root.is_object(), path + ": a DeepSpeed config is a JSON object of keys to values");
   return root;
 }

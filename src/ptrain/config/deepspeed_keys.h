@@ -1,6 +1,7 @@
 // Reading a DeepSpeed ds_config.json: the file as one JSON object, and its values read by type, each
 // error naming the file and the key ("ds.json: key 'fp16.hysteresis' must be positive, not 0"). "auto"
-// (as accelerate and the HF Trainer write it) stands for ptrain's own value: readers skip it.
+// (as accelerate and the HF Trainer write it) stands for ptrain's own value: readers name it in the overlay's
+// auto_keys. A key given twice in one object is an error.
 #pragma once
 
 #include <nlohmann/json.hpp>

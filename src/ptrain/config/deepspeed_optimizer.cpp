@@ -39,6 +39,22 @@ TypeAndParams type_and_params(const KeyReader& k, const json& block, const std::
   return out;
 }
 
+// The optimizer the run trains with: a flag's, else the file's, else ptrain's default.
+std::string final_optimizer(const Reading& r) {
+  if (r.given.count("optimizer") == 0 && r.overlay.optimizer) return r.overlay.optimizer->value;
+  return r.before.optim.name;
+}
+
+// A learning rate given as "auto" takes --lr. Where no --lr (flag, PTRAIN_LR, --config) and no rate of the file
+// gives one, ptrain's default is SGD's (0.1): under Adam or AdamW there is nothing an "auto" could mean.
+void auto_learning_rate(Reading& r, const std::string& key) {
+  const bool from_file = r.overlay.lr && r.overlay.lr->named_by_file;
+  check(final_optimizer(r) == "sgd" || r.given.count("lr") > 0 || from_file,
+        r.keys.where(key) + " is \"auto\", which takes --lr, and no --lr is given (ptrain's default, 0.1, is SGD's "
+                            "rate, not " + final_optimizer(r) + "'s): give --lr, or a rate in the file");
+  r.overlay.auto_keys.push_back({key, "lr", ""});
+}
+
 // The defaults of the optimizer DeepSpeed builds, for the parameters the file leaves out.
 void optimizer_defaults(Reading& r, const json& params, bool sgd, bool torch_adam) {
   const KeyReader& k = r.keys;
@@ -69,6 +85,7 @@ void read_warmup(Reading& r, const json& params, const std::string& type, bool c
     return params.contains(key) && !is_auto(params.at(key)) ? &params.at(key) : nullptr;
   };
   std::string warmup_type = "log";  // DeepSpeed's default
+  if (params.contains("warmup_type") && is_auto(params.at("warmup_type"))) warmup_type = "linear";  // ptrain's
   if (const json* v = value_of("warmup_type")) {
     check(v->is_string(), k.where("scheduler.params.warmup_type") + " must be log or linear");
     warmup_type = v->get<std::string>();
@@ -114,7 +131,20 @@ void read_optimizer(Reading& r, const json& block) {
   bool torch_adam = false, adam_w_mode = true;
   for (const auto& [key, value] : params.items()) {
     const std::string full = "optimizer.params." + key;
-    if (is_auto(value)) continue;  // ptrain's value
+    if (is_auto(value)) {  // ptrain's value, as the Hugging Face Trainer fills its own in
+      if (key == "lr") {
+        auto_learning_rate(r, full);
+      } else if (key == "betas") {
+        o.auto_keys.push_back({full, "beta1", ""});
+        o.auto_keys.push_back({full, "beta2", ""});
+      } else if (key == "weight_decay" || key == "eps" || key == "momentum" || key == "nesterov") {
+        o.auto_keys.push_back({full, key == "weight_decay" ? "weight-decay" : key, ""});
+      } else {
+        throw Error(k.where(full) + " is \"auto\", and ptrain has no setting to take it from: give a value or "
+                                    "leave the key out");
+      }
+      continue;
+    }
     if (key == "lr") {
       o.lr = {k.non_negative(value, full), full};
     } else if (key == "weight_decay") {
@@ -176,6 +206,25 @@ void read_scheduler(Reading& r, const json& block) {
     check(k.integer(*v, "scheduler.params.last_batch_iteration") == -1,
           k.where("scheduler.params.last_batch_iteration") + ": resuming a schedule this way is not supported "
                                                              "(ptrain resumes from its checkpoints)");
+  for (const auto& [key, value] : params.items()) {
+    if (!is_auto(value)) continue;
+    const std::string full = "scheduler.params." + key;
+    if (key == "warmup_max_lr") {
+      auto_learning_rate(r, full);
+    } else if (key == "warmup_num_steps") {
+      o.auto_keys.push_back({full, "warmup-steps", ""});
+    } else if (key == "total_num_steps") {
+      o.auto_keys.push_back({full, "max-steps", ""});
+    } else if (key == "warmup_min_lr" || key == "warmup_min_ratio") {
+      o.auto_keys.push_back({full, "", "0 (ptrain's warm-up starts from 0)"});
+    } else if (key == "cos_min_ratio") {
+      o.auto_keys.push_back({full, "", "0.0001 (DeepSpeed's default; --min-lr wins)"});
+    } else if (key == "warmup_type") {
+      o.auto_keys.push_back({full, "", "linear (ptrain's warm-up)"});
+    } else if (key == "last_batch_iteration") {
+      o.auto_keys.push_back({full, "", "-1 (a fresh schedule)"});
+    }
+  }
   read_warmup(r, params, type, cosine);
   if (!cosine) {
     o.schedule = {"constant", "scheduler.type"};
@@ -195,7 +244,8 @@ void read_scheduler(Reading& r, const json& block) {
     const int64_t total = k.positive_integer(*v, "scheduler.params.total_num_steps");
     o.max_steps = {total, "scheduler.params.total_num_steps"};
     k.note(k.where("scheduler.params.total_num_steps") + " becomes --max-steps " + std::to_string(total) +
-           ": ptrain's cosine spans the run, which ends there or at the last of --epochs, whichever comes first");
+           ": the run trains that many steps, over the epochs they take (--max-steps overrides --epochs), and ptrain's "
+           "cosine spans them");
   } else {
     check(params.contains("total_num_steps"), k.where("scheduler.params.total_num_steps") + " is required for " + type);
   }

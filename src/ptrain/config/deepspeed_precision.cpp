@@ -13,11 +13,14 @@ namespace {
 
 // A block's "enabled"; "auto" is whatever ptrain is asked to run: does that mode train in this block's
 // half dtype (fp16, bf16), or autocast (torch_autocast)?
-bool enabled(const Reading& r, const json& block, const std::string& key,
+bool enabled(Reading& r, const json& block, const std::string& key,
              const std::function<bool(precision::PrecisionMode)>& auto_means) {
   if (block.is_null() || !block.contains("enabled")) return false;
   const json& value = block.at("enabled");
-  if (is_auto(value)) return auto_means(precision::mode_named(r.before.precision.precision));
+  if (is_auto(value)) {
+    r.overlay.auto_keys.push_back({key + ".enabled", "precision", ""});
+    return auto_means(precision::mode_named(r.before.precision.precision));
+  }
   return r.keys.boolean(value, key + ".enabled");
 }
 

@@ -91,8 +91,19 @@ void read_zero_optimization(Reading& r, const json& zero) {
         check(stage >= 1, k.where(full) + ": offloading optimizer state needs stage 1 or more");
         o.offload_optimizer = {true, full};
       }
-    } else if (is_auto(value)) {
-      continue;  // ptrain's value
+    } else if (is_auto(value)) {  // ptrain's value, said in one line
+      if (key == "reduce_bucket_size") {
+        o.auto_keys.push_back({full, stage == 0 ? "bucket-cap-mb" : stage <= 2 ? "reduce-bucket-mb" : "",
+                               "nothing: ptrain's zero3 reduces the gradients of one unit at a time"});
+      } else if (key == "overlap_comm") {
+        o.auto_keys.push_back({full, "overlap-comm", ""});
+      } else if (key == "contiguous_gradients") {
+        o.auto_keys.push_back({full, "", "true: ptrain copies gradients into one flat buffer a group"});
+      } else if (key == "allgather_bucket_size" || kZeroNoEffectKeys.count(key) > 0) {
+        o.auto_keys.push_back({full, "", "nothing: it tunes memory or speed only"});
+      } else {
+        throw Error(k.where(full) + " is \"auto\", and ptrain has no setting to take it from");
+      }
     } else if (key == "reduce_bucket_size") {
       // Stage 0 is ddp, whose buckets --bucket-cap-mb sizes; stage 3 reduces a unit at a time.
       const double mib = bucket_mib(r, value, full);

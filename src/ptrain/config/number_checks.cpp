@@ -1,11 +1,14 @@
 #include "ptrain/config/number_checks.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+
+#include "ptrain/core/error.h"
 
 namespace ptrain::config {
 
@@ -48,6 +51,55 @@ CLI::Validator validator(double low, bool low_inclusive, double high, const std:
 }
 
 }  // namespace
+
+std::string decimal_number_problem(std::string& text, bool integer) {
+  const size_t first = text.find_first_not_of(' ');
+  if (first == std::string::npos) return {};
+  const size_t last = text.find_last_not_of(' ');
+  const size_t sign = text[first] == '+' || text[first] == '-' ? 1 : 0;
+  const std::string digits = text.substr(first + sign, last + 1 - first - sign);
+  if (digits.size() >= 2 && digits[0] == '0' && std::string("xXoObB").find(digits[1]) != std::string::npos)
+    return "'" + text + "' is not a decimal number (ptrain reads numbers in base 10 only: no 0x, 0o or 0b forms)";
+  if (!integer || digits.size() < 2 || digits[0] != '0' ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return {};
+  text = text.substr(first, sign) + digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  return {};
+}
+
+CLI::Validator decimal_number(bool integer) {
+  return CLI::Validator([integer](std::string& input) { return decimal_number_problem(input, integer); }, "",
+                        "DECIMAL");
+}
+
+void read_numbers_as_decimal(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base != "INT" && base != "UINT" && base != "FLOAT") continue;
+    try {
+      opt->get_validator("DECIMAL");
+      continue;  // already reads decimal
+    } catch (const CLI::OptionNotFound&) {
+    }
+    opt->transform(decimal_number(/*integer=*/base != "FLOAT"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) read_numbers_as_decimal(*sub);
+}
+
+int64_t decimal_integer(const std::string& text, const std::string& where) {
+  std::string value = text;
+  const std::string problem = decimal_number_problem(value, /*integer=*/true);
+  check(problem.empty(), where + ": " + problem);
+  const size_t first = value.find_first_not_of(' ');
+  char* end = nullptr;
+  errno = 0;
+  const long long n = first == std::string::npos ? 0 : std::strtoll(value.c_str() + first, &end, 10);
+  while (end != nullptr && *end == ' ') ++end;
+  check(end != nullptr && end != value.c_str() + first && *end == '\0', where + " must be an integer, not '" + text + "'");
+  check(errno != ERANGE, where + ": '" + text + "' is out of range");
+  return n;
+}
 
 std::string range_problem(double value, const std::string& text, double low, bool low_inclusive, double high) {
   if (!std::isfinite(value))

@@ -57,6 +57,7 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const fs::path& path)
   png_infop info = png_create_info_struct(png);
   DecodedImage image;
   std::vector<png_bytep> rows;
+  std::string too_large;
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_read_struct(&png, &info, nullptr);
     throw Error(path.string() + ": corrupt PNG (" + state.message + ")");
@@ -65,6 +66,11 @@ DecodedImage decode_png(const std::vector<uint8_t>& bytes, const fs::path& path)
   png_set_read_fn(png, &state, png_read_from_memory);
   png_set_sig_bytes(png, 8);
   png_read_info(png, info);
+  too_large = image_size_problem(path, png_get_image_width(png, info), png_get_image_height(png, info));
+  if (!too_large.empty()) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    throw Error(too_large);
+  }
   // Everything becomes 8-bit RGB: palette and low bit depths expanded, 16 bits cut to their high byte (as PIL
   // does), grey replicated, alpha dropped (PIL's convert("RGB") drops it without compositing).
   png_set_expand(png);

@@ -103,7 +103,8 @@ void decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path, const 
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   convertible = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK;
-  if (convertible) {
+  region_error = image_size_problem(path, cinfo.image_width, cinfo.image_height);
+  if (convertible && region_error.empty()) {
     try {
       result.request = region_for(cinfo.image_width, cinfo.image_height);
     } catch (const std::exception& e) {
@@ -153,8 +154,8 @@ void decode_jpeg(const std::vector<uint8_t>& bytes, const fs::path& path, const 
     jpeg_finish_decompress(&cinfo);
   }
   jpeg_destroy_decompress(&cinfo);
+  check(region_error.empty() || !convertible, region_error);
   check(convertible, path.string() + ": CMYK JPEG is not supported, convert it to RGB");
-  check(region_error.empty(), region_error);
 }
 
 // One output coordinate's taps: the first input index and a weight for each following one.
@@ -223,14 +224,29 @@ ScaledImage decode_for_region(const fs::path& path, const RegionFor& region_for)
   return result;
 }
 
+std::string image_size_problem(const fs::path& path, int64_t width, int64_t height) {
+  if (width <= 0 || height <= 0 || width <= kMaxImagePixels / height) return {};
+  char decoded[32];
+  std::snprintf(decoded, sizeof(decoded), "%.1f GiB",
+                static_cast<double>(width) * static_cast<double>(height) * 3.0 / (1024.0 * 1024.0 * 1024.0));
+  return path.string() + ": its header says " + std::to_string(width) + "x" + std::to_string(height) +
+         " pixels, " + decoded + " decoded; images may have at most " + std::to_string(kMaxImagePixels) +
+         " pixels (PIL's decompression-bomb limit): shrink or remove it";
+}
+
 std::pair<int64_t, int64_t> image_dimensions(const fs::path& path) {
   const auto bytes = read_bytes(path);
+  const auto check_size = [&](int64_t width, int64_t height) {
+    const std::string problem = image_size_problem(path, width, height);
+    check(problem.empty(), problem);
+  };
   if (is_png(path)) {
     // The IHDR chunk follows the 8-byte signature: length, "IHDR", then width and height, big-endian.
     check(bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0, path.string() + ": not a PNG file");
     const auto be32 = [&](size_t at) {
       return (int64_t{bytes[at]} << 24) | (int64_t{bytes[at + 1]} << 16) | (int64_t{bytes[at + 2]} << 8) | bytes[at + 3];
     };
+    check_size(be32(16), be32(20));
     return {be32(16), be32(20)};
   }
   jpeg_decompress_struct cinfo;
@@ -247,6 +263,7 @@ std::pair<int64_t, int64_t> image_dimensions(const fs::path& path) {
   jpeg_read_header(&cinfo, TRUE);
   const std::pair<int64_t, int64_t> size{cinfo.image_width, cinfo.image_height};
   jpeg_destroy_decompress(&cinfo);
+  check_size(size.first, size.second);
   return size;
 }
 

@@ -42,7 +42,14 @@ ScaledImage decode_for_region(const std::filesystem::path& path, const RegionFor
 // The same into `into`, whose buffers a decoding thread reuses from image to image.
 void decode_for_region(const std::filesystem::path& path, const RegionFor& region_for, ScaledImage& into);
 
-// Width and height from the file's header alone (JPEG or PNG).
+// The most pixels an image may have: PIL's limit of a decompression bomb (twice Image.MAX_IMAGE_PIXELS), 179
+// million, 0.5 GB decoded as RGB. A 3 kB file's header may claim 65500 x 65500: every loader (whole folders,
+// streamed ones, header reads) refuses such a file from its header, before allocating for its pixels.
+constexpr int64_t kMaxImagePixels = 178956970;
+// Empty when width x height is within kMaxImagePixels, else the error, naming path, its size and the bound.
+std::string image_size_problem(const std::filesystem::path& path, int64_t width, int64_t height);
+
+// Width and height from the file's header alone (JPEG or PNG); a size beyond kMaxImagePixels is an error.
 std::pair<int64_t, int64_t> image_dimensions(const std::filesystem::path& path);
 
 // Resamples the region (in the decoded image's pixels) to out_size x out_size with a triangle filter

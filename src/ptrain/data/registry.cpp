@@ -149,6 +149,9 @@ std::vector<float> normalization_values(const std::string& text, const std::stri
       used = 0;
     }
     if (field.empty() || used != field.size() || !std::isfinite(value)) throw syntax("'" + field + "' is not a number");
+    // The values are floats: 1e39 would be an infinity, and pixels divided by it all zero.
+    check(std::isfinite(static_cast<float>(value)),
+          "--normalize '" + whole + "': '" + field + "' is beyond a float's range (at most 3.4e38)");
     values.push_back(static_cast<float>(value));
   }
   return values;
@@ -176,6 +179,9 @@ Normalization parse_normalization(const std::string& text) {
   }
   for (const float s : result.std) {
     check(s > 0, "--normalize '" + text + "': a standard deviation must be greater than 0");
+    // Pixels in [0, 1] divided by more come out 1e-30 or less apart: inputs no model learns from, without a word.
+    check(s <= 1e30f, "--normalize '" + text + "': a standard deviation must be at most 1e30 (pixels "
+                                     "are in [0, 1]: divided by more, every input is within 1e-30 of zero)");
   }
   return result;
 }

@@ -56,8 +56,8 @@ Normalization default_normalization(const std::string& name);
 
 // --normalize: "MEAN,STD" (one value for every channel, e.g. 0.5,0.5), "MEANS/STDS" per channel (e.g.
 // 0.485,0.456,0.406/0.229,0.224,0.225) or "none" (pixels in [0, 1], as mean 0 and std 1). Throws ptrain::Error
-// naming --normalize for anything else: a value that is no finite number, a standard deviation <= 0, means and
-// standard deviations of different counts.
+// naming --normalize for anything else: a value that is no finite float, a standard deviation <= 0 or above 1e30,
+// means and standard deviations of different counts.
 Normalization parse_normalization(const std::string& text);
 
 // "mean 0.4914,0.4822,0.4465 std 0.2470,0.2435,0.2616", each value with up to 4 decimals.

@@ -30,12 +30,13 @@ RunLength run_length(const config::TrainConfig& c, int64_t train_samples, int64_
                                            std::to_string(train_samples) + " training samples");
   const data::DistributedSampler share(train_samples, 0, processes, /*shuffle=*/false, 0, /*drop_last=*/true);
   RunLength length;
-  length.steps_per_epoch = share.num_samples() / loader_batch / c.optim.grad_accum;
-  check(length.steps_per_epoch > 0, "--grad-accum " + std::to_string(c.optim.grad_accum) + " x --batch-size " +
-                                        std::to_string(c.run.batch_size) + " is more than one epoch of data (" +
-                                        std::to_string(share.num_samples()) + " samples per process)");
-  length.total_steps = length.steps_per_epoch * c.run.epochs;
-  if (c.run.max_steps > 0) length.total_steps = std::min(length.total_steps, c.run.max_steps);
+  const int64_t micro_batches = share.num_samples() / loader_batch;
+  check(micro_batches >= c.optim.grad_accum, "--grad-accum " + std::to_string(c.optim.grad_accum) + " x --batch-size " +
+                                                 std::to_string(c.run.batch_size) + " is more than one epoch of data (" +
+                                                 std::to_string(share.num_samples()) + " samples per process)");
+  const train::RunSteps steps = train::run_steps(c, micro_batches);
+  length.steps_per_epoch = steps.steps_per_epoch;
+  length.total_steps = steps.total_steps;
   length.warmup_steps = c.optim.warmup_steps > 0
                             ? c.optim.warmup_steps
                             : static_cast<int64_t>(std::llround(c.optim.warmup_epochs *
@@ -46,7 +47,7 @@ RunLength run_length(const config::TrainConfig& c, int64_t train_samples, int64_
                                    : "--warmup-epochs " + number_text(c.optim.warmup_epochs) + " is " +
                                          std::to_string(length.warmup_steps) + " optimizer steps (" +
                                          std::to_string(length.steps_per_epoch) + " an epoch), which";
-    const bool capped = c.run.max_steps > 0 && c.run.max_steps < length.steps_per_epoch * c.run.epochs;
+    const bool capped = c.run.max_steps > 0;
     throw Error(warmup + " is longer than the whole run of " + std::to_string(length.total_steps) + " steps (" +
                 (capped ? "--max-steps " + std::to_string(c.run.max_steps)
                         : "--epochs " + std::to_string(c.run.epochs)) +

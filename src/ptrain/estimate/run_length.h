@@ -12,7 +12,7 @@ namespace ptrain::estimate {
 // The optimizer steps a run trains, as its trainer counts them.
 struct RunLength {
   int64_t steps_per_epoch = 0;
-  int64_t total_steps = 0;   // every epoch's, or --max-steps when fewer
+  int64_t total_steps = 0;   // every epoch's, or --max-steps (which overrides --epochs)
   int64_t warmup_steps = 0;  // --warmup-steps, or --warmup-epochs of an epoch's steps
 };
 

@@ -74,12 +74,13 @@ LossScaleChoice parse_loss_scale(const std::string& text, PrecisionMode mode, bo
   char* end = nullptr;
   errno = 0;
   const double value = std::strtod(begin, &end);
-  // The scale multiplies the loss as a float: a larger one would fail in LibTorch, naming no flag.
+  // The scale multiplies the loss as a float: a larger one would fail in LibTorch, naming no flag. strtod also
+  // reads hexadecimal (0x400 is 1024): numbers are decimal, as every flag's (config/number_checks.h).
   if (text.empty() || end != begin + text.size() || errno == ERANGE || !std::isfinite(value) || value <= 0.0 ||
-      value > std::numeric_limits<float>::max()) {
+      value > std::numeric_limits<float>::max() || text.find_first_of("xX") != std::string::npos) {
     throw Error("--loss-scale: '" + text +
-                "' is neither auto, dynamic, none nor a positive number a float holds (a static scale, at most "
-                "3.40282e+38)");
+                "' is neither auto, dynamic, none nor a positive decimal number a float holds (a static scale, at "
+                "most 3.40282e+38)");
   }
   return {true, false, value};
 }

@@ -446,7 +446,8 @@ std::string describe(const Plan& plan) {
       << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
       << ", weight decay " << c.optim.weight_decay
       << (c.optim.clip_grad_norm > 0 ? ", clip norm " + std::to_string(c.optim.clip_grad_norm) : "") << "\n"
-      << "epochs " << c.run.epochs << (c.run.max_steps > 0 ? ", at most " + std::to_string(c.run.max_steps) + " steps" : "")
+      << (c.run.max_steps > 0 ? std::to_string(c.run.max_steps) + " steps (--max-steps: the epochs they take)"
+                              : "epochs " + std::to_string(c.run.epochs))
       << ", seed " << c.run.seed;
   if (!plan.resume_path.empty()) out << "\nresume from " << plan.resume_path;
   return out.str();

@@ -28,15 +28,29 @@ std::string format_duration(double seconds) {
   return text;
 }
 
+std::string throughput_text(double samples_per_second, int64_t seq_len) {
+  char text[48];
+  if (seq_len > 0) {
+    std::snprintf(text, sizeof(text), "%.0f tokens/s", samples_per_second * static_cast<double>(seq_len));
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f img/s", samples_per_second);
+  }
+  return text;
+}
+
 void Progress::start_epoch(int64_t epoch) {
   epoch_ = epoch;
   epoch_start_ = std::chrono::steady_clock::now();
 }
 
-void Progress::update(int64_t step, double images_per_second, double loss, std::optional<double> mfu) {
+void Progress::update(int64_t step, double samples_per_second, double loss, std::optional<double> mfu) {
   if (style_ == Style::None) return;
-  char utilisation[32] = "";
-  if (mfu) std::snprintf(utilisation, sizeof(utilisation), "  mfu %.1f%%", *mfu * 100.0);
+  std::string throughput = throughput_text(samples_per_second, tokens_per_sample_);
+  if (mfu) {
+    char utilisation[32];
+    std::snprintf(utilisation, sizeof(utilisation), "  mfu %.1f%%", *mfu * 100.0);
+    throughput += utilisation;
+  }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(steps_per_epoch_ - step) : 0;
   char line[256];
@@ -45,17 +59,16 @@ void Progress::update(int64_t step, double images_per_second, double loss, std::
     const int filled = steps_per_epoch_ > 0 ? static_cast<int>(kWidth * step / steps_per_epoch_) : 0;
     std::string bar(static_cast<size_t>(filled), '#');
     bar.append(static_cast<size_t>(kWidth - filled), '.');
-    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  %.0f img/s%s  loss %.4f  ETA %s   ",
+    std::snprintf(line, sizeof(line), "\repoch %lld/%lld [%s] %lld/%lld  %s  loss %.4f  ETA %s   ",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), bar.c_str(),
-                  static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), images_per_second, utilisation,
-                  loss, format_duration(eta).c_str());
+                  static_cast<long long>(step), static_cast<long long>(steps_per_epoch_), throughput.c_str(), loss,
+                  format_duration(eta).c_str());
     std::cout << line << std::flush;
     bar_open_ = true;
   } else {
-    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld  %.0f img/s%s  loss %.4f  eta %s",
+    std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld  %s  loss %.4f  eta %s",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), static_cast<long long>(step),
-                  static_cast<long long>(steps_per_epoch_), images_per_second, utilisation, loss,
-                  format_duration(eta).c_str());
+                  static_cast<long long>(steps_per_epoch_), throughput.c_str(), loss, format_duration(eta).c_str());
     std::cout << line << std::endl;
   }
 }

@@ -2,10 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "ptrain/core/error.h"
 
 namespace ptrain::train {
+
+RunSteps run_steps(const config::TrainConfig& c, int64_t micro_batches_per_epoch) {
+  const int64_t accum = c.optim.grad_accum;
+  check(micro_batches_per_epoch >= accum, "--grad-accum " + std::to_string(accum) + " x --batch-size " +
+                                              std::to_string(c.run.batch_size) + " is more than one epoch of data");
+  RunSteps steps;
+  steps.steps_per_epoch = (micro_batches_per_epoch + accum - 1) / accum;
+  if (c.run.max_steps > 0) {
+    steps.total_steps = c.run.max_steps;
+    steps.epochs = (c.run.max_steps + steps.steps_per_epoch - 1) / steps.steps_per_epoch;
+    return steps;
+  }
+  check(c.run.epochs <= std::numeric_limits<int64_t>::max() / steps.steps_per_epoch,
+        "--epochs " + std::to_string(c.run.epochs) + " x " + std::to_string(steps.steps_per_epoch) +
+            " steps an epoch overflows the step count");
+  steps.epochs = c.run.epochs;
+  steps.total_steps = steps.steps_per_epoch * c.run.epochs;
+  return steps;
+}
 
 LrSchedule::LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps)
     : config_(config), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps),

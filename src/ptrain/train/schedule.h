@@ -7,6 +7,18 @@
 
 namespace ptrain::train {
 
+// The optimizer steps of a run. An epoch's micro-batches go in windows of --grad-accum, the last one shorter
+// where they do not divide (as accelerate steps at an epoch's end: every sample trains, each step's gradient
+// the mean of its window's). --max-steps, as Hugging Face's max_steps, overrides --epochs: the run trains that
+// many steps over as many epochs as they take. Throws ptrain::Error naming the flags where an epoch holds
+// fewer micro-batches than one window, or the step count overflows.
+struct RunSteps {
+  int64_t steps_per_epoch = 0;
+  int64_t epochs = 0;
+  int64_t total_steps = 0;
+};
+RunSteps run_steps(const config::TrainConfig& config, int64_t micro_batches_per_epoch);
+
 class LrSchedule {
  public:
   // steps_per_epoch: optimizer steps in one epoch; total_steps: in the whole run.

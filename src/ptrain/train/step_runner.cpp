@@ -58,6 +58,16 @@ void StepRunner::run(const Batches& images, const Batches& labels) {
   phases_.end_step();
 }
 
+void StepRunner::run_eagerly(const Batches& images, const Batches& labels) {
+  check(!released_, "step runner: a step after release_graph()");
+  if (graph_) {
+    graph_->run_on_capture_stream([&] { device_step_(images, labels); });
+  } else {
+    device_step_(images, labels);
+  }
+  phases_.end_step();
+}
+
 void StepRunner::release_graph() {
   if (graph_) graph_->release();
   static_images_.clear();

@@ -28,6 +28,9 @@ class StepRunner {
 
   // One step on micro-batches already on the device: eagerly, or by capturing or replaying it.
   void run(const Batches& images, const Batches& labels);
+  // One step run eagerly whatever the graph: an epoch's shorter last window of micro-batches, which the captured
+  // step (of a full window) cannot replay. It does not count toward the eager steps before the capture.
+  void run_eagerly(const Batches& images, const Batches& labels);
   // The steps replayed since the last call (the phase timer cannot see inside a replay).
   int64_t take_replays();
   // Whether the steps are (or, after release_graph(), were) replayed from a captured graph.

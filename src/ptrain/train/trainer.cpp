@@ -44,12 +44,14 @@ void convert_to_channels_last(torch::nn::Module& module) {
   }
 }
 
-// "epoch 3: 1m 02s, 812 img/s, train loss 0.4210 acc 0.8472, test loss ...": what an epoch's end prints.
-std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_record) {
+// "epoch 3: 1m 02s, 812 img/s, train loss 0.4210 acc 0.8472, test loss ...": what an epoch's end prints (tokens/s
+// for a language model's sequences of seq_len tokens).
+std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_record, int64_t seq_len) {
   char summary[256];
-  std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %.0f img/s, train loss %.4f acc %.4f",
+  std::snprintf(summary, sizeof(summary), "epoch %lld: %s, %s, train loss %.4f acc %.4f",
                 static_cast<long long>(epoch + 1), format_duration(epoch_record.wall_seconds).c_str(),
-                epoch_record.images_per_second, epoch_record.train_loss, *epoch_record.train_accuracy);
+                throughput_text(epoch_record.images_per_second, seq_len).c_str(), epoch_record.train_loss,
+                *epoch_record.train_accuracy);
   std::string line = summary;
   if (epoch_record.test_accuracy) {
     std::snprintf(summary, sizeof(summary), ", test loss %.4f acc %.4f", *epoch_record.test_loss,
@@ -83,7 +85,8 @@ metrics::RunRecord TrainingRun::run() {
   resume();
   open_scalar_log();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
-  Progress progress(progress_style_, c_.run.epochs, steps_per_epoch_);
+  Progress progress(progress_style_, epochs_, steps_per_epoch_);
+  progress.count_tokens(sequence_length());
   announce(progress);
   start_gpu_sampler();
   std::optional<Evaluation> last_eval;
@@ -125,7 +128,9 @@ void TrainingRun::build_model() {
   model_ = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
   if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
   model_->to(device_);
-  if (policy_.param_dtype != torch::kFloat) model_->to(policy_.param_dtype);
+  // As PyTorch's model.half(): floating-point tensors only. LibTorch's Module::to(dtype) casts every one, and a
+  // bf16 num_batches_tracked stops counting at 256 (the momentum-less batch norms' 1/count with it).
+  if (policy_.param_dtype != torch::kFloat) models::to_floating_point(*model_, c10::nullopt, policy_.param_dtype);
   if (plan_.channels_last) convert_to_channels_last(*model_);
   model_->set_activation_checkpointing(c_.model.activation_checkpointing);
   model_->set_fused_kernels(c_.run.fused_kernels);
@@ -275,20 +280,20 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
-  for (int64_t epoch = start_.epoch; epoch < c_.run.epochs && global_step_ < total_steps_ && !stopped_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stopped_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
     if (stop_signal_) {
       record_.epochs_detail.push_back(epoch_record);
-      stop_at_signal({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
+      stop_at_signal({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
     }
-    const bool last_epoch = epoch + 1 == c_.run.epochs || global_step_ >= total_steps_;
+    const bool last_epoch = epoch + 1 == epochs_ || global_step_ >= total_steps_;
     if (stopped_) {
       // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
       // evaluates that epoch as the run never paused does.
       record_.epochs_detail.push_back(epoch_record);
-      save({epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0});
-      progress.end_epoch(epoch_summary(epoch, epoch_record));
+      save({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
+      progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
       if (strategy_->is_main())
         std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
                   << (c_.run.checkpoint_dir.empty()
@@ -300,7 +305,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     // Saved before the evaluation: an evaluation that fails (a model that cannot run in eval mode, memory
     // that runs out at the evaluation's batch size) must not take the trained state with it. A run stopped
     // inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
-    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, steps_done * c_.optim.grad_accum, global_step_, 0, 0}
+    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, micro_batches_of(steps_done), global_step_, 0, 0}
                                        : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
     if (last_epoch) {
       export_weights();
@@ -319,7 +324,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     }
     record_.epochs_detail.push_back(epoch_record);
     if (scalar_log_) log_epoch(epoch_record);
-    progress.end_epoch(epoch_summary(epoch, epoch_record));
+    progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
   }
   return last_eval;
 }
@@ -335,7 +340,7 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
   collect_step_phases();
   check_divergence();
-  const int64_t images = (global_step_ - step_before) * c_.optim.grad_accum * c_.run.batch_size * devices();
+  const int64_t images = (micro_batches_of(steps_done) - first) * c_.run.batch_size * devices();
   clock_.add_epoch(epoch_start, epoch_seconds, step_before, global_step_, images);
 
   metrics::EpochRecord epoch_record;
@@ -354,7 +359,8 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
   const int64_t accum = c_.optim.grad_accum;
   train_loader_->start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
-  int64_t step_in_epoch = first_micro_batch / accum;
+  // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
+  int64_t step_in_epoch = (first_micro_batch + accum - 1) / accum;
   metrics::Stopwatch window;
   int64_t window_images = 0, window_predictions = 0;
   totals_->window_loss.zero_();
@@ -362,7 +368,10 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
     start_or_stop_trace(/*before_step=*/true);
-    for (int64_t micro = 0; micro < accum; ++micro) {
+    const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
+    images.resize(static_cast<size_t>(step_micro_batches));
+    labels.resize(static_cast<size_t>(step_micro_batches));
+    for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
       const metrics::Stopwatch waiting;
       auto batch = train_loader_->next();
       phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
@@ -373,10 +382,16 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_images += batch->labels.size(0) * strategy_->world_size();
     }
     optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    steps_->run(images, labels);
+    // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
+    if (step_micro_batches < accum) {
+      steps_->run_eagerly(images, labels);
+    } else {
+      steps_->run(images, labels);
+    }
     ++global_step_;
     start_or_stop_trace(/*before_step=*/false);
-    if (hooks_.on_step) hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(accum)});
+    if (hooks_.on_step)
+      hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(step_micro_batches)});
     if (clock_.steady_starts_after(global_step_)) {
       metrics::synchronize(device_);
       clock_.start_steady();
@@ -386,7 +401,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
-      save({epoch, step_in_epoch * accum, global_step_, 0, 0});
+      save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
     const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
     if (progress_read) {
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
@@ -433,6 +448,12 @@ int TrainingRun::agreed_stop_signal(bool at_progress_read) {
   strategy_->all_reduce_sum(received);
   const auto any = received.cpu().nonzero();
   return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
+}
+
+int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }
+
+int64_t TrainingRun::micro_batches_of(int64_t steps) const {
+  return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);
 }
 
 bool TrainingRun::should_stop_after(int64_t step) const {

@@ -49,8 +49,7 @@ std::string changed_schedule_settings(const nlohmann::json& saved, const nlohman
 }  // namespace
 
 std::string TrainingRun::run_length_source() const {
-  if (c_.run.max_steps > 0 && c_.run.max_steps < steps_per_epoch_ * c_.run.epochs)
-    return "--max-steps " + std::to_string(c_.run.max_steps);
+  if (c_.run.max_steps > 0) return "--max-steps " + std::to_string(c_.run.max_steps);
   std::string source = "--epochs " + std::to_string(c_.run.epochs) + " of " + std::to_string(steps_per_epoch_) + " steps";
   if (c_.data.train_limit > 0) source += " at --train-limit " + std::to_string(c_.data.train_limit);
   return source;
@@ -96,8 +95,9 @@ void TrainingRun::resume_from(Checkpoint ckpt) {
         plan_.resume_path + ": the checkpoint is at step " + std::to_string(global_step_) + " and this run ends at step " +
             std::to_string(total_steps_) + " (" + run_length_source() + "): nothing is left to train" +
             (changed.empty() ? "" : " (" + changed + ")"));
-  check(start_.micro_batch <= steps_per_epoch_ * accum,
-        plan_.resume_path + ": the checkpoint is " + std::to_string(start_.micro_batch / accum) + " steps into epoch " +
+  check(start_.micro_batch <= micro_batches_per_epoch_,
+        plan_.resume_path + ": the checkpoint is " + std::to_string((start_.micro_batch + accum - 1) / accum) +
+            " steps into epoch " +
             std::to_string(start_.epoch + 1) + ", which has " + std::to_string(steps_per_epoch_) + " steps in this run" +
             (changed.empty() ? "" : " (" + changed + ")") + ": its data and batches differ from the checkpoint's run");
   // A changed length moves a cosine or step schedule's rates: the run goes on, but not as the saved one would have.

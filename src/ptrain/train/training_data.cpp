@@ -106,14 +106,11 @@ void TrainingRun::load_data() {
                                         {"test", transforms_of(test_set_, eval_augment, false, size)}};
   }
 
-  steps_per_epoch_ = train_loader_->batches_per_epoch() / c_.optim.grad_accum;
-  check(steps_per_epoch_ > 0, "--grad-accum " + std::to_string(c_.optim.grad_accum) + " x --batch-size " +
-                                  std::to_string(c_.run.batch_size) + " is more than one epoch of data");
-  check(c_.run.epochs <= std::numeric_limits<int64_t>::max() / steps_per_epoch_,
-        "--epochs " + std::to_string(c_.run.epochs) + " x " + std::to_string(steps_per_epoch_) +
-            " steps an epoch overflows the step count");
-  total_steps_ = steps_per_epoch_ * c_.run.epochs;
-  if (c_.run.max_steps > 0) total_steps_ = std::min(total_steps_, c_.run.max_steps);
+  micro_batches_per_epoch_ = train_loader_->batches_per_epoch();
+  const RunSteps steps = run_steps(c_, micro_batches_per_epoch_);
+  steps_per_epoch_ = steps.steps_per_epoch;
+  epochs_ = steps.epochs;
+  total_steps_ = steps.total_steps;
 }
 
 bool is_out_of_memory(const std::string& what) {

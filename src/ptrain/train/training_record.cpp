@@ -35,7 +35,7 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   record_.devices = devices();
   record_.batch_size_per_device = c_.run.batch_size;
   record_.global_batch_size = c_.run.batch_size * c_.optim.grad_accum * devices();
-  record_.epochs = c_.run.epochs;
+  record_.epochs = epochs_;
   record_.steps = global_step_;
   record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
   record_.train_wall_seconds = clock_.train_seconds();
@@ -43,9 +43,13 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   record_.images_per_second = clock_.train_seconds() > 0 ? clock_.images() / clock_.train_seconds() : 0;
   if (clock_.steady_steps() > 0 && clock_.steady_seconds() > 0) {
     record_.steady_from_step = clock_.steady_from_step();
+    // accum micro-batches a step, but an epoch's last step takes the ones left (short_by fewer).
+    const int64_t from = clock_.steady_from_step(), to = from + clock_.steady_steps();
+    const int64_t short_by = steps_per_epoch_ * c_.optim.grad_accum - micro_batches_per_epoch_;
+    const int64_t micro_batches =
+        clock_.steady_steps() * c_.optim.grad_accum - (to / steps_per_epoch_ - from / steps_per_epoch_) * short_by;
     record_.steady_images_per_second =
-        static_cast<double>(clock_.steady_steps() * c_.optim.grad_accum * c_.run.batch_size * devices()) /
-        clock_.steady_seconds();
+        static_cast<double>(micro_batches * c_.run.batch_size * devices()) / clock_.steady_seconds();
   }
   const double samples_per_second = record_.steady_images_per_second.value_or(record_.images_per_second);
   if (const auto utilisation = flops_.at(samples_per_second)) {

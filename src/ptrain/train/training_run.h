@@ -153,6 +153,10 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // A token dataset's tokens a sample (what throughput counts as tokens/s), 0 for images.
+  int64_t sequence_length() const;
+  // The micro-batches of an epoch that its first `steps` optimizer steps read (the last window may be short).
+  int64_t micro_batches_of(int64_t steps) const;
   // What a step does on the device, host-free where the strategy is: what steps_ runs, or captures.
   void device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels);
   torch::Tensor optimizer_step();
@@ -217,6 +221,8 @@ class TrainingRun {
   bool weights_exported_ = false;  // --save-weights written (by rank 0; the other ranks only gather)
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
+  int64_t micro_batches_per_epoch_ = 0;  // the last step's window of them may be shorter than --grad-accum
+  int64_t epochs_ = 0;                   // --epochs, or the epochs --max-steps takes (run_steps)
   TrainingPosition start_;
   ThroughputClock clock_;
   RunFlops flops_;  // the model's FLOPs and the device's peak: TFLOP/s and MFU, set by announce()
