@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/plan.h"
+#include "ptrain/train/progress.h"
 #include "ptrain/train/trainer.h"
 #include "test_support.h"
 
@@ -333,6 +335,23 @@ TEST(TrainingFaults, AFullDiskUnderTheLogsDoesNotStopTheRun) {
   EXPECT_EQ(end.at("logs_given_up"), nlohmann::json::array({"--log-jsonl"})) << end.dump();
   EXPECT_TRUE(fs::is_regular_file(tmp.file("w.pt")));
   EXPECT_EQ(ptrain::train::latest_checkpoint(tmp.file("ck")), ptrain::train::checkpoint_path(tmp.file("ck"), 8));
+}
+
+// Progress lines on a full disk (stdout's buffer on /dev/full) warn once and stop; the run is not stopped.
+TEST(TrainingFaults, AFullDiskUnderTheProgressLinesWarnsOnce) {
+  std::filebuf full;
+  ASSERT_NE(full.open("/dev/full", std::ios::out), nullptr);
+  std::streambuf* const stdout_buffer = std::cout.rdbuf(&full);
+  ::testing::internal::CaptureStderr();
+  ptrain::train::Progress progress(ptrain::train::Progress::Style::Lines, 1, 8);
+  progress.start_epoch(0);
+  for (int64_t step = 1; step <= 3; ++step) EXPECT_NO_THROW(progress.update(step, 100, 0.5));
+  progress.end_epoch("epoch 1: done");
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  std::cout.rdbuf(stdout_buffer);
+  std::cout.clear();
+  EXPECT_EQ(warnings, "ptrain: warning: the progress lines cannot be written to stdout (No space left on device); "
+                      "training goes on without them\n");
 }
 
 // Two processes under ddp stop mid-epoch and resume: the resumed epoch's train loss and accuracy are the
