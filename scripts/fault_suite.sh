@@ -52,6 +52,7 @@ fail() { failed=$((failed + 1)); cases=$((cases + 1)); echo "FAIL $1: $2 (at ${S
 cleanup() {
   for pid in $(leftovers); do kill -9 "$pid" 2>/dev/null; done
   mountpoint -q "$ROOT/disk" 2>/dev/null && umount "$ROOT/disk"
+  mountpoint -q "$ROOT/logdisk" 2>/dev/null && umount "$ROOT/logdisk"
   [ "$KEEP" = 1 ] || rm -rf "$ROOT"
 }
 trap cleanup EXIT
@@ -510,6 +511,86 @@ numbers_and_image_headers() {
   fi
 }
 numbers_and_image_headers
+
+# --- outputs: devices, streams and FIFOs written in place; outputs on one file; a full disk under the logs --
+# A device or stream at an output was renamed over (/dev/null replaced by a file, as root; the log of
+# `> log` replaced by the record), two outputs on one file left one of them, and a full disk under the logs
+# stopped the run with nothing saved.
+outputs() {
+  local dir="$ROOT/outputs" rc
+  mkdir -p "$dir"
+  "$PTRAIN" "${TINY[@]}" --max-steps 4 --metrics-out /dev/stdout --log-jsonl /dev/stdout > "$dir/log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then fail "--metrics-out /dev/stdout > log" "exit $rc: $(grep -m1 error "$dir/log")"
+  elif ! grep -q '^result:' "$dir/log" || ! grep -q '"kind":"step","step":4,' "$dir/log" || ! grep -q '"steps": 4' "$dir/log"; then
+    fail "--metrics-out /dev/stdout > log" "the log lost its lines or the record: $(head -c 300 "$dir/log")"
+  else pass "--metrics-out and --log-jsonl /dev/stdout > log: appended after the run's lines"
+  fi
+  "$PTRAIN" "${TINY[@]}" --max-steps 1 --metrics-out /dev/stdout 2>&1 | cat > "$dir/piped"
+  rc=${PIPESTATUS[0]}
+  if [ $rc -ne 0 ] || ! grep -q '"steps": 1' "$dir/piped"; then fail "--metrics-out /dev/stdout | cat" "exit $rc: $(tail -1 "$dir/piped")"
+  else pass "--metrics-out /dev/stdout | cat: the record goes through the pipe"
+  fi
+  mkfifo "$dir/fifo"
+  cat "$dir/fifo" > "$dir/fifo.read" &
+  local reader=$!
+  "$PTRAIN" "${TINY[@]}" --max-steps 1 --metrics-out "$dir/fifo" > "$dir/fifo.log" 2>&1
+  rc=$?
+  wait "$reader"
+  if [ $rc -ne 0 ] || [ ! -p "$dir/fifo" ] || ! grep -q '"steps": 1' "$dir/fifo.read"; then
+    fail "--metrics-out FIFO" "exit $rc, a FIFO still: $([ -p "$dir/fifo" ] && echo yes || echo no)"
+  else pass "--metrics-out FIFO: its reader gets the record, the FIFO stays"
+  fi
+  "$PTRAIN" "${TINY[@]}" --max-steps 1 --metrics-out /dev/null --log-jsonl /dev/null > "$dir/null.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] || [ ! -c /dev/null ]; then fail "--metrics-out /dev/null" "exit $rc, a device still: $([ -c /dev/null ] && echo yes || echo no)"
+  else pass "--metrics-out and --log-jsonl /dev/null: the device stays a device"
+  fi
+  "$PTRAIN" "${TINY[@]}" --max-steps 1 --metrics-out /dev/full > "$dir/full.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ ! -c /dev/full ] || ! grep -q "ptrain: error: cannot write /dev/full: No space left on device" "$dir/full.log"; then
+    fail "--metrics-out /dev/full" "exit $rc: $(grep -m1 error "$dir/full.log")"
+  else pass "--metrics-out /dev/full: named with ENOSPC, the device stays a device"
+  fi
+  bad_input "--save-weights and --metrics-out on one file" "are one file" "${TINY[@]}" --max-steps 1 \
+    --save-weights "$dir/x.pt" --metrics-out "$dir/x.pt"
+  bad_input "--save-weights inside --checkpoint-dir" "lies inside --checkpoint-dir" "${TINY[@]}" --max-steps 1 \
+    --checkpoint-dir "$dir/ck" --save-weights "$dir/ck/step-00000001.safetensors"
+  bad_input "--log-jsonl and --metrics-out on one file (spelled otherwise)" "are one file" "${TINY[@]}" --max-steps 1 \
+    --log-jsonl "$dir/run.json" --metrics-out "$dir/../outputs/run.json"
+  if [ -e "$dir/x.pt" ] || [ -e "$dir/run.json" ]; then fail "colliding outputs" "a refused run wrote its outputs"; fi
+  # A full disk under the logs: /dev/full (every write ENOSPC), and where mounting is allowed, a tmpfs with one
+  # page left, which the event file fills mid-run. The run trains on and saves everything else.
+  local log_disks=(/dev/full)
+  mkdir -p "$ROOT/logdisk"
+  if mount -t tmpfs -o size=5m tmpfs "$ROOT/logdisk" 2>/dev/null; then
+    head -c $(( 5 * 1024 * 1024 - 4096 )) /dev/zero > "$ROOT/logdisk/filler" 2>/dev/null
+    log_disks+=("$ROOT/logdisk")
+  fi
+  local every_step=() previous=  # SINGLE with a record every step: the event file outgrows its page mid-run
+  for arg in "${SINGLE[@]}"; do
+    if [ "$previous" = --log-every ]; then every_step+=(1); else every_step+=("$arg"); fi
+    previous=$arg
+  done
+  for disk in "${log_disks[@]}"; do
+    local logs=(--log-jsonl /dev/full) name="--log-jsonl /dev/full"
+    [ "$disk" != /dev/full ] && logs=(--tensorboard "$disk/tb" --log-jsonl "$disk/log.jsonl") name="logs on a full tmpfs"
+    rm -rf "$dir/logdisk-ck" "$dir/logdisk.json" "$dir/logdisk.pt"
+    "$PTRAIN" "${every_step[@]}" "${logs[@]}" --checkpoint-dir "$dir/logdisk-ck" \
+      --save-weights "$dir/logdisk.pt" --metrics-out "$dir/logdisk.json" > "$dir/logdisk.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then fail "full disk under the logs ($name)" "exit $rc: $(grep -m1 error "$dir/logdisk.log")"
+    elif ! grep -q "ptrain: warning: .*\(No space left on device\).*training goes on without this log" "$dir/logdisk.log"; then
+      fail "full disk under the logs ($name)" "no warning naming the reason: $(grep -m1 warning "$dir/logdisk.log")"
+    elif [ "$(digest_of "$(latest_in "$dir/logdisk-ck")")" != "$REF" ] || [ ! -s "$dir/logdisk.pt" ] ||
+         ! grep -q '"logs_given_up"' "$dir/logdisk.json"; then
+      fail "full disk under the logs ($name)" "the checkpoint, weights or record are missing or differ"
+    else pass "full disk under the logs ($name): warned, trained on to the reference's weights, everything saved"
+    fi
+  done
+  mountpoint -q "$ROOT/logdisk" && umount "$ROOT/logdisk"
+}
+outputs
 # --- ranks started differently, a port another job holds, a launcher's variables without a strategy --
 # Each must stop before the first step with one error naming the setting, port or variables: no abort,
 # no run trained on silently, and the other job unharmed.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -209,6 +210,42 @@ TEST(CliFaults, ALinkAtMetricsOutIsKeptAndItsTargetWritten) {
   EXPECT_TRUE(fs::is_symlink(dir / "latest.json"));
   const auto json = nlohmann::json::parse(std::ifstream(dir / "results" / "run.json"));
   EXPECT_EQ(json["steps"], 1) << json.dump();
+}
+
+// `ptrain train > log` with --metrics-out /dev/stdout replaced the log with the record alone, and
+// --log-jsonl /dev/stdout truncated it and wrote over its lines: both go to the end of the log now.
+TEST(CliFaults, StdoutAsAnOutputAppendsToTheRedirectedLog) {
+  const auto dir = scratch("stdout");
+  const auto log = (dir / "log").string();
+  const Result r = run_shell(std::string(PTRAIN_EXECUTABLE) + " " + kTiny +
+                             "--max-steps 2 --log-every 1 --metrics-out /dev/stdout --log-jsonl /dev/stdout > " + log);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto result = text.find("result:"), first_line = text.find("{\"kind\":\"step\",\"step\":1,"),
+             record = text.find("\"steps\": 2"), written = text.find("metrics written to /dev/stdout");
+  ASSERT_NE(first_line, std::string::npos) << text;
+  EXPECT_NE(text.find("{\"kind\":\"step\",\"step\":2,"), std::string::npos) << text;
+  ASSERT_NE(result, std::string::npos) << text;
+  ASSERT_NE(record, std::string::npos) << text;
+  ASSERT_NE(written, std::string::npos) << text;
+  EXPECT_LT(first_line, result) << text;
+  EXPECT_LT(result, record) << text;
+  EXPECT_LT(record, written) << text;
+}
+
+// Outputs that only an attempt shows unwritable (/proc takes no files, even from root) were found out after
+// estimate's probe runs; and bench's --out is checked before the suite is read.
+TEST(CliFaults, EstimateAndBenchOutputsAreCheckedBeforeAnyWork) {
+  const auto dir = scratch("estimate_out");
+  const Result estimated =
+      run("estimate --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 16 --json /proc/e.json");
+  expect_named_refusal(estimated, "--json /proc/e.json: cannot be created in /proc (");
+  EXPECT_EQ(std::count(estimated.output.begin(), estimated.output.end(), '\n'), 1) << estimated.output;
+  std::ofstream(dir / "a-file") << "x";
+  const Result bench = run("bench --suite no-such-suite --out " + (dir / "a-file" / "out").string());
+  expect_named_refusal(bench, "--out " + (dir / "a-file" / "out").string() + ": cannot be created, " +
+                                  (dir / "a-file").string() + " is a file, not a directory");
 }
 
 }  // namespace

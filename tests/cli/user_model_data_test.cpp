@@ -140,6 +140,24 @@ TEST(UserModel, AFailedEvaluationKeepsWhatWasTrained) {
   EXPECT_TRUE(json["final_test_accuracy"].is_null());
 }
 
+// The same failure at the first of two epochs' evaluations, without --checkpoint-dir: nothing is kept yet, and
+// the line says why in terms of the flags given (it said "no --checkpoint-dir or --save-weights" beside a
+// --save-weights).
+TEST(UserModel, AFailedEvaluationBeforeTheLastEpochSaysWhyNothingWasKept) {
+  const Scratch s("eval_fails_early");
+  const std::string weights = s.file("w.pt");
+  const Result r = run("train --model " + model("eval_fails.pt") + " --dataset imagefolder --data-path " +
+                       model("data") + " --batch-size 8 --device cpu --threads 1 --progress none --epochs 2 "
+                       "--save-weights " + weights);
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("evaluation failed after training step 8 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; nothing was saved: no --checkpoint-dir, and --save-weights " + weights +
+                          " is written only once the last epoch's steps are done"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(weights)) << r.output;
+}
+
 // One epoch of the whole training folder (every image decoded) with a model of a few hundred parameters,
 // so that what the run holds is the data's part.
 std::string streamed_run(const std::string& data, int threads, const std::string& metrics) {

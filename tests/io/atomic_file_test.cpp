@@ -1,6 +1,10 @@
 #include "ptrain/io/atomic_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -85,6 +89,76 @@ TEST(AtomicFile, ReadingMissingFileOrDirectoryNamesPath) {
   EXPECT_NE(message.find(missing), std::string::npos) << message;
   message = error_message<ptrain::Error>([&] { ptrain::io::read_file_bytes(dir.path()); });
   EXPECT_NE(message.find(dir.path()), std::string::npos) << message;
+}
+
+struct stat stat_of(const std::string& path) {
+  struct stat status {};
+  EXPECT_EQ(::stat(path.c_str(), &status), 0) << path;
+  return status;
+}
+
+// A FIFO is written where it is (its reader gets the bytes), never replaced by a regular file.
+TEST(AtomicFile, AFifoIsWrittenInPlace) {
+  TempDir dir;
+  const auto fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_TRUE(ptrain::io::output_target(fifo).in_place);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so that opening it for writing does not wait
+  ASSERT_GE(reader, 0);
+  ptrain::io::write_file_atomically(fifo, "{\"steps\": 8}\n");
+  char buffer[64] = {};
+  const ssize_t n = ::read(reader, buffer, sizeof buffer);
+  ::close(reader);
+  EXPECT_EQ(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0), "{\"steps\": 8}\n");
+  EXPECT_TRUE(S_ISFIFO(stat_of(fifo).st_mode)) << "the FIFO was replaced";
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
+}
+
+// /proc/self/fd/N and /dev/fd/N of a log a shell opened (`ptrain train > log`): the log keeps what was
+// printed before, the bytes follow it, and it stays the same file (not one renamed over it).
+TEST(AtomicFile, AProcesssOwnStreamIsAppendedToNotReplaced) {
+  TempDir dir;
+  const auto log = dir.file("log");
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "progress\n", 9), 9);
+  const ino_t inode = stat_of(log).st_ino;
+  for (const std::string& name : {"/proc/self/fd/" + std::to_string(fd), "/dev/fd/" + std::to_string(fd)}) {
+    const auto target = ptrain::io::output_target(name);
+    ASSERT_TRUE(target.in_place) << name;
+    EXPECT_EQ(target.descriptor, fd) << name;
+    ptrain::io::write_file_atomically(name, "record\n");
+  }
+  ::close(fd);
+  EXPECT_EQ(read_bytes(log), "progress\nrecord\nrecord\n");
+  EXPECT_EQ(stat_of(log).st_ino, inode) << "the log was replaced";
+  EXPECT_EQ(ptrain::io::output_target("/dev/stdout").descriptor, 1);
+  EXPECT_EQ(ptrain::io::output_target("/dev/stderr").descriptor, 2);
+}
+
+// A stream that is a socket cannot be opened by name: it is written through the descriptor.
+TEST(AtomicFile, ADescriptorOnASocketIsWrittenThroughIt) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ptrain::io::write_file_atomically("/proc/self/fd/" + std::to_string(pair[0]), "over a socket");
+  char buffer[64] = {};
+  const ssize_t n = ::read(pair[1], buffer, sizeof buffer);
+  ::close(pair[0]);
+  ::close(pair[1]);
+  EXPECT_EQ(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0), "over a socket");
+}
+
+// Devices stay devices; /dev/full's ENOSPC is an error naming the path and the OS's reason.
+TEST(AtomicFile, DevicesAreWrittenInPlaceAndTheirErrorsNamed) {
+  // Checked first: written atomically, these would be replaced by regular files.
+  ASSERT_TRUE(ptrain::io::output_target("/dev/null").in_place);
+  ASSERT_TRUE(ptrain::io::output_target("/dev/full").in_place);
+  ptrain::io::write_file_atomically("/dev/null", "discarded");
+  EXPECT_TRUE(S_ISCHR(stat_of("/dev/null").st_mode));
+  const std::string full =
+      error_message<ptrain::Error>([] { ptrain::io::write_file_atomically("/dev/full", "no room"); });
+  EXPECT_EQ(full, "cannot write /dev/full: No space left on device");
+  EXPECT_TRUE(S_ISCHR(stat_of("/dev/full").st_mode));
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 #include "ptrain/metrics/tensorboard_writer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -202,6 +205,54 @@ TEST(ScalarLog, AnOutputThatCannotBeCreatedIsNamedWithItsFlag) {
     EXPECT_EQ(std::string(e.what()).rfind("--log-jsonl " + (dir / "file" / "run.jsonl").string() + ": ", 0), 0u)
         << e.what();
   }
+  ptrain::testing::remove_tree(dir);
+}
+
+// Logs are auxiliary: /dev/full (written in place, every write failing with ENOSPC) costs the run its JSON
+// lines and one warning naming the file and the reason, never the run.
+TEST(ScalarLog, AFullDiskUnderTheJsonLinesWarnsOnceAndTheRunGoesOn) {
+  ptrain::metrics::ScalarLog log("", "/dev/full", std::nullopt);
+  ::testing::internal::CaptureStderr();
+  for (int64_t step = 1; step <= 3; ++step) EXPECT_NO_THROW(log.log("step", step, 0.1 * step, {{"train/loss", 1.0}}));
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(warnings,
+            "ptrain: warning: --log-jsonl /dev/full: cannot write (No space left on device); training goes on without "
+            "this log\n");
+  EXPECT_EQ(log.failed(), std::vector<std::string>{"--log-jsonl"});
+}
+
+// A disk that fills up while a run trains (a file-size limit stands in for it: writes past it fail with
+// EFBIG): each log warns once and is given up, what it logged before stays, the other goes on.
+TEST(ScalarLog, ADiskThatFillsUpMidRunCostsTheLogsNotTheRun) {
+  const auto dir = scratch("full");
+  fs::create_directories(dir);
+  struct rlimit before {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  std::string warnings;
+  std::vector<std::string> failed;
+  {
+    ptrain::metrics::ScalarLog log((dir / "tb").string(), (dir / "log.jsonl").string(), std::nullopt);
+    struct rlimit small = before;
+    // The first records fit; then neither file may grow. (Also gtest's capture file: the warnings fit.)
+    small.rlim_cur = 1000;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    ::testing::internal::CaptureStderr();
+    for (int64_t step = 1; step <= 60; ++step) log.log("step", step, 0.05 * step, {{"train/loss", 1.0 / step}});
+    warnings = ::testing::internal::GetCapturedStderr();
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    failed = log.failed();
+  }
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_EQ(failed.size(), 2u) << warnings;
+  EXPECT_NE(warnings.find("ptrain: warning: --log-jsonl " + (dir / "log.jsonl").string() + ": cannot write (File too large)"),
+            std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("ptrain: warning: --tensorboard: cannot write the TensorBoard event file " + (dir / "tb").string()),
+            std::string::npos) << warnings;
+  std::ifstream in(dir / "log.jsonl");
+  int complete = 0;  // the last line may be cut where the disk filled
+  for (std::string line; std::getline(in, line);) complete += nlohmann::json::parse(line, nullptr, false).is_object();
+  EXPECT_GE(complete, 5);
   ptrain::testing::remove_tree(dir);
 }
 

@@ -186,4 +186,48 @@ TEST(Plan, BadNormalizeValuesAreRefusedNamingTheFlag) {
   EXPECT_NE(plan_error(c).find("--normalize applies to image datasets"), std::string::npos) << plan_error(c);
 }
 
+// Every output of a run is checked in make_plan, before any work (train, --dry-run, estimate's plan): two
+// outputs on one file, a file among the checkpoints, and an output that cannot be written, its flag named.
+TEST(Plan, OutputsThatCollideOrCannotBeWrittenAreRefusedBeforeAnyWork) {
+  ptrain::testing::TempDir dir;
+  auto c = cpu_config();
+  c.model.save_weights = dir.file("x.pt");
+  c.run.metrics_out = dir.file("x.pt");
+  EXPECT_EQ(plan_error(c), "--save-weights " + dir.file("x.pt") + " and --metrics-out " + dir.file("x.pt") +
+                               " are one file: the second written would replace the first");
+  c.run.metrics_out = "";
+  c.run.checkpoint_dir = dir.file("ck");
+  c.model.save_weights = dir.file("ck/step-00000008.pt");
+  EXPECT_NE(plan_error(c).find("--save-weights " + dir.file("ck/step-00000008.pt") + " lies inside --checkpoint-dir " +
+                               dir.file("ck")),
+            std::string::npos)
+      << plan_error(c);
+  c.model.save_weights = "";
+  c.run.checkpoint_dir = "";
+  c.run.log_jsonl = dir.file("run.json");
+  c.run.metrics_out = dir.file("run.json");
+  EXPECT_NE(plan_error(c).find("--metrics-out " + dir.file("run.json") + " and --log-jsonl " + dir.file("run.json") +
+                               " are one file"),
+            std::string::npos)
+      << plan_error(c);
+  c.run.log_jsonl = "";
+  c.run.metrics_out = "";
+  // --profile-out was found out only once the traced steps were done.
+  ptrain::testing::write_bytes(dir.file("plain"), "a file");
+  c.run.profile_out = dir.file("plain/trace.json");
+  EXPECT_EQ(plan_error(c), "--profile-out " + dir.file("plain/trace.json") + ": cannot be created, " +
+                               dir.file("plain") + " is a file, not a directory");
+  c.run.profile_out = "/dev/null";
+  EXPECT_NE(plan_error(c).find("--profile-out /dev/null: must be a regular file"), std::string::npos) << plan_error(c);
+  c.run.profile_out = dir.file("trace.json");
+  EXPECT_NO_THROW(ptrain::train::make_plan(c));
+}
+
+// A pause without a checkpoint kept nothing and exited 0.
+TEST(Plan, StopAtStepNeedsACheckpointDirectory) {
+  auto c = cpu_config();
+  c.run.stop_at_step = 4;
+  EXPECT_NE(plan_error(c).find("--stop-at-step needs --checkpoint-dir"), std::string::npos) << plan_error(c);
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/plan.h"
+#include "ptrain/train/progress.h"
 #include "ptrain/train/trainer.h"
 #include "test_support.h"
 
@@ -315,6 +317,91 @@ TEST(TrainingFaults, DivergenceWarnTrainsOnRecordsTheStepAndSavesNoNonFiniteChec
   ASSERT_TRUE(record.diverged_at_step.has_value());
   EXPECT_LE(*record.diverged_at_step, 8);
   EXPECT_EQ(ptrain::train::latest_checkpoint(tmp.path()), "") << "the epoch's end held NaN weights";
+}
+
+// A run that diverges under the default --on-divergence stop ends with its record (for --metrics-out), marked
+// diverged at the step, and nothing of the diverged state saved.
+TEST(TrainingFaults, ADivergedRunStillHasItsRecord) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("ck"));
+  c.optim.lr = 1e6;
+  c.run.log_every = 4;
+  c.model.save_weights = tmp.file("w.pt");
+  try {
+    train(c);
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const ptrain::train::RunStopped& stopped) {
+    EXPECT_NE(std::string(stopped.what()).find("training diverged at step "), std::string::npos) << stopped.what();
+    EXPECT_EQ(stopped.exit_code(), 2);
+    const auto& record = stopped.record();
+    ASSERT_TRUE(record.diverged_at_step.has_value());
+    const auto& end = record.extra.at("run_end");
+    EXPECT_EQ(end.at("status"), "diverged") << end.dump();
+    EXPECT_TRUE(end.at("weights").is_null()) << end.dump();
+  }
+  EXPECT_FALSE(fs::exists(tmp.file("w.pt")));
+}
+
+// --on-divergence warn trains on: the record says diverged, not completed, and NaN weights are not written
+// under the name of the trained ones.
+TEST(TrainingFaults, DivergenceWarnRecordsDivergedAndWritesNoNonFiniteWeights) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run("");
+  c.optim.lr = 1e6;
+  c.run.epochs = 1;
+  c.run.on_divergence = "warn";
+  c.model.save_weights = tmp.file("w.pt");
+  ::testing::internal::CaptureStderr();
+  const auto record = train(c);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(record.diverged_at_step.has_value());
+  const auto& end = record.extra.at("run_end");
+  EXPECT_EQ(end.at("status"), "diverged") << end.dump();
+  EXPECT_TRUE(end.at("weights").is_null()) << end.dump();
+  EXPECT_EQ(end.at("weights_refused"), "the weights were not finite") << end.dump();
+  EXPECT_FALSE(fs::exists(tmp.file("w.pt")));
+  EXPECT_NE(warnings.find("ptrain: warning: --save-weights " + tmp.file("w.pt") + " not written: the weights after step 8 "
+                          "are not finite"),
+            std::string::npos)
+      << warnings;
+}
+
+// A full disk under the logs (/dev/full, written in place: every write fails with ENOSPC) costs the logs, not
+// the run: it trains to its end and writes its checkpoint and weights, and its record names the logs lost.
+TEST(TrainingFaults, AFullDiskUnderTheLogsDoesNotStopTheRun) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("ck"));
+  c.run.epochs = 1;
+  c.run.log_jsonl = "/dev/full";
+  c.model.save_weights = tmp.file("w.pt");
+  ::testing::internal::CaptureStderr();
+  const auto record = train(c);
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(record.steps, 8);
+  EXPECT_NE(warnings.find("--log-jsonl /dev/full: cannot write (No space left on device); training goes on"),
+            std::string::npos) << warnings;
+  const auto& end = record.extra.at("run_end");
+  EXPECT_EQ(end.at("status"), "completed") << end.dump();
+  EXPECT_EQ(end.at("logs_given_up"), nlohmann::json::array({"--log-jsonl"})) << end.dump();
+  EXPECT_TRUE(fs::is_regular_file(tmp.file("w.pt")));
+  EXPECT_EQ(ptrain::train::latest_checkpoint(tmp.file("ck")), ptrain::train::checkpoint_path(tmp.file("ck"), 8));
+}
+
+// Progress lines on a full disk (stdout's buffer on /dev/full) warn once and stop; the run is not stopped.
+TEST(TrainingFaults, AFullDiskUnderTheProgressLinesWarnsOnce) {
+  std::filebuf full;
+  ASSERT_NE(full.open("/dev/full", std::ios::out), nullptr);
+  std::streambuf* const stdout_buffer = std::cout.rdbuf(&full);
+  ::testing::internal::CaptureStderr();
+  ptrain::train::Progress progress(ptrain::train::Progress::Style::Lines, 1, 8);
+  progress.start_epoch(0);
+  for (int64_t step = 1; step <= 3; ++step) EXPECT_NO_THROW(progress.update(step, 100, 0.5));
+  progress.end_epoch("epoch 1: done");
+  const std::string warnings = ::testing::internal::GetCapturedStderr();
+  std::cout.rdbuf(stdout_buffer);
+  std::cout.clear();
+  EXPECT_EQ(warnings, "ptrain: warning: the progress lines cannot be written to stdout (No space left on device); "
+                      "training goes on without them\n");
 }
 
 // Two processes under ddp stop mid-epoch and resume: the resumed epoch's train loss and accuracy are the

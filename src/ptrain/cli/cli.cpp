@@ -29,6 +29,7 @@
 #include "ptrain/dist/environment.h"
 #include "ptrain/dist/launcher.h"
 #include "ptrain/estimate/estimate.h"
+#include "ptrain/io/atomic_file.h"
 #include "ptrain/io/output_path.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/report/report.h"
@@ -323,6 +324,8 @@ int run_bench(BenchCommand& command) {
     bench_options.source_dir =
         std::filesystem::is_directory("configs/bench") ? std::filesystem::current_path().string() : PTRAIN_SOURCE_DIR;
   }
+  // Before the suite is read or anything runs: the records, logs and report all go under --out.
+  io::check_outputs({{"--out", bench_options.out_dir, io::OutputPath::Kind::owned_directory}});
   bench_options.ptrain_executable = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const auto& text : command.overrides) bench_options.overrides.push_back(bench::parse_override(text));
   const bench::BenchOutcome outcome = bench::run_bench(bench_options, std::cout);
@@ -364,7 +367,7 @@ void add_estimate_command(CLI::App& app, EstimateCommand& command) {
 
 int run_estimate(EstimateCommand& command) {
   const std::string& estimate_json = command.json_path;
-  if (!estimate_json.empty()) io::check_writable_file(estimate_json, "--json");
+  io::check_outputs({{"--json", estimate_json, io::OutputPath::Kind::file}});
   int64_t devices = command.devices;
   if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
   // The estimate is of the job over `devices` devices: a ds_config's batch keys count them.
@@ -378,9 +381,7 @@ int run_estimate(EstimateCommand& command) {
   if (!estimate_json.empty()) {
     const auto parent = std::filesystem::path(estimate_json).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
-    std::ofstream out(estimate_json);
-    check(out.good(), estimate_json + ": cannot write the estimate");
-    out << estimate::to_json(estimate).dump(2) << "\n";
+    io::write_file_atomically(estimate_json, estimate::to_json(estimate).dump(2) + "\n");
   }
   return 0;
 }

@@ -1,10 +1,13 @@
 #include "ptrain/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -24,13 +27,13 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-void write_all(int fd, const std::string& bytes, const std::string& temp_path) {
+void write_all(int fd, const std::string& bytes, const std::string& name) {
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error("cannot write " + temp_path + ": " + errno_text());
+      throw Error("cannot write " + name + ": " + errno_text());
     }
     written += static_cast<size_t>(n);
   }
@@ -44,26 +47,119 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
+namespace fs = std::filesystem;
+
+// N when path names this process's descriptor N: /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N,
+// /proc/self/fd/N or /proc/<this pid>/fd/N; else -1. Opening such a path reopens what the descriptor is open
+// on (the log file of `> log`, from its start) or fails (a socket): writes go through the descriptor itself.
+int own_descriptor(const fs::path& absolute) {
+  const std::string text = absolute.string();
+  if (text == "/dev/stdin") return 0;
+  if (text == "/dev/stdout") return 1;
+  if (text == "/dev/stderr") return 2;
+  for (const std::string& prefix :
+       {std::string("/dev/fd/"), std::string("/proc/self/fd/"), "/proc/" + std::to_string(::getpid()) + "/fd/"}) {
+    if (text.rfind(prefix, 0) != 0) continue;
+    const std::string number = text.substr(prefix.size());
+    if (number.empty() || number.size() > 9 || number.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoi(number);
+  }
+  return -1;
+}
+
+// The same, for path as written and with its directories' links resolved (a link to /proc/self/fd, as
+// /dev/fd is, or to /proc/self, names a descriptor too).
+int own_descriptor_of(const fs::path& path) {
+  std::error_code error;
+  const fs::path absolute = fs::absolute(path, error).lexically_normal();
+  if (error) return -1;
+  if (const int fd = own_descriptor(absolute); fd >= 0) return fd;
+  if (!absolute.has_parent_path() || absolute.filename().empty()) return -1;
+  const fs::path parent = fs::weakly_canonical(absolute.parent_path(), error);
+  return error ? -1 : own_descriptor(parent / absolute.filename());
+}
+
+int connect_to_socket(const std::string& file, const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  check(file.size() < sizeof(address.sun_path), "cannot write " + path + ": the socket's path is too long");
+  std::memcpy(address.sun_path, file.c_str(), file.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("cannot write " + path + ": cannot create a socket: " + errno_text());
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    const std::string reason = errno_text();
+    ::close(fd);
+    throw Error("cannot write " + path + ": cannot connect to the socket: " + reason);
+  }
+  return fd;
+}
+
+void write_in_place(const OutputTarget& target, const std::string& path, const std::string& bytes) {
+  const int fd = open_in_place(target, path);
+  try {
+    write_all(fd, bytes, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0 && errno != EINTR) throw Error("cannot write " + path + ": close failed: " + errno_text());
+}
+
 }  // namespace
 
-std::string through_links(const std::string& path) {
-  namespace fs = std::filesystem;
+OutputTarget output_target(const std::string& path) {
+  OutputTarget out;
   fs::path target(path);
   std::error_code error;
   // Linux gives up on a path after 40 links (ELOOP); so does this.
-  for (int links = 0; fs::is_symlink(fs::symlink_status(target, error)); ++links) {
+  for (int links = 0;; ++links) {
+    // Checked before following: /dev/stdout and /proc/self/fd/N are links to what the descriptor is open on.
+    if (const int fd = own_descriptor_of(target); fd >= 0) return {target.string(), true, fd};
+    if (!fs::is_symlink(fs::symlink_status(target, error))) break;
     check(links < 40, path + ": too many levels of symbolic links");
     const fs::path next = fs::read_symlink(target, error);
     check(!error, path + ": cannot read the symbolic link " + target.string() + ": " + error.message());
     target = next.is_absolute() ? next : target.parent_path() / next;
   }
-  return target.string();
+  out.file = target.string();
+  struct stat status {};
+  if (::stat(out.file.c_str(), &status) == 0) {
+    // A file of /proc is regular in name only, and cannot be renamed over.
+    const fs::path absolute = fs::absolute(target, error).lexically_normal();
+    out.in_place = (!S_ISREG(status.st_mode) && !S_ISDIR(status.st_mode)) ||
+                   (!S_ISDIR(status.st_mode) && absolute.string().rfind("/proc/", 0) == 0);
+  }
+  return out;
+}
+
+std::string through_links(const std::string& path) { return output_target(path).file; }
+
+int open_in_place(const OutputTarget& target, const std::string& path) {
+  if (target.descriptor >= 0) {
+    std::fflush(nullptr);  // what this process printed to the stream before goes first
+    const int fd = ::fcntl(target.descriptor, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      throw Error("cannot write " + path + ": descriptor " + std::to_string(target.descriptor) + " is not open (" +
+                  errno_text() + ")");
+    }
+    return fd;
+  }
+  struct stat status {};
+  if (::stat(target.file.c_str(), &status) == 0 && S_ISSOCK(status.st_mode)) return connect_to_socket(target.file, path);
+  const int fd = ::open(target.file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw Error("cannot write " + path + ": " + errno_text());
+  return fd;
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
   check(!path.empty(), "write_file_atomically: empty path");
+  const OutputTarget target = output_target(path);
+  if (target.in_place) {
+    write_in_place(target, path, bytes);
+    return;
+  }
   // Errors name the path as given; the file written is a link's target.
-  const std::string file = through_links(path);
+  const std::string& file = target.file;
   std::string temp_path = file + ".tmp.XXXXXX";
   const int fd = ::mkstemp(temp_path.data());
   if (fd < 0) {

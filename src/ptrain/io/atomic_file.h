@@ -8,15 +8,35 @@
 
 namespace ptrain::io {
 
-// The file a write to path reaches: path itself, or where the symbolic link(s) at path lead. An atomic
-// write renames over this file, so that a link at path (a --metrics-out kept in a results folder) stays a
-// link and its target gets the new contents. Throws ptrain::Error naming path for a loop of links.
+// Where a write to path lands. A regular file (or a path where none is yet) is written atomically: a
+// temporary file is renamed over it. Anything else is written in place, opened for appending, never renamed
+// over or truncated: a character or block device (/dev/null, /dev/full), a FIFO, a socket, and this process's
+// own streams (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N), whatever they are open on: renaming
+// over /dev/stdout of `ptrain train > log` would replace the log, and over /dev/null the device.
+struct OutputTarget {
+  std::string file;       // path, or where its symbolic link(s) lead
+  bool in_place = false;  // written where it is (above), never replaced
+  int descriptor = -1;    // this process's descriptor N that path names (/dev/stdout: 1), else -1
+};
+
+// Throws ptrain::Error naming path for a loop of links.
+OutputTarget output_target(const std::string& path);
+
+// The file a write to path reaches: output_target(path).file. An atomic write renames over this file, so
+// that a link at path (a --metrics-out kept in a results folder) stays a link and its target gets the new
+// contents.
 std::string through_links(const std::string& path);
+
+// Opens an in-place target for writing at its end: a duplicate of the process's own descriptor, a
+// connection to a socket, or the file opened for appending (a FIFO waits for its reader, as `echo > fifo`
+// does). Returns the descriptor, which the caller closes; throws ptrain::Error naming path.
+int open_in_place(const OutputTarget& target, const std::string& path);
 
 // Writes to a temporary file in the target's directory (through_links(path)), flushes and fsyncs it, renames it over path and
 // fsyncs the directory. On any failure (the writer throwing included) the old file at path is left as it
 // was, the temporary is removed and a ptrain::Error naming path is thrown (the writer's own
-// ptrain::Error passes through unchanged).
+// ptrain::Error passes through unchanged). An in-place target (output_target) is written where it is
+// instead, and a failed write (ENOSPC from /dev/full) is an error naming path and the OS's reason.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& writer);
 void write_file_atomically(const std::string& path, const std::string& bytes);
 

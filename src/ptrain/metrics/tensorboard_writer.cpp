@@ -142,7 +142,9 @@ void TensorBoardWriter::write_record(const std::string& event) {
   record += event;
   put_fixed<uint32_t>(record, masked_crc32c(event.data(), event.size()));
   const bool written = std::fwrite(record.data(), 1, record.size(), file_) == record.size() && std::fflush(file_) == 0;
-  check(written, "cannot write the TensorBoard event file " + path_ + " (" + std::strerror(errno) + ")");
+  if (written) return;
+  const int error = errno;
+  throw Error("cannot write the TensorBoard event file " + path_ + " (" + std::strerror(error) + ")");
 }
 
 }  // namespace ptrain::metrics

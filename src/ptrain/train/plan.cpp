@@ -215,6 +215,18 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
   }
 }
 
+// Every path a run writes, in one check: writable, and no two of them one file (--save-weights x.pt
+// --metrics-out x.pt left the record where the weights were) or a file among the checkpoints.
+void check_outputs(const config::TrainConfig& c) {
+  using Kind = io::OutputPath::Kind;
+  io::check_outputs({{"--checkpoint-dir", c.run.checkpoint_dir, Kind::owned_directory},
+                     {"--save-weights", c.model.save_weights, Kind::file},
+                     {"--metrics-out", c.run.metrics_out, Kind::file},
+                     {"--log-jsonl", c.run.log_jsonl, Kind::file},
+                     {"--tensorboard", c.run.tensorboard, Kind::directory},
+                     {"--profile-out", c.run.profile_out, Kind::whole_file}});
+}
+
 }  // namespace
 
 Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
@@ -382,12 +394,12 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
         "--overwrite-checkpoints starts over and removes the checkpoints --resume " + c.run.resume + " would continue");
   check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",
         "--on-divergence: '" + c.run.on_divergence + "' (known: stop, warn)");
+  // Without a checkpoint the pause keeps nothing: the steps trained would be lost behind exit status 0.
+  check(c.run.stop_at_step == 0 || !c.run.checkpoint_dir.empty(),
+        "--stop-at-step needs --checkpoint-dir: a paused run continues from its checkpoint, and without one "
+        "the steps trained until the pause would be lost");
   // Outputs are checked now, not when the run first writes them after minutes or hours of training.
-  if (!c.run.checkpoint_dir.empty()) io::check_writable_directory(c.run.checkpoint_dir, "--checkpoint-dir");
-  if (!c.run.metrics_out.empty()) io::check_writable_file(c.run.metrics_out, "--metrics-out");
-  if (!c.run.tensorboard.empty()) io::check_writable_directory(c.run.tensorboard, "--tensorboard");
-  if (!c.run.log_jsonl.empty()) io::check_writable_file(c.run.log_jsonl, "--log-jsonl");
-  if (!c.model.save_weights.empty()) io::check_writable_file(c.model.save_weights, "--save-weights");
+  check_outputs(c);
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");

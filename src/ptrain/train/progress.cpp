@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace ptrain::train {
@@ -65,11 +67,13 @@ void Progress::update(int64_t step, double samples_per_second, double loss, std:
                   format_duration(eta).c_str());
     std::cout << line << std::flush;
     bar_open_ = true;
+    give_up_unless_written();
   } else {
     std::snprintf(line, sizeof(line), "epoch %lld/%lld step %lld/%lld  %s  loss %.4f  eta %s",
                   static_cast<long long>(epoch_ + 1), static_cast<long long>(epochs_), static_cast<long long>(step),
                   static_cast<long long>(steps_per_epoch_), throughput.c_str(), loss, format_duration(eta).c_str());
     std::cout << line << std::endl;
+    give_up_unless_written();
   }
 }
 
@@ -82,6 +86,16 @@ void Progress::message(const std::string& text) {
     bar_open_ = false;
   }
   std::cout << text << std::endl;
+  give_up_unless_written();
+}
+
+void Progress::give_up_unless_written() {
+  if (std::cout.good()) return;
+  const int error = errno;
+  std::cout.clear();  // the run's own lines after it (its result) may still get through
+  style_ = Style::None;
+  std::cerr << "ptrain: warning: the progress lines cannot be written to stdout (" << std::strerror(error)
+            << "); training goes on without them" << std::endl;
 }
 
 }  // namespace ptrain::train

@@ -1,4 +1,6 @@
-// What a person watching a run sees: a live bar on a terminal, plain lines in logs and pipes.
+// What a person watching a run sees: a live bar on a terminal, plain lines in logs and pipes. Like the
+// scalar logs, the lines are auxiliary: stdout that cannot be written (a full disk) warns once on stderr,
+// and the run goes on without them.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,9 @@ class Progress {
   void message(const std::string& text);
 
  private:
+  // After each write: a failed one gives the lines up, with one warning naming the OS's reason.
+  void give_up_unless_written();
+
   Style style_;
   int64_t epochs_, steps_per_epoch_;
   int64_t epoch_ = 0;

@@ -101,12 +101,15 @@ metrics::RunRecord TrainingRun::run() {
   } catch (const RunStopped&) {
     throw;
   } catch (const std::exception& e) {
+    // A divergence ends the run on purpose: its record says so, and nothing diverged is saved.
+    if (stopping_on_divergence_) stop_diverged(e);
     // A failure in a step may leave the state half updated: only what was saved before it counts, and the
     // error passes on as it is. Once the state is written, the failure must not hide it.
     if (!evaluating_ && !trained_) throw;
     fail_keeping_trained_state(e);
   }
-  record_.extra["run_end"] = run_end(stopped_ ? "paused" : "completed", "");
+  // Under --on-divergence warn the run trains to its end, and its record must not read as a good one.
+  record_.extra["run_end"] = run_end(stopped_ ? "paused" : diverged_at_step_ ? "diverged" : "completed", "");
   return record_;
 }
 
@@ -295,10 +298,8 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       save({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
       progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
       if (strategy_->is_main())
-        std::cout << "paused after step " << global_step_ << " of " << total_steps_ << " (--stop-at-step): "
-                  << (c_.run.checkpoint_dir.empty()
-                          ? "nothing saved, as there is no --checkpoint-dir"
-                          : "continue with --resume latest --checkpoint-dir " + c_.run.checkpoint_dir)
+        std::cout << "paused after step " << global_step_ << " of " << total_steps_
+                  << " (--stop-at-step): continue with --resume latest --checkpoint-dir " << c_.run.checkpoint_dir
                   << std::endl;
       break;
     }
@@ -504,9 +505,13 @@ void TrainingRun::check_divergence() {
   const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
   if (!status.diverged()) return;
   const std::string what = divergence_->describe(status, global_step_);
-  check(c_.run.on_divergence == "warn", what + "; stopped before saving anything from then on" + kDivergenceAdvice);
-  if (diverged_at_step_) return;
-  diverged_at_step_ = status.first_step.value_or(global_step_);
+  const bool first = !diverged_at_step_;
+  if (first) diverged_at_step_ = status.first_step.value_or(global_step_);
+  if (c_.run.on_divergence != "warn") {
+    stopping_on_divergence_ = true;
+    throw Error(what + "; stopped before saving anything from then on" + kDivergenceAdvice);
+  }
+  if (!first) return;
   if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << "; training on (--on-divergence warn)" << std::endl;
 }
 

@@ -137,9 +137,12 @@ void TrainingRun::save(TrainingPosition position) {
   if (!state_is_finite()) {
     const std::string what = "training diverged at step " + std::to_string(position.global_step) +
                              ": the weights are not finite; no checkpoint saved";
-    check(c_.run.on_divergence == "warn", what + kDivergenceAdvice);
-    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
     if (!diverged_at_step_) diverged_at_step_ = position.global_step;
+    if (c_.run.on_divergence != "warn") {
+      stopping_on_divergence_ = true;
+      throw Error(what + kDivergenceAdvice);
+    }
+    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
     return;
   }
   const RunningTotals progress_totals = reduced_totals();
@@ -200,6 +203,19 @@ bool TrainingRun::state_is_finite() {
 // rank 0 writes), fp32 masters where there are any.
 void TrainingRun::export_weights() {
   if (c_.model.save_weights.empty()) return;
+  // As for checkpoints: NaN weights written under the name of the trained ones would be taken for them.
+  if (!state_is_finite()) {
+    const std::string what = "--save-weights " + c_.model.save_weights + " not written: the weights after step " +
+                             std::to_string(global_step_) + " are not finite (training diverged)";
+    if (!diverged_at_step_) diverged_at_step_ = global_step_;
+    if (c_.run.on_divergence != "warn") {
+      stopping_on_divergence_ = true;
+      throw Error(what + kDivergenceAdvice);
+    }
+    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
+    weights_refused_ = true;
+    return;
+  }
   const auto params = target_->full_parameters();
   if (!strategy_->is_main()) return;
   std::map<std::string, torch::Tensor> full(params.begin(), params.end());
@@ -238,6 +254,8 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
   nlohmann::json end = {{"status", status}, {"steps", global_step_}, {"checkpoint", nullptr}, {"weights", nullptr}};
   if (checkpointer_ && !checkpointer_->last_written().empty()) end["checkpoint"] = checkpointer_->last_written();
   if (weights_exported_) end["weights"] = c_.model.save_weights;
+  if (weights_refused_) end["weights_refused"] = "the weights were not finite";
+  if (scalar_log_ && !scalar_log_->failed().empty()) end["logs_given_up"] = scalar_log_->failed();
   if (!error.empty()) end["error"] = error;
   if (stop_signal_) end["signal"] = signal_name(stop_signal_);
   return end;
@@ -283,9 +301,29 @@ void TrainingRun::fail_keeping_trained_state(const std::exception& error) {
   }
   record_.extra["run_end"] = run_end("failed", message);
   throw RunStopped(after + std::to_string(global_step_) + " (" + message + "); " +
-                       (kept.empty() ? "nothing was saved: no --checkpoint-dir or --save-weights"
-                                     : "the trained state is kept: " + kept),
+                       (kept.empty() ? "nothing was saved: " + why_nothing_was_kept() : "the trained state is kept: " + kept),
                    record_, exit_code);
+}
+
+std::string TrainingRun::why_nothing_was_kept() const {
+  if (c_.run.checkpoint_dir.empty() && c_.model.save_weights.empty()) return "no --checkpoint-dir or --save-weights";
+  std::string why = c_.run.checkpoint_dir.empty() ? "no --checkpoint-dir" : "no checkpoint was written";
+  if (c_.model.save_weights.empty()) return why + " and no --save-weights";
+  return why + ", and --save-weights " + c_.model.save_weights +
+         (weights_refused_ ? " was not written: the weights were not finite"
+                           : " is written only once the last epoch's steps are done");
+}
+
+void TrainingRun::stop_diverged(const std::exception& error) {
+  try {
+    if (sampler_) sampler_->stop();
+    finish_trace();
+    fill_record(run_clock_, std::nullopt);
+  } catch (const std::exception&) {
+    // The record is what can be filled in; the divergence below is what matters.
+  }
+  record_.extra["run_end"] = run_end("diverged", error.what());
+  throw RunStopped(error.what(), record_, 2);
 }
 
 }  // namespace ptrain::train

@@ -133,13 +133,18 @@ class TrainingRun {
   void log_epoch(const metrics::EpochRecord& epoch_record);
   // Optimizer steps done, in epochs: fractional inside an epoch.
   double epochs_done() const;
-  // extra.run_end of the record: how the run ended ("completed", "interrupted", "failed") and where its
-  // trained state is.
+  // extra.run_end of the record: how the run ended ("completed", "paused", "interrupted", "failed",
+  // "diverged") and where its trained state is.
   nlohmann::json run_end(const std::string& status, const std::string& error) const;
   // Ends a run a stop signal stopped at this step boundary: its checkpoint, its record, RunStopped.
   [[noreturn]] void stop_at_signal(const TrainingPosition& position);
   // RunStopped for an error once the run had trained, naming what it kept.
   [[noreturn]] void fail_keeping_trained_state(const std::exception& error);
+  // RunStopped for a run that diverged under --on-divergence stop: its record, marked "diverged", is
+  // still written; nothing of the diverged state is.
+  [[noreturn]] void stop_diverged(const std::exception& error);
+  // Why nothing was kept: "no --checkpoint-dir or --save-weights", or what the flags given did not write.
+  std::string why_nothing_was_kept() const;
   // "weights in w.pt and checkpoint ck/step-00000008.safetensors (step 8)", or "" when nothing was written.
   std::string what_was_kept() const;
   void record_what_ran_and_how_fast(const metrics::Stopwatch& run_clock);
@@ -219,6 +224,8 @@ class TrainingRun {
   bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole
   bool trained_ = false;       // the last step is done and its checkpoint and --save-weights are written
   bool weights_exported_ = false;  // --save-weights written (by rank 0; the other ranks only gather)
+  bool weights_refused_ = false;   // --save-weights not written: the weights were not finite
+  bool stopping_on_divergence_ = false;  // the error in flight is --on-divergence stop's
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   int64_t micro_batches_per_epoch_ = 0;  // the last step's window of them may be shorter than --grad-accum
