@@ -921,6 +921,37 @@ def load_weights(model, path):
         raise SystemExit(f"--weights {path}: {str(e).splitlines()[0]} ({e})")
 
 
+def forward_flops_per_sample(model, data):
+    """The matrix products and convolutions of one sample's forward, two FLOPs a multiply-add, as ptrain's
+    Model::forward_flops counts them (docs/metrics.md, model_flops_per_step): a GPT's weight matrices once a token
+    and its attention's two products over the whole T x T square; other models' Conv2d and Linear layers at the
+    shapes a one-sample forward shows them (forward hooks). None for a TorchScript module, as ptrain."""
+    if isinstance(model, torch.jit.ScriptModule):
+        return None
+    if data.tokens:
+        t = data.seq_len
+        total = sum(2 * m.weight.numel() * t for m in model.modules() if isinstance(m, (GptLinear, torch.nn.Linear)))
+        return total + sum(4 * t * t * m.c_proj.weight.shape[0] for m in model.modules() if isinstance(m, GptAttention))
+    total = [0]
+
+    def conv(m, inputs, output):
+        total[0] += 2 * (m.in_channels // m.groups) * m.kernel_size[0] * m.kernel_size[1] * output.numel()
+
+    def linear(m, inputs, output):
+        total[0] += 2 * m.in_features * output.numel()
+
+    hooks = [m.register_forward_hook(conv if isinstance(m, torch.nn.Conv2d) else linear) for m in model.modules()
+             if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, data.channels, data.image_size, data.image_size))
+    model.train(was_training)
+    for h in hooks:
+        h.remove()
+    return total[0]
+
+
 def build_model(a, ctx, data, half):
     # Same seed on every rank, and built on the CPU, so that all ranks (and CPU and GPU runs) start alike.
     torch.manual_seed(a.seed)
@@ -950,6 +981,7 @@ def build_model(a, ctx, data, half):
         model = factory(**kwargs)
     if a.weights:
         load_weights(model, a.weights)
+    model.ptrain_forward_flops = forward_flops_per_sample(model, data)  # before any wrapper or dtype
     if half is not None and a.strategy != "fsdp":
         model = model.to(half)
     model = model.to(ctx.device)
@@ -1092,6 +1124,7 @@ def main(argv=None):
     in_dtype = half or torch.float32
     # CIFAR-sized inputs keep torchvision's ImageNet stem when resized to 224, as the classic comparison does.
     model = build_model(a, ctx, data, half)
+    forward_flops = getattr(getattr(model, "module", model), "ptrain_forward_flops", None)
     fp8_layers = 0
     if a.precision == "fp8":
         for m in model.modules():
@@ -1288,6 +1321,10 @@ def main(argv=None):
             extra["fp8_layers"]["kept_in_bf16"] = 1
             extra["fp8_layers"]["head_in_fp8"] = False
     images_per_second = images / train_seconds if train_seconds else None
+    # Model FLOP utilisation as ptrain counts it; the dense peaks are ptrain's own table (metrics/flops.cpp), so a
+    # PyTorch record has TFLOP/s but no MFU of its own.
+    rate = steady or images_per_second
+    tflops = 3 * forward_flops * rate / devices / 1e12 if forward_flops is not None and rate else None
     record = {
         # ptrain_version is null: no ptrain release trained this run (docs/metrics.md, `framework`).
         "schema_version": 1, "framework": "pytorch", "ptrain_version": None, "torch_version": torch.__version__,
@@ -1305,6 +1342,8 @@ def main(argv=None):
         "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,
         "tokens_per_second": images_per_second * data.seq_len if data.tokens and images_per_second else None,
         "steady_tokens_per_second": steady * data.seq_len if data.tokens and steady else None,
+        "model_flops_per_step": 3 * forward_flops * a.batch_size * devices if forward_flops is not None else None,
+        "tflops": tflops, "mfu": None, "peak_tflops": None, "peak_tflops_basis": "",
         "peak_allocated_bytes": None if alloc is None else int(alloc),
         "peak_reserved_bytes": None if reserved is None else int(reserved),
         "peak_nvml_used_bytes": None if nvml_peak is None else int(nvml_peak),

@@ -88,7 +88,7 @@ UNIT_TYPES = {
     "integer": int, "processes": int, "devices": int, "images": int, "epochs": int, "steps": int,
     "pixels": int, "bytes": int, "index": int, "text": str, "seconds": float, "images/second": float,
     "percent": float, "fraction": float, "loss": float, "list": list, "object": dict, "tokens": int,
-    "tokens/second": float, "true/false": bool,
+    "tokens/second": float, "true/false": bool, "FLOPs": float, "TFLOP/s": float,
 }
 
 
@@ -271,6 +271,9 @@ def gpt_against_ptrain(ptrain, tmp):
         return
     check_gpt_record("gpt ptrain", p("gpt-ptrain.json"), "ptrain")
     check_gpt_record("gpt reference", p("gpt-ref.json"), "pytorch")
+    # Two counts of one job's model FLOPs: ptrain's from its GPT's shape, the reference's from its modules' weights.
+    ours, theirs = (strict_json(p(n)).get("model_flops_per_step") for n in ("gpt-ptrain.json", "gpt-ref.json"))
+    check(ours is not None and ours == theirs, f"gpt: ptrain counts {ours} model FLOPs a step, the reference {theirs}")
     seeded = curve_difference(p("gpt-ref.json"), p("gpt-ptrain.json"))
     weighted = curve_difference(p("gpt-ref-w.json"), p("gpt-ptrain-w.json"))
     control = curve_difference(p("gpt-ref-control.json"), p("gpt-ptrain-w.json"))
