@@ -1,6 +1,7 @@
 #include "ptrain/train/plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -306,7 +307,14 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   const int64_t replicas = s.drives_several_devices() ? c.dist.replicas : 1;
   plan.strategy_options.replicas = c.dist.replicas;
+  const char* omp_threads = std::getenv("OMP_NUM_THREADS");
+  const std::string threads_source = c.run.threads > 0 ? "--threads " + std::to_string(c.run.threads)
+                                     : omp_threads != nullptr && *omp_threads != '\0'
+                                         ? "OMP_NUM_THREADS=" + std::string(omp_threads)
+                                         : "1 thread";
   c.run.threads = dist::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
+  plan.threads_warning = dist::oversubscription_warning(c.run.threads, threads_source, plan.launch.local_world_size,
+                                                        std::thread::hardware_concurrency());
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;
     const int64_t per_step = devices * c.optim.grad_accum;
