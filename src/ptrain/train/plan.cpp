@@ -411,8 +411,19 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");
-      plan.resume_path = latest_checkpoint(c.run.checkpoint_dir);
+      const LatestCheckpoint latest = find_latest_checkpoint(c.run.checkpoint_dir);
+      plan.resume_path = latest.path;
       check(!plan.resume_path.empty(), "--resume latest: no checkpoint in " + c.run.checkpoint_dir);
+      const auto& passed = latest.passed_over;
+      if (!passed.empty()) {
+        const auto name = [](const std::string& path) { return std::filesystem::path(path).filename().string(); };
+        plan.resume_note =
+            "--resume latest: " + plan.resume_path + ", the newest checkpoint of the line written last; " +
+            std::to_string(passed.size()) + " checkpoint(s) of later steps in " + c.run.checkpoint_dir +
+            " belong to a branch abandoned by an earlier resume (" + name(passed.front()) +
+            (passed.size() > 1 ? " .. " + name(passed.back()) : "") +
+            "): left in place, never taken by latest; resume one by its path to return to that branch";
+      }
     } else {
       check(std::filesystem::is_regular_file(c.run.resume), "--resume: no such file: " + c.run.resume);
       plan.resume_path = c.run.resume;
