@@ -239,8 +239,9 @@ TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("resume23");
   const auto run_ddp = [&](int processes, int port, const std::string& extra) {
-    return run("launch --nproc-per-node " + std::to_string(processes) + " --master-port " + std::to_string(port) +
-               " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 " + extra);
+    // Three processes on a machine of fewer cores are allowed only when asked for.
+    return run("launch --allow-oversubscribe --nproc-per-node " + std::to_string(processes) + " --master-port " +
+               std::to_string(port) + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 " + extra);
   };
   const int port = 32000 + static_cast<int>(::getpid() % 1000);
   // 256 samples, 16 per device: 8 steps of 32 samples an epoch on 2 processes; step 3 is mid-epoch.
@@ -284,8 +285,8 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
   const auto metrics = dir / "run.json";
   const int port = 36000 + static_cast<int>(::getpid() % 1000);
   // 256 samples, 16 per device on 4 processes: 4 steps an epoch; two steps are enough.
-  const Result r = run("launch --config " + std::string(PTRAIN_SOURCE_DIR) + "/configs/accelerate/fsdp-4.yaml " +
-                       "--master-port " + std::to_string(port) + " --timeout 300 -- " + PTRAIN_EXECUTABLE + " " +
+  const Result r = run("launch --allow-oversubscribe --config " + std::string(PTRAIN_SOURCE_DIR) +
+                       "/configs/accelerate/fsdp-4.yaml --master-port " + std::to_string(port) + " --timeout 300 -- " + PTRAIN_EXECUTABLE + " " +
                        kSmallRun + "--dist-timeout 60 --checkpoint-dir " + (dir / "ckpt").string() +
                        " --checkpoint-every 2 --max-steps 2 --metrics-out " + metrics.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;

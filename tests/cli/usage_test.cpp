@@ -197,6 +197,13 @@ TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
   expect_usage_error(kPtrain + " trian --epochs 1", "'trian' is not a ptrain command (did you mean train?)");
   expect_usage_error(kPtrain, "a command is required: train, launch, report, bench, estimate, verify");
   expect_usage_error(kPtrain + " launch --nproc-per-node 0 -- true", "--nproc-per-node: must be greater than 0, not 0");
+  // Thousands of ranks on a few cores kept forking for minutes, deaf to SIGTERM: refused before any starts.
+  expect_usage_error(kPtrain + " launch --nproc-per-node 1500 -- sleep 30",
+                     "--nproc-per-node 1500 is more processes than this node's");
+  const auto accelerate_dir = scratch("accelerate_processes");
+  std::ofstream(accelerate_dir / "many.yaml") << "distributed_type: MULTI_CPU\nnum_processes: 100000\n";
+  expect_usage_error(kPtrain + " launch --config " + (accelerate_dir / "many.yaml").string() + " -- sleep 30",
+                     "many.yaml: key 'num_processes' 100000 is more processes than this node's");
   expect_usage_error(kPtrain + " train --precision fp9", "--precision");
   expect_usage_error(kPtrain + " train --precision fp8 --device cpu" + data,
                      "--precision fp8 needs a CUDA GPU of compute capability 8.9 or later");

@@ -12,6 +12,7 @@
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
+#include "ptrain/dist/cpu_threads.h"
 #include "ptrain/dist/launcher.h"
 
 namespace ptrain::dist {
@@ -41,6 +42,7 @@ Captured run_launch(LaunchOptions options) {
 TEST(Launcher, SetsTheEnvironmentAndPrefixesLines) {
   LaunchOptions o;
   o.nproc_per_node = 3;
+  o.allow_oversubscribe = true;  // three ranks whatever the machine's cores
   o.nnodes = 2;
   o.node_rank = 1;
   o.master_addr = "10.1.2.3";
@@ -72,6 +74,7 @@ TEST(Launcher, FailingRankStopsTheOthersQuickly) {
   const std::string dir = testing::temp_dir("launch_fail");
   LaunchOptions o;
   o.nproc_per_node = 3;
+  o.allow_oversubscribe = true;
   o.kill_grace_seconds = 1;
   // Every rank records its shell's pid and that of a background sleeper (a grandchild); rank 1 fails.
   o.command = {"sh", "-c",
@@ -146,6 +149,114 @@ bool running(pid_t pid) {
   if (!std::getline(stat, text)) return false;
   const auto paren = text.rfind(')');
   return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// More processes than the node has cores (or GPUs, for a job on GPUs) are refused before any starts, naming
+// what set the count and the bound, unless oversubscription is asked for.
+TEST(Launcher, RefusesMoreProcessesThanCoresOrGpusUnlessAllowed) {
+  LaunchOptions o;
+  o.command = {"true"};
+  o.hardware_threads = 2;
+  o.visible_gpus = 0;
+  o.nproc_per_node = 1500;
+  const auto refusal = [&]() -> std::string {
+    try {
+      launch(o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a refusal";
+    return "";
+  };
+  std::string message = refusal();
+  EXPECT_NE(message.find("--nproc-per-node 1500 is more processes than this node's 2 cores (at most 2)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--allow-oversubscribe"), std::string::npos) << message;
+
+  o.nproc_per_node = 100000;
+  o.nproc_source = "accelerate.yaml: key 'num_processes'";
+  message = refusal();
+  EXPECT_NE(message.find("accelerate.yaml: key 'num_processes' 100000 is more processes than this node's 2 cores"),
+            std::string::npos) << message;
+
+  // A job on GPUs: one process a GPU; the same job put on the CPU by its --device is bounded by the cores.
+  o.nproc_source = "--nproc-per-node";
+  o.nproc_per_node = 3;
+  o.visible_gpus = 2;
+  o.hardware_threads = 64;
+  message = refusal();
+  EXPECT_NE(message.find("--nproc-per-node 3 is more processes than this node's 2 visible GPUs"), std::string::npos)
+      << message;
+  o.command = {"true", "--device", "cpu"};
+  EXPECT_EQ(node_capacity(o).processes, 64);
+  EXPECT_EQ(node_capacity(o).what, "64 cores");
+
+  o.command = {"true"};
+  o.allow_oversubscribe = true;
+  EXPECT_EQ(run_launch(o).code, 0);
+}
+
+// A signal while ranks are still starting stops the start: the launcher starts no more, stops the ones
+// started and exits with the signal's code, promptly. Rank 0 sends the launcher SIGTERM as soon as it runs;
+// the launcher would otherwise go on to start all 300 (1500 took 148 s on two cores) before reading it.
+TEST(Launcher, SigtermWhileStartingRanksStopsPromptlyLeavingNoRank) {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // ranks orphaned by the launcher come here, to be checked and reaped
+  const std::string dir = testing::temp_dir("starting");
+  constexpr int kRanks = 300;
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    LaunchOptions o;
+    o.nproc_per_node = kRanks;
+    o.allow_oversubscribe = true;
+    o.kill_grace_seconds = 2;
+    o.command = {"sh", "-c", "echo $$ > " + dir + "/rank$LOCAL_RANK; "
+                             "if [ \"$LOCAL_RANK\" = 0 ]; then kill -TERM $PPID; fi; exec sleep 30"};
+    const int err = ::open((dir + "/err").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    o.stdout_fd = devnull;
+    o.stderr_fd = err;
+    ::_exit(launch(o));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_LT(seconds, 10.0);
+  const std::string err = testing::read_text(dir + "/err");
+  EXPECT_NE(err.find("received SIGTERM after starting"), std::string::npos) << err;
+  EXPECT_NE(err.find("started no more"), std::string::npos) << err;
+
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    std::ifstream in(dir + "/rank" + std::to_string(r));
+    pid_t pid = 0;
+    if (in >> pid) ranks.push_back(pid);
+  }
+  EXPECT_GE(ranks.size(), 1u);
+  EXPECT_LT(ranks.size(), static_cast<size_t>(kRanks)) << "every rank started despite the SIGTERM";
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool any = true;
+  while (any && std::chrono::steady_clock::now() < gone_by) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    any = std::any_of(ranks.begin(), ranks.end(), running);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const pid_t pid : ranks) {
+    EXPECT_FALSE(running(pid)) << "rank pid " << pid << " outlived the stopped launch";
+    if (running(pid)) ::kill(pid, SIGKILL);
+  }
+}
+
+TEST(Launcher, WarnsWhenThreadsTimesProcessesExceedTheCores) {
+  const std::string warning = oversubscription_warning(8, "--threads 8", 2, 2);
+  EXPECT_NE(warning.find("--threads 8 x 2 processes on this node = 16 threads on 2 cores"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("1 thread(s) each fit"), std::string::npos) << warning;
+  EXPECT_EQ(oversubscription_warning(1, "OMP_NUM_THREADS=1", 2, 2), "");
+  EXPECT_EQ(oversubscription_warning(8, "--threads 8", 1, 2), "") << "one process chooses its threads alone";
+  EXPECT_NE(oversubscription_warning(1, "1 thread", 3, 2), "");
 }
 
 // kill -9 of the launcher leaves nobody to stop the ranks: the kernel must (PR_SET_PDEATHSIG).

@@ -83,4 +83,88 @@ TEST(Checkpointer, AFreshRunRefusesAnotherRunsCheckpointsUnlessItResumesOrOverwr
   EXPECT_EQ(ptrain::train::latest_checkpoint(dir), path(3));
 }
 
+// A run resumed from an older checkpoint starts a new line: --resume latest takes that line's newest, never
+// the abandoned branch's higher steps (it took step 24 over a resumed line's step 12, losing its steps 9-12
+// unsaid), and names the ones it passes over.
+TEST(Checkpointer, LatestIsTheNewestOfTheLineWrittenLastNotOfAnAbandonedBranch) {
+  ptrain::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  const auto path = [&](int64_t step) { return ptrain::train::checkpoint_path(dir, step); };
+  std::string first_run;
+  {
+    Checkpointer first(CheckpointerOptions{dir});
+    for (int64_t step : {8, 16, 24}) first.write(path(step), at_step(step));
+    first_run = first.run_id();
+  }
+  EXPECT_EQ(ptrain::train::latest_checkpoint(dir), path(24));
+  {
+    Checkpointer branch(CheckpointerOptions{dir, 0, path(8)});
+    for (int64_t step : {9, 10, 11, 12}) branch.write(path(step), at_step(step));
+  }
+  auto latest = ptrain::train::find_latest_checkpoint(dir);
+  EXPECT_EQ(latest.path, path(12));
+  EXPECT_EQ(latest.passed_over, (std::vector<std::string>{path(16), path(24)}));
+  const auto lineage = ptrain::train::load_checkpoint(path(12)).lineage;
+  EXPECT_EQ(lineage.parent_run_id, first_run);
+  EXPECT_EQ(lineage.parent_step, 8);
+  EXPECT_EQ(lineage.parent_file, "step-00000008.safetensors");
+  EXPECT_NE(lineage.run_id, first_run);
+
+  // The line goes on from its newest: its step 16 replaces the abandoned one's file; step 24 stays passed over.
+  {
+    Checkpointer resumed(CheckpointerOptions{dir, 0, latest.path});
+    resumed.write(path(16), at_step(16));
+  }
+  latest = ptrain::train::find_latest_checkpoint(dir);
+  EXPECT_EQ(latest.path, path(16));
+  EXPECT_EQ(latest.passed_over, (std::vector<std::string>{path(24)}));
+
+  // Resuming the abandoned branch by its path makes it the line written last again.
+  {
+    Checkpointer back(CheckpointerOptions{dir, 0, path(24)});
+    back.write(path(25), at_step(25));
+  }
+  latest = ptrain::train::find_latest_checkpoint(dir);
+  EXPECT_EQ(latest.path, path(25));
+  EXPECT_TRUE(latest.passed_over.empty());
+}
+
+// Checkpoints written before lineage was recorded load as before and count as older than any with one; among
+// themselves the highest step is the latest.
+TEST(Checkpointer, CheckpointsWithoutLineageStayLoadableAndStartALine) {
+  ptrain::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  const auto path = [&](int64_t step) { return ptrain::train::checkpoint_path(dir, step); };
+  for (int64_t step : {4, 8}) ptrain::train::save_checkpoint(path(step), at_step(step));  // no lineage
+  EXPECT_EQ(ptrain::train::load_checkpoint(path(8)).lineage.run_id, "");
+  EXPECT_EQ(ptrain::train::latest_checkpoint(dir), path(8));
+  EXPECT_TRUE(ptrain::train::find_latest_checkpoint(dir).passed_over.empty());
+  {
+    Checkpointer resumed(CheckpointerOptions{dir, 0, path(4)});
+    resumed.write(path(5), at_step(5));
+  }
+  const auto latest = ptrain::train::find_latest_checkpoint(dir);
+  EXPECT_EQ(latest.path, path(5));
+  EXPECT_EQ(latest.passed_over, (std::vector<std::string>{path(8)}));
+  const auto lineage = ptrain::train::load_checkpoint(path(5)).lineage;
+  EXPECT_EQ(lineage.parent_run_id, "");
+  EXPECT_EQ(lineage.parent_step, 4);
+}
+
+// --keep-checkpoints keeps the checkpoints written last: a line resumed from step 8 keeps its new ones, and
+// the abandoned branch's higher steps go first.
+TEST(Checkpointer, RetentionOfAResumedLineKeepsItsOwnNewestOverAnAbandonedBranch) {
+  ptrain::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  const auto path = [&](int64_t step) { return ptrain::train::checkpoint_path(dir, step); };
+  {
+    Checkpointer first(CheckpointerOptions{dir});
+    for (int64_t step : {8, 16, 24}) first.write(path(step), at_step(step));
+  }
+  Checkpointer branch(CheckpointerOptions{dir, 2, path(8)});
+  for (int64_t step : {9, 10, 11}) branch.write(path(step), at_step(step));
+  EXPECT_EQ(files_in(dir), (std::vector<std::string>{".ptrain.lock", "step-00000008.safetensors",
+                                                      "step-00000010.safetensors", "step-00000011.safetensors"}));
+}
+
 }  // namespace

@@ -206,6 +206,38 @@ TEST(TrainingFaults, PauseUnderFsdpOnTwoRanksResumesBitForBit) {
   ptrain::testing::remove_tree(dir);
 }
 
+// The issue's case: a run stopped at step 12, resumed from its step 4 and stopped at 6 (which says "continue
+// with --resume latest"); --resume latest then continued the abandoned step 12 and lost steps 5-6 of the
+// new line unsaid. It continues from step 6, and says which checkpoints it passes over.
+TEST(TrainingFaults, ResumeLatestContinuesTheResumedLineNotTheAbandonedBranch) {
+  ptrain::testing::TempDir tmp;
+  auto c = tiny_run(tmp.file("ck"));
+  c.run.checkpoint_every = 4;
+  c.run.stop_at_step = 12;
+  ASSERT_EQ(train(c).steps, 12);
+
+  auto branch = c;
+  branch.run.resume = ptrain::train::checkpoint_path(c.run.checkpoint_dir, 4);
+  branch.run.stop_at_step = 6;
+  ASSERT_EQ(train(branch).steps, 6);
+
+  auto latest = c;
+  latest.run.stop_at_step = 0;
+  latest.run.resume = "latest";
+  const auto plan = ptrain::train::make_plan(latest);
+  EXPECT_EQ(plan.resume_path, ptrain::train::checkpoint_path(c.run.checkpoint_dir, 6));
+  for (const char* text : {"the newest checkpoint of the line written last", "2 checkpoint(s) of later steps",
+                           "step-00000008.safetensors .. step-00000012.safetensors", "never taken by latest"})
+    EXPECT_NE(plan.resume_note.find(text), std::string::npos) << text << "\n" << plan.resume_note;
+  std::vector<int64_t> steps;
+  ptrain::train::TrainHooks hooks;
+  hooks.on_step = [&](const ptrain::train::StepReport& step) { steps.push_back(step.global_step); };
+  const auto record = ptrain::train::train(plan, "test", hooks);
+  EXPECT_EQ(record.steps, 16);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 7) << "resumed from step " << steps.front() - 1;
+}
+
 std::string refusal(const ptrain::config::TrainConfig& c) {
   try {
     train(c);

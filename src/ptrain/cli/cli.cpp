@@ -72,7 +72,10 @@ std::string percent(std::optional<double> value) {
 void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist::LaunchOptions& options) {
   const config::AccelerateLaunch launch = config::read_accelerate_config(path);
   const auto unset = [&](const char* flag) { return launch_cmd.get_option(flag)->count() == 0; };
-  if (unset("--nproc-per-node")) options.nproc_per_node = launch.num_processes_per_machine;
+  if (unset("--nproc-per-node")) {
+    options.nproc_per_node = launch.num_processes_per_machine;
+    options.nproc_source = path + ": key 'num_processes'" + (launch.num_machines > 1 ? " (per machine)" : "");
+  }
   if (unset("--nnodes")) options.nnodes = launch.num_machines;
   if (unset("--node-rank")) options.node_rank = launch.machine_rank;
   if (unset("--master-addr")) options.master_addr = launch.main_process_ip;
@@ -227,6 +230,8 @@ void add_launch_command(CLI::App& app, LaunchCommand& command) {
                          "node the same)");
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
       ->check(config::non_negative_number())->capture_default_str();
+  launch_cmd->add_flag("--allow-oversubscribe", launch_options.allow_oversubscribe,
+                       "Start more processes than this node has GPUs (a job on GPUs) or cores (otherwise)");
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();
   command.accelerate_option = launch_cmd->add_option(
       "--config", command.accelerate_config,

@@ -30,4 +30,15 @@ int64_t intra_op_threads(int64_t requested, int64_t processes_on_node, unsigned 
   return threads;
 }
 
+std::string oversubscription_warning(int64_t threads, const std::string& source, int64_t processes_on_node,
+                                     unsigned hardware_threads) {
+  const int64_t cores = std::max<int64_t>(1, hardware_threads);
+  if (processes_on_node <= 1 || threads * processes_on_node <= cores) return "";
+  return source + " x " + std::to_string(processes_on_node) + " processes on this node = " +
+         std::to_string(threads * processes_on_node) + " threads on " + std::to_string(cores) +
+         " cores: the processes oversubscribe the cores and every step slows; " +
+         std::to_string(threads_per_process(processes_on_node, hardware_threads)) +
+         " thread(s) each fit (leave --threads and OMP_NUM_THREADS unset to get that share)";
+}
+
 }  // namespace ptrain::dist

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <string>
 
 namespace ptrain::dist {
 
@@ -16,5 +17,11 @@ int64_t threads_per_process(int64_t processes_on_node, unsigned hardware_threads
 // else threads_per_process. Throws ptrain::Error naming OMP_NUM_THREADS when it is not a positive integer.
 int64_t intra_op_threads(int64_t requested, int64_t processes_on_node, unsigned hardware_threads,
                          const std::function<const char*(const char*)>& getenv = ::getenv);
+
+// The warning for processes whose threads together exceed the node's cores (each step of each process
+// then waits for the others' threads), "" when they do not or the process is alone on its node. source:
+// what chose threads ("--threads 8", "OMP_NUM_THREADS=8").
+std::string oversubscription_warning(int64_t threads, const std::string& source, int64_t processes_on_node,
+                                     unsigned hardware_threads);
 
 }  // namespace ptrain::dist

@@ -17,6 +17,8 @@
 #include <random>
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "ptrain/core/error.h"
 #include "ptrain/dist/cpu_threads.h"
 #include "ptrain/dist/ports.h"
@@ -220,6 +222,28 @@ pid_t start_rank(const std::string& program, char* const argv[], char* const env
   return pid;
 }
 
+std::string signal_name(int signal_number) {
+  if (signal_number == SIGTERM) return "SIGTERM";
+  if (signal_number == SIGINT) return "SIGINT";
+  return "signal " + std::to_string(signal_number);
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+// Whether the ranks train on the CPU as far as the launcher can tell: ptrain train's --device, or its
+// PTRAIN_DEVICE variable (which an accelerate file's use_cpu and MULTI_CPU set).
+bool trains_on_cpu(const std::vector<std::string>& command) {
+  const char* device = std::getenv("PTRAIN_DEVICE");
+  if (device != nullptr && starts_with(device, "cpu")) return true;
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (starts_with(command[i], "--device=cpu")) return true;
+    if (command[i] == "--device" && i + 1 < command.size() && starts_with(command[i + 1], "cpu")) return true;
+  }
+  return false;
+}
+
+std::string counted(int64_t n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
+
 void validate(const LaunchOptions& o) {
   check(!o.command.empty(), "launch: no command given (ptrain launch [options] -- program args...)");
   check(o.nproc_per_node >= 1, "launch: --nproc-per-node must be at least 1");
@@ -231,6 +255,12 @@ void validate(const LaunchOptions& o) {
   check(!o.master_addr.empty(), "launch: --master-addr is empty");
   check(o.timeout_seconds >= 0, "launch: --timeout must not be negative");
   check(o.kill_grace_seconds >= 0, "launch: the kill grace period must not be negative");
+  if (o.allow_oversubscribe) return;
+  const NodeCapacity capacity = node_capacity(o);
+  check(o.nproc_per_node <= capacity.processes,
+        "launch: " + o.nproc_source + " " + std::to_string(o.nproc_per_node) + " is more processes than this node's " +
+            capacity.what + " (at most " + std::to_string(capacity.processes) +
+            "): lower it, or pass --allow-oversubscribe to run them anyway");
 }
 
 constexpr int kMultiNodeMasterPort = 29500;  // torchrun's
@@ -281,6 +311,16 @@ Variables node_variables(const LaunchOptions& o) {
 
 }  // namespace
 
+NodeCapacity node_capacity(const LaunchOptions& o) {
+  if (!trains_on_cpu(o.command)) {
+    const int64_t gpus = o.visible_gpus >= 0 ? o.visible_gpus : static_cast<int64_t>(torch::cuda::device_count());
+    if (gpus > 0) return {gpus, counted(gpus, "visible GPU")};
+  }
+  const unsigned threads = o.hardware_threads > 0 ? o.hardware_threads : std::thread::hardware_concurrency();
+  const int64_t cores = std::max<int64_t>(1, threads);
+  return {cores, counted(cores, "core")};
+}
+
 int launch(const LaunchOptions& requested) {
   validate(requested);
   LaunchOptions options = requested;
@@ -310,7 +350,14 @@ int launch(const LaunchOptions& requested) {
   argv.push_back(nullptr);
   const std::string program = find_program(options.command.front());
 
+  // A signal during the start of many ranks must not wait for the last one to start: each start checks.
+  int started = 0;
+  int signal_while_starting = 0;
   for (int local = 0; local < options.nproc_per_node; ++local) {
+    if (received_signal != 0) {
+      signal_while_starting = received_signal;
+      break;
+    }
     auto& c = children[static_cast<size_t>(local)];
     c.local_rank = local;
     c.rank = static_cast<int64_t>(options.node_rank) * options.nproc_per_node + local;
@@ -344,6 +391,16 @@ int launch(const LaunchOptions& requested) {
     const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
     c.readers.emplace_back(forward_lines, out_pipe[0], options.stdout_fd, prefix, std::ref(output_mutex));
     c.readers.emplace_back(forward_lines, err_pipe[0], options.stderr_fd, prefix, std::ref(output_mutex));
+    ++started;
+  }
+  if (signal_while_starting != 0) {
+    stop_all(children, options.kill_grace_seconds, signal_while_starting);
+    join_readers();
+    restore_signals();
+    write_all(options.stderr_fd, "ptrain launch: received " + signal_name(signal_while_starting) + " after starting " +
+                                     std::to_string(started) + " of the " + std::to_string(options.nproc_per_node) +
+                                     " ranks of this node: started no more and stopped those\n");
+    return 128 + signal_while_starting;
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -384,7 +441,7 @@ int launch(const LaunchOptions& requested) {
              " s; stopped every rank\n";
   } else if (forwarded != 0) {
     code = 128 + forwarded;
-    report = "ptrain launch: received signal " + std::to_string(forwarded) + "; forwarded it to every rank\n";
+    report = "ptrain launch: received " + signal_name(forwarded) + "; forwarded it to every rank\n";
   } else {
     for (const auto& c : children) {
       if (c.exit_code != 0) {

@@ -1,10 +1,13 @@
 // `ptrain launch`: starts one process per local rank with the torchrun environment (RANK, LOCAL_RANK,
 // WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, TORCHELASTIC_RUN_ID; OMP_NUM_THREADS,
 // when unset, as the node's cores divided among its processes), prefixes their output lines with
-// "[rank N] ", forwards SIGINT/SIGTERM, and stops the whole job when one rank fails. Each rank leads a
-// process group of its own and is killed by the kernel if the launcher dies (even by kill -9).
+// "[rank N] ", forwards SIGINT/SIGTERM (also while it is still starting ranks: it starts no more), and stops
+// the whole job when one rank fails. Each rank leads a process group of its own and is killed by the kernel
+// if the launcher dies (even by kill -9). A node runs at most one process a visible GPU (a job that trains
+// on GPUs) or a core (otherwise) unless oversubscription is allowed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -31,12 +34,33 @@ struct LaunchOptions {
   // Where the prefixed lines go (tests redirect them).
   int stdout_fd = STDOUT_FILENO;
   int stderr_fd = STDERR_FILENO;
+  // --allow-oversubscribe: more processes on this node than node_capacity allows.
+  bool allow_oversubscribe = false;
+  // What set nproc_per_node, as the refusal names it: the flag, or an accelerate file's key.
+  std::string nproc_source = "--nproc-per-node";
+  // The node as node_capacity sees it; tests set them. 0 hardware threads: this machine's; -1 GPUs: count
+  // the visible ones (asked only of a job that does not train on the CPU).
+  unsigned hardware_threads = 0;
+  int64_t visible_gpus = -1;
 };
+
+// The most processes this node runs without allow_oversubscribe, and what bounds them ("2 cores", "8
+// visible GPUs"). A job trains on GPUs when one is visible and neither the command (--device cpu) nor
+// PTRAIN_DEVICE (what an accelerate file's use_cpu or MULTI_CPU sets) puts it on the CPU; its processes
+// beyond the GPUs would share them. Otherwise the cores bound it: thousands of processes on a few cores
+// only thrash (and a mistyped count would fork until the machine runs out of processes).
+struct NodeCapacity {
+  int64_t processes = 1;
+  std::string what;
+};
+NodeCapacity node_capacity(const LaunchOptions& options);
 
 // Returns 0 when every rank exited 0. Otherwise stops the remaining ranks (SIGTERM, then SIGKILL after
 // the grace period, each rank's whole process group), reports the first failed rank on stderr_fd and
 // returns its exit code (128 + signal when it was killed, 1 for a timeout), never 0. No child outlives
-// the call. Throws ptrain::Error for invalid options or a command that cannot be started.
+// the call. A SIGINT or SIGTERM while ranks are still being started starts no more: the ones started are
+// stopped and 128 + the signal is returned. Throws ptrain::Error for invalid options (among them more
+// processes than node_capacity, naming nproc_source and the bound) or a command that cannot be started.
 int launch(const LaunchOptions& options);
 
 }  // namespace ptrain::dist

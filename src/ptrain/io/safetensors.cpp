@@ -188,24 +188,52 @@ class SafetensorsFile {
 
 }  // namespace
 
-NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
-  SafetensorsFile file(path);
+namespace {
+
+// The header of file, and its length in *header_bytes.
+OrderedJson read_header(const SafetensorsFile& file, const std::string& path, uint64_t* header_bytes) {
   if (file.size() < 8) {
     throw Error(path + ": not a safetensors file: " + std::to_string(file.size()) +
                 " bytes, shorter than the 8-byte header length");
   }
-  const uint64_t header_bytes = read_le_u64(file.read_at(0, 8).data());
-  if (header_bytes > kMaxHeaderBytes || header_bytes > file.size() - 8) {
-    throw Error(path + ": safetensors header length " + std::to_string(header_bytes) +
+  *header_bytes = read_le_u64(file.read_at(0, 8).data());
+  if (*header_bytes > kMaxHeaderBytes || *header_bytes > file.size() - 8) {
+    throw Error(path + ": safetensors header length " + std::to_string(*header_bytes) +
                 " goes beyond the file's " + std::to_string(file.size()) + " bytes (truncated or not safetensors)");
   }
   OrderedJson header;
   try {
-    header = OrderedJson::parse(file.read_at(8, header_bytes));
+    header = OrderedJson::parse(file.read_at(8, *header_bytes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": safetensors header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) throw Error(path + ": safetensors header is not a JSON object");
+  return header;
+}
+
+void copy_metadata(const OrderedJson& info, const std::string& path, std::map<std::string, std::string>* metadata) {
+  if (!info.is_object()) throw Error(path + ": \"__metadata__\" is not an object");
+  for (const auto& [meta_key, value] : info.items()) {
+    if (!value.is_string()) throw Error(path + ": __metadata__ entry '" + meta_key + "' is not a string");
+    if (metadata != nullptr) (*metadata)[meta_key] = value.get<std::string>();
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  SafetensorsFile file(path);
+  uint64_t header_bytes = 0;
+  const OrderedJson header = read_header(file, path, &header_bytes);
+  std::map<std::string, std::string> metadata;
+  if (header.contains("__metadata__")) copy_metadata(header["__metadata__"], path, &metadata);
+  return metadata;
+}
+
+NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  SafetensorsFile file(path);
+  uint64_t header_bytes = 0;
+  OrderedJson header = read_header(file, path, &header_bytes);
 
   const uint64_t data_start = 8 + header_bytes;
   const uint64_t data_bytes = file.size() - data_start;
@@ -225,11 +253,7 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
   std::vector<Entry> entries;
   for (const auto& [key, info] : header.items()) {
     if (key == "__metadata__") {
-      if (!info.is_object()) throw Error(path + ": \"__metadata__\" is not an object");
-      for (const auto& [meta_key, value] : info.items()) {
-        if (!value.is_string()) throw Error(path + ": __metadata__ entry '" + meta_key + "' is not a string");
-        if (metadata != nullptr) (*metadata)[meta_key] = value.get<std::string>();
-      }
+      copy_metadata(info, path, metadata);
       continue;
     }
     entries.push_back(parse_entry(key, info, data_bytes, path));

@@ -15,6 +15,10 @@ namespace ptrain::io {
 // Throws ptrain::Error naming path for a missing or malformed file.
 NamedTensors read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
+// The "__metadata__" of path alone, read from its header without the tensors (nor the checksum, which
+// covers them: read_safetensors verifies it). Throws ptrain::Error naming path as read_safetensors does.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+
 // Written atomically (see atomic_file.h). Tensors on any device and of any layout are stored contiguous
 // from the CPU; duplicate names and dtypes outside the list above are refused with ptrain::Error.
 // With checksum, the metadata gets "ptrain_checksum": a CRC-32 of the header and the data, which

@@ -122,6 +122,33 @@ void assemble_shards(const std::string& path, Checkpoint& c) {
   }
 }
 
+nlohmann::json lineage_json(const Lineage& l) {
+  nlohmann::json parent = nullptr;
+  if (l.parent_step >= 0) parent = {{"run_id", l.parent_run_id}, {"step", l.parent_step}, {"file", l.parent_file}};
+  return {{"run_id", l.run_id}, {"sequence", l.sequence}, {"parent", parent}};
+}
+
+// The lineage in meta; none (run_id empty) in a checkpoint written before lineage was recorded.
+Lineage lineage_of(const std::map<std::string, std::string>& meta, const std::string& path) {
+  Lineage l;
+  const auto it = meta.find("lineage");
+  if (it == meta.end()) return l;
+  try {
+    const auto j = nlohmann::json::parse(it->second);
+    l.run_id = j.at("run_id").get<std::string>();
+    l.sequence = j.at("sequence").get<int64_t>();
+    const auto& parent = j.at("parent");
+    if (!parent.is_null()) {
+      l.parent_run_id = parent.at("run_id").get<std::string>();
+      l.parent_step = parent.at("step").get<int64_t>();
+      l.parent_file = parent.value("file", "");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": checkpoint metadata 'lineage' is malformed: " + e.what());
+  }
+  return l;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Checkpoint& c) {
@@ -140,6 +167,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
       {"run", c.run.dump()},
   };
   if (c.shards > 0) meta["shards"] = std::to_string(c.shards);
+  if (!c.lineage.run_id.empty()) meta["lineage"] = lineage_json(c.lineage).dump();
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   io::write_safetensors(path, all, meta, /*checksum=*/true);
@@ -161,6 +189,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.position.global_step = metadata_int(meta, "global_step", path);
   c.position.world_size = metadata_int(meta, "world_size", path);
   c.position.batch_size = metadata_int(meta, "batch_size", path);
+  c.lineage = lineage_of(meta, path);
   try {
     c.run = nlohmann::json::parse(meta["run"]);
   } catch (const nlohmann::json::exception& e) {
@@ -288,9 +317,78 @@ bool remove_checkpoint(const std::string& path) {
   return fs::remove(path, ec);
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  const auto found = checkpoints_in(dir);
-  return found.empty() ? std::string() : found.back().second.string();
+CheckpointHeader read_checkpoint_header(const std::string& path) {
+  const auto meta = io::read_safetensors_metadata(path);
+  const auto format = meta.find("format");
+  check(format != meta.end() && format->second == kFormat, path + ": not a ptrain checkpoint");
+  return {metadata_int(meta, "global_step", path), lineage_of(meta, path)};
+}
+
+namespace {
+
+struct Listed {
+  int64_t step;
+  fs::path path;
+  Lineage lineage;
+};
+
+// The checkpoints in dir in the order they were written: those without lineage first, by step. Headers
+// that cannot be read throw (unless unreadable_first: then they count as written first, by step).
+std::vector<Listed> in_write_order(const std::string& dir, bool unreadable_first) {
+  std::vector<Listed> listed;
+  for (const auto& [step, path] : checkpoints_in(dir)) {
+    Lineage lineage;
+    try {
+      lineage = read_checkpoint_header(path.string()).lineage;
+    } catch (const Error&) {
+      if (!unreadable_first) throw;
+    }
+    listed.push_back({step, path, lineage});
+  }
+  std::stable_sort(listed.begin(), listed.end(), [](const Listed& a, const Listed& b) {
+    return std::make_pair(a.lineage.sequence, a.step) < std::make_pair(b.lineage.sequence, b.step);
+  });
+  return listed;
+}
+
+}  // namespace
+
+LatestCheckpoint find_latest_checkpoint(const std::string& dir) {
+  const auto listed = in_write_order(dir, /*unreadable_first=*/false);
+  if (listed.empty()) return {};
+  const Listed& newest = listed.back();
+  LatestCheckpoint latest{newest.path.string(), {}};
+  if (newest.lineage.run_id.empty()) return latest;  // no lineage anywhere: the highest step, as ever
+  // The line is the newest's run up to its step, then the run it resumed from up to the parent's step,
+  // and so on; every checkpoint of one run names the same parent.
+  std::map<std::string, std::pair<std::string, int64_t>> parent_of;
+  for (const auto& c : listed)
+    if (!c.lineage.run_id.empty()) parent_of[c.lineage.run_id] = {c.lineage.parent_run_id, c.lineage.parent_step};
+  std::vector<std::pair<std::string, int64_t>> line{{newest.lineage.run_id, newest.step}};
+  while (line.size() <= parent_of.size()) {  // a parent cycle (hand-edited files) ends with the runs
+    const auto it = parent_of.find(line.back().first);
+    if (it == parent_of.end() || it->second.second < 0) break;
+    line.push_back(it->second);
+    if (it->second.first.empty()) break;  // resumed from a checkpoint without lineage: none before it
+  }
+  const auto on_line = [&](const Listed& c) {
+    return std::any_of(line.begin(), line.end(), [&](const auto& segment) {
+      return c.lineage.run_id == segment.first && c.step <= segment.second;
+    });
+  };
+  std::vector<std::pair<int64_t, std::string>> passed;
+  for (const auto& c : listed)
+    if (c.step > newest.step && !on_line(c)) passed.emplace_back(c.step, c.path.string());
+  std::sort(passed.begin(), passed.end());
+  for (auto& [step, path] : passed) latest.passed_over.push_back(std::move(path));
+  return latest;
+}
+
+std::string latest_checkpoint(const std::string& dir) { return find_latest_checkpoint(dir).path; }
+
+int64_t highest_sequence(const std::string& dir) {
+  const auto listed = in_write_order(dir, /*unreadable_first=*/true);
+  return listed.empty() ? 0 : listed.back().lineage.sequence;
 }
 
 int64_t remove_stale_temporaries(const std::string& dir) {
@@ -309,14 +407,17 @@ int64_t remove_stale_temporaries(const std::string& dir) {
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
-  auto found = checkpoints_in(dir);
+  // In the order of writes, not of steps: a line resumed from an older step must not lose its new
+  // checkpoints to an abandoned branch's higher steps. A file whose header cannot be read goes first.
+  auto found = in_write_order(dir, /*unreadable_first=*/true);
   if (static_cast<int64_t>(found.size()) <= keep) return removed;
   found.resize(found.size() - static_cast<size_t>(keep));  // the older ones
+  std::sort(found.begin(), found.end(), [](const Listed& a, const Listed& b) { return a.step < b.step; });
   std::error_code ec;
   const fs::path protected_path = protect.empty() ? fs::path() : fs::weakly_canonical(protect, ec);
-  for (const auto& [step, path] : found) {
-    if (!protect.empty() && fs::weakly_canonical(path, ec) == protected_path) continue;
-    if (remove_checkpoint(path.string())) removed.push_back(path.string());
+  for (const auto& c : found) {
+    if (!protect.empty() && fs::weakly_canonical(c.path, ec) == protected_path) continue;
+    if (remove_checkpoint(c.path.string())) removed.push_back(c.path.string());
   }
   return removed;
 }

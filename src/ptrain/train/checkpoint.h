@@ -21,8 +21,23 @@ struct TrainingPosition {
   int64_t batch_size = 0;       // per device
 };
 
+// Where a checkpoint stands among the runs that wrote its directory, which --resume latest follows: a run
+// resumed from an older checkpoint starts a new line there, and the later checkpoints of the line it left
+// are an abandoned branch. Checkpoints written before lineage was recorded have none (run_id empty,
+// sequence 0) and count as written before any that has one.
+struct Lineage {
+  std::string run_id;          // the run that wrote it (random, one per run)
+  int64_t sequence = 0;        // the order of writes in its directory: 1 + the highest sequence there then
+  // The checkpoint its run resumed from: that checkpoint's run id ("" when it has no lineage) and step;
+  // parent_step -1: a fresh run.
+  std::string parent_run_id;
+  int64_t parent_step = -1;
+  std::string parent_file;     // the parent's file name, for people reading the metadata
+};
+
 struct Checkpoint {
   TrainingPosition position;
+  Lineage lineage;
   io::NamedTensors model;       // full-precision weights (the fp32 masters when there are any) and buffers
   io::NamedTensors optimizer;
   io::NamedTensors scaler;
@@ -58,10 +73,28 @@ ShardFile load_shard(const std::string& path);
 // Whether path is named as a rank file (shard_path's "<checkpoint>.rank-NNNNN.safetensors").
 bool named_as_shard(const std::string& path);
 
-// "<dir>/step-<global_step>.safetensors", and the newest such file in dir (empty if none). A name whose
-// step does not fit int64 is refused (ptrain::Error naming the file).
+// A checkpoint's step and lineage, read from its header alone.
+struct CheckpointHeader {
+  int64_t global_step = 0;
+  Lineage lineage;
+};
+CheckpointHeader read_checkpoint_header(const std::string& path);
+
+// "<dir>/step-<global_step>.safetensors". A name whose step does not fit int64 is refused wherever dir is
+// listed (ptrain::Error naming the file).
 std::string checkpoint_path(const std::string& dir, int64_t global_step);
-std::string latest_checkpoint(const std::string& dir);
+
+// What --resume latest takes in dir: the newest checkpoint of the current line, the line of the checkpoint
+// written last (without lineage anywhere: the highest step). passed_over: checkpoints of later steps on
+// other lines (an abandoned branch), oldest first, left where they are and never taken by latest.
+struct LatestCheckpoint {
+  std::string path;  // empty: no checkpoint in dir
+  std::vector<std::string> passed_over;
+};
+LatestCheckpoint find_latest_checkpoint(const std::string& dir);
+std::string latest_checkpoint(const std::string& dir);  // find_latest_checkpoint(dir).path
+// The highest sequence of the checkpoints in dir (0 when none has lineage): the next one written gets more.
+int64_t highest_sequence(const std::string& dir);
 
 // The checkpoints in dir ("step-N.safetensors", not their rank files), oldest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
@@ -74,8 +107,10 @@ bool remove_checkpoint(const std::string& path);
 // into dir: the run holding its lock (train/checkpointer.h), at its start.
 int64_t remove_stale_temporaries(const std::string& dir);
 
-// --keep-checkpoints: removes all but the newest `keep` checkpoints in dir (with their rank files), never
-// `protect` (the checkpoint the run resumed from); keep 0 removes nothing. Returns the removed paths.
+// --keep-checkpoints: removes all but the `keep` checkpoints in dir written last (with their rank files;
+// those without lineage count as written first, by step), never `protect` (the checkpoint the run resumed
+// from); keep 0 removes nothing. Returns the removed paths. An abandoned branch's checkpoints, written
+// before the current line's, go first.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep, const std::string& protect);
 
 }  // namespace ptrain::train

@@ -6,8 +6,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <random>
 #include <utility>
 
 #include "ptrain/core/error.h"
@@ -36,6 +38,13 @@ std::string holder_of(const std::string& lock_path) {
   }
 }
 
+std::string random_run_id() {
+  std::random_device random;
+  char text[17];
+  std::snprintf(text, sizeof text, "%08x%08x", random(), random());
+  return text;
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
@@ -44,6 +53,15 @@ Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(opt
   lock();
   try {
     refuse_or_remove_other_runs_checkpoints();
+    lineage_.run_id = random_run_id();
+    if (!options_.resumed_from.empty()) {
+      const CheckpointHeader parent = read_checkpoint_header(options_.resumed_from);
+      lineage_.parent_run_id = parent.lineage.run_id;
+      lineage_.parent_step = parent.global_step;
+      lineage_.parent_file = fs::path(options_.resumed_from).filename().string();
+    }
+    // Only this run writes here while it holds the lock: the sequence read now stays the highest.
+    lineage_.sequence = highest_sequence(options_.dir);
     // Only now, holding the lock, is every temporary file here a leftover: a live run's write in progress
     // would be in a directory that run holds.
     const int64_t stale = remove_stale_temporaries(options_.dir);
@@ -102,8 +120,11 @@ void Checkpointer::refuse_or_remove_other_runs_checkpoints() {
   std::cout << "removed " << what << " in " << options_.dir << " (--overwrite-checkpoints)" << std::endl;
 }
 
-void Checkpointer::write(const std::string& path, const Checkpoint& checkpoint) {
+void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
+  checkpoint.lineage = lineage_;
+  checkpoint.lineage.sequence = lineage_.sequence + 1;
   save_checkpoint(path, checkpoint);
+  lineage_.sequence = checkpoint.lineage.sequence;
   last_written_ = path;
   last_written_step_ = checkpoint.position.global_step;
   prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);

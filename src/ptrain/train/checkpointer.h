@@ -40,8 +40,10 @@ class Checkpointer {
 
   const std::string& dir() const { return options_.dir; }
   std::string path_for(int64_t global_step) const { return checkpoint_path(options_.dir, global_step); }
-  // Writes the checkpoint (atomically), then applies --keep-checkpoints. Owner only.
-  void write(const std::string& path, const Checkpoint& checkpoint);
+  // Writes the checkpoint (atomically) with this run's lineage (its run id, the checkpoint it resumed from,
+  // the next sequence of the directory), then applies --keep-checkpoints. Owner only.
+  void write(const std::string& path, Checkpoint checkpoint);
+  const std::string& run_id() const { return lineage_.run_id; }
   // This rank's shard file of the checkpoint at path (sharded checkpoints; every rank).
   void write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                    const nlohmann::json& layout);
@@ -54,6 +56,7 @@ class Checkpointer {
   void refuse_or_remove_other_runs_checkpoints();
 
   CheckpointerOptions options_;
+  Lineage lineage_;  // what every checkpoint of this run records; sequence: the last one written
   int lock_fd_ = -1;
   std::string last_written_;
   int64_t last_written_step_ = -1;

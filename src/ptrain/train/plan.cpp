@@ -1,6 +1,7 @@
 #include "ptrain/train/plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -306,7 +307,14 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   const int64_t replicas = s.drives_several_devices() ? c.dist.replicas : 1;
   plan.strategy_options.replicas = c.dist.replicas;
+  const char* omp_threads = std::getenv("OMP_NUM_THREADS");
+  const std::string threads_source = c.run.threads > 0 ? "--threads " + std::to_string(c.run.threads)
+                                     : omp_threads != nullptr && *omp_threads != '\0'
+                                         ? "OMP_NUM_THREADS=" + std::string(omp_threads)
+                                         : "1 thread";
   c.run.threads = dist::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
+  plan.threads_warning = dist::oversubscription_warning(c.run.threads, threads_source, plan.launch.local_world_size,
+                                                        std::thread::hardware_concurrency());
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;
     const int64_t per_step = devices * c.optim.grad_accum;
@@ -403,8 +411,19 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");
-      plan.resume_path = latest_checkpoint(c.run.checkpoint_dir);
+      const LatestCheckpoint latest = find_latest_checkpoint(c.run.checkpoint_dir);
+      plan.resume_path = latest.path;
       check(!plan.resume_path.empty(), "--resume latest: no checkpoint in " + c.run.checkpoint_dir);
+      const auto& passed = latest.passed_over;
+      if (!passed.empty()) {
+        const auto name = [](const std::string& path) { return std::filesystem::path(path).filename().string(); };
+        plan.resume_note =
+            "--resume latest: " + plan.resume_path + ", the newest checkpoint of the line written last; " +
+            std::to_string(passed.size()) + " checkpoint(s) of later steps in " + c.run.checkpoint_dir +
+            " belong to a branch abandoned by an earlier resume (" + name(passed.front()) +
+            (passed.size() > 1 ? " .. " + name(passed.back()) : "") +
+            "): left in place, never taken by latest; resume one by its path to return to that branch";
+      }
     } else {
       check(std::filesystem::is_regular_file(c.run.resume), "--resume: no such file: " + c.run.resume);
       plan.resume_path = c.run.resume;

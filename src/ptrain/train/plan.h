@@ -32,6 +32,10 @@ struct Plan {
   // --normalize resolved: the given values, or the dataset's default.
   data::Normalization normalization;
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
+  // What choosing resume_path left out ("--resume latest" passing over an abandoned branch); "" when nothing.
+  std::string resume_note;
+  // The threads of this node's processes exceed its cores (dist::oversubscription_warning); "" when not.
+  std::string threads_warning;
   // The processes training together: detected from the launch environment under ddp, one otherwise.
   dist::LaunchEnvironment launch;
   // --channels-last resolved: auto means on for convolutional models on CUDA.

@@ -116,6 +116,8 @@ metrics::RunRecord TrainingRun::run() {
 void TrainingRun::set_up_device() {
   torch::set_num_threads(static_cast<int>(
       dist::intra_op_threads(c_.run.threads, plan_.launch.local_world_size, std::thread::hardware_concurrency())));
+  if (!plan_.threads_warning.empty() && plan_.launch.rank == 0)
+    std::cerr << "ptrain: warning: " << plan_.threads_warning << std::endl;
   precision::apply_global_math_mode(policy_);
   if (device_.is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.

@@ -56,6 +56,7 @@ std::string TrainingRun::run_length_source() const {
 }
 
 void TrainingRun::resume() {
+  if (!plan_.resume_note.empty() && strategy_->is_main()) std::cout << plan_.resume_note << std::endl;
   if (!plan_.resume_path.empty()) resume_from(load_checkpoint(plan_.resume_path));
   const int64_t stop = c_.run.stop_at_step;
   if (stop == 0) return;
@@ -183,7 +184,7 @@ void TrainingRun::save(TrainingPosition position) {
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = progress_totals.named();
   ckpt.run = config::to_json(c_);
-  checkpointer_->write(path, ckpt);
+  checkpointer_->write(path, std::move(ckpt));
 }
 
 bool TrainingRun::state_is_finite() {
