@@ -154,5 +154,32 @@ runs:
   EXPECT_TRUE(has(line, "not started: cannot train: --batch-size 40")) << line;
 }
 
+// A run whose estimate fails still runs, but the bench counts the estimate and names its error: a bench of
+// failed estimates does not read as one with none.
+TEST(Preflight, FailedEstimatesAreCountedAndNamed) {
+  TempDir dir;
+  std::ofstream(dir.file("suite.yaml")) << R"(name: estimates
+workload: {model: resnet20, dataset: synthetic, data-path: "64:1x8x8:4", batch-size: 8, epochs: 1}
+runs:
+  - {precision: fp32}
+  - {precision: bf16}
+)";
+  // Its estimate fails as ptrain's does, its training exits without a record.
+  const std::string fake = dir.file("ptrain");
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "if [ \"$1\" = estimate ]; then echo 'ptrain: error: the probe broke' >&2; exit 2; fi\n"
+                         "exit 0\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  BenchOptions o = cpu_bench(dir.file("suite.yaml"), dir.file("out"));
+  o.estimate = true;
+  o.ptrain_executable = fake;
+  std::ostringstream progress;
+  const BenchOutcome outcome = run_bench(o, progress);
+  EXPECT_EQ(outcome.estimates_failed, 2) << progress.str();
+  ASSERT_EQ(outcome.estimate_failures.size(), 2u) << progress.str();
+  EXPECT_EQ(outcome.estimate_failures[0], "fp32, single, 1 device: the probe broke");
+  EXPECT_TRUE(has(progress.str(), "estimate FAILED (the probe broke): no prediction for this run")) << progress.str();
+}
+
 }  // namespace
 }  // namespace ptrain::bench

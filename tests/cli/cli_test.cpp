@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -92,6 +95,43 @@ TEST(Cli, DryRunPrintsThePlanWithoutTraining) {
   EXPECT_NE(r.output.find("precision bf16 with fp32 master weights"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("global batch 32"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("result:"), std::string::npos) << r.output;
+}
+
+// The last line a command printed ("ptrain: error: ...").
+std::string last_line(const std::string& output) {
+  std::string text = output;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text.substr(text.rfind('\n') + 1);
+}
+
+// --dry-run runs train's own checks of the data and the model against it: what train refuses, it refuses with
+// the same line, and nothing trains.
+TEST(Cli, DryRunRefusesWhatTrainRefuses) {
+  // CIFAR-10's binary release with 4 training records a batch file and an empty test batch.
+  const auto cifar = scratch("dry_run_cifar");
+  for (int i = 1; i <= 5; ++i) {
+    std::ofstream out(cifar / ("data_batch_" + std::to_string(i) + ".bin"), std::ios::binary);
+    for (int record = 0; record < 4; ++record) out << static_cast<char>(record) << std::string(3072, '\x40');
+  }
+  std::ofstream(cifar / "test_batch.bin", std::ios::binary).flush();
+  const std::string cpu = "--device cpu --batch-size 8 --max-steps 1 --progress none ";
+  const std::string images = "--dataset synthetic --data-path 64:1x8x8:10 ";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--model resnet20 --dataset cifar10 --data-path " + cifar.string(), "holds no CIFAR-10 records"},
+      {"--model resnet20 " + images + "--normalize 0.1,0.2,0.3/0.4,0.5,0.6", "3 values a channel"},
+      {"--model gpt-tiny " + images, "--model gpt-tiny is a language model"},
+      {"--model resnet20 --dataset synthetic-tokens --data-path 64:16:8", "--model resnet20 is an image model"},
+      {"--model " + std::string(PTRAIN_TORCHSCRIPT_FIXTURES) + "/net.pt --dataset synthetic --data-path 64:3x16x16:10",
+       "expected logits [2, 10]"},
+  };
+  for (const auto& [args, why] : refused) {
+    const Result dry = run("train --dry-run " + cpu + args);
+    EXPECT_EQ(dry.exit_code, 2) << args << "\n" << dry.output;
+    EXPECT_NE(last_line(dry.output).find(why), std::string::npos) << args << "\n" << dry.output;
+    const Result trained = run("train " + cpu + args);
+    EXPECT_EQ(trained.exit_code, 2) << args << "\n" << trained.output;
+    EXPECT_EQ(last_line(dry.output), last_line(trained.output)) << args;
+  }
 }
 
 TEST(Cli, DryRunShowsWhatADeepSpeedConfigBecomes) {

@@ -154,6 +154,26 @@ TEST(Estimate, TakesTheFlagsOfTheConfiguredStrategy) {
   EXPECT_EQ(row(e, "fsdp").states.params * 2, row(e, "single").states.params);
 }
 
+// The probes train two steps whatever the run's length: a warm-up or schedule sized for the user's run is checked
+// against that run, not against the probes (configs/gpt-large-zero3.yaml warms up for 10 of its 50 steps).
+TEST(Estimate, ChecksTheRunsScheduleNotTheProbes) {
+  auto job = small_job("fp32", false);
+  job.run.max_steps = 50;
+  job.optim.schedule = "cosine";
+  job.optim.warmup_steps = 3;
+  const MemoryEstimate e = estimate_memory(job, 1);
+  EXPECT_EQ(e.probes.size(), 2u);
+  job.optim.warmup_steps = 60;  // longer than the user's run: refused, naming it
+  try {
+    estimate_memory(job, 1);
+    FAIL() << "a warm-up longer than the run must be refused";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("--warmup-steps 60 is longer than the whole run"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
 TEST(Estimate, BadInputIsNamed) {
   auto job = small_job("fp32", false);
   job.model.name = "resnet-nine";

@@ -26,6 +26,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Why a run's estimate failed: its error line, the first of the run's log (the estimate runs first), or a
+// pointer to the log where it wrote none.
+std::string estimate_error(const std::string& log_path) {
+  std::ifstream log(log_path);
+  std::string line;
+  while (std::getline(log, line)) {
+    for (const char* mark : {"ptrain: error: ", "ptrain: LibTorch error: "}) {
+      const auto at = line.find(mark);
+      if (at != std::string::npos) return line.substr(at + std::string(mark).size());
+    }
+  }
+  return "it wrote no error line";
+}
+
 // "ptrain fp32-single-x1 (and 16 more): REASON; ..." per distinct reason, in job order.
 std::string refusals_text(const std::vector<BenchJob>& jobs, const std::map<size_t, std::string>& refused) {
   std::vector<std::pair<std::string, std::vector<size_t>>> by_reason;
@@ -230,6 +244,12 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
                 " s; the next bench with the same --out runs it again");
       ++outcome.left_for_later;
       return false;
+    }
+    if (!job.estimate_path.empty() && !fs::is_regular_file(job.estimate_path)) {
+      const std::string why = estimate_error(job.log_path);
+      sink.line(prefix + "estimate FAILED (" + why + "): no prediction for this run; log: " + job.log_path);
+      outcome.estimate_failures.push_back(job.run.label() + ": " + why);
+      ++outcome.estimates_failed;
     }
     if (exit.code == 0) attach_estimate(job);
     const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;

@@ -49,6 +49,10 @@ struct BenchOptions {
 struct BenchOutcome {
   int completed = 0, done_earlier = 0, failed = 0, not_available = 0;
   int left_for_later = 0;  // not run, or stopped, at the time limit: the next bench runs them
+  // Runs whose `ptrain estimate` left no prediction (the run itself went on, and counts as it ended), and for
+  // each "<run>: <the estimate's error line>".
+  int estimates_failed = 0;
+  std::vector<std::string> estimate_failures;
   // "<framework> <run>: <reason>"; for a run that failed, the reason carries its processes' own error line
   // (run_log.h: the failing rank's "ptrain: error:", a Python exception), not the launcher's last words.
   std::vector<std::string> failures;

@@ -340,11 +340,16 @@ int run_bench(BenchCommand& command) {
   }
   std::cout << "ptrain bench: " << outcome.completed << " run(s) done now, " << outcome.done_earlier
             << " earlier, " << outcome.not_available << " not available, " << outcome.failed << " failed"
+            << (outcome.estimates_failed > 0
+                    ? "; " + std::to_string(outcome.estimates_failed) + " estimate(s) failed, their runs without a prediction"
+                    : std::string())
             << (outcome.left_for_later > 0 ? ", " + std::to_string(outcome.left_for_later) +
                                                  " left for the next bench (--time-limit)"
                                            : std::string())
             << std::endl;
   for (const auto& failure : outcome.failures) std::cerr << "ptrain: failed: " << failure << std::endl;
+  for (const auto& failure : outcome.estimate_failures)
+    std::cerr << "ptrain: failed: the estimate of " << failure << std::endl;
   return outcome.failed > 0 ? kExitFailedRuns : kExitSuccess;
 }
 

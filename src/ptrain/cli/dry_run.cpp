@@ -75,9 +75,9 @@ std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t pa
 }  // namespace
 
 void check_plan_on_data(const train::Plan& plan) {
-  const int64_t replicas = plan.strategy.drives_several_devices() ? plan.config.dist.replicas : 1;
-  estimate::run_length(plan.config, estimate::training_samples(plan.config), std::max<int64_t>(plan.launch.world_size, 1),
-                    std::max<int64_t>(replicas, 1));
+  const int64_t replicas = std::max<int64_t>(plan.strategy.drives_several_devices() ? plan.config.dist.replicas : 1, 1);
+  const train::Splits splits = train::check_before_training(plan, replicas);
+  estimate::run_length(plan.config, splits.train.size(), std::max<int64_t>(plan.launch.world_size, 1), replicas);
 }
 
 std::string describe_layout(const train::Plan& plan) {

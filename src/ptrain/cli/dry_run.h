@@ -11,8 +11,10 @@ namespace ptrain::cli {
 
 std::string describe_layout(const train::Plan& plan);
 
-// What training checks of the plan against its data (a batch larger than the data, an epoch without a
-// step, a warm-up longer than the run), from the data's sample count: --dry-run refuses what train would.
+// What training checks of the plan before it builds the model on its device, with train's own checks
+// (train::check_before_training: the splits, the model against its data) and the steps it would train
+// (estimate::run_length: an epoch without a step, a warm-up longer than the run, a step count that
+// overflows): --dry-run refuses what train would.
 void check_plan_on_data(const train::Plan& plan);
 
 }  // namespace ptrain::cli

@@ -46,6 +46,13 @@ metrics::RunRecord probe(const train::Plan& plan, int64_t batch) {
   probe.run.global_batch_size = 0;
   probe.run.epochs = 1;
   probe.run.max_steps = 2;
+  probe.run.stop_at_step = 0;
+  // The user's plan is checked against its own length (estimate_for); a schedule sized for it (a warm-up of 10
+  // steps, milestones) would not fit the probes' two steps, and the learning rate changes no memory.
+  probe.optim.schedule = "constant";
+  probe.optim.warmup_epochs = 0;
+  probe.optim.warmup_steps = 0;
+  probe.optim.milestones.clear();
   probe.run.eval_each_epoch = false;
   probe.run.checkpoint_dir.clear();
   probe.run.checkpoint_every = 0;
@@ -149,9 +156,6 @@ MemoryEstimate estimate_memory(const config::TrainConfig& config, int64_t device
     planned.precision.fp8_scaling = "dynamic";
   }
   const train::Plan plan = train::make_plan(planned);
-  // A run that cannot train on its data (a batch larger than it) has no memory to predict.
-  run_length(plan.config, training_samples(plan.config), spec.multi_process() ? devices : 1,
-             spec.drives_several_devices() ? devices : 1);
   if (!cuda_elsewhere) return estimate_memory(plan, devices);
   MemoryEstimate e = estimate_for(plan, devices, /*cuda_target=*/true);
   e.device = config.run.device;
@@ -176,6 +180,10 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
   const auto& config = plan.config;
   const bool cpu = !cuda_target;
   const StateLayout configured = configured_layout(plan, devices);
+  // The user's run, not the probes': one that cannot train on its data (a batch larger than it, a warm-up
+  // longer than the run) has no memory to predict.
+  run_length(config, training_samples(config), plan.strategy.multi_process() ? devices : 1,
+             plan.strategy.drives_several_devices() ? devices : 1);
 
   MemoryEstimate e;
   e.model = config.model.name;

@@ -201,13 +201,9 @@ void DistributedDataParallel::prepare(models::Model& model) {
 torch::Tensor DistributedDataParallel::forward(models::Model& model, const torch::Tensor& inputs) {
   check(reducer_ != nullptr, "ddp: forward() before prepare()");
   if (!model.is_training()) return model.forward(inputs);
-  // At every world size, as PyTorch's DDP: one broadcast a flat buffer, in place.
-  if (options_.broadcast_buffers && !buffer_flats_.empty()) {
-    std::vector<torch::Tensor> buffers;
-    for (const auto& flat : buffer_flats_) buffers.push_back(as_movable(*group_, flat));
-    torch::NoGradGuard no_grad;
-    group_->broadcast(buffers, 0).wait();
-  }
+  // At every world size, as PyTorch's DDP: one broadcast a flat buffer, in place (over NCCL ordered on the
+  // stream, so that a captured step replays it).
+  if (options_.broadcast_buffers) sync_buffers();
   std::vector<int64_t> calls_before;
   for (const auto& norm : sync_norms_) calls_before.push_back(norm.module->calls());
   auto outputs = model.forward(inputs);
@@ -230,6 +226,15 @@ void DistributedDataParallel::set_gradient_sync(bool enabled) {
 void DistributedDataParallel::finish_backward() {
   check(reducer_ != nullptr, "ddp: finish_backward() before prepare()");
   reducer_->finish();
+}
+
+void DistributedDataParallel::sync_buffers() {
+  check(reducer_ != nullptr, "ddp: sync_buffers() before prepare()");
+  if (buffer_flats_.empty()) return;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& flat : buffer_flats_) buffers.push_back(as_movable(*group_, flat));
+  torch::NoGradGuard no_grad;
+  group_->broadcast(buffers, 0).wait();
 }
 
 torch::Tensor DistributedDataParallel::all_reduce_sum(torch::Tensor t) {

@@ -59,6 +59,7 @@ class DistributedDataParallel final : public Strategy {
   // graph traversal, and keeps every rank issuing the same collectives.
   void finish_backward() override;
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
+  void sync_buffers() override;
   std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override {
     return group_->all_gather_text(name, text);
   }

@@ -104,6 +104,13 @@ class Strategy {
   // Sums a tensor over all ranks (metrics: loss sums, correct counts). In place; returns it.
   virtual torch::Tensor all_reduce_sum(torch::Tensor t) = 0;
 
+  // Copies rank 0's buffers (batch-norm running statistics) to every rank; collective. Each training forward
+  // updates a rank's statistics from its own part of the batch, so after the last one the ranks differ
+  // (under ddp too, whose broadcast comes before each forward), while a checkpoint keeps rank 0's: the
+  // trainer calls this before every evaluation and every save, so that each rank evaluates with the
+  // statistics the saved weights hold. Outside any captured step. One process: nothing to agree.
+  virtual void sync_buffers() {}
+
   // Every rank's text in rank order (ProcessGroup::all_gather_text); one process has only its own.
   virtual std::vector<std::string> all_gather_text(const std::string& /*name*/, const std::string& text) {
     return {text};

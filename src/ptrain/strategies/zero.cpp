@@ -35,7 +35,7 @@ struct Zero::State {
   std::vector<std::string> names;
   std::vector<torch::Tensor> frozen;  // parameters that need no gradient: replicated, as they are
   std::vector<torch::Tensor> buffers;
-  std::vector<torch::Tensor> buffer_flats;  // broadcast_buffers: the buffers are views of these
+  std::vector<torch::Tensor> buffer_flats;  // the buffers are views of these (one broadcast a flat)
   // In reduction order (the order backward should complete them).
   std::vector<std::unique_ptr<FlatParamGroup>> groups;
   std::vector<size_t> pending;        // per group, members whose gradient backward has not produced yet
@@ -170,7 +170,7 @@ void Zero::prepare(models::Model& model) {
   check(!s.params.empty(), name() + ": the model has no trainable parameters");
   for (const auto& b : model.buffers()) s.buffers.push_back(b);
   check_and_broadcast(*s.group, all, s.buffers, s.device, name(), options_.sync_module_states);
-  if (options_.broadcast_buffers) s.buffer_flats = flatten_in_place(s.buffers);
+  s.buffer_flats = flatten_in_place(s.buffers);
 
   s.mesh = ShardMesh::of(s.group, s.policy.hybrid ? options_.hybrid_group_size : 0, name());
 
@@ -221,12 +221,7 @@ torch::Tensor Zero::forward(models::Model& model, const torch::Tensor& inputs) {
   check(s.prepared, name() + ": forward() before prepare()");
   const bool training = model.is_training() && torch::GradMode::is_enabled();
   // At every world size, as ddp: one broadcast a flat buffer, in place.
-  if (model.is_training() && options_.broadcast_buffers && !s.buffer_flats.empty()) {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> buffers;
-    for (const auto& flat : s.buffer_flats) buffers.push_back(as_movable(*s.group, flat));
-    s.group->broadcast(buffers, 0).wait();
-  }
+  if (model.is_training() && options_.broadcast_buffers) sync_buffers();
   if (training) s.begin_micro_step();
   if (!s.policy.shards_parameters) return model.forward(inputs);
 
@@ -310,6 +305,16 @@ void Zero::set_gradient_sync(bool enabled) {
 void Zero::finish_backward() {
   check(state_->prepared, name() + ": finish_backward() before prepare()");
   state_->finish();
+}
+
+void Zero::sync_buffers() {
+  auto& s = *state_;
+  check(s.prepared, name() + ": sync_buffers() before prepare()");
+  if (s.buffer_flats.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> buffers;
+  for (const auto& flat : s.buffer_flats) buffers.push_back(as_movable(*s.group, flat));
+  s.group->broadcast(buffers, 0).wait();
 }
 
 torch::Tensor Zero::all_reduce_sum(torch::Tensor t) {

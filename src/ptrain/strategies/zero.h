@@ -36,7 +36,8 @@ struct ZeroOptions {
   // Reduce each group as soon as backward has produced all its gradients (false: every group in
   // finish_backward, after backward). Only the timing differs.
   bool overlap_comm = true;
-  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training forward.
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training forward (before
+  // each evaluation and save they are copied whatever this says: Strategy::sync_buffers).
   bool broadcast_buffers = true;
 
   // Sharded parameters: which group each of models::Model::units() joins (consecutive units may share one); -1:
@@ -73,6 +74,8 @@ class Zero final : public Strategy {
   // as zeros) and waits for every reduction.
   void finish_backward() override;
   torch::Tensor all_reduce_sum(torch::Tensor t) override;
+  // Under fsdp too, whose training forwards leave the buffers alone as PyTorch's FSDP does.
+  void sync_buffers() override;
   std::vector<std::string> all_gather_text(const std::string& name, const std::string& text) override;
   // Over NCCL the step's gathers, reductions and the found-inf and norm all-reduces are ordered on the device and
   // its groups are fixed at prepare(): the whole step can be recorded once and replayed, unless a part of it runs

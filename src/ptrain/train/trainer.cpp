@@ -466,6 +466,8 @@ bool TrainingRun::should_stop_after(int64_t step) const {
 
 Evaluation TrainingRun::evaluate() {
   torch::NoGradGuard no_grad;
+  // Each rank evaluates its share of the test split: all with rank 0's statistics, which checkpoints keep.
+  strategy_->sync_buffers();
   model_->eval();
   test_loader_->start_epoch(0);
   auto options = torch::TensorOptions().dtype(torch::kDouble).device(device_);

@@ -55,4 +55,18 @@ metrics::RunRecord train(const Plan& plan, const std::string& command_line, cons
 // vocabulary and longest sequence. Refuses a model that does not match its data, naming the flags.
 models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test);
 
+// The run's two splits as train opens them (--train-limit and --test-limit applied), refused where train refuses
+// them: an empty split, classes that differ between them, --normalize values for another channel count, a loader
+// batch (--batch-size x replicas, the devices of one process) larger than the training split.
+struct Splits {
+  data::Dataset train, test;
+};
+Splits open_splits(const Plan& plan, int64_t replicas);
+
+// Everything train refuses before it builds the model on its device, checked without training (--dry-run): the
+// splits (open_splits) and the model against them (model_spec; a TorchScript model loaded and run on the host, as
+// the run loads it, so that logits of the wrong width are refused). The steps the run trains on them are
+// estimate::run_length's to check. Returns the splits.
+Splits check_before_training(const Plan& plan, int64_t replicas);
+
 }  // namespace ptrain::train

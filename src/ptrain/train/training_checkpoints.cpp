@@ -148,6 +148,7 @@ void TrainingRun::save(TrainingPosition position) {
   }
   const RunningTotals progress_totals = reduced_totals();
   const std::string path = checkpointer_->path_for(position.global_step);
+  strategy_->sync_buffers();  // the statistics every rank evaluates with are the ones saved
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
   if (plan_.strategy_options.state_dict == strategies::StateDict::sharded) {
@@ -217,6 +218,7 @@ void TrainingRun::export_weights() {
     weights_refused_ = true;
     return;
   }
+  strategy_->sync_buffers();
   const auto params = target_->full_parameters();
   if (!strategy_->is_main()) return;
   std::map<std::string, torch::Tensor> full(params.begin(), params.end());

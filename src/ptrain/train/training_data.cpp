@@ -6,6 +6,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/data/image_folder.h"
 #include "ptrain/data/registry.h"
+#include "ptrain/models/torchscript_model.h"
 #include "ptrain/train/training_run.h"
 
 namespace ptrain::train {
@@ -39,32 +40,52 @@ std::string transforms_of(const data::Dataset& set, const data::AugmentOptions& 
 
 }  // namespace
 
-void TrainingRun::load_data() {
-  const int threads = static_cast<int>(c_.data.loader_threads);
-  const data::DataSpec spec = plan_.open_data ? plan_.data : data::resolve_image_loading(plan_.data);
+Splits open_splits(const Plan& plan, int64_t replicas) {
+  const auto& c = plan.config;
+  const int threads = static_cast<int>(c.data.loader_threads);
+  const data::DataSpec spec = plan.open_data ? plan.data : data::resolve_image_loading(plan.data);
   const auto open = [&](bool train) {
-    return plan_.open_data ? plan_.open_data(train) : data::open_dataset(spec, train, threads);
+    return plan.open_data ? plan.open_data(train) : data::open_dataset(spec, train, threads);
   };
-  train_set_ = data::spread_subset(open(/*train=*/true), c_.data.train_limit);
-  test_set_ = data::spread_subset(open(/*train=*/false), c_.data.test_limit);
+  Splits splits{data::spread_subset(open(/*train=*/true), c.data.train_limit),
+                data::spread_subset(open(/*train=*/false), c.data.test_limit)};
+  const auto& train_set = splits.train;
+  const auto& test_set = splits.test;
   // Any source (a reader, a caller's open_data): an empty split trains nothing or evaluates to 0/0.
-  check(train_set_.size() > 0, source_of(train_set_) + ": the training split holds no samples");
-  check(test_set_.size() > 0, source_of(test_set_) + ": the test split holds no samples (nothing to evaluate)");
-  if (!train_set_.is_tokens())
-    data::check_same_classes(source_of(train_set_), train_set_.classes, source_of(test_set_), test_set_.classes);
+  check(train_set.size() > 0, source_of(train_set) + ": the training split holds no samples");
+  check(test_set.size() > 0, source_of(test_set) + ": the test split holds no samples (nothing to evaluate)");
+  if (!train_set.is_tokens())
+    data::check_same_classes(source_of(train_set), train_set.classes, source_of(test_set), test_set.classes);
+  const int64_t loader_batch = c.run.batch_size * replicas;
+  check(train_set.size() >= loader_batch,
+        "--batch-size " + std::to_string(c.run.batch_size) + " x " + std::to_string(replicas) +
+            " replicas is larger than the " + std::to_string(train_set.size()) + " training samples");
+  const auto& norm = plan.normalization;
+  if (!train_set.is_tokens()) {
+    const auto values = static_cast<int64_t>(norm.mean.size());
+    check(values == 1 || values == train_set.channels(),
+          "--normalize " + data::describe_normalization(norm) + ": " + std::to_string(values) + " values a channel, but " +
+              source_of(train_set) + " has " + std::to_string(train_set.channels()) + "-channel images (give " +
+              std::to_string(train_set.channels()) + " values, or one for all)");
+  }
+  return splits;
+}
+
+Splits check_before_training(const Plan& plan, int64_t replicas) {
+  Splits splits = open_splits(plan, replicas);
+  const models::ModelSpec spec = model_spec(plan.config, splits.train, splits.test);
+  // A zoo model fits any data model_spec accepts; a TorchScript model is checked by loading it (on the host).
+  if (!plan.make_model && models::is_torchscript_path(spec.name)) models::make_model(spec);
+  return splits;
+}
+
+void TrainingRun::load_data() {
+  Splits splits = open_splits(plan_, strategy_->replicas());
+  train_set_ = std::move(splits.train);
+  test_set_ = std::move(splits.test);
   const int64_t loader_batch = c_.run.batch_size * strategy_->replicas();
-  check(train_set_.size() >= loader_batch,
-        "--batch-size " + std::to_string(c_.run.batch_size) + " x " + std::to_string(strategy_->replicas()) +
-            " replicas is larger than the " + std::to_string(train_set_.size()) + " training samples");
 
   const auto& norm = plan_.normalization;
-  if (!train_set_.is_tokens()) {
-    const auto values = static_cast<int64_t>(norm.mean.size());
-    check(values == 1 || values == train_set_.channels(),
-          "--normalize " + data::describe_normalization(norm) + ": " + std::to_string(values) + " values a channel, but " +
-              source_of(train_set_) + " has " + std::to_string(train_set_.channels()) + "-channel images (give " +
-              std::to_string(train_set_.channels()) + " values, or one for all)");
-  }
   data::AugmentOptions eval_augment;
   eval_augment.resize = c_.data.image_size;
   eval_augment.mean = norm.mean;
