@@ -148,6 +148,7 @@ void attach_estimate(const BenchJob& job) {
                                   {"predicted_peak_allocated_bytes", row.at("predicted_peak_allocated_bytes")},
                                   {"bytes_per_sample", estimate.at("bytes_per_sample")},
                                   {"fixed_bytes", estimate.at("fixed_bytes")},
+                                  {"update_bytes", estimate.at("update_bytes")},
                                   {"probes", estimate.at("probes")}};
       metrics::write_run_record(job.metrics_path, record);
       return;

@@ -1,11 +1,15 @@
 // `ptrain estimate`: the memory a training run needs on each device, before it runs, for every strategy,
 // with advice on which one fits. Model states (parameters, gradients, optimizer state, fp32 master
-// weights, communication buffers) follow each strategy's arithmetic; what grows with the batch
-// (activations, the batch itself) and the fixed rest (workspaces) are measured: two probes, short real
-// training runs of the same model and precision at two small batches, in this process, their difference
-// giving the bytes per sample. Measured peaks are the allocator's (CUDA caching allocator; on the CPU the
-// counting allocator of metrics/cpu_allocator.h), so the prediction compares with a run's
-// peak_allocated_bytes.
+// weights, communication buffers) follow each strategy's arithmetic; the rest is measured by two probes,
+// short real training runs of the same model and precision at two small batches, in this process, each
+// step read phase by phase:
+// - the forward and backward passes: what grows with the batch (activations, the batch itself), the
+//   probes' difference giving the bytes per sample, and a fixed rest (workspaces);
+// - the update: the optimizer step's transient tensors (LibTorch's foreach AdamW holds several per
+//   parameter), which set a small batch's peak and would hide its activations in a run's single peak.
+// A device's peak is its model states plus the larger of the two. Measured peaks are the allocator's (CUDA
+// caching allocator; on the CPU the counting allocator of metrics/cpu_allocator.h), so the prediction
+// compares with a run's peak_allocated_bytes.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +39,9 @@ struct StrategyEstimate {
   int64_t devices = 1;
   ModelStates states;
   int64_t activations = 0;  // bytes per sample x the per-device batch
-  int64_t fixed = 0;        // measured rest: workspaces, batches in flight
-  int64_t total = 0;        // the predicted peak_allocated_bytes
+  int64_t fixed = 0;        // measured rest of the forward and backward: workspaces, batches in flight
+  int64_t update = 0;       // the update's transient bytes, for the optimizer state this device steps
+  int64_t total = 0;        // the predicted peak_allocated_bytes: states + max(activations + fixed, update)
   bool fits = false;
 };
 
@@ -45,8 +50,15 @@ struct MemoryEstimate {
   int64_t parameters = 0;
   int64_t batch_size = 0;  // per device
   std::optional<int64_t> capacity_bytes;  // the device's memory (host RAM for the CPU)
-  std::vector<std::pair<int64_t, int64_t>> probes;  // (batch, measured peak)
+  struct Probe {
+    int64_t batch = 0;
+    int64_t peak = 0;               // the run's peak_allocated_bytes
+    int64_t forward_backward = 0;   // the highest of its steps' forward and backward passes
+    int64_t update = 0;             // the highest of its steps' updates
+  };
+  std::vector<Probe> probes;
   int64_t bytes_per_sample = 0, fixed_bytes = 0;
+  int64_t update_bytes = 0;  // one device's update, above the model states
   std::string configured_strategy;
   std::vector<StrategyEstimate> strategies;
   std::string advice;

@@ -17,6 +17,26 @@ struct AllocatorPeak {
 AllocatorPeak cuda_allocator_peak(int device);
 void reset_cuda_allocator_peak(int device);  // no-op in CPU builds
 
+// The allocator's peak phase by phase on one device (ptrain estimate's probes read a step's forward and
+// backward apart from its update). Each take() returns the peak since the previous take() and resets the
+// allocator's peak to what is held now. A reset loses the peak a run reports at its end, so highest() keeps the
+// largest of every phase (and highest_reserved() the CUDA allocator's reserved bytes).
+class PhasePeaks {
+ public:
+  // cuda_device: a CUDA device's index, or -1 for the CPU's counting allocator (metrics/cpu_allocator.h).
+  // baseline: bytes taken off every reading, as a CPU run leaves out the tensors held before its model.
+  PhasePeaks(int cuda_device, int64_t baseline);
+  int64_t take();
+  int64_t highest() const { return highest_; }
+  std::optional<int64_t> highest_reserved() const { return highest_reserved_; }
+
+ private:
+  int cuda_device_;
+  int64_t baseline_;
+  int64_t highest_ = 0;
+  std::optional<int64_t> highest_reserved_;
+};
+
 // VmRSS and VmHWM of /proc/self/status, in bytes. Throws ptrain::Error when the file cannot be read
 // or lacks the field (not Linux).
 int64_t host_rss_bytes();

@@ -80,6 +80,7 @@ metrics::RunRecord TrainingRun::run() {
     metrics::reset_cpu_allocator_peak();
     cpu_bytes_before_model_ = metrics::cpu_allocated_bytes();
   }
+  if (hooks_.on_step_memory) phase_peaks_.emplace(device_.is_cuda() ? device_.index() : -1, cpu_bytes_before_model_);
   build_model();
   build_optimizer();
   resume();

@@ -22,6 +22,12 @@ struct StepReport {
   int64_t global_step = 0;  // optimizer steps taken, this one included
   double loss = 0;          // this rank's mean training loss over the step's micro-batches, before the update
 };
+// The allocator's peaks of one optimizer step, counted as the record's peak_allocated_bytes is.
+struct StepMemory {
+  int64_t global_step = 0;
+  int64_t forward_backward_bytes = 0;  // over the micro-batches' forward and backward passes
+  int64_t update_bytes = 0;            // over the update: gradient sync, unscale, clip, step, zero_grad
+};
 struct TrainHooks {
   // Called on every rank after each optimizer step; reading the loss synchronises the device.
   std::function<void(const StepReport&)> on_step;
@@ -29,6 +35,10 @@ struct TrainHooks {
   // saves a checkpoint of it (with --checkpoint-dir) and throws RunStopped; 0 trains on. Must be cheap.
   // Ranks agree on it through a collective, so it is set on every rank of a job or on none.
   std::function<int()> stop_signal;
+  // Called after each optimizer step with its memory phase by phase (ptrain estimate's probes). Setting it
+  // runs every step eagerly (a captured step cannot be read between its phases) and resets the allocator's
+  // peak twice a step; the record's peaks still cover the whole run.
+  std::function<void(const StepMemory&)> on_step_memory;
 };
 
 // A run that stopped early on a stop signal, or failed after it had trained (its evaluation, say):

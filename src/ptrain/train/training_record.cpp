@@ -83,6 +83,11 @@ void TrainingRun::record_memory_and_utilisation() {
     if (peak.reserved_bytes && (!record_.peak_reserved_bytes || *peak.reserved_bytes > *record_.peak_reserved_bytes))
       record_.peak_reserved_bytes = peak.reserved_bytes;
   }
+  if (phase_peaks_) {  // its resets left the allocator the last phase's peak alone
+    record_.peak_allocated_bytes = std::max(record_.peak_allocated_bytes.value_or(0), phase_peaks_->highest());
+    if (phase_peaks_->highest_reserved())
+      record_.peak_reserved_bytes = std::max(record_.peak_reserved_bytes.value_or(0), *phase_peaks_->highest_reserved());
+  }
   if (sampler_) {
     const auto stats = sampler_->stats();
     record_.gpu_util_mean = stats.util_mean;

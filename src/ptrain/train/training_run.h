@@ -27,6 +27,7 @@
 #include "ptrain/data/loader.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/metrics/gpu_sampler.h"
+#include "ptrain/metrics/memory.h"
 #include "ptrain/metrics/run_record.h"
 #include "ptrain/train/run_flops.h"
 #include "ptrain/metrics/scalar_log.h"
@@ -235,6 +236,7 @@ class TrainingRun {
   RunFlops flops_;  // the model's FLOPs and the device's peak: TFLOP/s and MFU, set by announce()
   int64_t classes_ = 0;  // the model's classes: its logits may be wider (a padded vocabulary)
   int64_t cpu_bytes_before_model_ = 0;  // CPU runs: held by tensors once the data is loaded
+  std::optional<metrics::PhasePeaks> phase_peaks_;  // with hooks_.on_step_memory: the step's memory by phase
   metrics::RunRecord record_;
 
   metrics::StepPhaseTimer phases_;

@@ -66,6 +66,7 @@ torch::Tensor TrainingRun::optimizer_step() {
 void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const std::vector<torch::Tensor>& labels) {
   using metrics::StepPhase;
   const auto accum = static_cast<int64_t>(images.size());
+  if (phase_peaks_) phase_peaks_->take();  // what the batch's loading held belongs to no phase of the step
   for (int64_t micro = 0; micro < accum; ++micro) {
     strategy_->set_gradient_sync(micro == accum - 1);
     phases_.begin(StepPhase::kForward);
@@ -100,12 +101,15 @@ void TrainingRun::device_step(const std::vector<torch::Tensor>& images, const st
     (scaler_ ? scaler_->scale(scaled) : scaled).backward();
     phases_.end(StepPhase::kBackward);
   }
+  const int64_t forward_backward_bytes = phase_peaks_ ? phase_peaks_->take() : 0;
   const torch::Tensor grad_norm = optimizer_step();
+  if (phase_peaks_) hooks_.on_step_memory({global_step_ + 1, forward_backward_bytes, phase_peaks_->take()});
   if (last_grad_norm_.defined() && grad_norm.defined()) last_grad_norm_.copy_(grad_norm);
 }
 
 std::string TrainingRun::capture_obstacle() const {
   if (!c_.run.cuda_graphs) return "off (--no-cuda-graphs)";
+  if (hooks_.on_step_memory) return "off: the step's memory is read phase by phase (ptrain estimate's probes)";
   if (!device_.is_cuda()) return "off (CUDA graphs need a CUDA device)";
   const std::string strategy = strategy_->capture_obstacle();
   if (!strategy.empty()) return "off: " + strategy;
