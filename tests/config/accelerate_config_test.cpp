@@ -5,6 +5,7 @@
 
 #include "ptrain/config/accelerate_config.h"
 #include "ptrain/config/cli_options.h"
+#include "ptrain/config/settings_in_effect.h"
 #include "ptrain/core/error.h"
 #include "test_support.h"
 
@@ -38,9 +39,71 @@ TEST(AccelerateConfig, TheMultiGpuFileAccelerateWritesReadsUnchanged) {
   EXPECT_EQ(launch.environment.count("PTRAIN_DEVICE"), 0u);
   EXPECT_EQ(launch.environment.count("PTRAIN_PRECISION"), 0u);
   EXPECT_EQ(launch.environment.count("CUDA_VISIBLE_DEVICES"), 0u);  // gpu_ids: all
-  ASSERT_EQ(launch.warnings.size(), 2u);  // main_training_function and same_network are named, not dropped
-  EXPECT_NE(launch.warnings[0].find("main_training_function"), std::string::npos);
-  EXPECT_NE(launch.warnings[1].find("same_network"), std::string::npos);
+  // main_training_function and same_network, which accelerate writes into every file, change nothing here.
+  EXPECT_TRUE(launch.warnings.empty()) << launch.warnings.front();
+}
+
+// tests/config/fixtures/accelerate_multi_cpu.yaml is a MULTI_CPU file as `accelerate config` (1.x) writes it,
+// verbatim: ipex_config and mpirun_config were refused, main_training_function and same_network warned on every
+// launch. It reads without a word and becomes two processes of ddp on the CPU (gloo: --backend unset on the CPU).
+TEST(AccelerateConfig, TheMultiCpuFileAccelerateWritesRunsAsIsWithoutWarnings) {
+  const std::string path = repo_file("tests/config/fixtures/accelerate_multi_cpu.yaml");
+  const auto launch = read_accelerate_config(path);
+  EXPECT_EQ(launch.num_processes_per_machine, 2);
+  EXPECT_EQ(launch.num_machines, 1);
+  EXPECT_EQ(launch.main_process_ip, "127.0.0.1");
+  EXPECT_EQ(launch.main_process_port, 29500);
+  std::string warnings;
+  for (const auto& w : launch.warnings) warnings += w + "\n";
+  EXPECT_TRUE(launch.warnings.empty()) << warnings;
+
+  // What the started `ptrain train` processes make of the environment: ddp on the CPU, fp32, gloo.
+  for (const auto& [name, value] : launch.environment) ::setenv(name.c_str(), value.c_str(), 1);
+  ptrain::config::TrainConfig c;
+  CLI::App app;
+  ptrain::config::add_train_options(app, c);
+  const char* argv[] = {"train"};
+  app.parse(1, const_cast<char**>(argv));
+  for (const auto& [name, value] : launch.environment) ::unsetenv(name.c_str());
+  EXPECT_EQ(c.run.strategy, "ddp");
+  EXPECT_EQ(c.run.device, "cpu");
+  EXPECT_EQ(c.precision.precision, "fp32");
+  EXPECT_EQ(c.dist.backend, "");  // strategies/factory.cpp: gloo on the CPU
+  EXPECT_NO_THROW(ptrain::config::refuse_settings_without_effect(c));
+}
+
+// What accelerate's ipex_config and mpirun_config ask that ptrain cannot do is named with the file and the key:
+// IPEX (a speed-up accelerate itself goes without where IPEX is missing) in a warning, an mpirun hostfile (the
+// processes spread over other hosts) as an error.
+TEST(AccelerateConfig, IpexAndMpirunSettingsPtrainCannotHonourAreNamed) {
+  const std::string cpu = kBase + "distributed_type: MULTI_CPU\nnum_processes: 2\n";
+  const auto ipex = write_yaml("ipex", cpu + "ipex_config:\n  ipex: true\n");
+  const auto with_ipex = read_accelerate_config(ipex);
+  ASSERT_EQ(with_ipex.warnings.size(), 1u);
+  EXPECT_NE(with_ipex.warnings[0].find(ipex + ": key 'ipex_config.ipex' is true: ptrain does not use Intel Extension"),
+            std::string::npos) << with_ipex.warnings[0];
+
+  const auto hostfile = write_yaml("hostfile", cpu + "mpirun_config:\n  mpirun_ccl: '1'\n"
+                                                     "  mpirun_hostfile: /home/me/hostfile\n");
+  const std::string message = error_of(hostfile);
+  EXPECT_NE(message.find(hostfile + ": key 'mpirun_config.mpirun_hostfile' is '/home/me/hostfile'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("run ptrain launch on every machine"), std::string::npos) << message;
+
+  const auto ccl = read_accelerate_config(write_yaml("ccl", cpu + "mpirun_config:\n  mpirun_ccl: 4\n"));
+  ASSERT_EQ(ccl.warnings.size(), 1u);
+  EXPECT_NE(ccl.warnings[0].find("key 'mpirun_config.mpirun_ccl' is 4"), std::string::npos) << ccl.warnings[0];
+  const auto empty = read_accelerate_config(write_yaml("mpirun_empty", cpu + "mpirun_config: {}\nipex_config: {}\n"));
+  EXPECT_TRUE(empty.warnings.empty());
+
+  for (const auto& [file, key] : std::vector<std::pair<std::string, std::string>>{
+           {cpu + "ipex_config:\n  ipex: false\n  ipex_level: O1\n", "ipex_config.ipex_level"},
+           {cpu + "mpirun_config:\n  mpirun_hosts: a,b\n", "mpirun_config.mpirun_hosts"},
+           {cpu + "ipex_config:\n  ipex: maybe\n", "ipex_config.ipex"},
+           {cpu + "ipex_config: true\n", "ipex_config"}}) {
+    const std::string unknown = error_of(write_yaml("ipex_mpirun_keys", file));
+    EXPECT_NE(unknown.find("key '" + key + "'"), std::string::npos) << unknown;
+  }
 }
 
 // yaml-cpp's as<int> read 010 as octal eight: accelerate's integers are decimal as ptrain's flags are.

@@ -89,7 +89,7 @@ TEST(TrainOptions, UnknownYamlKeyNearAKnownOneSaysWhichItMayMean) {
             std::string::npos) << message;
   const auto prefix = write_yaml("prefix", "warmup: 2\n");
   const std::string both = error_of([&] { parse({"--config", prefix}); });
-  EXPECT_NE(both.find("(did you mean warmup-epochs or warmup-steps?)"), std::string::npos) << both;
+  EXPECT_NE(both.find("(did you mean warmup-epochs, warmup-min-lr or warmup-steps?)"), std::string::npos) << both;
 }
 
 TEST(NearNames, TyposOfAFewEditsFindTheirNameAndOthersNone) {

@@ -291,6 +291,7 @@ TEST(DeepSpeedConfig, AutoKeysOfTheHuggingFaceTemplateTakePtrainsFlagsEachSaidIn
         "key 'optimizer.params.weight_decay' is \"auto\": --weight-decay 0.0005 (ptrain's default)",
         "key 'gradient_clipping' is \"auto\": --clip-grad-norm 1", "key 'fp16.enabled' is \"auto\": --precision fp32",
         "key 'scheduler.params.warmup_num_steps' is \"auto\": --warmup-steps 10",
+        "key 'scheduler.params.warmup_min_lr' is \"auto\": --warmup-min-lr 0 (ptrain's default)",
         "key 'train_micro_batch_size_per_gpu' is \"auto\": --batch-size 16",
         "key 'gradient_accumulation_steps' is \"auto\": --grad-accum 1 (ptrain's default)",
         "key 'train_batch_size' is \"auto\": --global-batch-size 32 (--batch-size x --grad-accum x 2 processes)",
@@ -306,25 +307,49 @@ TEST(DeepSpeedConfig, AutoKeysOfTheHuggingFaceTemplateTakePtrainsFlagsEachSaidIn
             std::string::npos);
 }
 
-TEST(DeepSpeedConfig, SchedulersMapToLinearWarmupAndCosine) {
+TEST(DeepSpeedConfig, SchedulersMapToPtrainsSchedulesOfTheSameName) {
   const TrainConfig w = apply(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
       "warmup_max_lr": 0.002, "warmup_num_steps": 50, "warmup_type": "linear"}}})").config;
-  EXPECT_EQ(w.optim.schedule, "constant");
+  EXPECT_EQ(w.optim.schedule, "WarmupLR");
   EXPECT_DOUBLE_EQ(w.optim.lr, 0.002);
   EXPECT_EQ(w.optim.warmup_steps, 50);
+  EXPECT_EQ(w.optim.warmup_type, "linear");
 
   const TrainConfig cos = apply(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
       "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000, "warmup_num_steps": 10,
-      "warmup_type": "linear", "cos_min_ratio": 0.1}}})").config;
-  EXPECT_EQ(cos.optim.schedule, "cosine");
+      "warmup_min_ratio": 0.2, "cos_min_ratio": 0.1}}})").config;
+  EXPECT_EQ(cos.optim.schedule, "WarmupCosineLR");
   EXPECT_DOUBLE_EQ(cos.optim.min_lr, 0.001);
+  EXPECT_DOUBLE_EQ(cos.optim.warmup_min_lr, 0.002);
+  EXPECT_EQ(cos.optim.warmup_type, "log");  // DeepSpeed's default
   EXPECT_EQ(cos.run.max_steps, 1000);
 
-  // DeepSpeed's default warm-up is logarithmic: refused, with the fix.
-  const std::string log = error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
-  EXPECT_NE(log.find("warmup_type"), std::string::npos) << log;
-  EXPECT_NE(log.find("linear"), std::string::npos) << log;
-  EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})").find("WarmupDecayLR"),
+  // DeepSpeed's defaults: a log warm-up of 1000 steps; WarmupDecayLR peaks at 0.001, WarmupLR at the optimizer's lr.
+  const TrainConfig log = apply(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})").config;
+  EXPECT_EQ(log.optim.warmup_type, "log");
+  EXPECT_DOUBLE_EQ(log.optim.lr, 0.1);
+  const TrainConfig decay = apply(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 3000}}})").config;
+  EXPECT_EQ(decay.optim.schedule, "WarmupDecayLR");
+  EXPECT_DOUBLE_EQ(decay.optim.lr, 0.001);
+  EXPECT_EQ(decay.optim.warmup_steps, 1000);
+  EXPECT_EQ(decay.run.max_steps, 3000);
+  // Flags win over the file, named.
+  const Applied flagged = apply(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 30,
+      "warmup_type": "log", "warmup_min_lr": 0.01}}})", {"--warmup-type", "linear", "--warmup-min-lr", "0.02"});
+  EXPECT_EQ(flagged.config.optim.warmup_type, "linear");
+  EXPECT_DOUBLE_EQ(flagged.config.optim.warmup_min_lr, 0.02);
+  EXPECT_TRUE(mentions(flagged.warnings, "'scheduler.params.warmup_type' (log) is overridden by --warmup-type linear"));
+
+  const std::string no_total = error_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})");
+  EXPECT_NE(no_total.find("key 'scheduler.params.total_num_steps' is required for WarmupDecayLR"), std::string::npos)
+      << no_total;
+  const std::string misspelt = error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "lin"}}})");
+  EXPECT_NE(misspelt.find("key 'scheduler.params.warmup_type' must be log or linear"), std::string::npos) << misspelt;
+  const std::string other = error_of(R"({"scheduler": {"type": "OneCycle", "params": {}}})");
+  EXPECT_NE(other.find("'OneCycle' has no ptrain equivalent (supported: WarmupLR, WarmupDecayLR, WarmupCosineLR)"),
+            std::string::npos) << other;
+  EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}}})")
+                .find("'scheduler.params.total_num_steps' is not a WarmupLR parameter"),
             std::string::npos);
 }
 

@@ -60,7 +60,7 @@ TEST(SettingsInEffect, OptimizerAndScheduleSettingsOnlyWhereTheyAct) {
   TrainConfig constant;
   constant.optim.schedule = "constant";
   constant.optim.min_lr = 0.001;
-  EXPECT_EQ(refusal(constant), "--min-lr applies to --schedule cosine (this run's schedule is constant)");
+  EXPECT_EQ(refusal(constant), "--min-lr applies to --schedule cosine or WarmupCosineLR (this run's schedule is constant)");
   constant.optim.schedule = "cosine";
   EXPECT_EQ(refusal(constant), "");
 }

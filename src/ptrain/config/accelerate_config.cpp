@@ -116,6 +116,49 @@ void read_fp8_config(const YAML::Node& fp8, const std::string& path, AccelerateL
   }
 }
 
+// ipex_config (accelerate 0.2x to 1.12 write it for every CPU setup): whether accelerate hands the model and
+// optimizer to Intel Extension for PyTorch. ipex: true is a speed-up, not another job (the same model, loss and
+// updates), and accelerate itself trains without IPEX wherever it is not installed; ptrain has no IPEX, so it
+// runs the job as accelerate would there, saying so in a warning rather than refusing.
+void read_ipex_config(const YAML::Node& ipex, const std::string& path, AccelerateLaunch& launch) {
+  for (const auto& entry : ipex) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string where = path + ": key 'ipex_config." + key + "'";
+    check(key == "ipex", where + " is not an ipex_config setting ptrain knows (ipex)");
+    if (boolean_of(entry.second, where))
+      launch.warnings.push_back(where + " is true: ptrain does not use Intel Extension for PyTorch (IPEX); it trains "
+                                        "as accelerate does where IPEX is not installed");
+  }
+}
+
+// mpirun_config (accelerate's MULTI_CPU launch through mpirun). mpirun_hostfile spreads the processes over the
+// hosts it lists, which ptrain launch (it starts processes on this machine only) cannot do: taking the file
+// anyway would start every process here, or wait for machines nobody started, so a hostfile is an error naming
+// what to run instead. mpirun_ccl is oneCCL's worker thread count (CCL_WORKER_COUNT), a speed setting of the ccl
+// backend; ptrain's CPU collectives are gloo's, so no value changes its job, and accelerate's default (1) is
+// not worth a warning.
+void read_mpirun_config(const YAML::Node& mpirun, const std::string& path, AccelerateLaunch& launch) {
+  for (const auto& entry : mpirun) {
+    const std::string key = entry.first.as<std::string>();
+    const YAML::Node& value = entry.second;
+    const std::string where = path + ": key 'mpirun_config." + key + "'";
+    if (key == "mpirun_hostfile") {
+      const std::string hostfile = value.IsNull() ? "" : text_of(value);
+      check(hostfile.empty(),
+            where + " is '" + hostfile + "': ptrain launch does not start processes through mpirun or on other hosts; "
+                    "run ptrain launch on every machine (num_machines, machine_rank, main_process_ip) or set "
+                    "mpirun_hostfile to null");
+    } else if (key == "mpirun_ccl") {
+      check(value.IsScalar() || value.IsNull(), where + " must be a number of threads");
+      if (!value.IsNull() && text_of(value) != "1")
+        launch.warnings.push_back(where + " is " + text_of(value) + " (oneCCL worker threads) and has no effect: "
+                                          "ptrain's CPU collectives are gloo's, not oneCCL's");
+    } else {
+      throw Error(where + " is not an mpirun_config setting ptrain knows (mpirun_hostfile, mpirun_ccl)");
+    }
+  }
+}
+
 // fsdp_config: PyTorch FSDP's settings as accelerate names them (both spellings accelerate has used).
 void read_fsdp_config(const YAML::Node& fsdp, const std::string& path, AccelerateLaunch& launch) {
   std::string backward_prefetch, backward_prefetch_key;
@@ -283,7 +326,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
   std::string mixed_precision = "no";
   std::optional<c10::ScalarType> half;  // mixed_precision's dtype; none: "no" or fp8
   bool fp8 = false;                     // mixed_precision: fp8
-  YAML::Node fsdp_config, deepspeed_config, fp8_config;
+  YAML::Node fsdp_config, deepspeed_config, fp8_config, mpirun_config;
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
     const YAML::Node& value = entry.second;
@@ -348,7 +391,16 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
                                   (key == "debug" ? "ptrain's collectives report errors on every rank anyway"
                                                   : "ptrain does not pin processes to CPUs"));
     } else if (key == "main_training_function" || key == "same_network") {
-      launch.warnings.push_back(path + ": key '" + key + "' has no effect: ptrain runs the command given after --");
+      // accelerate writes both into every file. main_training_function names the function its TPU launcher
+      // calls (TPUs are refused above); same_network picks torchrun's static master address over a c10d
+      // rendezvous endpoint at the same main_process_ip:main_process_port, which ptrain's static rendezvous
+      // reaches either way. Neither changes a ptrain job, whatever its value, so neither is worth a warning.
+    } else if (key == "ipex_config") {
+      check(value.IsMap() || value.IsNull(), where + " must be a mapping");
+      read_ipex_config(value, path, launch);
+    } else if (key == "mpirun_config") {
+      check(value.IsMap() || value.IsNull(), where + " must be a mapping");
+      mpirun_config = value;
     } else {
       throw Error(where + " is not an accelerate setting ptrain knows");
     }
@@ -360,6 +412,7 @@ AccelerateLaunch read_accelerate_config(const std::string& path) {
         path + ": machine_rank " + std::to_string(launch.machine_rank) + " is outside 0.." +
             std::to_string(launch.num_machines - 1));
   launch.num_processes_per_machine = num_processes / launch.num_machines;
+  if (mpirun_config && mpirun_config.IsMap()) read_mpirun_config(mpirun_config, path, launch);
 
   const bool distributed = distributed_type != "NO";
   check(distributed || num_processes == 1, path + ": distributed_type NO with num_processes " +

@@ -2,8 +2,8 @@
 // --config`. It becomes launcher options plus the environment through which the started `ptrain train`
 // processes learn their settings: each is the PTRAIN_* variable of a train flag (PTRAIN_STRATEGY,
 // PTRAIN_PRECISION, PTRAIN_FSDP_SHARDING, PTRAIN_DEEPSPEED_CONFIG, ...; see env_name_of), and flags
-// still win. distributed_type NO, MULTI_GPU, MULTI_CPU, FSDP (fsdp_config) and DEEPSPEED
-// (deepspeed_config, or its deepspeed_config_file) are read.
+// still win. distributed_type NO, MULTI_GPU, MULTI_CPU (with ipex_config and mpirun_config), FSDP (fsdp_config)
+// and DEEPSPEED (deepspeed_config, or its deepspeed_config_file) are read.
 #pragma once
 
 #include <map>

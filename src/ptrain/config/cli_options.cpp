@@ -110,8 +110,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
   app.add_option("--beta1", c.optim.beta1, "AdamW beta1")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--beta2", c.optim.beta2, "AdamW beta2")->group("Optimizer")->check(number_in(0.0, 1.0));
   app.add_option("--eps", c.optim.eps, "AdamW epsilon")->group("Optimizer")->check(positive_float_value);
-  app.add_option("--schedule", c.optim.schedule, "constant | step | cosine")
-      ->group("Optimizer")->check(CLI::IsMember({"constant", "step", "cosine"}));
+  app.add_option("--schedule", c.optim.schedule,
+                 "constant | step | cosine, or DeepSpeed's WarmupLR | WarmupDecayLR | WarmupCosineLR (its rates step "
+                 "for step: --warmup-steps, --warmup-type, --warmup-min-lr, --min-lr, the run's steps)")
+      ->group("Optimizer")
+      ->check(CLI::IsMember({"constant", "step", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR"}));
   app.add_option("--milestones", c.optim.milestones, "Step schedule: epochs where lr is multiplied by --gamma")
       ->group("Optimizer")->delimiter(',');
   app.add_option("--gamma", c.optim.gamma, "Step schedule factor")->group("Optimizer")->check(positive_float_value);
@@ -120,6 +123,12 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Optimizer")->check(non_negative);
   app.add_option("--warmup-steps", c.optim.warmup_steps, "Linear warm-up length in optimizer steps (instead of --warmup-epochs)")
       ->group("Optimizer")->check(non_negative);
+  app.add_option("--warmup-type", c.optim.warmup_type,
+                 "Warm-up of the Warmup* schedules: linear | log (DeepSpeed's default)")
+      ->group("Optimizer")->check(CLI::IsMember({"linear", "log"}));
+  app.add_option("--warmup-min-lr", c.optim.warmup_min_lr,
+                 "Rate the Warmup* schedules start from (and WarmupDecayLR decays to)")
+      ->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--clip-grad-norm", c.optim.clip_grad_norm, "Clip the global gradient L2 norm; 0: off")
       ->group("Optimizer")->check(non_negative_float_value);
   app.add_option("--grad-accum", c.optim.grad_accum, "Micro-batches accumulated per optimizer step")

@@ -66,8 +66,11 @@ class OverlayMerge {
     take(o.warmup_steps, "warmup-steps", c.optim.warmup_steps, kNonNegative);
     take(o.warmup_epochs, "warmup-epochs", c.optim.warmup_epochs, kNonNegative);
     take(o.schedule, "schedule", c.optim.schedule);
+    take(o.warmup_type, "warmup-type", c.optim.warmup_type);
+    take(o.warmup_min_lr, "warmup-min-lr", c.optim.warmup_min_lr, kNonNegativeFloat);
     take(o.max_steps, "max-steps", c.run.max_steps, kNonNegative);
     if (o.min_lr_ratio && !given("min-lr")) c.optim.min_lr = c.optim.lr * *o.min_lr_ratio;
+    if (o.warmup_min_ratio && !given("warmup-min-lr")) c.optim.warmup_min_lr = c.optim.lr * *o.warmup_min_ratio;
 
     if (o.batch.any) merge_batch(world_size);
     for (const AutoKey& a : o.auto_keys) {
@@ -97,6 +100,8 @@ class OverlayMerge {
       return c.optim.warmup_steps > 0 || c.optim.warmup_epochs == 0
                  ? value_text(c.optim.warmup_steps)
                  : value_text(c.optim.warmup_steps) + " (--warmup-epochs " + value_text(c.optim.warmup_epochs) + ")";
+    if (flag == "warmup-type") return c.optim.warmup_type;
+    if (flag == "warmup-min-lr") return value_text(c.optim.warmup_min_lr);
     if (flag == "max-steps")
       return value_text(c.run.max_steps) + (c.run.max_steps > 0 ? "" : " (the run's --epochs " + value_text(c.run.epochs) + ")");
     if (flag == "batch-size") return value_text(c.run.batch_size);

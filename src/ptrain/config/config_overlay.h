@@ -65,12 +65,15 @@ struct ConfigOverlay {
   Overlaid<double> bucket_cap_mb, reduce_bucket_mb;
 
   // Optimizer, schedule and clipping.
-  Overlaid<std::string> optimizer, schedule;
-  Overlaid<double> lr, weight_decay, beta1, beta2, eps, momentum, clip_grad_norm, warmup_epochs;
+  Overlaid<std::string> optimizer, schedule, warmup_type;
+  Overlaid<double> lr, weight_decay, beta1, beta2, eps, momentum, clip_grad_norm, warmup_epochs, warmup_min_lr;
   Overlaid<bool> nesterov;
   Overlaid<int64_t> warmup_steps, max_steps;
   // The cosine floor as a fraction of the run's final lr; --min-lr wins.
   std::optional<double> min_lr_ratio;
+  // The warm-up's first rate as a fraction of the run's final lr (WarmupCosineLR's warmup_min_ratio);
+  // --warmup-min-lr wins.
+  std::optional<double> warmup_min_ratio;
 
   BatchKeysOfFile batch;
 

@@ -5,7 +5,8 @@
 //                         DeepSpeed's rules (initial_scale_power, loss_scale_window, hysteresis, ...)
 //   torch_autocast     -> --precision amp-fp16/amp-bf16
 //   batch keys         -> --batch-size, --grad-accum (train_batch_size = micro x accumulation x world)
-//   gradient_clipping, optimizer (SGD, Adam, AdamW), scheduler (WarmupLR, WarmupCosineLR, linear warm-up)
+//   gradient_clipping, optimizer (SGD, Adam, AdamW), scheduler (WarmupLR, WarmupDecayLR,
+//                         WarmupCosineLR, log or linear warm-up, as DeepSpeed computes them)
 // "auto" (as accelerate and the HF Trainer write it) takes ptrain's own value, as the Trainer fills in its
 // arguments: the flag's, given or ptrain's default, each said in one line. An "auto" learning rate under Adam or
 // AdamW without --lr (ptrain's default is SGD's) and an "auto" ptrain has no setting for are errors naming the

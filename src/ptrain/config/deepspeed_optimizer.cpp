@@ -1,6 +1,6 @@
 // optimizer and scheduler: mapped only where ptrain's optimizer and schedule are the same (SGD, Adam in
-// AdamW mode, AdamW; linear warm-up, constant or cosine after it), with DeepSpeed's defaults for what the
-// file leaves out.
+// AdamW mode, AdamW; WarmupLR, WarmupDecayLR and WarmupCosineLR, which ptrain computes as DeepSpeed does), with
+// DeepSpeed's defaults for what the file leaves out.
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -77,44 +77,6 @@ void optimizer_defaults(Reading& r, const json& params, bool sgd, bool torch_ada
   }
 }
 
-// DeepSpeed's warm-up (warmup_num_steps, warmup_type, its floor) onto ptrain's linear --warmup-steps.
-void read_warmup(Reading& r, const json& params, const std::string& type, bool cosine) {
-  const KeyReader& k = r.keys;
-  ConfigOverlay& o = r.overlay;
-  const auto value_of = [&](const char* key) -> const json* {
-    return params.contains(key) && !is_auto(params.at(key)) ? &params.at(key) : nullptr;
-  };
-  std::string warmup_type = "log";  // DeepSpeed's default
-  if (params.contains("warmup_type") && is_auto(params.at("warmup_type"))) warmup_type = "linear";  // ptrain's
-  if (const json* v = value_of("warmup_type")) {
-    check(v->is_string(), k.where("scheduler.params.warmup_type") + " must be log or linear");
-    warmup_type = v->get<std::string>();
-  }
-  int64_t warmup_steps = 1000;
-  const json* steps = value_of("warmup_num_steps");
-  if (steps) warmup_steps = k.integer(*steps, "scheduler.params.warmup_num_steps");
-  check(warmup_steps >= 0, k.where("scheduler.params.warmup_num_steps") + " must not be negative");
-  if (warmup_steps > 0 && (steps || !params.contains("warmup_num_steps"))) {
-    check(warmup_type == "linear",
-          k.where("scheduler.params.warmup_type") + ": '" + warmup_type + "'" +
-              (params.contains("warmup_type") ? "" : " (DeepSpeed's default)") +
-              " is not supported: ptrain warms up linearly; set \"warmup_type\": \"linear\"");
-    const char* floor_key = cosine ? "warmup_min_ratio" : "warmup_min_lr";
-    if (const json* v = value_of(floor_key))
-      check(k.number(*v, std::string("scheduler.params.") + floor_key) == 0.0,
-            k.where(std::string("scheduler.params.") + floor_key) + ": ptrain's warm-up starts from 0");
-    o.warmup_steps = {warmup_steps, "scheduler.params.warmup_num_steps", steps != nullptr};
-    o.warmup_epochs = {0.0, "scheduler.params.warmup_num_steps", false};
-    k.note(k.where("scheduler.params.warmup_num_steps") +
-           ": ptrain's linear warm-up gives optimizer step s (from 0) the rate lr x (s+1)/" +
-           std::to_string(warmup_steps) + "; DeepSpeed's " + type +
-           " counts from its own first step and can trail it by one step");
-  } else if (warmup_steps == 0) {
-    o.warmup_steps = {0, "scheduler.params.warmup_num_steps"};
-    o.warmup_epochs = {0.0, "scheduler.params.warmup_num_steps", false};
-  }
-}
-
 }  // namespace
 
 void read_optimizer(Reading& r, const json& block) {
@@ -180,17 +142,21 @@ void read_optimizer(Reading& r, const json& block) {
   optimizer_defaults(r, params, sgd, torch_adam);
 }
 
+// The three schedulers become ptrain's schedules of the same names, which give every optimizer step the rate
+// DeepSpeed's scheduler gives it (train/schedule.cpp), with DeepSpeed's defaults for the parameters the file leaves
+// out (deepspeed/runtime/lr_schedules.py: warmup_num_steps 1000, warmup_type log, warmup_min_lr and
+// warmup_min_ratio 0, cos_min_ratio 0.0001; WarmupDecayLR's warmup_max_lr 0.001, WarmupLR's the optimizer's lr).
 void read_scheduler(Reading& r, const json& block) {
   const KeyReader& k = r.keys;
   ConfigOverlay& o = r.overlay;
   const TypeAndParams read = type_and_params(k, block, "scheduler");
   const std::string& type = read.type;
   const json& params = read.params;
-  check(type == "WarmupLR" || type == "WarmupCosineLR",
-        k.where("scheduler.type") + ": '" + type + "' has no ptrain equivalent (supported: WarmupLR, WarmupCosineLR" +
-            (type == "WarmupDecayLR" ? "; ptrain has no linear decay: use WarmupCosineLR or --schedule cosine" : "") +
-            ")");
+  check(type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR",
+        k.where("scheduler.type") + ": '" + type +
+            "' has no ptrain equivalent (supported: WarmupLR, WarmupDecayLR, WarmupCosineLR)");
   const bool cosine = type == "WarmupCosineLR";
+  const bool decay = type == "WarmupDecayLR";
   const auto value_of = [&](const char* key) -> const json* {
     return params.contains(key) && !is_auto(params.at(key)) ? &params.at(key) : nullptr;
   };
@@ -199,7 +165,7 @@ void read_scheduler(Reading& r, const json& block) {
   static const std::set<std::string> warmup_cosine = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps",
                                                       "cos_min_ratio", "warmup_type", "last_batch_iteration"};
   for (const auto& [key, value] : params.items()) {
-    check((cosine ? warmup_cosine : warmup_lr).count(key) > 0,
+    check((cosine ? warmup_cosine : warmup_lr).count(key) > 0 || (decay && key == "total_num_steps"),
           k.where("scheduler.params." + key) + " is not a " + type + " parameter ptrain knows");
   }
   if (const json* v = value_of("last_batch_iteration"))
@@ -215,37 +181,73 @@ void read_scheduler(Reading& r, const json& block) {
       o.auto_keys.push_back({full, "warmup-steps", ""});
     } else if (key == "total_num_steps") {
       o.auto_keys.push_back({full, "max-steps", ""});
-    } else if (key == "warmup_min_lr" || key == "warmup_min_ratio") {
-      o.auto_keys.push_back({full, "", "0 (ptrain's warm-up starts from 0)"});
+    } else if (key == "warmup_min_lr") {
+      o.auto_keys.push_back({full, "warmup-min-lr", ""});
+    } else if (key == "warmup_min_ratio") {
+      o.auto_keys.push_back({full, "", "0 (DeepSpeed's default; --warmup-min-lr wins)"});
     } else if (key == "cos_min_ratio") {
       o.auto_keys.push_back({full, "", "0.0001 (DeepSpeed's default; --min-lr wins)"});
     } else if (key == "warmup_type") {
-      o.auto_keys.push_back({full, "", "linear (ptrain's warm-up)"});
+      o.auto_keys.push_back({full, "warmup-type", ""});
     } else if (key == "last_batch_iteration") {
       o.auto_keys.push_back({full, "", "-1 (a fresh schedule)"});
     }
   }
-  read_warmup(r, params, type, cosine);
+  o.schedule = {type, "scheduler.type"};
+
+  if (const json* v = value_of("warmup_type")) {
+    // DeepSpeed falls back to log on a name it does not know, with a warning in its log: a misspelt "linear"
+    // would silently warm up otherwise than the file means, so it is an error here.
+    check(v->is_string() && (v->get<std::string>() == "log" || v->get<std::string>() == "linear"),
+          k.where("scheduler.params.warmup_type") + " must be log or linear, not " + v->dump());
+    o.warmup_type = {v->get<std::string>(), "scheduler.params.warmup_type"};
+  } else if (!params.contains("warmup_type")) {
+    o.warmup_type = {"log", "scheduler.params.warmup_type", false};
+  }
+
+  // warmup_num_steps is ptrain's --warmup-steps, in steps rather than --warmup-epochs, whatever those say.
+  if (const json* v = value_of("warmup_num_steps")) {
+    const int64_t steps = k.integer(*v, "scheduler.params.warmup_num_steps");
+    check(steps >= 0, k.where("scheduler.params.warmup_num_steps") + " must not be negative");
+    o.warmup_steps = {steps, "scheduler.params.warmup_num_steps"};
+    if (steps < 2)
+      k.note(k.where("scheduler.params.warmup_num_steps") + " is " + std::to_string(steps) +
+             ": DeepSpeed warms up over max(2, warmup_num_steps) = 2 steps, and so does ptrain");
+  } else if (!params.contains("warmup_num_steps")) {
+    o.warmup_steps = {1000, "scheduler.params.warmup_num_steps", false};
+  }
+  o.warmup_epochs = {0.0, "scheduler.params.warmup_num_steps", false};
+
   if (!cosine) {
-    o.schedule = {"constant", "scheduler.type"};
-    // The scheduler's peak rate replaces the optimizer's lr, as in DeepSpeed.
+    if (const json* v = value_of("warmup_min_lr"))
+      o.warmup_min_lr = {k.non_negative(*v, "scheduler.params.warmup_min_lr"), "scheduler.params.warmup_min_lr"};
+    else if (!params.contains("warmup_min_lr"))
+      o.warmup_min_lr = {0.0, "scheduler.params.warmup_min_lr", false};
+    // The scheduler's peak rate replaces the optimizer's lr, as in DeepSpeed; WarmupLR without one keeps the
+    // optimizer's.
     if (const json* v = value_of("warmup_max_lr"))
       o.lr = {k.non_negative(*v, "scheduler.params.warmup_max_lr"), "scheduler.params.warmup_max_lr"};
-    else if (!params.contains("warmup_max_lr"))
+    else if (decay && !params.contains("warmup_max_lr"))
       o.lr = {0.001, "scheduler.params.warmup_max_lr", false};
-    return;
+  } else {
+    double warmup_min_ratio = 0.0;
+    if (const json* v = value_of("warmup_min_ratio"))
+      warmup_min_ratio = k.non_negative(*v, "scheduler.params.warmup_min_ratio");
+    check(warmup_min_ratio <= 1.0, k.where("scheduler.params.warmup_min_ratio") + " must not exceed 1");
+    o.warmup_min_ratio = warmup_min_ratio;
+    double cos_min_ratio = 0.0001;
+    if (const json* v = value_of("cos_min_ratio")) cos_min_ratio = k.non_negative(*v, "scheduler.params.cos_min_ratio");
+    check(cos_min_ratio <= 1.0, k.where("scheduler.params.cos_min_ratio") + " must not exceed 1");
+    o.min_lr_ratio = cos_min_ratio;
   }
-  o.schedule = {"cosine", "scheduler.type"};
-  double cos_min_ratio = 0.0001;  // DeepSpeed's default
-  if (const json* v = value_of("cos_min_ratio")) cos_min_ratio = k.non_negative(*v, "scheduler.params.cos_min_ratio");
-  check(cos_min_ratio <= 1.0, k.where("scheduler.params.cos_min_ratio") + " must not exceed 1");
-  o.min_lr_ratio = cos_min_ratio;
+  if (type == "WarmupLR") return;
+  // DeepSpeed's decay spans total_num_steps; ptrain's spans the run, so the one becomes the other.
   if (const json* v = value_of("total_num_steps")) {
     const int64_t total = k.positive_integer(*v, "scheduler.params.total_num_steps");
     o.max_steps = {total, "scheduler.params.total_num_steps"};
     k.note(k.where("scheduler.params.total_num_steps") + " becomes --max-steps " + std::to_string(total) +
-           ": the run trains that many steps, over the epochs they take (--max-steps overrides --epochs), and ptrain's "
-           "cosine spans them");
+           ": the run trains that many steps, over the epochs they take (--max-steps overrides --epochs), and its "
+           "decay spans them");
   } else {
     check(params.contains("total_num_steps"), k.where("scheduler.params.total_num_steps") + " is required for " + type);
   }

@@ -38,7 +38,7 @@ void read_zero_optimization(Reading& r, const json& zero);
 // communication_data_type: the dtype gradients are reduced in (deepspeed_zero.cpp).
 void read_communication_dtype(Reading& r, const json& value, const std::string& key);
 
-// optimizer (SGD, Adam, AdamW) and scheduler (WarmupLR, WarmupCosineLR) (deepspeed_optimizer.cpp).
+// optimizer (SGD, Adam, AdamW) and scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR) (deepspeed_optimizer.cpp).
 void read_optimizer(Reading& r, const json& block);
 void read_scheduler(Reading& r, const json& block);
 

@@ -56,8 +56,14 @@ void refuse_settings_without_effect(const TrainConfig& c) {
   }
   const std::string schedule_is = " (this run's schedule is " + o.schedule + ")";
   check(o.schedule == "step" || o.gamma == defaults.optim.gamma, "--gamma applies to --schedule step" + schedule_is);
-  check(o.schedule == "cosine" || o.min_lr == defaults.optim.min_lr,
-        "--min-lr applies to --schedule cosine" + schedule_is);
+  check(o.schedule == "cosine" || o.schedule == "WarmupCosineLR" || o.min_lr == defaults.optim.min_lr,
+        "--min-lr applies to --schedule cosine or WarmupCosineLR" + schedule_is);
+  // ptrain's own schedules warm up linearly from 0: a log warm-up or a floor given to them would not act.
+  const bool deepspeed_schedule = o.schedule.rfind("Warmup", 0) == 0;
+  check(deepspeed_schedule || o.warmup_type == defaults.optim.warmup_type,
+        "--warmup-type " + o.warmup_type + " applies to --schedule WarmupLR, WarmupDecayLR or WarmupCosineLR" + schedule_is);
+  check(deepspeed_schedule || o.warmup_min_lr == defaults.optim.warmup_min_lr,
+        "--warmup-min-lr applies to --schedule WarmupLR, WarmupDecayLR or WarmupCosineLR" + schedule_is);
 }
 
 }  // namespace ptrain::config

@@ -49,12 +49,15 @@ struct OptimizerConfig {
   bool nesterov = false;                   // sgd
   double weight_decay = 5e-4;              // sgd: L2 added to the gradient; adamw: decoupled
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
-  std::string schedule = "cosine";         // constant | step | cosine
+  // constant | step | cosine, or DeepSpeed's WarmupLR | WarmupDecayLR | WarmupCosineLR step for step
+  std::string schedule = "cosine";
   std::vector<int64_t> milestones;         // step schedule: epochs at which lr *= gamma
   double gamma = 0.1;                      // step schedule factor
-  double min_lr = 0.0;                     // cosine floor
+  double min_lr = 0.0;                     // cosine floor (WarmupCosineLR's too)
   double warmup_epochs = 0.0;              // linear warm-up from 0, in (fractional) epochs
   int64_t warmup_steps = 0;                // the same in optimizer steps (instead of warmup_epochs); 0: off
+  std::string warmup_type = "linear";      // the Warmup* schedules' rise: linear | log
+  double warmup_min_lr = 0.0;              // the Warmup* schedules' first rate (WarmupDecayLR's last)
   double clip_grad_norm = 0.0;             // global L2 norm bound; 0: off
   int64_t grad_accum = 1;                  // micro-batches per optimizer step
 };

@@ -25,10 +25,14 @@ class LrSchedule {
   LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps);
 
   // The rate for optimizer step `step` (0-based): linear warm-up from 0 to lr, then constant, step
-  // decay at epoch milestones, or a half cosine from lr to min_lr over the steps after warm-up.
+  // decay at epoch milestones, or a half cosine from lr to min_lr over the steps after warm-up. The
+  // schedules named as DeepSpeed names them (WarmupLR, WarmupDecayLR, WarmupCosineLR) give the rate DeepSpeed's
+  // scheduler of that name gives the same optimizer step (see deepspeed_lr).
   double lr(int64_t step) const;
 
  private:
+  double deepspeed_lr(int64_t step) const;
+
   config::OptimizerConfig config_;
   int64_t steps_per_epoch_;
   int64_t total_steps_;

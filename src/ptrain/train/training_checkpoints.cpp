@@ -24,7 +24,8 @@ constexpr std::pair<const char*, const char*> kScheduleSettings[] = {
     {"run", "epochs"},           {"run", "max_steps"},         {"run", "batch_size"},
     {"data", "train_limit"},     {"optimizer", "grad_accum"},  {"optimizer", "schedule"},
     {"optimizer", "lr"},         {"optimizer", "min_lr"},      {"optimizer", "warmup_epochs"},
-    {"optimizer", "warmup_steps"}, {"optimizer", "milestones"}, {"optimizer", "gamma"}};
+    {"optimizer", "warmup_steps"}, {"optimizer", "milestones"}, {"optimizer", "gamma"},
+    {"optimizer", "warmup_type"}, {"optimizer", "warmup_min_lr"}};
 
 std::string setting_text(const nlohmann::json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
