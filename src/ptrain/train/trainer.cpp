@@ -411,12 +411,12 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
       collect_step_phases();  // the read above waited for the device
       const double seconds = window.elapsed_seconds();
+      const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
       if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
         const double predictions = static_cast<double>(window_predictions * strategy_->world_size());
-        log_progress(mean_loss, seconds > 0 ? window_images / seconds : 0, seconds > 0 ? predictions / seconds : 0);
+        log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
       }
       check_divergence();
-      const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
       const auto utilisation = flops_.at(samples_per_second);
       progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
       totals_->window_loss.zero_();
