@@ -56,6 +56,7 @@ std::string TrainingRun::run_length_source() const {
 }
 
 void TrainingRun::resume() {
+  if (!plan_.restart_note.empty() && strategy_->is_main()) std::cout << "ptrain: " << plan_.restart_note << std::endl;
   if (!plan_.resume_note.empty() && strategy_->is_main()) std::cout << plan_.resume_note << std::endl;
   if (!plan_.resume_path.empty()) resume_from(load_checkpoint(plan_.resume_path));
   const int64_t stop = c_.run.stop_at_step;
@@ -261,6 +262,10 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
   if (scalar_log_ && !scalar_log_->failed().empty()) end["logs_given_up"] = scalar_log_->failed();
   if (!error.empty()) end["error"] = error;
   if (stop_signal_) end["signal"] = signal_name(stop_signal_);
+  if (plan_.restart.count > 0) {
+    end["restarts"] = plan_.restart.count;
+    end["restart_causes"] = plan_.restart.causes;
+  }
   return end;
 }
 
