@@ -93,7 +93,10 @@ void TrainingRun::resume_from(Checkpoint ckpt) {
   }
   const std::string changed = changed_schedule_settings(ckpt.run, config::to_json(c_));
   const int64_t accum = c_.optim.grad_accum;
-  check(global_step_ < total_steps_,
+  // A restarted job whose training had ended (a rank failed in the final evaluation, or as the ranks exited)
+  // resumes at the run's end: its evaluation and outputs are what is left (train_epochs).
+  const bool restarted_at_end = plan_.restart.count > 0 && global_step_ == total_steps_;
+  check(global_step_ < total_steps_ || restarted_at_end,
         plan_.resume_path + ": the checkpoint is at step " + std::to_string(global_step_) + " and this run ends at step " +
             std::to_string(total_steps_) + " (" + run_length_source() + "): nothing is left to train" +
             (changed.empty() ? "" : " (" + changed + ")"));
