@@ -30,9 +30,9 @@ std::string read_bytes(const std::string& path) {
 }
 
 // The command each rank runs: ptrain, except that on the job's first attempt rank 1 dies by SIGKILL (with
-// its ptrain: the rank leads a process group of its own) at `when`: "now", or once the first checkpoint
-// of $CHECKPOINTS is on disk, which is mid-run: 28 steps remain then. Each rank first prints which attempt
-// the launcher says it is.
+// its ptrain: the rank leads a process group of its own) at `when`: "now", or once a checkpoint of
+// $CHECKPOINTS matching the pattern `when` is on disk ("step-*": the first, mid-run, 28 steps before the
+// end; "step-00000032": the last). Each rank first prints which attempt the launcher says it is.
 std::string rank_script(const std::string& dir) {
   const std::string path = dir + "/rank.sh";
   std::ofstream(path) << R"(when=$1; shift
@@ -40,8 +40,11 @@ echo "attempt ${PTRAIN_RESTART_COUNT-unset}"
 if [ "$RANK" = 1 ] && [ "${PTRAIN_RESTART_COUNT:-0}" = 0 ]; then
   [ "$when" = now ] && kill -KILL 0
   "$@" &
-  until compgen -G "$CHECKPOINTS/step-*.safetensors" > /dev/null; do
-    if ! kill -0 $! 2> /dev/null; then wait $!; exit $?; fi
+  until compgen -G "$CHECKPOINTS/$when.safetensors" > /dev/null; do
+    if ! kill -0 $! 2> /dev/null; then
+      compgen -G "$CHECKPOINTS/$when.safetensors" > /dev/null && kill -KILL 0  # it ended just after writing it
+      wait $!; exit $?
+    fi
     sleep 0.01
   done
   kill -KILL 0
@@ -78,7 +81,7 @@ TEST(Restarts, AKilledRankRestartsTheJobFromItsCheckpointOnTheWeightsOfAnUninter
   ASSERT_FALSE(want.empty());
 
   // Killed once the first checkpoint exists: resumed from a checkpoint before the run's end.
-  const Result killed = launch("--max-restarts 2", "bash " + script + " checkpoint " + run_in("killed"),
+  const Result killed = launch("--max-restarts 2", "bash " + script + " 'step-*' " + run_in("killed"),
                                dir + "/killed/checkpoints");
   ASSERT_EQ(killed.exit_code, 0) << killed.output;
   EXPECT_NE(killed.output.find("ptrain launch: restart 1 of 2: rank 1 exited with signal 9 (SIGKILL); stopped the "
@@ -111,6 +114,20 @@ TEST(Restarts, AKilledRankRestartsTheJobFromItsCheckpointOnTheWeightsOfAnUninter
             std::string::npos)
       << early.output;
   EXPECT_TRUE(read_bytes(dir + "/early/weights.safetensors") == want) << "the restarted job's weights differ";
+
+  // Killed once the last checkpoint exists: the training had ended, its evaluation and outputs are what the
+  // restart has left to do.
+  const Result late = launch("--max-restarts 1", "bash " + script + " step-000000" + std::to_string(kSteps) + " " +
+                                                     run_in("late"),
+                             dir + "/late/checkpoints");
+  ASSERT_EQ(late.exit_code, 0) << late.output;
+  EXPECT_EQ(resumed_step(late.output), kSteps) << late.output;
+  EXPECT_NE(late.output.find("[rank 0] result: test accuracy"), std::string::npos) << late.output;
+  EXPECT_TRUE(read_bytes(dir + "/late/weights.safetensors") == want) << "the restarted job's weights differ";
+  const auto late_record = nlohmann::json::parse(std::ifstream(dir + "/late/run.json"));
+  EXPECT_EQ(late_record["extra"]["run_end"]["status"], "completed") << late_record["extra"]["run_end"].dump();
+  EXPECT_EQ(late_record["extra"]["run_end"]["restarts"], 1) << late_record["extra"]["run_end"].dump();
+  EXPECT_EQ(late_record["final_test_accuracy"], uninterrupted["final_test_accuracy"]) << late_record.dump();
 }
 
 // Without --max-restarts the kill ends the job as it always did: the rank and its code named, no restart,
@@ -118,7 +135,7 @@ TEST(Restarts, AKilledRankRestartsTheJobFromItsCheckpointOnTheWeightsOfAnUninter
 TEST(Restarts, WithoutMaxRestartsAKilledRankEndsTheJob) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const std::string dir = ptrain::testing::temp_dir("restarts_none");
-  const Result r = launch("", "bash " + rank_script(dir) + " checkpoint " + kPtrain + " " + kRun + " --checkpoint-dir " +
+  const Result r = launch("", "bash " + rank_script(dir) + " 'step-*' " + kPtrain + " " + kRun + " --checkpoint-dir " +
                                   dir + "/checkpoints",
                           dir + "/checkpoints");
   EXPECT_EQ(r.exit_code, 137) << r.output;
