@@ -285,7 +285,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
-  if (global_step_ == total_steps_) {
+  if (plan_.restart.count > 0 && !plan_.resume_path.empty() && global_step_ == total_steps_) {
     // Resumed at the run's end (resume_from allows it to a restarted job only): nothing to train, the
     // weights, evaluation and record of the run's end still to write.
     export_weights();
