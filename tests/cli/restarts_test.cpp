@@ -18,10 +18,11 @@ namespace {
 using Result = ptrain::testing::CommandResult;
 
 const std::string kPtrain = PTRAIN_EXECUTABLE;
-// Two ranks of 8 samples a step: 16 steps an epoch, 32 in all, a checkpoint every 4.
+// Two ranks of 8 samples a step: 16 steps an epoch, 32 in all, a checkpoint every 4 (the newest two kept:
+// the scratch directories stay behind after the test).
 const std::string kRun = "train --model resnet20 --dataset synthetic --data-path 256:1x28x28:10 --batch-size 8 "
                          "--device cpu --threads 1 --progress none --strategy ddp --epochs 2 --warmup-epochs 0 "
-                         "--test-limit 16 --dist-timeout 30 --seed 3 --checkpoint-every 4";
+                         "--test-limit 16 --dist-timeout 30 --seed 3 --checkpoint-every 4 --keep-checkpoints 2";
 constexpr int kSteps = 32;
 
 std::string read_bytes(const std::string& path) {
