@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault injection against a built ptrain: kill -9 at random moments during checkpoint writes and
-# collectives, stopped ranks, a killed launcher, truncated and bit-flipped checkpoints and data, a full
-# disk, divergence and bad input. Every case ends in a check that nothing was lost (a run resumed after
+# collectives (also under --max-restarts, which must restart the job to its end), stopped ranks, a killed
+# launcher, truncated and bit-flipped checkpoints and data, a full disk, divergence and bad input. Every case ends in a check that nothing was lost (a run resumed after
 # the fault ends on the same weights as a run that never saw it, every checkpoint left behind loads) and
 # that every failure was named (a non-zero exit and an error naming the file, flag or step; no abort; no
 # process left behind). Prints the figures and "N passed, N failed"; exits non-zero on a failure.
@@ -38,9 +38,9 @@ SECONDS=0
 # The short run leaves out what costs most: stopped ranks (each waits out --dist-timeout), resuming the
 # two-process runs (and so their reference run), and all but a few of the bad inputs (tests/cli has them).
 if [ "$SHORT" = 1 ]; then
-  SAVE_KILLS=1 RANK_KILLS=1 LAUNCHER_KILLS=1 STOPS=0 FLIPS=100 TRUNCATIONS=20 DATA_FLIPS=2 DDP_RESUMES=0 ALL_BAD_INPUT=0
+  SAVE_KILLS=1 RANK_KILLS=1 RESTART_KILLS=1 LAUNCHER_KILLS=1 STOPS=0 FLIPS=100 TRUNCATIONS=20 DATA_FLIPS=2 DDP_RESUMES=0 ALL_BAD_INPUT=0
 else
-  SAVE_KILLS=20 RANK_KILLS=6 LAUNCHER_KILLS=3 STOPS=3 FLIPS=3000 TRUNCATIONS=200 DATA_FLIPS=40 DDP_RESUMES=1 ALL_BAD_INPUT=1
+  SAVE_KILLS=20 RANK_KILLS=6 RESTART_KILLS=3 LAUNCHER_KILLS=3 STOPS=3 FLIPS=3000 TRUNCATIONS=200 DATA_FLIPS=40 DDP_RESUMES=1 ALL_BAD_INPUT=1
 fi
 
 passed=0 failed=0
@@ -188,6 +188,39 @@ for i in $(seq 1 "$RANK_KILLS"); do
   if ! no_leftovers 5; then fail "kill -9 of a rank #$i" "processes left: $(leftovers | tr '\n' ' ')"; continue; fi
   if ! all_verify "$dir"; then fail "kill -9 of a rank #$i" "a checkpoint does not load: $(grep -m1 error "$dir.verify")"; continue; fi
   resume_and_compare "$dir" ddp "kill -9 of a rank #$i (resumed)"
+done
+
+# --- kill -9 of one rank under --max-restarts: the job restarts itself from its newest checkpoint ----
+for i in $(seq 1 "$RESTART_KILLS"); do
+  dir=$ROOT/restart-kill-$i
+  "$PTRAIN" launch --nproc-per-node 2 --max-restarts 2 --timeout 300 -- "$PTRAIN" "${DDP[@]}" --dist-timeout 20 \
+    --checkpoint-dir "$dir" > "$dir.log" 2>&1 &
+  launcher=$!
+  # Timed from the first checkpoint, so that the kill lands inside the run and the restart resumes one.
+  while [ -z "$(latest_in "$dir")" ] && kill -0 "$launcher" 2>/dev/null; do sleep 0.02; done
+  sleep_ms "$(random_between 0 800)"
+  ranks=($(pgrep -P "$launcher"))
+  killed=0
+  if [ ${#ranks[@]} -eq 2 ]; then
+    victim=${ranks[$((RANDOM % 2))]}
+    kill -9 "$victim" 2>/dev/null && kills=$((kills + 1)) && killed=1
+  fi
+  wait "$launcher"
+  rc=$?
+  name="kill -9 of a rank under --max-restarts #$i"
+  if [ $rc -ne 0 ]; then fail "$name" "the job did not restart to its end ($rc): $(grep -m1 'error\|ptrain launch:' "$dir.log")"; continue; fi
+  # Ended 0, a job whose rank the kill reached restarted; a kill that came as the rank was exiting 0 left
+  # nothing to restart. Where the launcher restarted, rank 0 must say where the job resumed.
+  if [ "$killed" = 1 ] && grep -q "ptrain launch: restart 1 of 2: rank [01] exited with signal 9 (SIGKILL)" "$dir.log" &&
+     ! grep -q "\[rank 0\] ptrain: restart 1 of the job (rank [01] exited with signal 9 (SIGKILL)): " "$dir.log"; then
+    fail "$name" "rank 0 did not say where the restarted job resumed"; continue
+  fi
+  if ! no_leftovers 5; then fail "$name" "processes left: $(leftovers | tr '\n' ' ')"; continue; fi
+  if ! all_verify "$dir"; then fail "$name" "a checkpoint does not load: $(grep -m1 error "$dir.verify")"; continue; fi
+  if [ "$DDP_RESUMES" = 1 ] && [ "$(digest_of "$(latest_in "$dir")")" != "$DDP_REF" ]; then
+    fail "$name" "ended on weights $(digest_of "$(latest_in "$dir")"), the uninterrupted run has $DDP_REF"; continue
+  fi
+  pass "$name"
 done
 
 # --- kill -9 of ptrain launch itself: its ranks must die with it -----------------------------------

@@ -27,6 +27,25 @@ void expect_error(const FakeEnv& env, const std::string& fragment) {
   }
 }
 
+// ptrain launch --max-restarts: the attempt and its causes, one line each; nothing set is a first attempt.
+TEST(Environment, RestartCountAndCausesComeFromTheLauncher) {
+  EXPECT_EQ(detect_restart(FakeEnv{}.getenv()).count, 0);
+  EXPECT_TRUE(detect_restart(FakeEnv{{{"PTRAIN_RESTART_COUNT", "0"}, {"PTRAIN_RESTART_CAUSES", ""}}}.getenv()).causes.empty());
+  const FakeEnv restarted{{{"PTRAIN_RESTART_COUNT", "2"},
+                           {"PTRAIN_RESTART_CAUSES", "rank 1 exited with code 3\nrank 0 exited with signal 9 (SIGKILL)"}}};
+  const RestartInfo info = detect_restart(restarted.getenv());
+  EXPECT_EQ(info.count, 2);
+  EXPECT_EQ(info.causes, (std::vector<std::string>{"rank 1 exited with code 3", "rank 0 exited with signal 9 (SIGKILL)"}));
+  for (const char* bad : {"two", "-1"}) {
+    try {
+      detect_restart(FakeEnv{{{"PTRAIN_RESTART_COUNT", bad}}}.getenv());
+      ADD_FAILURE() << "PTRAIN_RESTART_COUNT=" << bad << " must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("PTRAIN_RESTART_COUNT"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Environment, NothingSetIsOneProcess) {
   const FakeEnv env;
   const auto e = detect_environment(env.getenv());

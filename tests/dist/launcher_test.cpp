@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -140,6 +141,140 @@ TEST(Launcher, RejectsBadOptionsAndMissingPrograms) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ptrain-no-such-program"), std::string::npos) << e.what();
   }
+}
+
+// --max-restarts: a failed rank (by its exit code or a signal) stops every rank and starts the job again,
+// which learns its attempt and the causes so far from the environment, as torchrun's TORCHELASTIC_RESTART_COUNT.
+TEST(Launcher, RestartsTheJobAfterAFailedRankTellingTheRanksWhy) {
+  const std::string dir = testing::temp_dir("restarts");
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.allow_oversubscribe = true;
+  o.kill_grace_seconds = 1;
+  o.max_restarts = 2;
+  o.command = {"sh", "-c",
+               "echo \"attempt $PTRAIN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS "
+               "causes [$PTRAIN_RESTART_CAUSES]\"; "
+               // Both ranks have spoken before one fails (the launcher stops the other then).
+               "touch " + dir + "/a$PTRAIN_RESTART_COUNT.$RANK; "
+               "while [ ! -e " + dir + "/a$PTRAIN_RESTART_COUNT.0 ] || [ ! -e " + dir + "/a$PTRAIN_RESTART_COUNT.1 ]; "
+               "do sleep 0.01; done; "
+               "if [ \"$PTRAIN_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then exit 3; fi; "
+               "if [ \"$PTRAIN_RESTART_COUNT\" = 1 ] && [ \"$RANK\" = 0 ]; then kill -KILL $$; fi"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("ptrain launch: restart 1 of 2: rank 1 exited with code 3; "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ptrain launch: restart 2 of 2: rank 0 exited with signal 9 (SIGKILL); "), std::string::npos)
+      << r.err;
+  for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
+    EXPECT_NE(r.out.find(rank + std::string("attempt 0 0 of 2 causes []\n")), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(rank + std::string("attempt 1 1 of 2 causes [rank 1 exited with code 3]\n")), std::string::npos)
+        << r.out;
+    // One line a cause: the launcher prefixes each line of the rank's output.
+    EXPECT_NE(r.out.find(rank + std::string("attempt 2 2 of 2 causes [rank 1 exited with code 3\n") + rank +
+                         "rank 0 exited with signal 9 (SIGKILL)]\n"),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(r.out.find("attempt 3"), std::string::npos) << r.out;
+}
+
+TEST(Launcher, GivesUpAfterMaxRestartsWithTheLastFailure) {
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.allow_oversubscribe = true;
+  o.kill_grace_seconds = 1;
+  o.max_restarts = 1;
+  o.command = {"sh", "-c", "echo attempt $PTRAIN_RESTART_COUNT; if [ \"$RANK\" = 1 ]; then exit 4; fi"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 4);
+  EXPECT_NE(r.err.find("ptrain launch: restart 1 of 1: rank 1 exited with code 4; "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 4; stopped the other ranks; gave up after 1 restart (--max-restarts 1)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("[rank 1] attempt 1\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("attempt 2"), std::string::npos) << r.out;
+}
+
+// Exit code 2 is ptrain's (and argparse's) usage error: a restart would only meet it again.
+TEST(Launcher, DoesNotRetryAUsageError) {
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.allow_oversubscribe = true;
+  o.kill_grace_seconds = 1;
+  o.max_restarts = 2;
+  o.command = {"sh", "-c", "echo attempt $PTRAIN_RESTART_COUNT; if [ \"$RANK\" = 1 ]; then exit 2; fi; exec sleep 30"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.seconds, 10.0);
+  EXPECT_NE(r.err.find("rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 2; stopped the other ranks; not restarting (--max-restarts 2): code 2 is a "
+                       "usage error"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("restart 1"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("attempt 1"), std::string::npos) << r.out;
+}
+
+// Without --max-restarts the job is today's: no restart variables, the first failure ends it.
+TEST(Launcher, WithoutMaxRestartsAFailureEndsTheJob) {
+  LaunchOptions o;
+  o.nproc_per_node = 2;
+  o.allow_oversubscribe = true;
+  o.kill_grace_seconds = 1;
+  o.command = {"sh", "-c", "echo \"restarts ${PTRAIN_RESTART_COUNT-unset} ${TORCHELASTIC_RESTART_COUNT-unset}\"; "
+                           "if [ \"$RANK\" = 1 ]; then kill -KILL $$; fi; exec sleep 30"};
+  const auto r = run_launch(o);
+  EXPECT_EQ(r.code, 128 + SIGKILL);
+  EXPECT_NE(r.out.find("[rank 1] restarts unset unset\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("ptrain launch: rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(") exited with code 137; stopped the other ranks\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("restart"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, RefusesBadMaxRestarts) {
+  LaunchOptions o;
+  o.command = {"true"};
+  o.max_restarts = -1;
+  EXPECT_THROW(launch(o), Error);
+  o.max_restarts = 2;
+  o.nnodes = 2;
+  try {
+    launch(o);
+    FAIL() << "--max-restarts across nodes must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-restarts 2 restarts a job on one node only"), std::string::npos)
+        << e.what();
+  }
+}
+
+// SIGTERM to the launcher stops the job for good, even when a rank fails at the same moment.
+TEST(Launcher, SigtermStopsARestartableJobWithoutRestartingIt) {
+  const std::string dir = testing::temp_dir("restart_sigterm");
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    LaunchOptions o;
+    o.nproc_per_node = 2;
+    o.allow_oversubscribe = true;
+    o.kill_grace_seconds = 1;
+    o.max_restarts = 2;
+    o.command = {"sh", "-c", "touch " + dir + "/attempt$PTRAIN_RESTART_COUNT; "
+                             "if [ \"$RANK\" = 1 ]; then kill -TERM $PPID; exit 3; fi; exec sleep 30"};
+    const int err = ::open((dir + "/err").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    o.stdout_fd = devnull;
+    o.stderr_fd = err;
+    ::_exit(launch(o));
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  const std::string err = testing::read_text(dir + "/err");
+  EXPECT_NE(err.find("received SIGTERM"), std::string::npos) << err;
+  EXPECT_EQ(err.find("restart 1"), std::string::npos) << err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/attempt0"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/attempt1")) << err;
 }
 
 // A process that exited but was not reaped yet counts as gone.

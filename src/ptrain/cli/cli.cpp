@@ -230,6 +230,11 @@ void add_launch_command(CLI::App& app, LaunchCommand& command) {
                          "node the same)");
   launch_cmd->add_option("--timeout", launch_options.timeout_seconds, "Wall-clock limit of the whole job in seconds; 0: none")
       ->check(config::non_negative_number())->capture_default_str();
+  launch_cmd->add_option("--max-restarts", launch_options.max_restarts,
+                         "When a rank fails, stop every rank and start the job again, at most this many times; "
+                         "ptrain train resumes from the newest checkpoint of its --checkpoint-dir (from the start "
+                         "before the first). A rank exiting with code 2 (a usage error) is not retried")
+      ->check(config::non_negative_number())->capture_default_str();
   launch_cmd->add_flag("--allow-oversubscribe", launch_options.allow_oversubscribe,
                        "Start more processes than this node has GPUs (a job on GPUs) or cores (otherwise)");
   launch_cmd->add_option("command", launch_options.command, "Program and arguments, after --")->required();

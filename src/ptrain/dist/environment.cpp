@@ -1,5 +1,6 @@
 #include "ptrain/dist/environment.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 
@@ -184,6 +185,21 @@ LaunchEnvironment detect_environment(const Getenv& getenv) {
   LaunchEnvironment env;
   read_master(getenv, env);
   return env;
+}
+
+RestartInfo detect_restart(const Getenv& getenv) {
+  RestartInfo info;
+  info.count = integer_var_or(getenv, "PTRAIN_RESTART_COUNT", 0);
+  check(info.count >= 0, "environment: PTRAIN_RESTART_COUNT=" + std::to_string(info.count) + " is negative");
+  if (info.count == 0) return info;
+  const std::string causes = read(getenv, "PTRAIN_RESTART_CAUSES").value_or("");
+  size_t start = 0;
+  while (start < causes.size()) {
+    const size_t end = std::min(causes.find('\n', start), causes.size());
+    if (end > start) info.causes.push_back(causes.substr(start, end - start));
+    start = end + 1;
+  }
+  return info;
 }
 
 }  // namespace ptrain::dist

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ptrain::dist {
 
@@ -20,6 +21,17 @@ struct LaunchEnvironment {
   // ptrain launch sets; Slurm's job and step ids); empty when the launcher gave none.
   std::string run_id;
 };
+
+// Whether `ptrain launch --max-restarts` restarted this job after a rank failed (PTRAIN_RESTART_COUNT, and
+// TORCHELASTIC_RESTART_COUNT beside it as torchrun exports it), and why: PTRAIN_RESTART_CAUSES holds one line
+// per restart, oldest first ("rank 1 exited with signal 9 (SIGKILL)"). count 0: the job's first attempt, or
+// a launcher that does not restart. Throws ptrain::Error naming the variable when the count is not a
+// non-negative integer.
+struct RestartInfo {
+  int64_t count = 0;
+  std::vector<std::string> causes;
+};
+RestartInfo detect_restart(const std::function<const char*(const char*)>& getenv = ::getenv);
 
 // Precedence torchrun > slurm > openmpi > single process: torchrun and ptrain launch set RANK inside a
 // Slurm or MPI allocation, and their values describe the processes actually started. Throws

@@ -38,6 +38,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   int exit_code = 0;
+  int term_signal = 0;  // the signal that ended it, 0 when it exited (exit_code 128 + N could be either)
   std::vector<std::thread> readers;
 };
 
@@ -119,9 +120,14 @@ int decode_status(int status) {
   return 1;
 }
 
-// Reaps whatever has exited; returns the index of the first child that failed, or -1.
+bool usage_error(const Child& c) { return c.term_signal == 0 && c.exit_code == kUsageErrorExitCode; }
+
+// Reaps whatever has exited; returns the index of the child whose failure is the cause, or -1. A rank
+// that loses its peer fails too, with ptrain's error code, moments after the peer died: found in the same
+// pass, a rank that failed otherwise (killed, crashed) is the cause, else the lowest rank that failed.
 int reap(std::vector<Child>& children, bool block) {
   int failed = -1;
+  int failed_otherwise = -1;
   for (size_t i = 0; i < children.size(); ++i) {
     auto& c = children[i];
     if (!c.running) continue;
@@ -130,10 +136,12 @@ int reap(std::vector<Child>& children, bool block) {
     if (done == c.pid) {
       c.running = false;
       c.exit_code = decode_status(status);
+      c.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       if (c.exit_code != 0 && failed < 0) failed = static_cast<int>(i);
+      if (c.exit_code != 0 && !usage_error(c) && failed_otherwise < 0) failed_otherwise = static_cast<int>(i);
     }
   }
-  return failed;
+  return failed_otherwise >= 0 ? failed_otherwise : failed;
 }
 
 bool any_running(const std::vector<Child>& children) {
@@ -228,6 +236,19 @@ std::string signal_name(int signal_number) {
   return "signal " + std::to_string(signal_number);
 }
 
+// "exited with code 3", "exited with signal 9 (SIGKILL)".
+std::string how_it_ended(const Child& c) {
+  if (c.term_signal == 0) return "exited with code " + std::to_string(c.exit_code);
+  static const std::pair<int, const char*> names[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},   {SIGABRT, "SIGABRT"},
+      {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"}, {SIGPIPE, "SIGPIPE"},
+      {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}};
+  std::string text = "exited with signal " + std::to_string(c.term_signal);
+  for (const auto& [number, name] : names)
+    if (number == c.term_signal) text += std::string(" (") + name + ")";
+  return text;
+}
+
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
 // Whether the ranks train on the CPU as far as the launcher can tell: ptrain train's --device, or its
@@ -255,6 +276,12 @@ void validate(const LaunchOptions& o) {
   check(!o.master_addr.empty(), "launch: --master-addr is empty");
   check(o.timeout_seconds >= 0, "launch: --timeout must not be negative");
   check(o.kill_grace_seconds >= 0, "launch: the kill grace period must not be negative");
+  check(o.max_restarts >= 0, "launch: --max-restarts must not be negative");
+  // Each node's launcher would restart its own ranks alone, and the other nodes' ranks would wait at a
+  // rendezvous nobody hosts: restarting a job across nodes needs the launchers to agree, which they don't.
+  check(o.max_restarts == 0 || o.nnodes == 1,
+        "launch: --max-restarts " + std::to_string(o.max_restarts) + " restarts a job on one node only (this one has --nnodes " +
+            std::to_string(o.nnodes) + "): leave --max-restarts out, or restart the job from its checkpoint by hand");
   if (o.allow_oversubscribe) return;
   const NodeCapacity capacity = node_capacity(o);
   check(o.nproc_per_node <= capacity.processes,
@@ -321,25 +348,26 @@ NodeCapacity node_capacity(const LaunchOptions& o) {
   return {cores, counted(cores, "core")};
 }
 
-int launch(const LaunchOptions& requested) {
-  validate(requested);
-  LaunchOptions options = requested;
-  settle_rendezvous(options);
-  const Variables node = node_variables(options);
+namespace {
+
+enum class Ending { completed, rank_failed, timed_out, signalled, signalled_while_starting };
+
+// How one attempt of the job ended: the rank whose failure ended it (rank_failed), or the signal the
+// launcher received.
+struct Attempt {
+  Ending ending = Ending::completed;
+  Child failed;  // rank, pid, exit code and signal only: its readers are joined
+  int signal_number = 0;
+  int started = 0;
+};
+
+// Starts every rank of this node and waits for them, stopping them all when one fails, the job passes
+// its deadline or the launcher receives SIGINT or SIGTERM. No rank outlives the call. Throws ptrain::Error
+// when a rank cannot be started (those started are killed first).
+Attempt run_attempt(const LaunchOptions& options, const Variables& node,
+                    std::chrono::steady_clock::time_point job_start) {
   std::mutex output_mutex;
   std::vector<Child> children(static_cast<size_t>(options.nproc_per_node));
-
-  struct sigaction forward_action {};
-  forward_action.sa_handler = remember_signal;
-  sigemptyset(&forward_action.sa_mask);
-  struct sigaction old_int {}, old_term {};
-  received_signal = 0;
-  ::sigaction(SIGINT, &forward_action, &old_int);
-  ::sigaction(SIGTERM, &forward_action, &old_term);
-  auto restore_signals = [&] {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  };
   auto join_readers = [&] {
     for (auto& c : children)
       for (auto& t : c.readers) t.join();
@@ -350,12 +378,12 @@ int launch(const LaunchOptions& requested) {
   argv.push_back(nullptr);
   const std::string program = find_program(options.command.front());
 
+  Attempt attempt;
   // A signal during the start of many ranks must not wait for the last one to start: each start checks.
-  int started = 0;
-  int signal_while_starting = 0;
   for (int local = 0; local < options.nproc_per_node; ++local) {
     if (received_signal != 0) {
-      signal_while_starting = received_signal;
+      attempt.ending = Ending::signalled_while_starting;
+      attempt.signal_number = received_signal;
       break;
     }
     auto& c = children[static_cast<size_t>(local)];
@@ -365,7 +393,6 @@ int launch(const LaunchOptions& requested) {
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       stop_all(children, 0, SIGKILL);
       join_readers();
-      restore_signals();
       throw Error(std::string("launch: cannot create pipes: ") + std::strerror(errno));
     }
     const auto env_strings = child_environment(options, local, node);
@@ -382,7 +409,6 @@ int launch(const LaunchOptions& requested) {
       ::close(err_pipe[1]);
       stop_all(children, 0, SIGKILL);
       join_readers();
-      restore_signals();
       throw;
     }
     ::close(out_pipe[1]);
@@ -391,68 +417,166 @@ int launch(const LaunchOptions& requested) {
     const std::string prefix = "[rank " + std::to_string(c.rank) + "] ";
     c.readers.emplace_back(forward_lines, out_pipe[0], options.stdout_fd, prefix, std::ref(output_mutex));
     c.readers.emplace_back(forward_lines, err_pipe[0], options.stderr_fd, prefix, std::ref(output_mutex));
-    ++started;
+    ++attempt.started;
   }
-  if (signal_while_starting != 0) {
-    stop_all(children, options.kill_grace_seconds, signal_while_starting);
+  if (attempt.ending == Ending::signalled_while_starting) {
+    stop_all(children, options.kill_grace_seconds, attempt.signal_number);
     join_readers();
-    restore_signals();
-    write_all(options.stderr_fd, "ptrain launch: received " + signal_name(signal_while_starting) + " after starting " +
-                                     std::to_string(started) + " of the " + std::to_string(options.nproc_per_node) +
-                                     " ranks of this node: started no more and stopped those\n");
-    return 128 + signal_while_starting;
+    return attempt;
   }
 
-  const auto start = std::chrono::steady_clock::now();
   int failed = -1;
-  bool timed_out = false;
-  int forwarded = 0;
   while (any_running(children)) {
     failed = reap(children, false);
-    if (failed >= 0) break;
+    if (failed >= 0) {
+      attempt.ending = Ending::rank_failed;
+      break;
+    }
     if (received_signal != 0) {
-      forwarded = received_signal;
+      attempt.ending = Ending::signalled;
+      attempt.signal_number = received_signal;
       break;
     }
     if (options.timeout_seconds > 0 &&
-        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(options.timeout_seconds)) {
-      timed_out = true;
+        std::chrono::steady_clock::now() - job_start > std::chrono::duration<double>(options.timeout_seconds)) {
+      attempt.ending = Ending::timed_out;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (any_running(children)) stop_all(children, options.kill_grace_seconds, forwarded != 0 ? forwarded : SIGTERM);
+  if (any_running(children))
+    stop_all(children, options.kill_grace_seconds, attempt.signal_number != 0 ? attempt.signal_number : SIGTERM);
   // Background helpers a rank left behind would keep its output pipe open (and outlive the job).
   for (const auto& c : children)
     if (c.pid > 0) ::kill(-c.pid, SIGKILL);
   join_readers();
-  restore_signals();
-
-  std::string report;
-  int code = 0;
-  if (failed >= 0) {
-    const auto& c = children[static_cast<size_t>(failed)];
-    code = c.exit_code;
-    report = "ptrain launch: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
-             ") exited with code " + std::to_string(c.exit_code) + "; stopped the other ranks\n";
-  } else if (timed_out) {
-    code = 1;
-    report = "ptrain launch: the job exceeded --timeout " + std::to_string(options.timeout_seconds) +
-             " s; stopped every rank\n";
-  } else if (forwarded != 0) {
-    code = 128 + forwarded;
-    report = "ptrain launch: received " + signal_name(forwarded) + "; forwarded it to every rank\n";
-  } else {
-    for (const auto& c : children) {
-      if (c.exit_code != 0) {
-        code = c.exit_code;
-        report = "ptrain launch: rank " + std::to_string(c.rank) + " exited with code " + std::to_string(code) + "\n";
-        break;
-      }
-    }
+  if (attempt.ending == Ending::completed) {
+    for (size_t i = 0; i < children.size() && failed < 0; ++i)
+      if (children[i].exit_code != 0) failed = static_cast<int>(i);
+    if (failed >= 0) attempt.ending = Ending::rank_failed;
   }
-  if (!report.empty()) write_all(options.stderr_fd, report);
-  return code;
+  if (failed >= 0) {
+    const Child& c = children[static_cast<size_t>(failed)];
+    attempt.failed.rank = c.rank;
+    attempt.failed.pid = c.pid;
+    attempt.failed.exit_code = c.exit_code;
+    attempt.failed.term_signal = c.term_signal;
+  }
+  return attempt;
+}
+
+// The variables that tell the ranks which attempt of the job they are: torchrun's, and ptrain's with the
+// causes (ptrain train resumes from the newest checkpoint on a restart and records the causes). None
+// without --max-restarts, as before the flag existed.
+Variables restart_variables(const LaunchOptions& o, const std::vector<std::string>& causes) {
+  if (o.max_restarts == 0) return {};
+  std::string joined;
+  for (const auto& cause : causes) joined += (joined.empty() ? "" : "\n") + cause;
+  const std::string count = std::to_string(causes.size());
+  return {{"TORCHELASTIC_RESTART_COUNT", count},
+          {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+          {"PTRAIN_RESTART_COUNT", count},
+          {"PTRAIN_RESTART_CAUSES", joined}};
+}
+
+struct SignalForwarding {
+  struct sigaction old_int {}, old_term {};
+  SignalForwarding() {
+    struct sigaction forward_action {};
+    forward_action.sa_handler = remember_signal;
+    sigemptyset(&forward_action.sa_mask);
+    received_signal = 0;
+    ::sigaction(SIGINT, &forward_action, &old_int);
+    ::sigaction(SIGTERM, &forward_action, &old_term);
+  }
+  ~SignalForwarding() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& requested) {
+  validate(requested);
+  LaunchOptions options = requested;
+  settle_rendezvous(options);
+  const Variables node = node_variables(options);
+  const SignalForwarding forwarding;
+  const auto job_start = std::chrono::steady_clock::now();
+  std::vector<std::string> causes;  // one a restart so far
+
+  while (true) {
+    Variables variables = node;
+    const Variables restart = restart_variables(options, causes);
+    variables.insert(variables.end(), restart.begin(), restart.end());
+    const Attempt attempt = run_attempt(options, variables, job_start);
+
+    if (attempt.ending == Ending::completed) return 0;
+    if (attempt.ending == Ending::signalled_while_starting) {
+      write_all(options.stderr_fd, "ptrain launch: received " + signal_name(attempt.signal_number) + " after starting " +
+                                       std::to_string(attempt.started) + " of the " +
+                                       std::to_string(options.nproc_per_node) +
+                                       " ranks of this node: started no more and stopped those\n");
+      return 128 + attempt.signal_number;
+    }
+    if (attempt.ending == Ending::timed_out) {
+      write_all(options.stderr_fd, "ptrain launch: the job exceeded --timeout " + std::to_string(options.timeout_seconds) +
+                                       " s; stopped every rank\n");
+      return 1;
+    }
+    if (attempt.ending == Ending::signalled) {
+      write_all(options.stderr_fd,
+                "ptrain launch: received " + signal_name(attempt.signal_number) + "; forwarded it to every rank\n");
+      return 128 + attempt.signal_number;
+    }
+
+    const Child& c = attempt.failed;
+    const std::string cause = "rank " + std::to_string(c.rank) + " " + how_it_ended(c);
+    std::string report = "ptrain launch: rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+                         ") exited with code " + std::to_string(c.exit_code) + "; stopped the other ranks";
+    const std::string flag = " (--max-restarts " + std::to_string(options.max_restarts) + ")";
+    if (options.max_restarts > 0) {
+      if (usage_error(c)) {
+        write_all(options.stderr_fd,
+                  report + "; not restarting" + flag + ": code " + std::to_string(kUsageErrorExitCode) +
+                      " is a usage error (ptrain's code for an error it named: a bad flag, config or input), which a "
+                      "restart would meet again\n");
+        return c.exit_code;
+      }
+      if (received_signal != 0) {
+        // Told to stop while a rank failed: the job ends as one the launcher was told to stop.
+        const int signal_number = received_signal;
+        write_all(options.stderr_fd, report + "; not restarting: received " + signal_name(signal_number) + "\n");
+        return 128 + signal_number;
+      }
+      if (static_cast<int>(causes.size()) >= options.max_restarts) {
+        write_all(options.stderr_fd, report + "; gave up after " + std::to_string(causes.size()) + " restart" +
+                                         (causes.size() == 1 ? "" : "s") + flag + "\n");
+        return c.exit_code;
+      }
+      causes.push_back(cause);
+      // The rendezvous port of the attempt before may linger in TIME_WAIT: a port the launcher chose is
+      // chosen afresh; a given one is kept (and checked again).
+      if (requested.master_port == 0) {
+        options.master_port = free_tcp_port();
+      } else {
+        check(!tcp_port_in_use(options.master_port),
+              "launch: --master-port " + std::to_string(options.master_port) +
+                  " is in use on this host, so the job cannot restart on it: choose another port, or leave "
+                  "--master-port out to take a free one at each restart");
+      }
+      write_all(options.stderr_fd, "ptrain launch: restart " + std::to_string(causes.size()) + " of " +
+                                       std::to_string(options.max_restarts) + ": " + cause +
+                                       "; stopped the other ranks, starting every rank again (ptrain train "
+                                       "resumes from the newest checkpoint in its --checkpoint-dir)\n");
+      continue;
+    }
+    write_all(options.stderr_fd, report + "\n");
+    return c.exit_code;
+  }
 }
 
 }  // namespace ptrain::dist

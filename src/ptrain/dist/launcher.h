@@ -14,6 +14,10 @@
 
 namespace ptrain::dist {
 
+// ptrain's exit code for an error it named (a bad flag, config or input: the README's "Exit codes"), as
+// argparse's for a bad argument: a restart would meet it again, so --max-restarts does not retry it.
+constexpr int kUsageErrorExitCode = 2;
+
 struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;
@@ -29,6 +33,13 @@ struct LaunchOptions {
   std::vector<std::string> command;  // program (looked up in PATH) and its arguments
   // Wall-clock limit for the whole job; 0 = none. Past it every rank is stopped and launch fails.
   double timeout_seconds = 0;
+  // --max-restarts: when a rank fails, every rank is stopped and the job started again, at most this many
+  // times (torchrun's flag), on a fresh rendezvous port unless master_port was given. The ranks learn which
+  // attempt they are from TORCHELASTIC_RESTART_COUNT, PTRAIN_RESTART_COUNT and PTRAIN_RESTART_CAUSES (one
+  // line a restart: "rank 1 exited with signal 9 (SIGKILL)"); ptrain train resumes from the newest
+  // checkpoint of its --checkpoint-dir. A rank exiting with kUsageErrorExitCode is not retried, nor is a
+  // job past its timeout or one the launcher was told to stop (SIGINT, SIGTERM). One node only.
+  int max_restarts = 0;
   // Between SIGTERM and SIGKILL when ranks are stopped.
   double kill_grace_seconds = 5;
   // Where the prefixed lines go (tests redirect them).
@@ -56,8 +67,9 @@ struct NodeCapacity {
 NodeCapacity node_capacity(const LaunchOptions& options);
 
 // Returns 0 when every rank exited 0. Otherwise stops the remaining ranks (SIGTERM, then SIGKILL after
-// the grace period, each rank's whole process group), reports the first failed rank on stderr_fd and
-// returns its exit code (128 + signal when it was killed, 1 for a timeout), never 0. No child outlives
+// the grace period, each rank's whole process group), reports the first failed rank on stderr_fd and,
+// unless max_restarts allows another attempt (reported on stderr_fd too), returns its exit code (128 +
+// signal when it was killed, 1 for a timeout), never 0. No child outlives
 // the call. A SIGINT or SIGTERM while ranks are still being started starts no more: the ones started are
 // stopped and 128 + the signal is returned. Throws ptrain::Error for invalid options (among them more
 // processes than node_capacity, naming nproc_source and the bound) or a command that cannot be started.

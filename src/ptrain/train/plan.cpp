@@ -234,6 +234,26 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   Plan plan;
   plan.config = config;
   auto& c = plan.config;
+  plan.restart = dist::detect_restart();
+  if (plan.restart.count > 0 && !c.run.checkpoint_dir.empty()) {
+    // A restarted job continues from the newest checkpoint of the attempts before it, whatever --resume and
+    // --overwrite-checkpoints told its first attempt (which would start it over, or from an older state).
+    // Before the first checkpoint there is none: the attempt starts from where the first one did.
+    const std::string latest = std::filesystem::is_directory(c.run.checkpoint_dir)
+                                   ? find_latest_checkpoint(c.run.checkpoint_dir).path : std::string();
+    if (!latest.empty()) {
+      c.run.resume = "latest";
+      c.run.overwrite_checkpoints = false;
+    }
+    plan.restart_note = latest.empty() ? "no checkpoint in " + c.run.checkpoint_dir + " yet: training from the start"
+                                       : "resuming from " + latest;
+  } else if (plan.restart.count > 0) {
+    plan.restart_note = "no --checkpoint-dir: training from the start";
+  }
+  if (!plan.restart_note.empty()) {
+    const std::string cause = plan.restart.causes.empty() ? std::string() : " (" + plan.restart.causes.back() + ")";
+    plan.restart_note = "restart " + std::to_string(plan.restart.count) + " of the job" + cause + ": " + plan.restart_note;
+  }
   plan.strategy = strategies::StrategySpec::parse(c.run.strategy, c.sharding.fsdp_sharding);
   const strategies::StrategySpec& s = plan.strategy;
   const std::string strategy = s.name();

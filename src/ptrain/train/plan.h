@@ -34,6 +34,10 @@ struct Plan {
   std::string resume_path;  // resolved checkpoint file; empty: start fresh
   // What choosing resume_path left out ("--resume latest" passing over an abandoned branch); "" when nothing.
   std::string resume_note;
+  // ptrain launch --max-restarts: the restarts of the job before this attempt and their causes (none on a
+  // first attempt), and the line rank 0 prints about where this attempt starts ("" on a first attempt).
+  dist::RestartInfo restart;
+  std::string restart_note;
   // The threads of this node's processes exceed its cores (dist::oversubscription_warning); "" when not.
   std::string threads_warning;
   // The processes training together: detected from the launch environment under ddp, one otherwise.

@@ -286,6 +286,16 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
   clock_.plan_steady(global_step_, total_steps_);
 
   std::optional<Evaluation> last_eval;
+  if (plan_.restart.count > 0 && !plan_.resume_path.empty() && global_step_ == total_steps_) {
+    // Resumed at the run's end (resume_from allows it to a restarted job only): nothing to train, the
+    // weights, evaluation and record of the run's end still to write.
+    export_weights();
+    trained_ = true;
+    evaluating_ = true;
+    last_eval = evaluate();
+    evaluating_ = false;
+    return last_eval;
+  }
   for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stopped_; ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);

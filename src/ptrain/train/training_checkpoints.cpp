@@ -57,6 +57,7 @@ std::string TrainingRun::run_length_source() const {
 }
 
 void TrainingRun::resume() {
+  if (!plan_.restart_note.empty() && strategy_->is_main()) std::cout << "ptrain: " << plan_.restart_note << std::endl;
   if (!plan_.resume_note.empty() && strategy_->is_main()) std::cout << plan_.resume_note << std::endl;
   if (!plan_.resume_path.empty()) resume_from(load_checkpoint(plan_.resume_path));
   const int64_t stop = c_.run.stop_at_step;
@@ -93,7 +94,10 @@ void TrainingRun::resume_from(Checkpoint ckpt) {
   }
   const std::string changed = changed_schedule_settings(ckpt.run, config::to_json(c_));
   const int64_t accum = c_.optim.grad_accum;
-  check(global_step_ < total_steps_,
+  // A restarted job whose training had ended (a rank failed in the final evaluation, or as the ranks exited)
+  // resumes at the run's end: its evaluation and outputs are what is left (train_epochs).
+  const bool restarted_at_end = plan_.restart.count > 0 && global_step_ == total_steps_;
+  check(global_step_ < total_steps_ || restarted_at_end,
         plan_.resume_path + ": the checkpoint is at step " + std::to_string(global_step_) + " and this run ends at step " +
             std::to_string(total_steps_) + " (" + run_length_source() + "): nothing is left to train" +
             (changed.empty() ? "" : " (" + changed + ")"));
@@ -262,6 +266,10 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
   if (scalar_log_ && !scalar_log_->failed().empty()) end["logs_given_up"] = scalar_log_->failed();
   if (!error.empty()) end["error"] = error;
   if (stop_signal_) end["signal"] = signal_name(stop_signal_);
+  if (plan_.restart.count > 0) {
+    end["restarts"] = plan_.restart.count;
+    end["restart_causes"] = plan_.restart.causes;
+  }
   return end;
 }
 
