@@ -1197,7 +1197,8 @@ TEST(BenchNoise, ACellGivesTheMedianRatioWithItsRangeAndQuietRoundsAreNotNoisy) 
   EXPECT_TRUE(summary.noisy.empty()) << summary.noisy.front();
   const std::string md = report::render_markdown(quiet);
   EXPECT_NE(md.find("| 4420 img/s | 4000 img/s | n/a | 1.10x (1.10-1.11x, 3 pairs) |"), std::string::npos) << md;
-  EXPECT_EQ(md.find("noisy"), std::string::npos) << md;
+  EXPECT_EQ(md.find(" noisy |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("Noisy: "), std::string::npos) << md;
   EXPECT_NE(md.find("Machine load during the bench: load average (1 min) 0.2 to 0.2 around the 6 runs, on 2 cores."),
             std::string::npos)
       << md;
