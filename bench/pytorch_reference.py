@@ -84,6 +84,17 @@ NORMALIZATION = {
 }
 
 
+def quantile(values, q):
+    """The q-th quantile, linear between the nearest ranks as numpy's and ptrain's metrics::quantile; None for none."""
+    if not values:
+        return None
+    v = sorted(values)
+    at = min(max(q, 0.0), 1.0) * (len(v) - 1)
+    below = int(math.floor(at))
+    above = min(below + 1, len(v) - 1)
+    return v[below] + (v[above] - v[below]) * (at - below)
+
+
 def spread_indices(n, limit):
     """ptrain's data::spread_subset: sample floor(i * N / limit), so that a class-ordered folder keeps its
     classes; None for all of them (limit 0 or not below N)."""
@@ -1183,6 +1194,20 @@ def main(argv=None):
     # of a run shorter than 40), outside evaluation.
     steady_from = min(10, total // 4) if total >= 8 else None
     steady_start, steady_seconds, steady_steps = None, 0.0, 0
+    # The steady steps one by one, as ptrain times them (docs/metrics.md, steady_step_seconds): each step on the
+    # CPU, whose work is done when the step returns; elsewhere each stretch between the synchronisations the
+    # loop makes anyway (--log-every, the epoch's end), so that timing adds no wait for the device.
+    per_step = ctx.device.type == "cpu"
+    step_seconds, last_mark, last_mark_step = [], None, 0
+
+    def mark(at_step):
+        nonlocal last_mark, last_mark_step
+        start = max(last_mark_step, steady_from or 0)
+        if last_mark is None or at_step <= start:
+            return
+        now = time.time()
+        step_seconds.append((now - last_mark) / (at_step - start))
+        last_mark, last_mark_step = now, at_step
     first_step_seconds = None
     first_nonfinite = torch.full((), -1, dtype=torch.int64, device=ctx.device)
     final_acc = final_loss = None
@@ -1196,6 +1221,8 @@ def main(argv=None):
         ctx.barrier()
         e0 = last_log = time.time()
         step_before = step
+        if last_mark is not None:  # the evaluation before this epoch is no step's time
+            last_mark, last_mark_step = e0, step
         loss_sum = torch.zeros((), device=ctx.device)
         correct = torch.zeros((), dtype=torch.float64, device=ctx.device)
         n_steps = n_predictions = 0
@@ -1233,15 +1260,20 @@ def main(argv=None):
                     print(f"[pytorch] first compiled step after {first_step_seconds:.1f}s", flush=True)
             if step == steady_from:
                 ctx.sync()
-                steady_start = time.time()
+                steady_start = last_mark = time.time()
+                last_mark_step = step
+            if per_step:
+                mark(step)
             if a.log_every and lead and step % a.log_every == 0:
                 ctx.sync()
+                mark(step)
                 now = time.time()
                 print(f"[pytorch] step {step}/{total}: {a.log_every * step_images * ctx.world / (now - last_log):.0f} "
                       f"{unit}/s", flush=True)
                 last_log = now
         ctx.sync()
         e1 = time.time()
+        mark(step)
         sec = e1 - e0
         if steady_start is not None and step > steady_from:
             steady_seconds += e1 - max(steady_start, e0)
@@ -1340,6 +1372,9 @@ def main(argv=None):
         "total_wall_seconds": time.time() - t0,
         "train_wall_seconds": train_seconds, "images_per_second": images_per_second,
         "steady_images_per_second": steady, "steady_from_step": steady_from if steady else None,
+        "steady_step_seconds": step_seconds, "steady_step_timing": ("step" if per_step else "window") if step_seconds else "",
+        "steady_step_median_seconds": quantile(step_seconds, 0.5), "steady_step_p10_seconds": quantile(step_seconds, 0.1),
+        "steady_step_p90_seconds": quantile(step_seconds, 0.9),
         "tokens_per_second": images_per_second * data.seq_len if data.tokens and images_per_second else None,
         "steady_tokens_per_second": steady * data.seq_len if data.tokens and steady else None,
         "model_flops_per_step": 3 * forward_flops * a.batch_size * devices if forward_flops is not None else None,

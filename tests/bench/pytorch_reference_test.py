@@ -77,7 +77,7 @@ def documented_fields(section):
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in body.splitlines():
-        m = re.match(r"\|\s*`([a-z_]+)`\s*\|([^|]*)\|[^|]*\|[^|]*\|([^|]*)\|", line)
+        m = re.match(r"\|\s*`([a-z0-9_]+)`\s*\|([^|]*)\|[^|]*\|[^|]*\|([^|]*)\|", line)
         if m:
             rows.append((m.group(1), m.group(2).strip(), not m.group(3).strip().startswith("never")))
     assert rows, f"no field table under '## {section}' in docs/metrics.md"
@@ -152,6 +152,18 @@ def check_record(name, path, strategy, world_size, devices, batch, steps, evalua
         check(r.get("steady_from_step") == want_from, f"{name}: steady_from_step {r.get('steady_from_step')!r}, "
               f"expected {want_from!r} for {steps} steps")
         check((steady is None) == (want_from is None), f"{name}: steady_images_per_second {steady!r} for {steps} steps")
+        # On the CPU every steady step is timed by itself (one entry a step), and the statistics are those entries'.
+        times = r.get("steady_step_seconds") or []
+        if want_from is not None and check(r.get("steady_step_timing") == "step",
+                                           f"{name}: steady_step_timing {r.get('steady_step_timing')!r} on the CPU"):
+            check(len(times) == steps - want_from, f"{name}: {len(times)} steady step times for steps "
+                  f"{want_from + 1}-{steps}")
+            ordered = sorted(times)
+            mid = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2 if ordered else None
+            check(mid is not None and abs(r.get("steady_step_median_seconds") - mid) < 1e-12,
+                  f"{name}: steady_step_median_seconds {r.get('steady_step_median_seconds')!r}, median {mid!r}")
+            check(ordered and ordered[0] <= r["steady_step_p10_seconds"] <= r["steady_step_median_seconds"]
+                  <= r["steady_step_p90_seconds"] <= ordered[-1], f"{name}: p10/median/p90 out of order or range")
     if evaluated:
         acc, loss = r.get("final_test_accuracy"), r.get("final_test_loss")
         check(isinstance(acc, (int, float)) and 0 <= acc <= 1, f"{name}: final_test_accuracy {acc!r}")

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include "ptrain/bench/bench_record.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/core/error.h"
 #include "ptrain/metrics/run_record.h"
 #include "command.h"
 #include "test_support.h"
@@ -326,6 +330,88 @@ TEST(CommandOnGpus, ReachesEveryCommandOfTheLine) {
       ptrain::testing::run_command("/bin/sh -c '" + command + "'", ptrain::testing::Stderr::Kept).output;
   EXPECT_EQ(output, "first=1,3\nsecond=1,3\n") << command;
   EXPECT_EQ(command_on_gpus("ptrain train", {}), "ptrain train");
+}
+
+// --repeat N: each run's ptrain and PyTorch jobs N times in turn, the first round under the usual names (a bench
+// without --repeat keeps its records) and each later one under .repeat-K; the memory estimate only once.
+TEST_F(Jobs, RepeatRunsEachPairInTurnUnderNamesOfItsRound) {
+  BenchOptions o = options();
+  o.repeat = 2;
+  o.estimate = true;
+  const auto jobs = plan(o);
+  std::vector<std::string> order;
+  for (const auto& job : jobs) {
+    if (job.run.id() == "clipped/fp32-single-x1") order.push_back(job.framework + "#" + std::to_string(job.repeat));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"ptrain#1", "pytorch#1", "ptrain#2", "pytorch#2"}));
+  EXPECT_EQ(jobs.size(), 22u);
+  const auto round = [&](const std::string& framework, int64_t repeat) {
+    for (const auto& job : jobs) {
+      if (job.framework == framework && job.run.id() == "gpt/fp32-single-x1" && job.repeat == repeat) return job;
+    }
+    throw std::runtime_error("no round");
+  };
+  EXPECT_EQ(round("ptrain", 1).metrics_path, "/out/runs/ptrain/gpt/fp32-single-x1.json");
+  EXPECT_EQ(round("ptrain", 2).metrics_path, "/out/runs/ptrain/gpt/fp32-single-x1.repeat-2.json");
+  EXPECT_TRUE(has(round("ptrain", 2).command, "'--metrics-out' '/out/runs/ptrain/gpt/fp32-single-x1.repeat-2.json'"));
+  EXPECT_EQ(round("ptrain", 2).log_path, "/out/logs/gpt/ptrain-fp32-single-x1.repeat-2.log");
+  EXPECT_FALSE(round("ptrain", 1).estimate_path.empty());
+  EXPECT_TRUE(round("ptrain", 2).estimate_path.empty()) << "one prediction is enough";
+  EXPECT_EQ(round("pytorch", 2).metrics_path, "/out/runs/pytorch/gpt/fp32-single-x1.repeat-2.json");
+  EXPECT_TRUE(has(round("pytorch", 2).command, "fp32-single-x1.repeat-2.json"));
+  o.repeat = 0;
+  EXPECT_THROW(plan(o), ptrain::Error);
+}
+
+// A whole bench of a tiny CPU suite with --repeat 2: four processes, in turn, each record with its round, the
+// load averages around it and its steady step times; the report gives the ratio as a median with its range.
+TEST(BenchRepeat, TwoRoundsOfATinySuiteGiveInterleavedRecordsAndAReportWithMedianAndRange) {
+  TempDir dir;
+  std::ofstream(dir.file("suite.yaml")) << "name: tiny\nworkload: {model: resnet20, dataset: synthetic, data-path: "
+                                           "\"64:1x8x8:4\", batch-size: 8, epochs: 1, test-limit: 8, threads: 1}\n"
+                                           "runs:\n  - {precision: fp32}\n";
+  BenchOptions o;
+  o.suite = dir.file("suite.yaml");
+  o.source_dir = PTRAIN_SOURCE_DIR;
+  o.out_dir = dir.file("out");
+  o.gpus = 0;
+  o.estimate = false;
+  o.pytorch = true;
+  o.repeat = 2;
+  o.python = PTRAIN_ORACLE_PYTHON;
+  o.ptrain_executable = PTRAIN_EXECUTABLE;
+  std::ostringstream progress;
+  const BenchOutcome outcome = run_bench(o, progress);
+  ASSERT_EQ(outcome.completed, 4) << progress.str();
+  const std::string text = progress.str();
+  std::vector<size_t> at;
+  for (const char* line : {"[1/4] ptrain ", "[2/4] pytorch ", "[3/4] ptrain ", "[4/4] pytorch "}) {
+    at.push_back(text.find(line));
+    ASSERT_NE(at.back(), std::string::npos) << line << "\n" << text;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << text;
+  for (const std::string framework : {"ptrain", "pytorch"}) {
+    for (int64_t round : {1, 2}) {
+      const std::string path = o.out_dir + "/runs/" + framework + "/fp32-single-x1" +
+                               (round == 1 ? std::string() : ".repeat-2") + ".json";
+      std::ifstream in(path);
+      ASSERT_TRUE(in.good()) << path;
+      const auto record = metrics::run_record_from_json(nlohmann::json::parse(in));
+      EXPECT_EQ(record.extra.at("bench").at("repeat"), round) << path;
+      EXPECT_EQ(record.extra.at("bench").at("load_average_before").size(), 3u) << path;
+      EXPECT_EQ(record.extra.at("bench").at("load_average_after").size(), 3u) << path;
+      // 8 steps, steady after step 2: six steps, each timed on the CPU.
+      EXPECT_EQ(record.steady_step_seconds.size(), 6u) << path;
+      EXPECT_EQ(record.steady_step_timing, "step") << path;
+      ASSERT_TRUE(record.steady_step_median_seconds.has_value()) << path;
+      EXPECT_LE(*record.steady_step_p10_seconds, *record.steady_step_median_seconds);
+      EXPECT_LE(*record.steady_step_median_seconds, *record.steady_step_p90_seconds);
+    }
+  }
+  const std::string& md = outcome.report.markdown;
+  EXPECT_TRUE(std::regex_search(md, std::regex(R"(\| [0-9.]+x \([0-9.]+-[0-9.]+x, 2 pairs\)( noisy)? \|)"))) << md;
+  EXPECT_NE(md.find("Machine load during the bench: load average (1 min) "), std::string::npos) << md;
+  EXPECT_NE(md.find("around the 4 runs"), std::string::npos) << md;
 }
 
 }  // namespace

@@ -366,7 +366,9 @@ TEST(BenchReport, CsvHasTheSameColumnsAsPlainNumbersAndEmptyForMissing) {
       "run", "framework", "strategy", "precision", "devices", "batch_size_per_device", "images_per_second",
       "steady_images_per_second", "speedup_vs_baseline", "final_test_accuracy", "peak_allocated_bytes_per_gpu",
       "memory_saved_vs_baseline_fraction", "predicted_peak_allocated_bytes_per_gpu", "peak_nvml_used_bytes_per_gpu",
-      "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds", "train_wall_seconds", "diverged_at_step", "mfu"};
+      "gpu_util_mean_percent", "gpu_util_peak_percent", "total_wall_seconds", "train_wall_seconds", "diverged_at_step", "mfu",
+      "steady_step_median_seconds", "steady_step_p10_seconds", "steady_step_p90_seconds", "bench_repeat",
+      "load_average_before", "load_average_after"};
   EXPECT_EQ(rows[0], header);
   for (const auto& row : rows) EXPECT_EQ(row.size(), header.size());
 
@@ -734,7 +736,7 @@ TEST(BenchReport, SideBySidePutsPtrainBesidePytorchEagerAndCompiledWithRatiosAnd
   EXPECT_EQ(row.at("ptrain_run"), "ptrain/resnet50/amp-bf16");
   EXPECT_EQ(row.at("pytorch_compiled_run"), "pytorch-compiled/resnet50/amp-bf16");
   EXPECT_EQ(row.at("pytorch_compiled_mode"), "default");
-  EXPECT_EQ(rows[0].size(), 28u) << "one compile mode: no columns of another";
+  EXPECT_EQ(rows[0].size(), 36u) << "one compile mode: no columns of another (28, and 8 of the ratios' ranges)";
   const auto tokens = csv_row(rows, 1);
   EXPECT_EQ(tokens.at("pytorch_compiled_mode"), "") << "no compiled run in the row";
   EXPECT_EQ(tokens.at("throughput_unit"), "tokens");
@@ -815,7 +817,7 @@ TEST(BenchReport, SideBySideGivesEachCompileModeItsOwnColumns) {
 
   const auto rows = parse_csv(read_text(written.side_by_side_csv_path));
   ASSERT_EQ(rows.size(), 4u);
-  EXPECT_EQ(rows[0].size(), 34u) << "six columns for the second mode";
+  EXPECT_EQ(rows[0].size(), 46u) << "six columns for the second mode, and four of its ratio's range";
   const auto resnet = csv_row(rows, 3);
   EXPECT_EQ(resnet.at("pytorch_compiled_mode"), "reduce-overhead");
   EXPECT_EQ(resnet.at("pytorch_compiled_per_second"), "5500");
@@ -1105,4 +1107,153 @@ TEST(BenchReport, MemoryIsPerDeviceUnlessEveryRunTrainedOnCuda) {
   const auto cuda = write_three_run_report(scratch.path() / "cuda");
   EXPECT_NE(cuda.markdown.find("| peak allocated/GPU |"), std::string::npos) << cuda.markdown;
   EXPECT_NE(read_text(cuda.html_path).find("<figcaption>Peak GPU memory per GPU</figcaption>"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Trustworthy figures (ptrain bench --repeat): the statistics, and the rules that call a cell noisy.
+
+TEST(BenchNoise, QuantilesAreLinearBetweenRanksAsNumpysAndTheRecordKeepsThem) {
+  EXPECT_EQ(metrics::quantile({}, 0.5), std::nullopt);
+  EXPECT_DOUBLE_EQ(*metrics::quantile({7.0}, 0.9), 7.0);
+  // Out of order on purpose: the quantile sorts. numpy.quantile([1..10], .1/.5/.9) = 1.9, 5.5, 9.1.
+  const std::vector<double> ten{10, 3, 1, 2, 9, 4, 8, 5, 7, 6};
+  EXPECT_DOUBLE_EQ(*metrics::quantile(ten, 0.5), 5.5);
+  EXPECT_DOUBLE_EQ(*metrics::quantile(ten, 0.1), 1.9);
+  EXPECT_DOUBLE_EQ(*metrics::quantile(ten, 0.9), 9.1);
+  EXPECT_DOUBLE_EQ(*metrics::quantile({1, 2, 100}, 0.5), 2.0) << "a median, not a mean";
+
+  RunRecord r = fp32_baseline();
+  metrics::set_steady_steps(r, ten, "step");
+  EXPECT_DOUBLE_EQ(*r.steady_step_median_seconds, 5.5);
+  EXPECT_DOUBLE_EQ(*r.steady_step_p10_seconds, 1.9);
+  EXPECT_DOUBLE_EQ(*r.steady_step_p90_seconds, 9.1);
+  const RunRecord read = metrics::run_record_from_json(metrics::to_json(r));
+  EXPECT_EQ(read.steady_step_seconds, ten);
+  EXPECT_EQ(read.steady_step_timing, "step");
+  EXPECT_DOUBLE_EQ(*read.steady_step_p90_seconds, 9.1);
+  metrics::set_steady_steps(r, {}, "step");
+  EXPECT_EQ(r.steady_step_median_seconds, std::nullopt);
+  EXPECT_EQ(r.steady_step_timing, "") << "no steps, no timing";
+}
+
+TEST(BenchNoise, SpreadRangeAndStallRules) {
+  EXPECT_EQ(report::relative_range({100.0}), std::nullopt) << "one round has no range";
+  EXPECT_DOUBLE_EQ(*report::relative_range({100, 104, 98}), 6.0 / 100);
+  RunRecord quiet = fp32_baseline();
+  metrics::set_steady_steps(quiet, {1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00, 1.01, 0.99, 1.00}, "step");
+  EXPECT_LT(*report::step_spread(quiet), report::kNoisySpread);
+  EXPECT_EQ(report::stall(quiet), std::nullopt);
+  RunRecord stalled = quiet;
+  stalled.steady_step_seconds.push_back(4.0);  // the statistics of the nine before: one step over 3x the median
+  metrics::set_steady_steps(stalled, stalled.steady_step_seconds, "step");
+  ASSERT_TRUE(report::stall(stalled).has_value());
+  EXPECT_DOUBLE_EQ(*report::stall(stalled), 4.0);
+  EXPECT_EQ(report::step_spread(fp32_baseline()), std::nullopt) << "a record without step times";
+}
+
+namespace {
+
+// A ptrain or PyTorch round of one cell: its steady throughput, its steps (spread as given) and the bench's context.
+RunRecord round_record(const std::string& framework, double steady, int64_t repeat, double step_wobble,
+                       double load_before, double load_after) {
+  RunRecord r = speed_record(framework, "resnet50", "amp-bf16", steady, 5);
+  r.channels_last = true;
+  if (framework == "pytorch") r.compiled = false;
+  const double step = 128.0 / steady;
+  std::vector<double> steps;
+  for (int i = 0; i < 20; ++i) steps.push_back(step * (1.0 + step_wobble * ((i % 5) - 2) / 2.0));
+  metrics::set_steady_steps(r, steps, "step");
+  r.extra["bench"] = {{"repeat", repeat},
+                      {"load_average_before", {load_before, 0.5, 0.5}},
+                      {"load_average_after", {load_after, 0.5, 0.5}},
+                      {"cores", 2}};
+  return r;
+}
+
+report::Report rounds_report(const std::vector<std::pair<double, double>>& pairs, double wobble = 0.0,
+                             double load = 0.2) {
+  std::vector<report::ReportRun> runs;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const std::string suffix = k ? ".repeat-" + std::to_string(k + 1) : "";
+    runs.push_back({"ptrain/amp-bf16" + suffix, "", round_record("ptrain", pairs[k].first, k + 1, wobble, load, load), {}});
+    runs.push_back({"pytorch/amp-bf16" + suffix, "", round_record("pytorch", pairs[k].second, k + 1, 0.0, load, load), {}});
+  }
+  return report::make_report(std::move(runs), "rounds");
+}
+
+}  // namespace
+
+TEST(BenchNoise, ACellGivesTheMedianRatioWithItsRangeAndQuietRoundsAreNotNoisy) {
+  const report::Report quiet = rounds_report({{4400, 4000}, {4440, 4000}, {4420, 4010}});
+  const auto rows = report::side_by_side(quiet);
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_EQ(rows[0].ptrain_rounds.size(), 3u);
+  ASSERT_EQ(rows[0].eager_rounds.size(), 3u);
+  const auto summary = report::ratio_summary(quiet, rows[0].ptrain_rounds, rows[0].eager_rounds);
+  EXPECT_EQ(summary.pairs, 3u);
+  EXPECT_NEAR(*summary.median, 4420.0 / 4010.0, 1e-12) << "the pairs' ratios 1.1, 1.11, 1.1022: the middle one";
+  EXPECT_NEAR(*summary.min, 1.1, 1e-12);
+  EXPECT_NEAR(*summary.max, 1.11, 1e-12);
+  EXPECT_TRUE(summary.noisy.empty()) << summary.noisy.front();
+  const std::string md = report::render_markdown(quiet);
+  EXPECT_NE(md.find("| 4420 img/s | 4000 img/s | n/a | 1.10x (1.10-1.11x, 3 pairs) |"), std::string::npos) << md;
+  EXPECT_EQ(md.find(" noisy |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("Noisy: "), std::string::npos) << md;
+  EXPECT_NE(md.find("Machine load during the bench: load average (1 min) 0.2 to 0.2 around the 6 runs, on 2 cores."),
+            std::string::npos)
+      << md;
+}
+
+TEST(BenchNoise, ACellWhoseRoundsSpreadMoreThanFivePercentIsNoisyAndSaysWhy) {
+  // ptrain's rounds vary 20%; the ratio's range 0.95-1.15x crosses 1.0; the load was high.
+  const report::Report busy = rounds_report({{3800, 4000}, {4600, 4000}, {4400, 4000}}, 0.0, 3.5);
+  const auto rows = report::side_by_side(busy);
+  ASSERT_EQ(rows.size(), 1u);
+  const auto summary = report::ratio_summary(busy, rows[0].ptrain_rounds, rows[0].eager_rounds);
+  EXPECT_DOUBLE_EQ(*summary.median, 1.1);
+  EXPECT_DOUBLE_EQ(*summary.min, 0.95);
+  EXPECT_DOUBLE_EQ(*summary.max, 1.15);
+  const std::vector<std::string> why{"the ratio's range 0.95-1.15x crosses 1.0",
+                                     "ptrain's throughput varies 18% over its 3 rounds",
+                                     "load average 3.5 to 3.5 around its runs on 2 cores"};
+  EXPECT_EQ(summary.noisy, why);
+  const std::string md = report::render_markdown(busy);
+  EXPECT_NE(md.find("| 1.10x (0.95-1.15x, 3 pairs) noisy |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Noisy: resnet50 amp-bf16, 1 single, batch 128, ptrain / eager: the ratio's range 0.95-1.15x "
+                    "crosses 1.0; ptrain's throughput varies 18% over its 3 rounds; load average 3.5 to 3.5 around "
+                    "its runs on 2 cores."),
+            std::string::npos)
+      << md;
+  const auto csv = parse_csv(report::render_side_by_side_csv(busy));
+  const auto row = csv_row(csv, 1);
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager")), 1.1) << "the median";
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager_min")), 0.95);
+  EXPECT_DOUBLE_EQ(std::stod(row.at("ptrain_vs_pytorch_eager_max")), 1.15);
+  EXPECT_EQ(row.at("ptrain_vs_pytorch_eager_pairs"), "3");
+  EXPECT_EQ(row.at("ptrain_vs_pytorch_eager_noisy").rfind("the ratio's range", 0), 0u);
+  EXPECT_EQ(row.at("ptrain_per_second"), "4400") << "the rounds' median";
+}
+
+TEST(BenchNoise, ARunWhoseStepsSpreadOrStallMakesItsCellNoisyEvenInOneRound) {
+  // Steps from 0.8 to 1.2 of the median: (p90 - p10) / median = 40%.
+  const report::Report wobbly = rounds_report({{4400, 4000}}, 0.2);
+  const auto rows = report::side_by_side(wobbly);
+  ASSERT_EQ(rows.size(), 1u);
+  const auto summary = report::ratio_summary(wobbly, rows[0].ptrain_rounds, rows[0].eager_rounds);
+  ASSERT_EQ(summary.pairs, 1u);
+  ASSERT_FALSE(summary.noisy.empty());
+  EXPECT_EQ(summary.noisy.front(), "ptrain/amp-bf16's steady steps spread 40% (p10 to p90 over the median)");
+  EXPECT_NE(report::render_markdown(wobbly).find("| 1.10x noisy |"), std::string::npos);
+
+  std::vector<report::ReportRun> runs;
+  RunRecord stalled = round_record("ptrain", 4400, 1, 0.0, 0.1, 0.1);
+  stalled.steady_step_seconds.back() *= 5;
+  metrics::set_steady_steps(stalled, stalled.steady_step_seconds, "step");
+  runs.push_back({"ptrain/amp-bf16", "", stalled, {}});
+  runs.push_back({"pytorch/amp-bf16", "", round_record("pytorch", 4000, 1, 0.0, 0.1, 0.1), {}});
+  const report::Report report = report::make_report(std::move(runs), "stall");
+  const auto row = report::side_by_side(report).at(0);
+  const auto stall = report::ratio_summary(report, row.ptrain_rounds, row.eager_rounds);
+  EXPECT_EQ(stall.noisy, (std::vector<std::string>{"ptrain/amp-bf16 stalled: a step took 5.0x its median",
+                                                   "load average 0.1 to 0.1 around its runs on 2 cores"}));
 }

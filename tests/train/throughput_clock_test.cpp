@@ -51,5 +51,36 @@ TEST(ThroughputClock, NoSteadyFigureUntilItsClockStarts) {
   EXPECT_EQ(clock.steady_seconds(), 0);
 }
 
+// Marks split the steady time into stretches, each its seconds over its steps; a mark again at the same step
+// adds nothing, and the time between epochs (an evaluation) belongs to no stretch.
+TEST(ThroughputClock, MarksGiveSecondsAStepPerStretchAndLeaveEvaluationOut) {
+  ThroughputClock clock;
+  clock.plan_steady(0, 32);
+  const auto epoch = ThroughputClock::Clock::now();
+  clock.begin_epoch(0);
+  clock.mark(4);  // before the steady clock: nothing
+  clock.start_steady();  // after step 8
+  clock.mark(8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  clock.mark(10);  // two steps in 40 ms
+  clock.mark(10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  clock.add_epoch(epoch, 1.0, 0, 16, 256);  // six steps in 30 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // an evaluation
+  const auto second = ThroughputClock::Clock::now();
+  clock.begin_epoch(16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(16));
+  clock.add_epoch(second, 1.0, 16, 32, 256);  // sixteen steps in 16 ms
+
+  const auto& seconds = clock.steady_step_seconds();
+  ASSERT_EQ(seconds.size(), 3u);
+  EXPECT_GE(seconds[0], 0.020);
+  EXPECT_LT(seconds[0], 0.020 + 0.1);
+  EXPECT_GE(seconds[1], 0.005);
+  EXPECT_LT(seconds[1], 0.005 + 0.1 / 6);
+  EXPECT_GE(seconds[2], 0.001);
+  EXPECT_LT(seconds[2], 0.01) << "the 200 ms between the epochs is no step's";
+}
+
 }  // namespace
 }  // namespace ptrain::train

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -108,6 +109,7 @@ void write_bench_record(const Suite& suite, const BenchOptions& o, const std::ve
   for (const auto& [k, v] : o.overrides) j["overrides"][k] = v;
   j["run_timeout_seconds"] = o.run_timeout_seconds;
   j["time_limit_seconds"] = o.time_limit_seconds;
+  j["repeat"] = o.repeat;
   j["commands"] = nlohmann::json::array();
   for (const auto& job : jobs) {
     j["commands"].push_back({{"framework", job.framework}, {"run", job.run.id()}, {"command", job.command},
@@ -132,6 +134,29 @@ std::optional<metrics::RunRecord> finished_record(const BenchJob& job) {
   return record;
 }
 
+
+std::vector<double> load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::vector<double> load(3);
+  if (!(in >> load[0] >> load[1] >> load[2])) return {};
+  return load;
+}
+
+void attach_bench_context(const BenchJob& job, const std::vector<double>& load_before,
+                          const std::vector<double>& load_after) {
+  try {
+    std::ifstream in(job.metrics_path);
+    metrics::RunRecord record = metrics::run_record_from_json(nlohmann::json::parse(in));
+    const auto load = [](const std::vector<double>& l) { return l.empty() ? nlohmann::json(nullptr) : nlohmann::json(l); };
+    record.extra["bench"] = {{"repeat", job.repeat},
+                             {"load_average_before", load(load_before)},
+                             {"load_average_after", load(load_after)},
+                             {"cores", static_cast<int64_t>(std::thread::hardware_concurrency())}};
+    metrics::write_run_record(job.metrics_path, record);
+  } catch (const std::exception&) {
+    // The context explains a figure; the run's own record stands without it.
+  }
+}
 
 void attach_estimate(const BenchJob& job) {
   if (job.estimate_path.empty() || !fs::is_regular_file(job.estimate_path)) return;

@@ -33,6 +33,15 @@ std::optional<metrics::RunRecord> finished_record(const BenchJob& job);
 // where the report finds it. A missing or unreadable estimate leaves the record as it is.
 void attach_estimate(const BenchJob& job);
 
+// The machine's load average over 1, 5 and 15 minutes (/proc/loadavg); empty where the system has none.
+std::vector<double> load_average();
+
+// Puts into the run's record (extra.bench) its round under --repeat, the load averages read just before the run
+// started and just after it ended, and the machine's cores, where the report finds why a figure is noisy. A
+// record that cannot be read stays as it is.
+void attach_bench_context(const BenchJob& job, const std::vector<double>& load_before,
+                          const std::vector<double>& load_after);
+
 // "12 s, 850 img/s, test accuracy 91.20%, peak 3.10 GiB per GPU"
 std::string summary_of(const metrics::RunRecord& r);
 

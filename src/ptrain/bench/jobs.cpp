@@ -63,13 +63,20 @@ void set_shape(BenchJob& job) {
   job.replicas = spec.drives_several_devices() ? job.run.devices : 1;
 }
 
+std::string repeat_suffix(int64_t repeat) { return repeat > 1 ? ".repeat-" + std::to_string(repeat) : ""; }
+
 std::vector<BenchJob> plan_jobs(const Suite& suite, const BenchOptions& o, const std::string& out,
                                 const PytorchAbilities& pytorch) {
+  check(o.repeat >= 1, "--repeat " + std::to_string(o.repeat) + ": a bench runs each job at least once");
   std::vector<BenchJob> jobs;
   for (const auto& run : suite.runs) {
-    if (run.ptrain) jobs.push_back(ptrain_job(suite, run, o, out));
-    if (!o.pytorch) continue;
-    for (const auto& variant : run.pytorch) jobs.push_back(pytorch_job(suite, run, variant, o, out, pytorch));
+    // Rounds of the same run one after the other, ptrain's and PyTorch's in turn (A B A B): a pair's two runs
+    // meet the machine as alike as it gets, and a load that comes and goes shows in the rounds' spread.
+    for (int64_t repeat = 1; repeat <= o.repeat; ++repeat) {
+      if (run.ptrain) jobs.push_back(ptrain_job(suite, run, o, out, repeat));
+      if (!o.pytorch) continue;
+      for (const auto& variant : run.pytorch) jobs.push_back(pytorch_job(suite, run, variant, o, out, pytorch, repeat));
+    }
   }
   return jobs;
 }

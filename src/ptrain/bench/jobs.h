@@ -42,8 +42,13 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
 // Sets job.processes and job.replicas from its run: how it spreads over its devices.
 void set_shape(BenchJob& job);
 
-BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out);
+// What a job's files add to their names in its repeat-th round of --repeat: nothing in the first, so that a
+// bench without --repeat (or one that continues it) keeps the records it had; ".repeat-K" in round K.
+std::string repeat_suffix(int64_t repeat);
+
+BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out,
+                    int64_t repeat = 1);
 BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
-                     const std::string& out, const PytorchAbilities& abilities);
+                     const std::string& out, const PytorchAbilities& abilities, int64_t repeat = 1);
 
 }  // namespace ptrain::bench

@@ -53,13 +53,15 @@ std::vector<std::string> ptrain_train_arguments(const Suite& suite, const SuiteR
   return train;
 }
 
-BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out) {
+BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions& o, const std::string& out,
+                    int64_t repeat) {
   BenchJob job;
   job.framework = metrics::kFrameworkPtrain;
   job.run = run;
+  job.repeat = repeat;
   const std::string workload_file = workload_file_of(out, run);
-  job.metrics_path = out + "/runs/ptrain/" + run.id() + ".json";
-  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + ".log";
+  job.metrics_path = out + "/runs/ptrain/" + run.id() + repeat_suffix(repeat) + ".json";
+  job.log_path = workload_folder(out, "logs", run) + "/ptrain-" + run.run_id() + repeat_suffix(repeat) + ".log";
   job.train_arguments = ptrain_train_arguments(suite, run, out, job.metrics_path);
   set_shape(job);
   const bool gpu = suite.on_gpu;
@@ -71,7 +73,8 @@ BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions&
     train.insert(train.begin(), launch.begin(), launch.end());
   }
   job.command = join_command(train);
-  if (o.estimate) {
+  // The prediction is the same every round: the first one's.
+  if (o.estimate && repeat == 1) {
     job.estimate_path = workload_folder(out, "estimates", run) + "/" + run.run_id() + ".json";
     std::vector<std::string> estimate{o.ptrain_executable, "estimate", "--config", workload_file, "--precision",
                                       run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",

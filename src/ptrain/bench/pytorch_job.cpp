@@ -90,14 +90,16 @@ std::string compiled_strategies() {
 }  // namespace
 
 BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string& variant, const BenchOptions& o,
-                     const std::string& out, const PytorchAbilities& abilities) {
+                     const std::string& out, const PytorchAbilities& abilities, int64_t repeat) {
   const bool compiled = is_compiled_variant(variant);
   BenchJob job;
   job.framework = pytorch_framework_of(variant);
   job.compile_mode = suite.compile_mode_of(variant);
   job.run = run;
-  job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + ".json";
-  job.log_path = workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + ".log";
+  job.repeat = repeat;
+  job.metrics_path = out + "/runs/" + job.framework + "/" + run.id() + repeat_suffix(repeat) + ".json";
+  job.log_path =
+      workload_folder(out, "logs", run) + "/" + job.framework + "-" + run.run_id() + repeat_suffix(repeat) + ".log";
   // Checked as ptrain's run of the same job is: the same workload, data and schedule.
   job.train_arguments =
       ptrain_train_arguments(suite, run, out, out + "/runs/" + metrics::kFrameworkPtrain + "/" + run.id() + ".json");

@@ -222,6 +222,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       ++started_jobs;
     }
     const auto started = std::chrono::steady_clock::now();
+    const std::vector<double> load_before = load_average();
     CommandExit exit;
     try {
       fs::create_directories(fs::path(job.metrics_path).parent_path());
@@ -233,6 +234,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       exit.last_line = exit.error_line = e.what();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const std::vector<double> load_after = load_average();
     std::lock_guard<std::mutex> lock(mutex);
     const bool timed_out = exit.timed_out;
     if (exit.interrupted) {
@@ -251,7 +253,10 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
       outcome.estimate_failures.push_back(job.run.label() + ": " + why);
       ++outcome.estimates_failed;
     }
-    if (exit.code == 0) attach_estimate(job);
+    if (exit.code == 0) {
+      attach_estimate(job);
+      attach_bench_context(job, load_before, load_after);
+    }
     const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;
     if (record) {
       sink.line(prefix + "done: " + summary_of(*record));

@@ -44,6 +44,9 @@ struct BenchOptions {
   // No run starts after this many seconds of the bench, and one still going then is stopped and left for
   // the next bench with the same --out; the report covers what finished. 0: no limit.
   int64_t time_limit_seconds = 0;
+  // Each run's jobs this many times, in turn (ptrain, PyTorch, ptrain, PyTorch...), so that the report gives each
+  // ratio as the median over the rounds with their range, and marks the figures the machine's load made noisy.
+  int64_t repeat = 1;
 };
 
 struct BenchOutcome {
@@ -85,6 +88,7 @@ struct BenchJob {
   std::vector<std::string> train_arguments;
   int64_t processes = 1;  // processes the run starts (one per device under ddp, zero1-3 and fsdp)
   int64_t replicas = 1;   // devices each process drives (dp)
+  int64_t repeat = 1;     // its round under --repeat, from 1
 };
 
 // The jobs of the suite in order (per run entry: ptrain's, then its PyTorch variants when o.pytorch), with

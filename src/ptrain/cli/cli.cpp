@@ -317,6 +317,10 @@ void add_bench_command(CLI::App& app, BenchCommand& command) {
                         "Start no run after this many seconds, stop the one going then and write the report of what "
                         "finished; the next bench with the same --out runs the rest (default 0: no limit)")
       ->check(config::non_negative_number());
+  bench_cmd->add_option("--repeat", bench_options.repeat,
+                        "Run each run's ptrain and PyTorch jobs N times in turn (A B A B ...); the report gives each "
+                        "ratio as the median with its range over the N pairs and marks noisy ones (default 1)")
+      ->check(config::positive_number());
   bench_cmd->add_option("--skip", bench_options.skip,
                         "Leave a run out: its id (fp32-dp-x2, every framework) or its record's path under runs/ "
                         "(ptrain/fp32-dp-x2, pytorch/..., pytorch-compiled/..., pytorch-compiled-default/...; "

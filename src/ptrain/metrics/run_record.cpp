@@ -1,5 +1,6 @@
 #include "ptrain/metrics/run_record.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -81,6 +82,23 @@ EpochRecord epoch_from_json(const json& o, const std::string& where) {
 
 }  // namespace
 
+std::optional<double> quantile(std::vector<double> values, double q) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
+  const auto below = static_cast<size_t>(std::floor(at));
+  const size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (values[above] - values[below]) * (at - static_cast<double>(below));
+}
+
+void set_steady_steps(RunRecord& r, std::vector<double> seconds, std::string timing) {
+  r.steady_step_median_seconds = quantile(seconds, 0.5);
+  r.steady_step_p10_seconds = quantile(seconds, 0.1);
+  r.steady_step_p90_seconds = quantile(seconds, 0.9);
+  r.steady_step_timing = seconds.empty() ? "" : std::move(timing);
+  r.steady_step_seconds = std::move(seconds);
+}
+
 json to_json(const EpochRecord& e) {
   return json{{"epoch", e.epoch},
               {"wall_seconds", number_or_null(e.wall_seconds)},
@@ -95,6 +113,8 @@ json to_json(const EpochRecord& e) {
 json to_json(const RunRecord& r) {
   json epochs = json::array();
   for (const auto& e : r.epochs_detail) epochs.push_back(to_json(e));
+  json steps = json::array();
+  for (double s : r.steady_step_seconds) steps.push_back(number_or_null(s));
   return json{{"schema_version", kRunRecordSchemaVersion},
               {"framework", r.framework},
               {"ptrain_version", r.ptrain_version},
@@ -117,6 +137,11 @@ json to_json(const RunRecord& r) {
               {"images_per_second", number_or_null(r.images_per_second)},
               {"steady_images_per_second", optional_or_null(r.steady_images_per_second)},
               {"steady_from_step", optional_or_null(r.steady_from_step)},
+              {"steady_step_seconds", steps},
+              {"steady_step_timing", r.steady_step_timing},
+              {"steady_step_median_seconds", optional_or_null(r.steady_step_median_seconds)},
+              {"steady_step_p10_seconds", optional_or_null(r.steady_step_p10_seconds)},
+              {"steady_step_p90_seconds", optional_or_null(r.steady_step_p90_seconds)},
               {"seq_len", optional_or_null(r.seq_len)},
               {"tokens_per_second", optional_or_null(r.tokens_per_second)},
               {"steady_tokens_per_second", optional_or_null(r.steady_tokens_per_second)},
@@ -200,9 +225,21 @@ RunRecord run_record_from_json(const json& o) {
                             std::pair{"steady_tokens_per_second", &r.steady_tokens_per_second},
                             std::pair{"model_flops_per_step", &r.model_flops_per_step},
                             std::pair{"tflops", &r.tflops}, std::pair{"mfu", &r.mfu},
-                            std::pair{"peak_tflops", &r.peak_tflops}}) {
+                            std::pair{"peak_tflops", &r.peak_tflops},
+                            std::pair{"steady_step_median_seconds", &r.steady_step_median_seconds},
+                            std::pair{"steady_step_p10_seconds", &r.steady_step_p10_seconds},
+                            std::pair{"steady_step_p90_seconds", &r.steady_step_p90_seconds}}) {
     if (o.contains(key)) *value = read_optional<double>(o, key, where);
   }
+  if (o.contains("steady_step_seconds")) {
+    const json& steps = o["steady_step_seconds"];
+    check(steps.is_array(), where + ": key 'steady_step_seconds' must be an array");
+    for (const auto& s : steps) {
+      check(s.is_number() || s.is_null(), where + ": key 'steady_step_seconds' must hold numbers");
+      r.steady_step_seconds.push_back(s.is_null() ? std::numeric_limits<double>::quiet_NaN() : s.get<double>());
+    }
+  }
+  if (o.contains("steady_step_timing")) r.steady_step_timing = read_string(o, "steady_step_timing", where);
   if (o.contains("peak_tflops_basis")) r.peak_tflops_basis = read_string(o, "peak_tflops_basis", where);
   if (o.contains("seq_len")) r.seq_len = read_optional<int64_t>(o, "seq_len", where);
   for (auto [key, value] : {std::pair{"compiled", &r.compiled}, std::pair{"fused_optimizer", &r.fused_optimizer}}) {

@@ -45,6 +45,15 @@ struct RunRecord {
   // grow allocator pools), which short runs need to compare like with like. Null when the run was too short.
   std::optional<double> steady_images_per_second;
   std::optional<int64_t> steady_from_step;
+  // The steady steps one by one, so that a figure says how much it wobbled: seconds a step, one entry per
+  // step where the host's clock sees each step end (steady_step_timing "step": the CPU, whose work is done
+  // when the step returns), else one entry per stretch between the synchronisations the run makes anyway
+  // ("window": its seconds over its steps; on CUDA a progress read every --log-every steps and each epoch's
+  // end), so that measuring adds no wait for the device. Their median, 10th and 90th percentiles (linear
+  // between ranks, as numpy's) beside them. Empty, "" and null where no steady step ran, and in older records.
+  std::vector<double> steady_step_seconds;
+  std::string steady_step_timing;
+  std::optional<double> steady_step_median_seconds, steady_step_p10_seconds, steady_step_p90_seconds;
   // Language models: tokens per training sequence, and the throughputs above in tokens (sequences count as
   // images there). Null for image models.
   std::optional<int64_t> seq_len;
@@ -81,6 +90,12 @@ struct RunRecord {
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();
 };
+
+// The q-th quantile (0..1) of values, linear between the two nearest ranks (numpy's default), so that ptrain
+// and bench/pytorch_reference.py agree; nullopt for no values.
+std::optional<double> quantile(std::vector<double> values, double q);
+// Sets steady_step_seconds and timing, and the median, p10 and p90 from them (null when there are none).
+void set_steady_steps(RunRecord& record, std::vector<double> seconds, std::string timing);
 
 // Optional values become JSON null; so do non-finite doubles (JSON has no NaN), e.g. a diverged loss.
 nlohmann::json to_json(const EpochRecord& record);

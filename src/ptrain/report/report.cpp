@@ -199,7 +199,7 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
                   r.strategy, precision_rank(base_precision(r.precision)), precision, r.batch_size_per_device};
     Group& group = groups[key];
     group.shape = {r.model, r.dataset, precision, r.strategy, r.devices, r.batch_size_per_device, r.image_size,
-                   r.seq_len, std::nullopt, std::nullopt, std::nullopt, {}};
+                   r.seq_len, std::nullopt, std::nullopt, std::nullopt, {}, {}, {}, {}};
     group.compiled.resize(modes.size());
     if (r.framework == metrics::kFrameworkPtrain) {
       group.ptrain.push_back(i);
@@ -236,10 +236,21 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
         }
         return std::nullopt;
       };
+      const auto all_in = [&](const std::vector<size_t>& runs) {
+        std::vector<size_t> rounds;
+        for (size_t i : runs) {
+          if (memory_format_of(report.runs[i].record) == format) rounds.push_back(i);
+        }
+        return rounds;
+      };
       row.ptrain = first_in(group.ptrain);
       row.eager = first_in(group.eager);
+      row.ptrain_rounds = all_in(group.ptrain);
+      row.eager_rounds = all_in(group.eager);
       for (const auto& runs : group.compiled) {
         row.compiled.push_back(runs.empty() ? std::nullopt : std::optional(first_in(runs).value_or(runs.front())));
+        const auto rounds = all_in(runs);
+        row.compiled_rounds.push_back(rounds.empty() ? runs : rounds);
       }
       rows.push_back(row);
     }

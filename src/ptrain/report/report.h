@@ -79,12 +79,41 @@ struct SideBySideRow {
   std::optional<size_t> ptrain, eager;  // indices into Report::runs
   // PyTorch compiled's run per side_by_side_compile_modes(report), in that order.
   std::vector<std::optional<size_t>> compiled;
+  // Every round of each (`ptrain bench --repeat`), in round order; ptrain, eager and compiled above are the first.
+  std::vector<size_t> ptrain_rounds, eager_rounds;
+  std::vector<std::vector<size_t>> compiled_rounds;
 };
 std::vector<SideBySideRow> side_by_side(const Report& report);
 
 // Throughput of run a over run b: steady over steady where both have it, else over the whole training;
 // nullopt when either is missing.
 std::optional<double> throughput_ratio(const Report& report, size_t a, size_t b);
+
+// How far one bench figure can be trusted. A cell of the side-by-side table is ptrain's rounds over another
+// column's, paired by round (extra.bench.repeat, else their order): the median ratio, its range over the pairs,
+// and why it is noisy, if it is. Noisy: the range crosses 1.0 (the rounds disagree on which is faster); either
+// side's throughput varies more than kNoisySpread over its rounds ((max - min) / median); a run's steady steps
+// spread more than kNoisySpread ((p90 - p10) / median); or a run stalled (a step over kStallFactor x its median).
+// The reasons end with the load average the cell's runs saw, where the bench recorded it.
+inline constexpr double kNoisySpread = 0.05;
+inline constexpr double kStallFactor = 3.0;
+struct RatioSummary {
+  std::optional<double> median, min, max;
+  size_t pairs = 0;
+  std::vector<std::string> noisy;  // why; empty for a quiet cell
+};
+RatioSummary ratio_summary(const Report& report, const std::vector<size_t>& ptrain, const std::vector<size_t>& other);
+// (max - min) / median of values (throughputs of a cell's rounds); nullopt for fewer than two.
+std::optional<double> relative_range(std::vector<double> values);
+// (p90 - p10) / median of a run's steady steps; nullopt where the record has none.
+std::optional<double> step_spread(const metrics::RunRecord& r);
+// The slowest steady step over the median, where it exceeds kStallFactor; nullopt otherwise.
+std::optional<double> stall(const metrics::RunRecord& r);
+// The median of values; nullopt for none.
+std::optional<double> median_of(const std::vector<double>& values);
+// What the bench saw of the machine's load: "load average (1 min) 0.4 to 2.9 around the 12 runs, on 2 cores";
+// empty where no record carries extra.bench.
+std::string machine_load_text(const Report& report);
 
 std::string render_markdown(const Report& report);
 std::string render_csv(const Report& report);

@@ -417,6 +417,7 @@ std::string render_html(const Report& report) {
     }
     html << "</tbody>\n</table></div>\n<p class=\"note\">" << escape_html(side_by_side_note(report)) << "</p>\n";
   }
+  for (const auto& note : noise_notes(report)) html << "<p class=\"note\">" << escape_html(note) << "</p>\n";
 
   // Memory is charted in GiB rather than bytes so that the axis gets round GiB ticks.
   const auto in_gib = [](std::optional<int64_t> bytes) {

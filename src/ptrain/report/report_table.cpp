@@ -171,6 +171,30 @@ const std::vector<Column>& columns() {
     add("MFU", "mfu", true,
         number([](const Report& r, size_t i) { return measured(record_of(r, i).mfu); },
                [](std::optional<double> v) { return fraction_as_percent_text(v); }));
+    // After MFU for the same reason: how much the steady steps wobbled, and what the bench saw of the machine.
+    const auto csv_only = [&](const char* name, auto get) {
+      add(name, name, true, number(get, [](std::optional<double> v) { return csv_number(v); }));
+      c.back().in_tables = false;
+    };
+    csv_only("steady_step_median_seconds",
+             [](const Report& r, size_t i) { return measured(record_of(r, i).steady_step_median_seconds); });
+    csv_only("steady_step_p10_seconds",
+             [](const Report& r, size_t i) { return measured(record_of(r, i).steady_step_p10_seconds); });
+    csv_only("steady_step_p90_seconds",
+             [](const Report& r, size_t i) { return measured(record_of(r, i).steady_step_p90_seconds); });
+    const auto bench_value = [](const RunRecord& record, const char* key) -> std::optional<double> {
+      const auto bench = record.extra.find("bench");
+      if (bench == record.extra.end() || !bench->is_object() || !bench->contains(key)) return std::nullopt;
+      const auto& v = (*bench)[key];
+      if (v.is_number()) return v.get<double>();
+      if (v.is_array() && !v.empty() && v[0].is_number()) return v[0].get<double>();
+      return std::nullopt;
+    };
+    csv_only("bench_repeat", [bench_value](const Report& r, size_t i) { return bench_value(record_of(r, i), "repeat"); });
+    csv_only("load_average_before",
+             [bench_value](const Report& r, size_t i) { return bench_value(record_of(r, i), "load_average_before"); });
+    csv_only("load_average_after",
+             [bench_value](const Report& r, size_t i) { return bench_value(record_of(r, i), "load_average_after"); });
     return c;
   }();
   return all;
@@ -294,11 +318,57 @@ std::string side_by_side_format(const SideBySideRow& row) {
   return !row.channels_last ? "-" : *row.channels_last ? "channels-last" : "NCHW";
 }
 
-std::string ratio_text(std::optional<double> ratio) {
-  return ratio ? printf_string("%.2fx", *ratio) : std::string(kNotAvailable);
+std::string ratio_summary_text(const RatioSummary& s) {
+  if (!s.median) return kNotAvailable;
+  std::string text = printf_string("%.2fx", *s.median);
+  if (s.pairs > 1) {
+    text += " (" + printf_string("%.2f", *s.min) + "-" + printf_string("%.2fx", *s.max) + ", " +
+            std::to_string(s.pairs) + " pairs)";
+  }
+  return s.noisy.empty() ? text : text + " noisy";
 }
 
 }  // namespace
+
+std::optional<double> median_throughput(const Report& report, const std::vector<size_t>& rounds) {
+  std::vector<double> values;
+  for (size_t i : rounds) {
+    if (const auto t = shown_throughput(record_of(report, i))) values.push_back(*t);
+  }
+  return median_of(values);
+}
+
+std::vector<std::string> noise_notes(const Report& report) {
+  std::vector<std::string> notes;
+  const std::string load = machine_load_text(report);
+  if (!load.empty()) notes.push_back("Machine load during the bench: " + load + ".");
+  const auto modes = side_by_side_compile_modes(report);
+  bool rounds = false;
+  for (const auto& row : side_by_side(report)) {
+    rounds = rounds || row.ptrain_rounds.size() > 1;
+    std::vector<std::pair<std::string, const std::vector<size_t>*>> cells{{"ptrain / eager", &row.eager_rounds}};
+    for (size_t m = 0; m < row.compiled_rounds.size(); ++m)
+      cells.emplace_back("ptrain / " + compiled_column_name(modes[m]), &row.compiled_rounds[m]);
+    for (const auto& [name, other] : cells) {
+      const RatioSummary summary = ratio_summary(report, row.ptrain_rounds, *other);
+      if (summary.noisy.empty()) continue;
+      std::string why;
+      for (const auto& reason : summary.noisy) why += (why.empty() ? "" : "; ") + reason;
+      notes.push_back("Noisy: " + row.model + " " + row.precision + ", " + std::to_string(row.devices) + " " +
+                      row.strategy + ", batch " + std::to_string(row.batch_size_per_device) + ", " + name + ": " + why +
+                      ".");
+    }
+  }
+  if (rounds) {
+    notes.insert(notes.begin() + (load.empty() ? 0 : 1),
+                 "Rounds (ptrain bench --repeat): each throughput is the median of its rounds, each ratio the median "
+                 "of the rounds' ratios (ptrain's round k over PyTorch's round k, run one after the other) with its "
+                 "range (min-max). A cell is noisy when its range crosses 1.0, when a side's throughput varies more "
+                 "than 5% over its rounds, when a run's steady steps spread more than 5% (p10 to p90 over the "
+                 "median), or when a run stalled (a step over 3x its median).");
+  }
+  return notes;
+}
 
 std::string compiled_column_name(const std::string& mode) {
   return mode.empty() ? "compiled" : "compiled (" + mode + ")";
@@ -319,16 +389,17 @@ std::vector<std::string> side_by_side_titles(const Report& report) {
 }
 
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row) {
-  const auto throughput = [&](std::optional<size_t> run) {
+  // Over several rounds a throughput is their median, as the ratio beside it is.
+  const auto throughput_of = [&](std::optional<size_t> run, const std::vector<size_t>& rounds) {
     if (!run) return std::string(kNotAvailable);
     const RunRecord& r = record_of(report, *run);
-    const auto value = shown_throughput(r);
+    const auto value = rounds.size() > 1 ? median_throughput(report, rounds) : shown_throughput(r);
     const std::string text = value ? throughput_text(value) + " " + throughput_unit(row) : std::string(kNotAvailable);
     const auto diverged = divergence_text(r);
     return diverged ? text + " (" + *diverged + ")" : text;
   };
-  const auto ratio = [&](std::optional<size_t> other) {
-    return ratio_text(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+  const auto ratio_of = [&](const std::vector<size_t>& other) {
+    return ratio_summary_text(ratio_summary(report, row.ptrain_rounds, other));
   };
   const auto peak = [&](std::optional<size_t> run) {
     return run ? gib_text(measured(record_of(report, *run).peak_allocated_bytes)) : std::string(kNotAvailable);
@@ -338,10 +409,10 @@ std::vector<std::string> side_by_side_cells(const Report& report, const SideBySi
   };
   std::vector<std::string> cells{row.model, side_by_side_data(row), row.precision,
                                  std::to_string(row.devices) + ", " + row.strategy, side_by_side_format(row),
-                                 throughput(row.ptrain), throughput(row.eager)};
-  for (const auto& run : row.compiled) cells.push_back(throughput(run));
-  cells.push_back(ratio(row.eager));
-  for (const auto& run : row.compiled) cells.push_back(ratio(run));
+                                 throughput_of(row.ptrain, row.ptrain_rounds), throughput_of(row.eager, row.eager_rounds)};
+  for (size_t m = 0; m < row.compiled.size(); ++m) cells.push_back(throughput_of(row.compiled[m], row.compiled_rounds[m]));
+  cells.push_back(ratio_of(row.eager_rounds));
+  for (const auto& rounds : row.compiled_rounds) cells.push_back(ratio_of(rounds));
   cells.insert(cells.end(), {peak(row.ptrain), peak(row.eager)});
   for (const auto& run : row.compiled) cells.push_back(peak(run));
   cells.insert(cells.end(), {device(row.ptrain), device(row.eager)});

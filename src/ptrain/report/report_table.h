@@ -77,6 +77,11 @@ std::vector<std::string> side_by_side_titles(const Report& report);
 std::string compiled_column_name(const std::string& mode);
 inline constexpr size_t kSideBySideTextColumns = 5;  // the columns before the numbers
 std::vector<std::string> side_by_side_cells(const Report& report, const SideBySideRow& row);
+// Sentences under the side-by-side table on the figures' trust: the machine's load during the bench, and each
+// noisy cell with why (RatioSummary); none where no record carries step times or bench context.
+std::vector<std::string> noise_notes(const Report& report);
+// The median throughput of a cell's rounds (shown_throughput); nullopt where none has one.
+std::optional<double> median_throughput(const Report& report, const std::vector<size_t>& rounds);
 // Steady throughput where measured, else over the whole training; in tokens for language models.
 std::optional<double> shown_throughput(const metrics::RunRecord& r);
 

@@ -65,6 +65,7 @@ std::string render_markdown(const Report& report) {
     }
     md << "\n" << escape_markdown(side_by_side_note(report)) << "\n\n";
   }
+  for (const auto& note : noise_notes(report)) md << escape_markdown(note) << "\n\n";
   if (!report.skipped.empty()) {
     md << "## Files left out\n\n";
     for (const auto& file : report.skipped) md << "- " << escape_markdown(file) << "\n";
@@ -105,13 +106,40 @@ std::string render_side_by_side_csv(const Report& report) {
     csv << "," << name << "_per_second,ptrain_vs_" << name << "," << name << "_peak_allocated_bytes," << name
         << "_peak_nvml_used_bytes," << name << "_run," << name << "_diverged_at_step";
   }
+  // After every earlier column (--repeat): each ratio's range over its pairs and why it is noisy, if it is.
+  csv << ",ptrain_vs_pytorch_eager_min,ptrain_vs_pytorch_eager_max,ptrain_vs_pytorch_eager_pairs,"
+         "ptrain_vs_pytorch_eager_noisy,ptrain_vs_pytorch_compiled_min,ptrain_vs_pytorch_compiled_max,"
+         "ptrain_vs_pytorch_compiled_pairs,ptrain_vs_pytorch_compiled_noisy";
+  for (size_t m = 1; m < modes.size(); ++m) {
+    std::string name = "ptrain_vs_pytorch_compiled_" + modes[m];
+    for (auto& c : name) c = c == '-' ? '_' : c;
+    csv << "," << name << "_min," << name << "_max," << name << "_pairs," << name << "_noisy";
+  }
   csv << "\n";
   for (const auto& row : rows) {
+    // Over several rounds (--repeat) a throughput is their median and a ratio the median of the pairs' ratios.
+    const auto rounds_of = [&](std::optional<size_t> run) -> const std::vector<size_t>& {
+      static const std::vector<size_t> none;
+      if (!run) return none;
+      if (run == row.ptrain) return row.ptrain_rounds;
+      if (run == row.eager) return row.eager_rounds;
+      for (size_t m = 0; m < row.compiled.size(); ++m)
+        if (run == row.compiled[m]) return row.compiled_rounds[m];
+      return none;
+    };
     const auto throughput = [&](std::optional<size_t> run) {
-      return run ? csv_number(shown_throughput(record_of(report, *run))) : std::string();
+      return run ? csv_number(median_throughput(report, rounds_of(run))) : std::string();
     };
     const auto ratio = [&](std::optional<size_t> other) {
-      return csv_number(row.ptrain && other ? throughput_ratio(report, *row.ptrain, *other) : std::nullopt);
+      return csv_number(row.ptrain && other ? ratio_summary(report, row.ptrain_rounds, rounds_of(other)).median
+                                            : std::nullopt);
+    };
+    const auto spread = [&](std::optional<size_t> other) -> std::vector<std::string> {
+      if (!row.ptrain || !other) return {"", "", "", ""};
+      const RatioSummary s = ratio_summary(report, row.ptrain_rounds, rounds_of(other));
+      std::string why;
+      for (const auto& reason : s.noisy) why += (why.empty() ? "" : "; ") + reason;
+      return {csv_number(s.min), csv_number(s.max), std::to_string(s.pairs), why};
     };
     const auto peak = [&](std::optional<size_t> run) {
       return run ? csv_number(measured(record_of(report, *run).peak_allocated_bytes)) : std::string();
@@ -135,6 +163,14 @@ std::string render_side_by_side_csv(const Report& report) {
     for (size_t m = 1; m < modes.size(); ++m) {
       const std::optional<size_t> run = row.compiled[m];
       fields.insert(fields.end(), {throughput(run), ratio(run), peak(run), device(run), name(run), diverged(run)});
+    }
+    for (const auto& other : std::vector<std::optional<size_t>>{row.eager, compiled}) {
+      const auto more = spread(other);
+      fields.insert(fields.end(), more.begin(), more.end());
+    }
+    for (size_t m = 1; m < modes.size(); ++m) {
+      const auto more = spread(row.compiled[m]);
+      fields.insert(fields.end(), more.begin(), more.end());
     }
     for (size_t c = 0; c < fields.size(); ++c) csv << (c ? "," : "") << csv_field(fields[c]);
     csv << "\n";

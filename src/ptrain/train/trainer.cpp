@@ -350,6 +350,7 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   metrics::Stopwatch epoch_clock;
   const auto epoch_start = std::chrono::steady_clock::now();
   const int64_t step_before = global_step_;
+  clock_.begin_epoch(step_before);
   steps_done = train_epoch(epoch, first, progress);
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
   collect_step_phases();
@@ -412,6 +413,9 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       phases_.start_counting();
       steps_->take_replays();
     }
+    // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
+    // progress reads below wait for the device, and a stretch of steps ends there.
+    if (!device_.is_cuda()) clock_.mark(global_step_);
     ++step_in_epoch;
 
     if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
@@ -420,6 +424,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     if (progress_read) {
       const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
       collect_step_phases();  // the read above waited for the device
+      clock_.mark(global_step_);
       const double seconds = window.elapsed_seconds();
       const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
       if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged

@@ -51,6 +51,7 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
     record_.steady_images_per_second =
         static_cast<double>(micro_batches * c_.run.batch_size * devices()) / clock_.steady_seconds();
   }
+  metrics::set_steady_steps(record_, clock_.steady_step_seconds(), device_.is_cuda() ? "window" : "step");
   const double samples_per_second = record_.steady_images_per_second.value_or(record_.images_per_second);
   if (const auto utilisation = flops_.at(samples_per_second)) {
     record_.model_flops_per_step = utilisation->model_flops_per_step;
