@@ -143,14 +143,20 @@ TEST(Launcher, RejectsBadOptionsAndMissingPrograms) {
   }
 }
 
-// --max-restarts: a failed rank (by its exit code or a signal) stops every rank and starts the job again,
-// which learns its attempt and the causes so far from the environment, as torchrun's TORCHELASTIC_RESTART_COUNT.
-TEST(Launcher, RestartsTheJobAfterAFailedRankTellingTheRanksWhy) {
-  const std::string dir = testing::temp_dir("restarts");
+// Two ranks on any machine (a 1-core CI runner too), stopped 1 s after a failure.
+LaunchOptions two_ranks_quick_to_stop() {
   LaunchOptions o;
   o.nproc_per_node = 2;
   o.allow_oversubscribe = true;
   o.kill_grace_seconds = 1;
+  return o;
+}
+
+// --max-restarts: a failed rank (by its exit code or a signal) stops every rank and starts the job again,
+// which learns its attempt and the causes so far from the environment, as torchrun's TORCHELASTIC_RESTART_COUNT.
+TEST(Launcher, RestartsTheJobAfterAFailedRankTellingTheRanksWhy) {
+  const std::string dir = testing::temp_dir("restarts");
+  LaunchOptions o = two_ranks_quick_to_stop();
   o.max_restarts = 2;
   o.command = {"sh", "-c",
                "echo \"attempt $PTRAIN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS "
@@ -180,10 +186,7 @@ TEST(Launcher, RestartsTheJobAfterAFailedRankTellingTheRanksWhy) {
 }
 
 TEST(Launcher, GivesUpAfterMaxRestartsWithTheLastFailure) {
-  LaunchOptions o;
-  o.nproc_per_node = 2;
-  o.allow_oversubscribe = true;
-  o.kill_grace_seconds = 1;
+  LaunchOptions o = two_ranks_quick_to_stop();
   o.max_restarts = 1;
   o.command = {"sh", "-c", "echo attempt $PTRAIN_RESTART_COUNT; if [ \"$RANK\" = 1 ]; then exit 4; fi"};
   const auto r = run_launch(o);
@@ -198,10 +201,7 @@ TEST(Launcher, GivesUpAfterMaxRestartsWithTheLastFailure) {
 
 // Exit code 2 is ptrain's (and argparse's) usage error: a restart would only meet it again.
 TEST(Launcher, DoesNotRetryAUsageError) {
-  LaunchOptions o;
-  o.nproc_per_node = 2;
-  o.allow_oversubscribe = true;
-  o.kill_grace_seconds = 1;
+  LaunchOptions o = two_ranks_quick_to_stop();
   o.max_restarts = 2;
   o.command = {"sh", "-c", "echo attempt $PTRAIN_RESTART_COUNT; if [ \"$RANK\" = 1 ]; then exit 2; fi; exec sleep 30"};
   const auto r = run_launch(o);
@@ -218,10 +218,7 @@ TEST(Launcher, DoesNotRetryAUsageError) {
 
 // Without --max-restarts the job is today's: no restart variables, the first failure ends it.
 TEST(Launcher, WithoutMaxRestartsAFailureEndsTheJob) {
-  LaunchOptions o;
-  o.nproc_per_node = 2;
-  o.allow_oversubscribe = true;
-  o.kill_grace_seconds = 1;
+  LaunchOptions o = two_ranks_quick_to_stop();
   o.command = {"sh", "-c", "echo \"restarts ${PTRAIN_RESTART_COUNT-unset} ${TORCHELASTIC_RESTART_COUNT-unset}\"; "
                            "if [ \"$RANK\" = 1 ]; then kill -KILL $$; fi; exec sleep 30"};
   const auto r = run_launch(o);
@@ -284,6 +281,23 @@ bool running(pid_t pid) {
   if (!std::getline(stat, text)) return false;
   const auto paren = text.rfind(')');
   return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
+}
+
+// Reaps what comes to this process while it waits up to 5 s for every rank to be gone; a rank still running
+// fails the test and is killed, so that it outlives no test.
+void expect_gone_within_5_seconds(const std::vector<pid_t>& ranks, const std::string& outlived) {
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  bool any = true;
+  while (any && std::chrono::steady_clock::now() < gone_by) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    any = std::any_of(ranks.begin(), ranks.end(), running);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const pid_t pid : ranks) {
+    EXPECT_FALSE(running(pid)) << "rank pid " << pid << " outlived " << outlived;
+    if (running(pid)) ::kill(pid, SIGKILL);
+  }
 }
 
 // More processes than the node has cores (or GPUs, for a job on GPUs) are refused before any starts, naming
@@ -371,18 +385,7 @@ TEST(Launcher, SigtermWhileStartingRanksStopsPromptlyLeavingNoRank) {
   }
   EXPECT_GE(ranks.size(), 1u);
   EXPECT_LT(ranks.size(), static_cast<size_t>(kRanks)) << "every rank started despite the SIGTERM";
-  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  bool any = true;
-  while (any && std::chrono::steady_clock::now() < gone_by) {
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    any = std::any_of(ranks.begin(), ranks.end(), running);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  for (const pid_t pid : ranks) {
-    EXPECT_FALSE(running(pid)) << "rank pid " << pid << " outlived the stopped launch";
-    if (running(pid)) ::kill(pid, SIGKILL);
-  }
+  expect_gone_within_5_seconds(ranks, "the stopped launch");
 }
 
 TEST(Launcher, WarnsWhenThreadsTimesProcessesExceedTheCores) {
@@ -424,18 +427,7 @@ TEST(Launcher, RanksDieWithAKilledLauncher) {
   for (const pid_t pid : ranks) ASSERT_TRUE(running(pid));
   ::kill(launcher, SIGKILL);
   ::waitpid(launcher, nullptr, 0);
-  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  bool any = true;
-  while (any && std::chrono::steady_clock::now() < gone_by) {
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
-    any = std::any_of(ranks.begin(), ranks.end(), running);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  for (const pid_t pid : ranks) {
-    EXPECT_FALSE(running(pid)) << "rank pid " << pid << " outlived its killed launcher";
-    if (running(pid)) ::kill(pid, SIGKILL);
-  }
+  expect_gone_within_5_seconds(ranks, "its killed launcher");
 }
 
 }  // namespace
