@@ -191,7 +191,8 @@ TEST(Usage, EveryUsageErrorIsOneLineNamingTheFlagCommandOrVariableAndExits2) {
   const std::string data = " --model resnet20 --dataset synthetic --data-path 64:3x8x8:4 --batch-size 8 --dry-run";
   expect_usage_error(kPtrain + " train --batch-size 0", "--batch-size: must be greater than 0, not 0");
   expect_usage_error(kPtrain + " train --batch-sze 3", "ptrain train has no flag --batch-sze (did you mean --batch-size?)");
-  expect_usage_error(kPtrain + " train --warmup=2", "(did you mean --warmup-epochs, --warmup-min-lr or --warmup-steps?)");
+  expect_usage_error(kPtrain + " train --warmup=2",
+                     "(did you mean --warmup-epochs, --warmup-min-lr or --warmup-steps?)");
   expect_usage_error(kPtrain + " train --bogus", "ptrain train has no flag --bogus; ptrain train --help lists its flags");
   expect_usage_error(kPtrain + " estimate --batch-sze 3", "ptrain estimate has no flag --batch-sze (did you mean --batch-size?)");
   expect_usage_error(kPtrain + " trian --epochs 1", "'trian' is not a ptrain command (did you mean train?)");
