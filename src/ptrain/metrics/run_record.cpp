@@ -144,6 +144,8 @@ json to_json(const RunRecord& r) {
               {"kernels", r.kernels},
               {"step_phase_seconds", r.step_phase_seconds},
               {"diverged_at_step", optional_or_null(r.diverged_at_step)},
+              {"checkpoint_blocking_seconds", optional_or_null(r.checkpoint_blocking_seconds)},
+              {"checkpoint_write_seconds", optional_or_null(r.checkpoint_write_seconds)},
               {"epochs_detail", epochs},
               {"environment", r.environment},
               {"extra", r.extra}};
@@ -200,7 +202,9 @@ RunRecord run_record_from_json(const json& o) {
                             std::pair{"steady_tokens_per_second", &r.steady_tokens_per_second},
                             std::pair{"model_flops_per_step", &r.model_flops_per_step},
                             std::pair{"tflops", &r.tflops}, std::pair{"mfu", &r.mfu},
-                            std::pair{"peak_tflops", &r.peak_tflops}}) {
+                            std::pair{"peak_tflops", &r.peak_tflops},
+                            std::pair{"checkpoint_blocking_seconds", &r.checkpoint_blocking_seconds},
+                            std::pair{"checkpoint_write_seconds", &r.checkpoint_write_seconds}}) {
     if (o.contains(key)) *value = read_optional<double>(o, key, where);
   }
   if (o.contains("peak_tflops_basis")) r.peak_tflops_basis = read_string(o, "peak_tflops_basis", where);
