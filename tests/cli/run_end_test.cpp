@@ -33,9 +33,10 @@ int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 
 
 Result run(const std::string& args) { return ptrain::testing::run_command(std::string(PTRAIN_EXECUTABLE) + " " + args); }
 
-// `ptrain args` in the background, its output into log.
-pid_t start(const std::string& args, const std::string& log) {
-  const std::string command = "exec " + std::string(PTRAIN_EXECUTABLE) + " " + args + " > " + log + " 2>&1";
+// `ptrain args` in the background, its output into log; environment: "NAME=value ..." for it alone.
+pid_t start(const std::string& args, const std::string& log, const std::string& environment = "") {
+  const std::string command = "exec " + (environment.empty() ? "" : "env " + environment + " ") +
+                              std::string(PTRAIN_EXECUTABLE) + " " + args + " > " + log + " 2>&1";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::execl("/bin/bash", "bash", "-c", command.c_str(), static_cast<char*>(nullptr));
@@ -196,6 +197,85 @@ TEST(RunEnd, SaveWeightsThatCannotBeWrittenIsRefusedBeforeTraining) {
     EXPECT_EQ(r.output.find("epoch 1:"), std::string::npos) << "trained first: " << r.output;
   }
   ptrain::testing::remove_tree(dir);
+}
+
+// The temporary file of an atomic write of checkpoint `step` in dir, once one exists: its write is in flight.
+bool writing(const fs::path& dir, int64_t step) {
+  const std::string prefix = fs::path(checkpoint(dir, step)).filename().string() + ".tmp.";
+  std::error_code not_yet;  // the run creates dir once it starts
+  for (const auto& entry : fs::directory_iterator(dir, not_yet))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// --async-checkpoint with the writer held open before each rename (checkpointer.h's test seam), in the background.
+pid_t start_with_write_delay(int64_t delay_ms, const std::string& args, const std::string& log) {
+  return start(args, log, "PTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=" + std::to_string(delay_ms));
+}
+
+TEST(RunEnd, KillDashNineDuringABackgroundWriteLeavesThePreviousCheckpointWhichResumesExactly) {
+  const auto dir = scratch("async_kill");
+  const auto ck = dir / "ck", whole_dir = dir / "whole";
+  const std::string args = run_of(3) + "--checkpoint-every 5 --async-checkpoint --checkpoint-dir " + ck.string();
+  const Result paused = run(args + " --stop-at-step 5");
+  ASSERT_EQ(paused.exit_code, 0) << paused.output;
+  ASSERT_TRUE(fs::exists(checkpoint(ck, 5))) << paused.output;
+
+  // The resumed run's first save (step 8, the epoch's end) is held in flight, its temporary file written,
+  // until the kill.
+  const std::string log = (dir / "killed.log").string();
+  const pid_t pid = start_with_write_delay(600000, args + " --resume latest", log);
+  ASSERT_TRUE(wait_until([&] { return writing(ck, 8); }, 120)) << read_text(log);
+  ::kill(pid, SIGKILL);
+  EXPECT_EQ(wait_for_exit(pid), 137) << read_text(log);
+  EXPECT_FALSE(fs::exists(checkpoint(ck, 8)));
+  const Result verified = run("verify " + checkpoint(ck, 5));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+
+  const Result resumed = run(args + " --resume latest");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("removed 1 temporary file(s) of interrupted checkpoint writes"), std::string::npos)
+      << resumed.output;
+  const Result whole = run(run_of(3) + "--checkpoint-dir " + whole_dir.string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_EQ(weights_digest(checkpoint(ck, 24)), weights_digest(checkpoint(whole_dir, 24)));
+  ptrain::testing::remove_tree(dir);
+}
+
+TEST(RunEnd, SigtermDuringABackgroundWriteWaitsForItAndSavesTheStepItStoppedAt) {
+  const auto dir = scratch("async_sigterm");
+  const auto ck = dir / "ck";
+  const std::string metrics = (dir / "stopped.json").string(), log = (dir / "stopped.log").string();
+  constexpr int64_t kDelayMs = 2000;
+  const pid_t pid = start_with_write_delay(
+      kDelayMs, run_of(3) + "--checkpoint-every 5 --async-checkpoint --checkpoint-dir " + ck.string() +
+                    " --metrics-out " + metrics, log);
+  ASSERT_TRUE(wait_until([&] { return writing(ck, 5); }, 120)) << read_text(log);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_for_exit(pid), 143) << read_text(log);
+  const std::string output = read_text(log);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(output, m, std::regex("ptrain: stopped by SIGTERM after step (\\d+) of 24"))) << output;
+  const int64_t stopped_at = std::stoll(m[1]);
+  // The write in flight when the signal came was finished, and so was the stop's own.
+  EXPECT_TRUE(fs::exists(checkpoint(ck, 5))) << output;
+  EXPECT_TRUE(fs::exists(checkpoint(ck, stopped_at))) << output;
+  for (const auto& name : files_in(ck)) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+  const Result verified = run("verify " + checkpoint(ck, 5) + " " + checkpoint(ck, stopped_at));
+  EXPECT_EQ(verified.exit_code, 0) << verified.output;
+  const auto record = nlohmann::json::parse(std::ifstream(metrics));
+  EXPECT_EQ(record["extra"]["run_end"]["checkpoint"], checkpoint(ck, stopped_at));
+  // At least two writes held kDelayMs each; the stop waited for its own whole.
+  EXPECT_GE(record["checkpoint_write_seconds"].get<double>(), 2 * kDelayMs / 1000.0) << record.dump();
+  EXPECT_GE(record["checkpoint_blocking_seconds"].get<double>(), kDelayMs / 1000.0) << record.dump();
+  ptrain::testing::remove_tree(dir);
+}
+
+TEST(RunEnd, AsyncCheckpointWithoutACheckpointDirIsAUsageError) {
+  const Result r = run(run_of(1) + "--async-checkpoint");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ptrain: error: --async-checkpoint needs --checkpoint-dir"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("epoch 1:"), std::string::npos) << "trained first: " << r.output;
 }
 
 }  // namespace

@@ -267,6 +267,10 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "Start over in a --checkpoint-dir holding another run's checkpoints, removing them (without it such "
                  "a directory is refused unless the run resumes)")
       ->group("Run");
+  add_switch(app, "--async-checkpoint", c.run.async_checkpoint,
+                 "Copy each checkpoint to host memory at its step and write it in a background thread, so that "
+                 "training goes on during the write (one write at a time; the run's end waits for it)")
+      ->group("Run");
   app.add_option("--resume", c.run.resume, "Resume from a checkpoint file, or 'latest' in --checkpoint-dir")
       ->group("Run");
   app.add_option("--on-divergence", c.run.on_divergence,

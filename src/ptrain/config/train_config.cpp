@@ -39,7 +39,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"strategy", c.run.strategy}, {"threads", c.run.threads},
                {"eval_each_epoch", c.run.eval_each_epoch}, {"checkpoint_dir", c.run.checkpoint_dir},
                {"checkpoint_every", c.run.checkpoint_every}, {"keep_checkpoints", c.run.keep_checkpoints},
-               {"overwrite_checkpoints", c.run.overwrite_checkpoints},
+               {"overwrite_checkpoints", c.run.overwrite_checkpoints}, {"async_checkpoint", c.run.async_checkpoint},
                {"resume", c.run.resume}, {"on_divergence", c.run.on_divergence},
                {"metrics_out", c.run.metrics_out}, {"tensorboard", c.run.tensorboard},
                {"log_jsonl", c.run.log_jsonl}, {"log_every", c.run.log_every},

@@ -92,6 +92,7 @@ struct RunConfig {
   int64_t checkpoint_every = 0;            // also save every N optimizer steps; 0: only at epoch ends
   int64_t keep_checkpoints = 0;            // keep only the newest N checkpoints in checkpoint_dir; 0: all
   bool overwrite_checkpoints = false;      // a fresh run may remove another run's checkpoints in checkpoint_dir
+  bool async_checkpoint = false;           // stage checkpoints in host memory at the step, write them in the background
   std::string resume;                      // a checkpoint file, or "latest" in checkpoint_dir
   std::string metrics_out;                 // the run's metrics JSON
   std::string tensorboard;                 // a directory for TensorBoard event files; empty: none

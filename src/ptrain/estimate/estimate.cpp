@@ -61,6 +61,7 @@ ProbeRun probe(const train::Plan& plan, int64_t batch) {
   probe.run.eval_each_epoch = false;
   probe.run.checkpoint_dir.clear();
   probe.run.checkpoint_every = 0;
+  probe.run.async_checkpoint = false;
   probe.run.keep_checkpoints = 0;
   probe.run.resume.clear();
   probe.run.metrics_out.clear();

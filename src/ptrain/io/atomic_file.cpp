@@ -151,7 +151,8 @@ int open_in_place(const OutputTarget& target, const std::string& path) {
   return fd;
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+void write_file_atomically(const std::string& path, const std::string& bytes,
+                           const std::function<void()>& before_rename) {
   check(!path.empty(), "write_file_atomically: empty path");
   const OutputTarget target = output_target(path);
   if (target.in_place) {
@@ -180,6 +181,14 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     ::close(fd);
     ::unlink(temp_path.c_str());
     throw;
+  }
+  if (before_rename) {
+    try {
+      before_rename();
+    } catch (...) {
+      ::unlink(temp_path.c_str());
+      throw;
+    }
   }
   if (::rename(temp_path.c_str(), file.c_str()) != 0) {
     const std::string reason = errno_text();

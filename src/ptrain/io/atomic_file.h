@@ -38,7 +38,11 @@ int open_in_place(const OutputTarget& target, const std::string& path);
 // ptrain::Error passes through unchanged). An in-place target (output_target) is written where it is
 // instead, and a failed write (ENOSPC from /dev/full) is an error naming path and the OS's reason.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& writer);
-void write_file_atomically(const std::string& path, const std::string& bytes);
+// before_rename, when given, runs once the temporary file is complete and synced, before it replaces path:
+// a test seam that holds a write open mid-way (train/checkpointer.h), so that a test can kill the process
+// while it is in flight.
+void write_file_atomically(const std::string& path, const std::string& bytes,
+                           const std::function<void()>& before_rename = {});
 
 // The whole file; ptrain::Error naming path when it cannot be opened or read.
 std::string read_file_bytes(const std::string& path);

@@ -282,7 +282,8 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
 }
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata, bool checksum) {
+                       const std::map<std::string, std::string>& metadata, bool checksum,
+                       const std::function<void()>& before_rename) {
   check(!checksum || metadata.count(kChecksumKey) == 0,
         "cannot write " + path + ": metadata key '" + std::string(kChecksumKey) + "' is reserved for the checksum");
   OrderedJson header = OrderedJson::object();
@@ -327,7 +328,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     if (tensor.numel() == 0) continue;
     out.append(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * tensor.element_size());
   }
-  write_file_atomically(path, out);
+  write_file_atomically(path, out, before_rename);
 }
 
 }  // namespace ptrain::io

@@ -3,6 +3,7 @@
 // implementation of the (small, fully specified) format on top of nlohmann-json.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -23,7 +24,9 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 // from the CPU; duplicate names and dtypes outside the list above are refused with ptrain::Error.
 // With checksum, the metadata gets "ptrain_checksum": a CRC-32 of the header and the data, which
 // read_safetensors verifies whenever a file has one (a mismatch is a ptrain::Error naming the file).
+// before_rename: write_file_atomically's test seam.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {}, bool checksum = false);
+                       const std::map<std::string, std::string>& metadata = {}, bool checksum = false,
+                       const std::function<void()>& before_rename = {});
 
 }  // namespace ptrain::io

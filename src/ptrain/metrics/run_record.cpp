@@ -169,6 +169,8 @@ json to_json(const RunRecord& r) {
               {"kernels", r.kernels},
               {"step_phase_seconds", r.step_phase_seconds},
               {"diverged_at_step", optional_or_null(r.diverged_at_step)},
+              {"checkpoint_blocking_seconds", optional_or_null(r.checkpoint_blocking_seconds)},
+              {"checkpoint_write_seconds", optional_or_null(r.checkpoint_write_seconds)},
               {"epochs_detail", epochs},
               {"environment", r.environment},
               {"extra", r.extra}};
@@ -228,7 +230,9 @@ RunRecord run_record_from_json(const json& o) {
                             std::pair{"peak_tflops", &r.peak_tflops},
                             std::pair{"steady_step_median_seconds", &r.steady_step_median_seconds},
                             std::pair{"steady_step_p10_seconds", &r.steady_step_p10_seconds},
-                            std::pair{"steady_step_p90_seconds", &r.steady_step_p90_seconds}}) {
+                            std::pair{"steady_step_p90_seconds", &r.steady_step_p90_seconds},
+                            std::pair{"checkpoint_blocking_seconds", &r.checkpoint_blocking_seconds},
+                            std::pair{"checkpoint_write_seconds", &r.checkpoint_write_seconds}}) {
     if (o.contains(key)) *value = read_optional<double>(o, key, where);
   }
   if (o.contains("steady_step_seconds")) {

@@ -86,6 +86,11 @@ struct RunRecord {
   // The first step whose loss was not finite (or whose loss scale hit its floor) in a run that trained on
   // (--on-divergence warn): its accuracy and losses mean nothing. Null for a run that did not diverge.
   std::optional<int64_t> diverged_at_step;
+  // The cost of checkpoints to the training thread: seconds it spent saving (the whole write when synchronous;
+  // under --async-checkpoint staging the state and waiting for the write before), and under --async-checkpoint
+  // the seconds the background writes took. Null without --checkpoint-dir (blocking), or when saves are
+  // synchronous (write), and in records written before the fields.
+  std::optional<double> checkpoint_blocking_seconds, checkpoint_write_seconds;
   std::vector<EpochRecord> epochs_detail;
   nlohmann::json environment = nlohmann::json::object();  // gpu name, driver, cuda, cudnn, nccl when known
   nlohmann::json extra = nlohmann::json::object();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,9 @@ struct Checkpoint {
   std::string format_version;   // as loaded ("1": written before checkpoints had checksums)
 };
 
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// before_rename: io::write_file_atomically's test seam (train/checkpointer.h holds writes open with it).
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
+                     const std::function<void()>& before_rename = {});
 // A sharded checkpoint loads whole: the shards' tensors are reassembled into full parameters and
 // optimizer state, so that it loads into any strategy at any world size, as a full one does.
 Checkpoint load_checkpoint(const std::string& path);
@@ -61,7 +64,7 @@ std::string weights_digest(const Checkpoint& checkpoint);
 // and without the sharded tensors. The checkpoint at `path` exists only once every shard does.
 std::string shard_path(const std::string& path, int64_t rank);
 void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
-                const nlohmann::json& layout);
+                const nlohmann::json& layout, const std::function<void()>& before_rename = {});
 
 // One rank file alone, as `ptrain verify` checks it: a shard file with its checksum (verified), its rank
 // and the ranks; ptrain::Error naming path when it is none. Loading the checkpoint reassembles them all.

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <set>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +17,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
+#include "ptrain/metrics/timer.h"
 
 namespace ptrain::train {
 
@@ -48,6 +52,12 @@ std::string random_run_id() {
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
+  if (const char* delay = std::getenv(kTestWriteDelayVariable); delay && options_.async) {
+    char* end = nullptr;
+    test_delay_ms_ = std::strtoll(delay, &end, 10);
+    check(*delay != '\0' && *end == '\0' && test_delay_ms_ >= 0,
+          std::string(kTestWriteDelayVariable) + "=" + delay + ": expected milliseconds, a whole number >= 0");
+  }
   if (!options_.owner) return;
   fs::create_directories(options_.dir);
   lock();
@@ -76,6 +86,10 @@ Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(opt
 }
 
 Checkpointer::~Checkpointer() {
+  // A run ending on an error lets the write in flight finish: it holds a state that trained, and a
+  // process that exits with it half written would leave only the previous checkpoint. Its own error, if
+  // any, comes second to the one ending the run.
+  if (worker_.joinable()) worker_.join();
   // Closing releases the lock. The file stays: removing it would let a run that opened it a moment before
   // lock a file no longer in the directory while a third run creates and locks a new one.
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -123,16 +137,96 @@ void Checkpointer::refuse_or_remove_other_runs_checkpoints() {
 void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
   checkpoint.lineage = lineage_;
   checkpoint.lineage.sequence = lineage_.sequence + 1;
-  save_checkpoint(path, checkpoint);
+  if (!options_.async) {
+    save_checkpoint(path, checkpoint);
+    lineage_.sequence = checkpoint.lineage.sequence;
+    last_written_ = path;
+    last_written_step_ = checkpoint.position.global_step;
+    prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+    return;
+  }
+  wait();
+  for (auto* section : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress})
+    *section = staged_on_host(*section);
+  // Taken now, in write order: a write that fails leaves a gap in the sequence, which only orders.
   lineage_.sequence = checkpoint.lineage.sequence;
-  last_written_ = path;
-  last_written_step_ = checkpoint.position.global_step;
-  prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+  const int64_t step = checkpoint.position.global_step;
+  start_write(path, step, /*whole=*/true,
+              [this, path, checkpoint = std::move(checkpoint), delay = test_delay()] {
+                save_checkpoint(path, checkpoint, delay);
+                prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+              });
 }
 
 void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                                const nlohmann::json& layout) {
-  save_shard(path, rank, ranks, shards, layout);
+  if (!options_.async) {
+    save_shard(path, rank, ranks, shards, layout);
+    return;
+  }
+  wait();
+  start_write(shard_path(path, rank), -1, /*whole=*/false,
+              [path, rank, ranks, staged = staged_on_host(shards), layout, delay = test_delay()] {
+                save_shard(path, rank, ranks, staged, layout, delay);
+              });
+}
+
+std::function<void()> Checkpointer::test_delay() const {
+  if (test_delay_ms_ <= 0) return {};
+  return [ms = test_delay_ms_] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+}
+
+void Checkpointer::start_write(const std::string& path, int64_t step, bool whole, std::function<void()> job) {
+  done_ = Done{path, step, whole, 0, nullptr};
+  worker_ = std::thread([this, job = std::move(job)] {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      job();
+    } catch (...) {
+      done_.error = std::current_exception();
+    }
+    done_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+}
+
+void Checkpointer::wait() {
+  if (!worker_.joinable()) return;
+  worker_.join();
+  write_seconds_ += done_.seconds;
+  if (done_.error) {
+    const std::exception_ptr error = std::exchange(done_.error, nullptr);
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      throw Error("--async-checkpoint: the background write of " + done_.path + " failed: " + e.what());
+    }
+  }
+  if (done_.whole) {
+    last_written_ = done_.path;
+    last_written_step_ = done_.step;
+  }
+}
+
+io::NamedTensors staged_on_host(const io::NamedTensors& tensors) {
+  io::NamedTensors staged;
+  staged.reserve(tensors.size());
+  std::set<c10::DeviceIndex> devices;
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) {
+      staged.emplace_back(name, tensor);
+    } else if (tensor.is_cuda()) {
+      // Pinned: the copy runs as a DMA off the step's critical path, as PyTorch DCP's async_save stages.
+      auto host = torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
+      host.copy_(tensor.detach(), /*non_blocking=*/true);
+      devices.insert(tensor.device().index());
+      staged.emplace_back(name, std::move(host));
+    } else {
+      staged.emplace_back(name, tensor.detach().clone());
+    }
+  }
+  // The copies are queued on each device's current stream; the writer thread may read them only once done.
+  for (const auto index : devices) metrics::synchronize(torch::Device(torch::kCUDA, index));
+  return staged;
 }
 
 }  // namespace ptrain::train

@@ -1,11 +1,15 @@
-// The run's --checkpoint-dir, owned for the run's life. One run at a time holds a directory (an exclusive
+// The run's --checkpoint-dir, owned for the run's life, and the writes into it (in the background under
+// --async-checkpoint). One run at a time holds a directory (an exclusive
 // lock on its .ptrain.lock, released when the process ends, however it ends); only the holder removes
 // what killed writes left there; a fresh run never mixes its checkpoints with another run's, so
 // --keep-checkpoints can never keep an old run's files over the new run's.
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -23,7 +27,21 @@ struct CheckpointerOptions {
   // locks it, cleans it up and prunes it. The other ranks of its job only write their shard files there;
   // they need no lock of their own, and a second job is refused by its own rank 0.
   bool owner = true;
+  // --async-checkpoint: write() and write_shard() copy the tensors to host memory and return; one background
+  // thread writes them (atomically, as a synchronous write does), at most one write in flight. The thread
+  // does file I/O only: whatever ranks must agree on happens in the caller's thread, at step boundaries.
+  bool async = false;
 };
+
+// Test seam of --async-checkpoint: a background write whose temporary file is complete waits this many
+// milliseconds before its rename, so that a test can SIGKILL (or SIGTERM) the run while the write is in
+// flight, found by its temporary file. Unset in real runs.
+inline constexpr const char* kTestWriteDelayVariable = "PTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS";
+
+// A copy of tensors in host memory that later in-place updates of the originals cannot reach: clones of CPU
+// tensors; device tensors copied into pinned host memory without blocking, then one synchronisation of their
+// devices before returning, so that a writer thread reads finished copies.
+io::NamedTensors staged_on_host(const io::NamedTensors& tensors);
 
 // The name of the lock file in a checkpoint directory.
 inline constexpr const char* kCheckpointLockFile = ".ptrain.lock";
@@ -41,25 +59,49 @@ class Checkpointer {
   const std::string& dir() const { return options_.dir; }
   std::string path_for(int64_t global_step) const { return checkpoint_path(options_.dir, global_step); }
   // Writes the checkpoint (atomically) with this run's lineage (its run id, the checkpoint it resumed from,
-  // the next sequence of the directory), then applies --keep-checkpoints. Owner only.
+  // the next sequence of the directory), then applies --keep-checkpoints. Owner only. Async: first waits
+  // for the write in flight (throwing its error, as wait() does), then stages and hands the write over.
   void write(const std::string& path, Checkpoint checkpoint);
   const std::string& run_id() const { return lineage_.run_id; }
-  // This rank's shard file of the checkpoint at path (sharded checkpoints; every rank).
+  // This rank's shard file of the checkpoint at path (sharded checkpoints; every rank). Async as write().
   void write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                    const nlohmann::json& layout);
-  // The newest checkpoint this run wrote; empty before the first.
+  bool async() const { return options_.async; }
+  // Returns once no write is in flight. A background write that failed throws here (once): a ptrain::Error
+  // naming the checkpoint, as a synchronous write's failure would have thrown from write().
+  void wait();
+  // Whether a background write is in flight (or done and not yet waited for).
+  bool writing() const { return worker_.joinable(); }
+  // Seconds background writes took, those waited for (async only; 0 otherwise).
+  double write_seconds() const { return write_seconds_; }
+  // The newest checkpoint this run wrote, once its write is done (and, async, waited for); empty before.
   const std::string& last_written() const { return last_written_; }
   int64_t last_written_step() const { return last_written_step_; }
 
  private:
   void lock();
   void refuse_or_remove_other_runs_checkpoints();
+  // Runs job on the background thread, which records what it wrote (or its error) for wait().
+  void start_write(const std::string& path, int64_t step, bool whole, std::function<void()> job);
+  std::function<void()> test_delay() const;
 
   CheckpointerOptions options_;
   Lineage lineage_;  // what every checkpoint of this run records; sequence: the last one written
   int lock_fd_ = -1;
   std::string last_written_;
   int64_t last_written_step_ = -1;
+
+  // The write in flight: only its thread touches these until wait() joins it.
+  std::thread worker_;
+  struct Done {
+    std::string path;
+    int64_t step = -1;
+    bool whole = false;  // a checkpoint (not a shard file): the newest this run wrote, once done
+    double seconds = 0;
+    std::exception_ptr error;
+  } done_;
+  double write_seconds_ = 0;
+  int64_t test_delay_ms_ = 0;
 };
 
 }  // namespace ptrain::train

@@ -418,6 +418,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   check(c.run.keep_checkpoints == 0 || !c.run.checkpoint_dir.empty(), "--keep-checkpoints needs --checkpoint-dir");
   check(!c.run.overwrite_checkpoints || !c.run.checkpoint_dir.empty(), "--overwrite-checkpoints needs --checkpoint-dir");
+  check(!c.run.async_checkpoint || !c.run.checkpoint_dir.empty(), "--async-checkpoint needs --checkpoint-dir");
   check(!c.run.overwrite_checkpoints || c.run.resume.empty(),
         "--overwrite-checkpoints starts over and removes the checkpoints --resume " + c.run.resume + " would continue");
   check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",

@@ -93,6 +93,7 @@ metrics::RunRecord TrainingRun::run() {
   std::optional<Evaluation> last_eval;
   try {
     last_eval = train_epochs(progress);
+    finish_checkpoint_writes();  // a paused run's checkpoint; the last epoch's waited already
     // A paused run's weights are not the trained ones: its resume writes them.
     if (!trained_ && !stopped_) export_weights();
     trained_ = true;
@@ -322,6 +323,9 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, micro_batches_of(steps_done), global_step_, 0, 0}
                                        : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
     if (last_epoch) {
+      // Trained only once the last checkpoint is on disk: its write failing fails the run as a synchronous
+      // save's would, and --save-weights and the record come after it.
+      finish_checkpoint_writes();
       export_weights();
       trained_ = true;
       // Nothing is replayed after the last step: the final evaluation's activations take the memory the graph's

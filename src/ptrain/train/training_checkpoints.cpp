@@ -134,11 +134,63 @@ void TrainingRun::open_checkpoint_dir() {
   // Rank 0 cleans up before anything writes there: every other rank waits for it at its first collective.
   checkpointer_ = std::make_unique<Checkpointer>(CheckpointerOptions{c_.run.checkpoint_dir, c_.run.keep_checkpoints,
                                                                      plan_.resume_path, c_.run.overwrite_checkpoints,
-                                                                     strategy_->is_main()});
+                                                                     strategy_->is_main(), c_.run.async_checkpoint});
 }
 
 void TrainingRun::save(TrainingPosition position) {
   if (!checkpointer_) return;
+  const metrics::Stopwatch blocked;
+  try {
+    settle_checkpoint_writes();
+    write_checkpoint(position);
+  } catch (...) {
+    checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+    throw;
+  }
+  checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+}
+
+void TrainingRun::finish_checkpoint_writes() {
+  if (!checkpointer_ || !checkpointer_->async()) return;
+  const metrics::Stopwatch blocked;
+  try {
+    settle_checkpoint_writes();
+    checkpointer_->wait();
+  } catch (...) {
+    checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+    throw;
+  }
+  checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+}
+
+void TrainingRun::settle_checkpoint_writes() {
+  if (!checkpointer_->async()) return;
+  std::string failure;
+  try {
+    checkpointer_->wait();
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  if (strategy_->world_size() > 1) {
+    // Here, in the training thread at a step boundary: collectives must never run from the writer thread.
+    auto failed = torch::full({1}, failure.empty() ? 0.0f : 1.0f, torch::TensorOptions().device(device_));
+    strategy_->all_reduce_sum(failed);
+    if (failure.empty() && failed.item<float>() > 0)
+      failure = "--async-checkpoint: the background write of another rank's checkpoint file failed (its error names it)";
+  }
+  if (!failure.empty()) {
+    pending_checkpoint_.reset();
+    throw Error(failure);
+  }
+  // Every rank's shard of the last sharded save is on disk: the file that names them may now appear.
+  if (pending_checkpoint_) {
+    auto [path, ckpt] = std::move(*pending_checkpoint_);
+    pending_checkpoint_.reset();
+    checkpointer_->write(path, std::move(ckpt));
+  }
+}
+
+void TrainingRun::write_checkpoint(TrainingPosition position) {
   check_divergence();
   if (!state_is_finite()) {
     const std::string what = "training diverged at step " + std::to_string(position.global_step) +
@@ -163,7 +215,8 @@ void TrainingRun::save(TrainingPosition position) {
     nlohmann::json layout;
     const auto shards = target_->local_shards(optimizer_->state(), &layout);
     checkpointer_->write_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
-    strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
+    // Async: the shards are still being written; the ranks agree that they are at the next settle.
+    if (!checkpointer_->async()) strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
     if (!strategy_->is_main()) return;
     std::set<std::string> sharded;
     for (const auto& group : layout)
@@ -190,6 +243,12 @@ void TrainingRun::save(TrainingPosition position) {
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = progress_totals.named();
   ckpt.run = config::to_json(c_);
+  if (checkpointer_->async() && ckpt.shards > 0) {
+    // Staged now: the buffers it holds change with the next step, long before it is written.
+    for (auto* section : {&ckpt.model, &ckpt.optimizer, &ckpt.scaler, &ckpt.progress}) *section = staged_on_host(*section);
+    pending_checkpoint_.emplace(path, std::move(ckpt));
+    return;
+  }
   checkpointer_->write(path, std::move(ckpt));
 }
 
@@ -274,8 +333,10 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
 }
 
 void TrainingRun::stop_at_signal(const TrainingPosition& position) {
-  // Every rank agreed to stop at this step (agreed_stop_signal): the save's collectives meet.
+  // Every rank agreed to stop at this step (agreed_stop_signal): the save's collectives meet. The run ends
+  // only once the write in flight is on disk: the message below and the record name it.
   save(position);
+  finish_checkpoint_writes();
   if (sampler_) sampler_->stop();
   finish_trace();
   fill_record(run_clock_, std::nullopt);
@@ -302,6 +363,13 @@ void TrainingRun::fail_keeping_trained_state(const std::exception& error) {
     message = torch_error->what_without_backtrace();
     message = "LibTorch error: " + message.substr(0, message.find('\n'));
     exit_code = 3;
+  }
+  if (checkpointer_) {
+    try {
+      checkpointer_->wait();  // what it holds counts as kept only once written
+    } catch (const std::exception& write_error) {
+      message += "; " + std::string(write_error.what());
+    }
   }
   const std::string kept = what_was_kept();
   const std::string after = evaluating_ ? "evaluation failed after training step " : "the run failed after step ";

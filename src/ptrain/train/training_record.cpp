@@ -40,6 +40,10 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   record_.image_size = train_set_.is_tokens() ? 0 : c_.data.image_size > 0 ? c_.data.image_size : train_set_.height();
   record_.train_wall_seconds = clock_.train_seconds();
   record_.total_wall_seconds = run_clock.elapsed_seconds();
+  if (checkpointer_) {
+    record_.checkpoint_blocking_seconds = checkpoint_blocking_seconds_;
+    if (checkpointer_->async()) record_.checkpoint_write_seconds = checkpointer_->write_seconds();
+  }
   record_.images_per_second = clock_.train_seconds() > 0 ? clock_.images() / clock_.train_seconds() : 0;
   if (clock_.steady_steps() > 0 && clock_.steady_seconds() > 0) {
     record_.steady_from_step = clock_.steady_from_step();

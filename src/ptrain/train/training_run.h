@@ -172,7 +172,18 @@ class TrainingRun {
   void collect_step_phases();
   void start_or_stop_trace(bool before_step);
   Evaluation evaluate();
+  // A checkpoint of this position (rank agreement and gathering happen here, in the training thread); under
+  // --async-checkpoint it returns once the state is staged in host memory, and its time counts as blocked.
   void save(TrainingPosition position);
+  void write_checkpoint(TrainingPosition position);
+  // --async-checkpoint: waits for this rank's write in flight and agrees with every rank that theirs
+  // succeeded (collective: every rank calls it at the same boundary); a failure anywhere throws on every
+  // rank. Then rank 0 hands over the file that names the shards of the last sharded save, which may
+  // appear only now that every shard is on disk.
+  void settle_checkpoint_writes();
+  // settle_checkpoint_writes, then waits for what it handed over: the run's end, its last checkpoint, a
+  // stop by signal. Collective. Nothing without --async-checkpoint.
+  void finish_checkpoint_writes();
   // The epoch's running totals summed over the ranks (a collective: every rank calls it).
   RunningTotals reduced_totals() const;
   // The stop signal every rank acts on at this step boundary, 0 for none. Collective when ranks are
@@ -220,6 +231,10 @@ class TrainingRun {
   bool stopped_ = false;  // paused by should_stop_after(), to be resumed
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
   std::unique_ptr<Checkpointer> checkpointer_;  // with --checkpoint-dir
+  // --async-checkpoint, rank 0 of a sharded save: its checkpoint file, staged, to write once every rank's
+  // shard is known written (settle_checkpoint_writes).
+  std::optional<std::pair<std::string, Checkpoint>> pending_checkpoint_;
+  double checkpoint_blocking_seconds_ = 0;  // the training thread inside save() and finish_checkpoint_writes()
   const metrics::Stopwatch run_clock_;
   int stop_signal_ = 0;        // the signal the run is stopping for, once every rank agreed on it
   bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole
