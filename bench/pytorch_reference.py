@@ -1375,6 +1375,8 @@ def main(argv=None):
         "steady_step_seconds": step_seconds, "steady_step_timing": ("step" if per_step else "window") if step_seconds else "",
         "steady_step_median_seconds": quantile(step_seconds, 0.5), "steady_step_p10_seconds": quantile(step_seconds, 0.1),
         "steady_step_p90_seconds": quantile(step_seconds, 0.9),
+        # The reference saves no checkpoints, as ptrain without --checkpoint-dir.
+        "checkpoint_blocking_seconds": None, "checkpoint_write_seconds": None,
         "tokens_per_second": images_per_second * data.seq_len if data.tokens and images_per_second else None,
         "steady_tokens_per_second": steady * data.seq_len if data.tokens and steady else None,
         "model_flops_per_step": 3 * forward_flops * a.batch_size * devices if forward_flops is not None else None,
