@@ -137,30 +137,35 @@ void TrainingRun::open_checkpoint_dir() {
                                                                      strategy_->is_main(), c_.run.async_checkpoint});
 }
 
+namespace {
+
+// Adds the time it lives to `total`, however its scope ends (a failed save held the step up too).
+class BlockedTime {
+ public:
+  explicit BlockedTime(double& total) : total_(total) {}
+  BlockedTime(const BlockedTime&) = delete;
+  BlockedTime& operator=(const BlockedTime&) = delete;
+  ~BlockedTime() { total_ += clock_.elapsed_seconds(); }
+
+ private:
+  double& total_;
+  const metrics::Stopwatch clock_;
+};
+
+}  // namespace
+
 void TrainingRun::save(TrainingPosition position) {
   if (!checkpointer_) return;
-  const metrics::Stopwatch blocked;
-  try {
-    settle_checkpoint_writes();
-    write_checkpoint(position);
-  } catch (...) {
-    checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
-    throw;
-  }
-  checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+  const BlockedTime blocked(checkpoint_blocking_seconds_);
+  settle_checkpoint_writes();
+  write_checkpoint(position);
 }
 
 void TrainingRun::finish_checkpoint_writes() {
   if (!checkpointer_ || !checkpointer_->async()) return;
-  const metrics::Stopwatch blocked;
-  try {
-    settle_checkpoint_writes();
-    checkpointer_->wait();
-  } catch (...) {
-    checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
-    throw;
-  }
-  checkpoint_blocking_seconds_ += blocked.elapsed_seconds();
+  const BlockedTime blocked(checkpoint_blocking_seconds_);
+  settle_checkpoint_writes();
+  checkpointer_->wait();
 }
 
 void TrainingRun::settle_checkpoint_writes() {
