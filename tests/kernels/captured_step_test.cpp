@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "gpu.h"
 #include "ptrain/dist/ports.h"
 #include "ptrain/dist/process_group.h"
+#include "ptrain/train/checkpoint_staging.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 
@@ -97,6 +99,32 @@ TEST(CapturedStep, CpuRunsSayWhyTheyRunEagerly) {
   EXPECT_NE(record.cuda_graphs_note.find("CUDA device"), std::string::npos) << record.cuda_graphs_note;
   EXPECT_EQ(record.kernels["optimizer"], "foreach");
   EXPECT_EQ(record.kernels["cross_entropy"], "reference");
+}
+
+}  // namespace
+
+namespace {
+
+// --async-checkpoint on a GPU with room: a snapshot on the device, ordered after the work queued before the
+// save and before the updates queued after it, then copied to host memory by another thread.
+TEST(CheckpointStaging, ADeviceSnapshotHoldsTheStateAtTheSaveWhileUpdatesRunBesideItsCopy) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, 0);
+  auto weight = torch::zeros({64, 1024, 1024}, on_gpu);  // 256 MiB
+  weight.add_(1);                                         // queued before the save: in the copy
+  auto staged = ptrain::train::stage_sections({{{"w", weight}, {"step", torch::full({1}, 4.0)}}});
+  EXPECT_EQ(staged->place(), ptrain::train::StagingPlace::device);
+  EXPECT_EQ(staged->device_bytes(), weight.numel() * 4);
+  for (int i = 0; i < 20; ++i) weight.mul_(3);  // queued after: never in the copy
+  std::vector<ptrain::io::NamedTensors> sections;
+  std::thread writer([&] { sections = staged->finish(); });
+  writer.join();
+  ASSERT_EQ(sections.size(), 1u);
+  const auto& copy = sections[0][0].second;
+  EXPECT_TRUE(copy.device().is_cpu());
+  EXPECT_TRUE(copy.is_pinned());
+  EXPECT_TRUE(torch::equal(copy, torch::ones({64, 1024, 1024})));
+  EXPECT_EQ(sections[0][1].second.item<float>(), 4.0f);
 }
 
 }  // namespace

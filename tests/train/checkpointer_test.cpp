@@ -168,3 +168,62 @@ TEST(Checkpointer, RetentionOfAResumedLineKeepsItsOwnNewestOverAnAbandonedBranch
 }
 
 }  // namespace
+
+namespace {
+
+using ptrain::train::StagingPlace;
+
+// What the writer thread gets is the state at the save: the next step's in-place updates of the weights and
+// the optimizer's moments, running while the write is in flight, never reach it.
+TEST(CheckpointStaging, LaterInPlaceUpdatesNeverReachTheStagedCopy) {
+  auto weight = torch::arange(6, torch::kFloat).reshape({2, 3});
+  auto moment = torch::full({4}, 0.5, torch::kDouble);
+  const auto weight_then = weight.clone(), moment_then = moment.clone();
+  auto staged = ptrain::train::stage_sections({{{"w", weight}}, {{"m", moment}, {"none", torch::Tensor()}}});
+  weight.add_(1);
+  moment.mul_(3);
+  EXPECT_EQ(staged->place(), StagingPlace::host);
+  EXPECT_EQ(staged->device_bytes(), 0);
+  const auto sections = staged->finish();
+  ASSERT_EQ(sections.size(), 2u);
+  ASSERT_EQ(sections[1].size(), 2u);
+  EXPECT_TRUE(torch::equal(sections[0][0].second, weight_then));
+  EXPECT_TRUE(torch::equal(sections[1][0].second, moment_then));
+  EXPECT_EQ(sections[1][0].first, "m");
+  EXPECT_FALSE(sections[1][1].second.defined());
+  EXPECT_FALSE(torch::equal(sections[0][0].second, weight));  // a copy, not a view of the weight
+}
+
+// A snapshot on the device leaves 5% of it, at least 1 GiB, to the steps that run beside its copy.
+TEST(CheckpointStaging, ADeviceSnapshotFitsOnlyBesideItsHeadroom) {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  const int64_t h100 = 80 * GiB;  // headroom 4 GiB
+  EXPECT_TRUE(ptrain::train::device_snapshot_fits(10 * GiB, 14 * GiB, h100));
+  EXPECT_FALSE(ptrain::train::device_snapshot_fits(10 * GiB, 14 * GiB - 1, h100));
+  const int64_t small = 8 * GiB;  // 5% is under the 1 GiB floor
+  EXPECT_TRUE(ptrain::train::device_snapshot_fits(2 * GiB, 3 * GiB, small));
+  EXPECT_FALSE(ptrain::train::device_snapshot_fits(2 * GiB, 3 * GiB - 1, small));
+  EXPECT_FALSE(ptrain::train::device_snapshot_fits(1, 0, small));
+}
+
+// The asynchronous write of a checkpoint staged as above holds the values at the save, whatever happened to
+// the originals meanwhile.
+TEST(CheckpointStaging, AnAsyncWriteHoldsTheStateAtItsSave) {
+  ptrain::testing::TempDir tmp;
+  CheckpointerOptions options;
+  options.dir = tmp.file("ck");
+  options.async = true;
+  Checkpointer checkpointer(options);
+  Checkpoint checkpoint = at_step(3);
+  auto weight = checkpoint.model[0].second;
+  const auto weight_then = weight.clone();
+  checkpointer.write(checkpointer.path_for(3), checkpoint);
+  weight.fill_(-7);
+  checkpointer.wait();
+  EXPECT_EQ(checkpointer.staging(), StagingPlace::host);
+  const Checkpoint written = ptrain::train::load_checkpoint(checkpointer.path_for(3));
+  ASSERT_EQ(written.model.size(), 1u);
+  EXPECT_TRUE(torch::equal(written.model[0].second, weight_then));
+}
+
+}  // namespace

@@ -18,6 +18,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/metrics/timer.h"
+#include "ptrain/train/checkpoint_staging.h"
 
 namespace ptrain::train {
 
@@ -146,16 +147,40 @@ void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
     return;
   }
   wait();
-  for (auto* section : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress})
-    *section = staged_on_host(*section);
+  const auto sections = {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress};
+  std::vector<io::NamedTensors> tensors;
+  for (auto* section : sections) tensors.push_back(std::move(*section));
+  std::shared_ptr<StagedSections> staged = stage(std::move(tensors));
   // Taken now, in write order: a write that fails leaves a gap in the sequence, which only orders.
   lineage_.sequence = checkpoint.lineage.sequence;
   const int64_t step = checkpoint.position.global_step;
   start_write(path, step, /*whole=*/true,
-              [this, path, checkpoint = std::move(checkpoint), delay = test_delay()] {
+              [this, path, staged, checkpoint = std::move(checkpoint), delay = test_delay()]() mutable {
+                auto finished = staged->finish();
+                checkpoint.model = std::move(finished[0]);
+                checkpoint.optimizer = std::move(finished[1]);
+                checkpoint.scaler = std::move(finished[2]);
+                checkpoint.progress = std::move(finished[3]);
                 save_checkpoint(path, checkpoint, delay);
                 prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
               });
+}
+
+std::shared_ptr<StagedSections> Checkpointer::stage(std::vector<io::NamedTensors> sections) {
+  std::shared_ptr<StagedSections> staged = stage_sections(std::move(sections));
+  if (staging_ != staged->place() && options_.owner) {
+    if (staged->place() == StagingPlace::device)
+      std::cout << "--async-checkpoint: checkpoints are staged on the device (a snapshot of "
+                << staged->device_bytes() / (1 << 20)
+                << " MiB, kept in the allocator's cache between saves) and copied to host memory beside the steps"
+                << std::endl;
+    else if (staging_)
+      std::cout << "--async-checkpoint: the device has no room for a snapshot now; this checkpoint is staged in "
+                   "host memory while the step waits"
+                << std::endl;
+  }
+  staging_ = staged->place();
+  return staged;
 }
 
 void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
@@ -165,9 +190,10 @@ void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ra
     return;
   }
   wait();
+  std::shared_ptr<StagedSections> staged = stage({shards});
   start_write(shard_path(path, rank), -1, /*whole=*/false,
-              [path, rank, ranks, staged = staged_on_host(shards), layout, delay = test_delay()] {
-                save_shard(path, rank, ranks, staged, layout, delay);
+              [path, rank, ranks, staged, layout, delay = test_delay()] {
+                save_shard(path, rank, ranks, staged->finish().at(0), layout, delay);
               });
 }
 
@@ -208,25 +234,7 @@ void Checkpointer::wait() {
 }
 
 io::NamedTensors staged_on_host(const io::NamedTensors& tensors) {
-  io::NamedTensors staged;
-  staged.reserve(tensors.size());
-  std::set<c10::DeviceIndex> devices;
-  for (const auto& [name, tensor] : tensors) {
-    if (!tensor.defined()) {
-      staged.emplace_back(name, tensor);
-    } else if (tensor.is_cuda()) {
-      // Pinned: the copy runs as a DMA off the step's critical path, as PyTorch DCP's async_save stages.
-      auto host = torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
-      host.copy_(tensor.detach(), /*non_blocking=*/true);
-      devices.insert(tensor.device().index());
-      staged.emplace_back(name, std::move(host));
-    } else {
-      staged.emplace_back(name, tensor.detach().clone());
-    }
-  }
-  // The copies are queued on each device's current stream; the writer thread may read them only once done.
-  for (const auto index : devices) metrics::synchronize(torch::Device(torch::kCUDA, index));
-  return staged;
+  return stage_sections({tensors})->finish().at(0);
 }
 
 }  // namespace ptrain::train

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -15,6 +17,7 @@
 
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/train/checkpoint.h"
+#include "ptrain/train/checkpoint_staging.h"
 
 namespace ptrain::train {
 
@@ -38,9 +41,8 @@ struct CheckpointerOptions {
 // flight, found by its temporary file. Unset in real runs.
 inline constexpr const char* kTestWriteDelayVariable = "PTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS";
 
-// A copy of tensors in host memory that later in-place updates of the originals cannot reach: clones of CPU
-// tensors; device tensors copied into pinned host memory without blocking, then one synchronisation of their
-// devices before returning, so that a writer thread reads finished copies.
+// A copy of tensors in host memory that later in-place updates of the originals cannot reach, complete when
+// it returns (checkpoint_staging.h's copies, finished in the calling thread).
 io::NamedTensors staged_on_host(const io::NamedTensors& tensors);
 
 // The name of the lock file in a checkpoint directory.
@@ -72,6 +74,8 @@ class Checkpointer {
   void wait();
   // Whether a background write is in flight (or done and not yet waited for).
   bool writing() const { return worker_.joinable(); }
+  // Where the last async write was staged (checkpoint_staging.h); none before the first.
+  std::optional<StagingPlace> staging() const { return staging_; }
   // Seconds background writes took, those waited for (async only; 0 otherwise).
   double write_seconds() const { return write_seconds_; }
   // The newest checkpoint this run wrote, once its write is done (and, async, waited for); empty before.
@@ -84,6 +88,8 @@ class Checkpointer {
   // Runs job on the background thread, which records what it wrote (or its error) for wait().
   void start_write(const std::string& path, int64_t step, bool whole, std::function<void()> job);
   std::function<void()> test_delay() const;
+  // Begins staging a write's tensors (the training thread's half) and says where, when that changes.
+  std::shared_ptr<StagedSections> stage(std::vector<io::NamedTensors> sections);
 
   CheckpointerOptions options_;
   Lineage lineage_;  // what every checkpoint of this run records; sequence: the last one written
@@ -102,6 +108,7 @@ class Checkpointer {
   } done_;
   double write_seconds_ = 0;
   int64_t test_delay_ms_ = 0;
+  std::optional<StagingPlace> staging_;
 };
 
 }  // namespace ptrain::train

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <c10/util/Exception.h>
@@ -154,16 +155,20 @@ class BlockedTime {
 
 }  // namespace
 
+double TrainingRun::CheckpointBlocking::total() const {
+  return std::accumulate(saves.begin(), saves.end(), end_wait);
+}
+
 void TrainingRun::save(TrainingPosition position) {
   if (!checkpointer_) return;
-  const BlockedTime blocked(checkpoint_blocking_seconds_);
+  const BlockedTime blocked(checkpoint_blocking_.saves.emplace_back(0.0));
   settle_checkpoint_writes();
   write_checkpoint(position);
 }
 
 void TrainingRun::finish_checkpoint_writes() {
   if (!checkpointer_ || !checkpointer_->async()) return;
-  const BlockedTime blocked(checkpoint_blocking_seconds_);
+  const BlockedTime blocked(checkpoint_blocking_.end_wait);
   settle_checkpoint_writes();
   checkpointer_->wait();
 }

@@ -41,8 +41,11 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   record_.train_wall_seconds = clock_.train_seconds();
   record_.total_wall_seconds = run_clock.elapsed_seconds();
   if (checkpointer_) {
-    record_.checkpoint_blocking_seconds = checkpoint_blocking_seconds_;
+    record_.checkpoint_blocking_seconds = checkpoint_blocking_.total();
+    record_.extra["checkpoint_blocking"] = {{"saves", checkpoint_blocking_.saves},
+                                            {"end_wait", checkpoint_blocking_.end_wait}};
     if (checkpointer_->async()) record_.checkpoint_write_seconds = checkpointer_->write_seconds();
+    if (const auto staging = checkpointer_->staging()) record_.extra["checkpoint_staging"] = to_string(*staging);
   }
   record_.images_per_second = clock_.train_seconds() > 0 ? clock_.images() / clock_.train_seconds() : 0;
   if (clock_.steady_steps() > 0 && clock_.steady_seconds() > 0) {

@@ -234,7 +234,12 @@ class TrainingRun {
   // --async-checkpoint, rank 0 of a sharded save: its checkpoint file, staged, to write once every rank's
   // shard is known written (settle_checkpoint_writes).
   std::optional<std::pair<std::string, Checkpoint>> pending_checkpoint_;
-  double checkpoint_blocking_seconds_ = 0;  // the training thread inside save() and finish_checkpoint_writes()
+  // The training thread inside each save() and in finish_checkpoint_writes(): what checkpoints cost the steps.
+  struct CheckpointBlocking {
+    std::vector<double> saves;
+    double end_wait = 0;
+    double total() const;
+  } checkpoint_blocking_;
   const metrics::Stopwatch run_clock_;
   int stop_signal_ = 0;        // the signal the run is stopping for, once every rank agreed on it
   bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole

@@ -1,0 +1,52 @@
+// Where --async-checkpoint copies a checkpoint's tensors at the step boundary, before the background write:
+// somewhere the next steps' in-place updates cannot reach. The training thread only begins the copy; the
+// writer thread finishes it, so that the step waits for as little as the device allows.
+//
+// CUDA builds (checkpoint_staging_cuda.cpp): when the device has room for it, a snapshot on the device
+// (a device-to-device copy at HBM speed, a few milliseconds a GB) that the writer thread then copies to
+// pinned host memory on a stream of its own while training goes on; otherwise pinned host memory directly,
+// which the training thread waits for (the link's speed: about a second for 20 GB). CPU builds
+// (checkpoint_staging_none.cpp): clones. CMake picks the file, so that callers never ask which build they
+// are in.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ptrain/io/named_tensors.h"
+
+namespace ptrain::train {
+
+// Headroom a device snapshot leaves free on its device: the steps that run beside the copy may still grow
+// (an eager step's transient buffers, the allocator's rounding), and an out-of-memory error there would cost
+// the run rather than a slower save.
+inline constexpr double kSnapshotHeadroomFraction = 0.05;
+inline constexpr int64_t kSnapshotHeadroomMinBytes = int64_t{1} << 30;
+
+// Where a staged copy was taken.
+enum class StagingPlace { host, device };
+const char* to_string(StagingPlace place);
+
+// The copies of one checkpoint's sections: begun by stage_sections() in the training thread, finished by
+// finish() in the writer thread.
+class StagedSections {
+ public:
+  virtual ~StagedSections() = default;
+  // The sections as host tensors equal to the originals at the moment they were staged, in the order
+  // given. Blocks until the copies are done; call once.
+  virtual std::vector<io::NamedTensors> finish() = 0;
+  virtual StagingPlace place() const = 0;
+  // The bytes staged on devices (0 on the CPU).
+  virtual int64_t device_bytes() const = 0;
+};
+
+// Begins copying sections. Later in-place updates of the originals, queued on the devices' current streams
+// after this returns, never reach the copies.
+std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections);
+
+// Whether a device snapshot of snapshot_bytes fits beside what the device holds: free_bytes (the driver's)
+// less the headroom of a device of total_bytes.
+bool device_snapshot_fits(int64_t snapshot_bytes, int64_t free_bytes, int64_t total_bytes);
+
+}  // namespace ptrain::train

@@ -1,0 +1,135 @@
+// CUDA builds: a device snapshot copied to pinned host memory by the writer thread, or pinned host memory
+// directly where the device has no room for a snapshot.
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "ptrain/metrics/timer.h"
+#include "ptrain/train/checkpoint_staging.h"
+
+namespace ptrain::train {
+
+namespace {
+
+torch::Tensor empty_pinned_like(const torch::Tensor& tensor) {
+  return torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
+}
+
+// Pinned host copies, complete when staged: the training thread waited for them.
+class HostCopies final : public StagedSections {
+ public:
+  explicit HostCopies(std::vector<io::NamedTensors> sections) : sections_(std::move(sections)) {}
+  std::vector<io::NamedTensors> finish() override { return std::move(sections_); }
+  StagingPlace place() const override { return StagingPlace::host; }
+  int64_t device_bytes() const override { return 0; }
+
+ private:
+  std::vector<io::NamedTensors> sections_;
+};
+
+// Device clones, taken on each device's current stream (so after every step queued before, before every
+// update queued after), and the event each device recorded after them.
+class DeviceSnapshot final : public StagedSections {
+ public:
+  DeviceSnapshot(std::vector<io::NamedTensors> sections, std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken,
+                 int64_t bytes)
+      : sections_(std::move(sections)), taken_(std::move(taken)), bytes_(bytes) {}
+
+  // The writer thread's half: device to pinned host on a stream of its own, ordered after the snapshot,
+  // beside the steps that train meanwhile. The snapshot's memory goes back to the allocator only once these
+  // copies are done, so nothing else can be handed it while they read it.
+  std::vector<io::NamedTensors> finish() override {
+    for (const auto& [device, taken] : taken_) {
+      const c10::cuda::CUDAGuard on_device(device);
+      const auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
+      taken->block(stream);
+      at::cuda::CUDAEvent copied;
+      {
+        const c10::cuda::CUDAStreamGuard on_stream(stream);
+        for (auto& section : sections_)
+          for (auto& [name, tensor] : section) {
+            if (!tensor.defined() || !tensor.is_cuda() || tensor.device().index() != device) continue;
+            auto host = empty_pinned_like(tensor);
+            host.copy_(tensor, /*non_blocking=*/true);
+            snapshots_.push_back(std::exchange(tensor, std::move(host)));
+          }
+        copied.record(stream);
+      }
+      copied.synchronize();
+      snapshots_.clear();
+    }
+    return std::move(sections_);
+  }
+  StagingPlace place() const override { return StagingPlace::device; }
+  int64_t device_bytes() const override { return bytes_; }
+
+ private:
+  std::vector<io::NamedTensors> sections_;
+  std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken_;
+  std::vector<torch::Tensor> snapshots_;
+  int64_t bytes_ = 0;
+};
+
+std::map<c10::DeviceIndex, int64_t> bytes_by_device(const std::vector<io::NamedTensors>& sections) {
+  std::map<c10::DeviceIndex, int64_t> bytes;
+  for (const auto& section : sections)
+    for (const auto& [name, tensor] : section)
+      if (tensor.defined() && tensor.is_cuda()) bytes[tensor.device().index()] += tensor.numel() * tensor.element_size();
+  return bytes;
+}
+
+bool snapshot_fits(const std::map<c10::DeviceIndex, int64_t>& bytes) {
+  for (const auto& [device, snapshot_bytes] : bytes) {
+    const c10::cuda::CUDAGuard on_device(device);
+    size_t free_bytes = 0, total_bytes = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (!device_snapshot_fits(snapshot_bytes, static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections) {
+  const auto bytes = bytes_by_device(sections);
+  const bool on_device = !bytes.empty() && snapshot_fits(bytes);
+  int64_t device_bytes = 0;
+  for (auto& section : sections)
+    for (auto& [name, tensor] : section) {
+      if (!tensor.defined()) continue;
+      if (!tensor.is_cuda()) {
+        tensor = tensor.detach().clone();
+      } else if (on_device) {
+        tensor = tensor.detach().clone();
+      } else {
+        // Pinned: the copy runs as a DMA at the link's full speed, as PyTorch DCP's async_save stages.
+        auto host = empty_pinned_like(tensor);
+        host.copy_(tensor.detach(), /*non_blocking=*/true);
+        tensor = std::move(host);
+      }
+    }
+  if (!on_device) {
+    // The copies are queued on each device's current stream; the writer thread may read them only once done.
+    for (const auto& [device, size] : bytes) metrics::synchronize(torch::Device(torch::kCUDA, device));
+    return std::make_unique<HostCopies>(std::move(sections));
+  }
+  std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken;
+  for (const auto& [device, size] : bytes) {
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(c10::cuda::getCurrentCUDAStream(device));
+    taken.emplace(device, std::move(event));
+    device_bytes += size;
+  }
+  return std::make_unique<DeviceSnapshot>(std::move(sections), std::move(taken), device_bytes);
+}
+
+}  // namespace ptrain::train
