@@ -181,5 +181,32 @@ runs:
   EXPECT_TRUE(has(progress.str(), "estimate FAILED (the probe broke): no prediction for this run")) << progress.str();
 }
 
+// A Python that cannot run the PyTorch reference stops bench --pytorch before any run, in one error naming it
+// and what it lacks, rather than failing each PyTorch run in turn after ptrain's.
+TEST(Preflight, APythonLackingWhatTheReferenceImportsStopsTheBenchBeforeAnyRun) {
+  TempDir dir;
+  std::ofstream(dir.file("suite.yaml")) << R"(name: tiny
+workload: {model: resnet20, dataset: synthetic, data-path: "64:1x8x8:4", batch-size: 8, epochs: 1}
+runs:
+  - {precision: fp32}
+)";
+  const std::string python = dir.file("python3");
+  std::ofstream(python) << "#!/bin/sh\n"
+                           "echo 'Traceback (most recent call last):'\n"
+                           "echo \"ModuleNotFoundError: No module named 'numpy'\"\n"
+                           "exit 1\n";
+  fs::permissions(python, fs::perms::owner_all);
+  BenchOptions o = cpu_bench(dir.file("suite.yaml"), dir.file("out"));
+  o.pytorch = true;
+  o.python = python;
+  std::ostringstream progress;
+  const std::string message = ptrain::testing::error_message<Error>([&] { run_bench(o, progress); });
+  EXPECT_TRUE(has(message, "--pytorch: " + python + " cannot import torch, torchvision and numpy: "
+                           "ModuleNotFoundError: No module named 'numpy'")) << message;
+  EXPECT_TRUE(has(message, "--python")) << message;
+  EXPECT_TRUE(has(message, "no run started")) << message;
+  EXPECT_FALSE(fs::exists(dir.file("out"))) << "nothing written before the check";
+}
+
 }  // namespace
 }  // namespace ptrain::bench

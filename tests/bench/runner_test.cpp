@@ -312,12 +312,14 @@ TEST(StandardJobs, KeepTheirPathsAndTheEagerReferenceInPtrainsMemoryFormat) {
   }
 }
 
-// The bench asks the reference's Python once whether it can compile; a Python that cannot answer is named.
+// The bench asks the reference's Python once what it has; a Python that cannot answer is named.
 TEST(ProbePytorch, TellsTheTorchVersionAndWhetherItCompiles) {
   const PytorchAbilities oracle = probe_pytorch(PTRAIN_ORACLE_PYTHON);
   ASSERT_TRUE(oracle.known) << oracle.problem;
   EXPECT_FALSE(oracle.torch_version.empty());
   EXPECT_EQ(oracle.has_compile, oracle.torch_version.front() >= '2') << oracle.torch_version;
+  EXPECT_FALSE(oracle.torchvision_version.empty());
+  EXPECT_FALSE(oracle.numpy_version.empty());
   const PytorchAbilities missing = probe_pytorch("/nonexistent/python3");
   EXPECT_FALSE(missing.known);
   EXPECT_NE(missing.problem.find("/nonexistent/python3"), std::string::npos) << missing.problem;

@@ -211,7 +211,9 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
 PytorchAbilities probe_pytorch(const std::string& python) {
   PytorchAbilities abilities;
   const std::string command =
-      quoted(python) + " -c " + quoted("import torch; print('torch', torch.__version__, hasattr(torch, 'compile'))") +
+      quoted(python) + " -c " +
+      quoted("import torch, torchvision, numpy; print('torch', torch.__version__, hasattr(torch, 'compile'), "
+             "torchvision.__version__, numpy.__version__)") +
       " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {
@@ -223,15 +225,17 @@ PytorchAbilities probe_pytorch(const std::string& python) {
   while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) output += buffer.data();
   const int status = ::pclose(pipe);
   std::istringstream words(output.substr(output.rfind("torch ") == std::string::npos ? 0 : output.rfind("torch ")));
-  std::string torch_word, version, has_compile;
-  if (status == 0 && (words >> torch_word >> version >> has_compile) && torch_word == "torch") {
+  std::string torch_word, version, has_compile, torchvision, numpy;
+  if (status == 0 && (words >> torch_word >> version >> has_compile >> torchvision >> numpy) && torch_word == "torch") {
     abilities.known = true;
     abilities.torch_version = version;
     abilities.has_compile = has_compile == "True";
+    abilities.torchvision_version = torchvision;
+    abilities.numpy_version = numpy;
   } else {
     const auto newline = output.find_last_not_of("\n");
     const std::string last = output.substr(0, newline == std::string::npos ? 0 : newline + 1);
-    abilities.problem = python + " -c 'import torch' failed" +
+    abilities.problem = python + " cannot import torch, torchvision and numpy" +
                         (last.empty() ? "" : ": " + last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1));
   }
   return abilities;

@@ -109,9 +109,16 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   check(gpus <= visible, "--gpus " + std::to_string(gpus) + ": only " + std::to_string(visible) + " GPU(s) are visible");
   Suite suite = load_suite(o.suite, o.source_dir, gpus);
   apply_overrides(suite, o.overrides);
+  // The reference's Python is asked before anything runs: one lacking a module would otherwise fail each
+  // PyTorch run in turn, the first only after ptrain's first run.
+  const PytorchAbilities pytorch = o.pytorch ? probe_pytorch(o.python) : PytorchAbilities{};
   if (o.pytorch) {
     check(fs::is_regular_file(o.source_dir + "/bench/pytorch_reference.py"),
           "--pytorch: no bench/pytorch_reference.py under " + o.source_dir);
+    check(pytorch.known, "--pytorch: " + pytorch.problem +
+                             "; the PyTorch reference needs them: name a Python that has them with --python (Debian: "
+                             "apt install python3-torch python3-torchvision, then --python /usr/bin/python3); no run "
+                             "started");
   }
 
   const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
@@ -121,7 +128,6 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   check_same_workload(suite, out + "/bench.json");
   write_workload_files(suite, out);
 
-  const PytorchAbilities pytorch = o.pytorch && asks_for_compiled(suite) ? probe_pytorch(o.python) : PytorchAbilities{};
   std::vector<BenchJob> jobs = plan_jobs(suite, o, out, pytorch);
   mark_skipped(jobs, o.skip, suite);
   // Runs that can start are those not done earlier and possible; the others are reported at once.
@@ -156,12 +162,11 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
            << (o.pytorch ? ", each also through PyTorch" : "")
            << (o.side_by_side && suite.on_gpu ? ", runs that need fewer GPUs side by side" : "") << "; results in "
            << out << std::endl;
-  if (o.pytorch && asks_for_compiled(suite)) {
-    progress << "PyTorch for the reference: "
-             << (pytorch.known ? "torch " + pytorch.torch_version +
-                                     (pytorch.has_compile ? ", with torch.compile" : ", without torch.compile")
-                               : pytorch.problem)
-             << std::endl;
+  if (o.pytorch) {
+    progress << "PyTorch for the reference: " << o.python << " with torch " << pytorch.torch_version
+             << (pytorch.has_compile ? " (torch.compile)" : " (no torch.compile)") << ", torchvision "
+             << pytorch.torchvision_version << ", numpy " << pytorch.numpy_version << "; "
+             << o.source_dir + "/bench/pytorch_reference.py" << std::endl;
   }
   BenchOutcome outcome;
   ProgressSink sink(progress);

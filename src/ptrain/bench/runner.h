@@ -62,11 +62,13 @@ struct BenchOutcome {
   ptrain::report::WrittenReport report;
 };
 
-// What the Python that runs the PyTorch reference can do, asked once per bench that needs to know.
+// What the Python that runs the PyTorch reference can do, asked once per bench --pytorch before its first run:
+// whether it imports what the reference does (torch, torchvision, numpy), and whether it can compile.
 struct PytorchAbilities {
   bool known = false;          // the Python answered
   std::string torch_version;   // e.g. "2.11.0+cu130"
   bool has_compile = false;    // torch.compile exists (PyTorch 2.x)
+  std::string torchvision_version, numpy_version;
   std::string problem;         // why the Python did not answer; empty when known
 };
 PytorchAbilities probe_pytorch(const std::string& python);
