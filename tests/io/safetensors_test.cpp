@@ -58,6 +58,24 @@ TEST(Safetensors, ChecksumDetectsAFlipInTheDataOrTheHeader) {
   EXPECT_THROW(ptrain::io::write_safetensors(path, expected_tensors(), {{"ptrain_checksum", "x"}}, true), ptrain::Error);
 }
 
+// A checkpoint's checksum is taken in 64 MiB chunks on several threads and joined; the reader takes it in one
+// pass. A file of several chunks, and a flipped bit in a middle chunk, are judged alike by both.
+TEST(Safetensors, AChecksumTakenInChunksMatchesOnePassAndCatchesAFlipInAnyChunk) {
+  TempDir dir;
+  const auto path = dir.file("large.safetensors");
+  torch::manual_seed(3);
+  const auto large = torch::randint(0, 256, {150 << 20}, torch::kUInt8);  // three chunks: 64 + 64 + 22 MiB
+  const ptrain::io::NamedTensors tensors = {{"small", torch::arange(5, torch::kFloat)}, {"large", large},
+                                            {"after", torch::full({3}, 2.5, torch::kDouble)}};
+  ptrain::io::write_safetensors(path, tensors, {{"step", "1"}}, /*checksum=*/true);
+  expect_same_tensors(ptrain::io::read_safetensors(path), tensors);
+  auto bytes = read_bytes(path);
+  bytes[bytes.size() - 24 - (50 << 20)] ^= 0x01;  // 50 MiB before the large tensor's end: its second chunk
+  write_bytes(path, bytes);
+  const std::string message = error_message<ptrain::Error>([&] { ptrain::io::read_safetensors(path); });
+  EXPECT_NE(message.find(path + ": checksum mismatch"), std::string::npos) << message;
+}
+
 TEST(Safetensors, ReadsFileWrittenByPythonOracle) {
   TempDir dir;
   const auto path = dir.file("python.safetensors");

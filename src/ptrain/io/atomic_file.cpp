@@ -27,7 +27,7 @@ std::string directory_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-void write_all(int fd, const std::string& bytes, const std::string& name) {
+void write_all(int fd, std::string_view bytes, const std::string& name) {
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
@@ -37,6 +37,10 @@ void write_all(int fd, const std::string& bytes, const std::string& name) {
     }
     written += static_cast<size_t>(n);
   }
+}
+
+void write_all(int fd, const std::vector<std::string_view>& pieces, const std::string& name) {
+  for (const auto piece : pieces) write_all(fd, piece, name);
 }
 
 // Without it a crash right after rename can lose the directory entry on some file systems.
@@ -94,7 +98,7 @@ int connect_to_socket(const std::string& file, const std::string& path) {
   return fd;
 }
 
-void write_in_place(const OutputTarget& target, const std::string& path, const std::string& bytes) {
+void write_in_place(const OutputTarget& target, const std::string& path, const std::vector<std::string_view>& bytes) {
   const int fd = open_in_place(target, path);
   try {
     write_all(fd, bytes, path);
@@ -152,6 +156,11 @@ int open_in_place(const OutputTarget& target, const std::string& path) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes,
+                           const std::function<void()>& before_rename) {
+  write_file_atomically(path, std::vector<std::string_view>{bytes}, before_rename);
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& bytes,
                            const std::function<void()>& before_rename) {
   check(!path.empty(), "write_file_atomically: empty path");
   const OutputTarget target = output_target(path);

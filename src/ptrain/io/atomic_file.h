@@ -5,6 +5,8 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace ptrain::io {
 
@@ -42,6 +44,10 @@ void write_file_atomically(const std::string& path, const std::function<void(std
 // a test seam that holds a write open mid-way (train/checkpointer.h), so that a test can kill the process
 // while it is in flight.
 void write_file_atomically(const std::string& path, const std::string& bytes,
+                           const std::function<void()>& before_rename = {});
+// The file as pieces written one after another, as above: a file of gigabytes (a checkpoint) is written from
+// the tensors' own memory, never assembled in a buffer of its size first.
+void write_file_atomically(const std::string& path, const std::vector<std::string_view>& bytes,
                            const std::function<void()>& before_rename = {});
 
 // The whole file; ptrain::Error naming path when it cannot be opened or read.

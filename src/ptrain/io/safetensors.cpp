@@ -9,10 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
@@ -124,6 +128,30 @@ uLong crc_of(uLong crc, const void* data, size_t bytes) {
   // zlib answers a null buffer (an empty tensor's data pointer) with the initial value: skip empty spans.
   return bytes == 0 ? crc : ::crc32_z(crc, static_cast<const Bytef*>(data), bytes);
 }
+// The CRC-32 of spans one after another, continuing crc, computed in chunks on several threads and joined
+// with crc32_combine: one thread's CRC runs at a few GB/s, seconds of a checkpoint of ten gigabytes, while
+// the machine that wrote it has cores to spare.
+uLong crc_of_spans(uLong crc, const std::vector<std::string_view>& spans) {
+  constexpr size_t kChunk = size_t{64} << 20;
+  std::vector<std::string_view> chunks;
+  for (const auto span : spans)
+    for (size_t at = 0; at < span.size(); at += kChunk) chunks.push_back(span.substr(at, kChunk));
+  std::vector<uLong> crcs(chunks.size());
+  const size_t threads =
+      std::min<size_t>(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16));
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) crcs[i] = crc_of(0L, chunks[i].data(), chunks[i].size());
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  for (size_t i = 0; i < chunks.size(); ++i)
+    crc = ::crc32_combine(crc, crcs[i], static_cast<z_off_t>(chunks[i].size()));
+  return crc;
+}
+
 uLong header_crc(const std::string& header_text) { return crc_of(::crc32_z(0L, Z_NULL, 0), header_text.data(), header_text.size()); }
 std::string checksum_text(uLong crc) {
   char text[32];
@@ -308,27 +336,22 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += size;
     contiguous.push_back(std::move(cpu));
   }
+  // Written from the tensors' own memory: a checkpoint is never held twice in host memory.
+  std::vector<std::string_view> data;
+  for (const auto& tensor : contiguous)
+    if (tensor.numel() > 0)
+      data.emplace_back(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * tensor.element_size());
   std::string header_text = header.dump();
   if (checksum) {
-    uLong crc = header_crc(header_text);
-    for (const auto& tensor : contiguous)
-      crc = crc_of(crc, tensor.data_ptr(), static_cast<size_t>(tensor.numel()) * tensor.element_size());
-    header["__metadata__"][kChecksumKey] = checksum_text(crc);
+    header["__metadata__"][kChecksumKey] = checksum_text(crc_of_spans(header_crc(header_text), data));
     header_text = header.dump();
   }
   // Padding keeps the data 8-byte aligned for readers that map the file.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
-
-  std::string out;
-  out.reserve(8 + header_text.size() + offset);
   const uint64_t header_length = header_text.size();
-  out.append(reinterpret_cast<const char*>(&header_length), sizeof header_length);
-  out += header_text;
-  for (const auto& tensor : contiguous) {
-    if (tensor.numel() == 0) continue;
-    out.append(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * tensor.element_size());
-  }
-  write_file_atomically(path, out, before_rename);
+  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(&header_length), sizeof header_length}, header_text};
+  pieces.insert(pieces.end(), data.begin(), data.end());
+  write_file_atomically(path, pieces, before_rename);
 }
 
 }  // namespace ptrain::io
