@@ -1,7 +1,8 @@
 // How fast a run trains: every training second and image (RunRecord's train_wall_seconds and
 // images_per_second), and the steady rate once the first steps are over (cuDNN's autotuning, the
-// allocator's growth, a CUDA graph's capture: RunRecord::steady_images_per_second). Evaluation and
-// checkpoints run outside both clocks.
+// allocator's growth, a CUDA graph's capture: RunRecord::steady_images_per_second). Evaluation and the
+// checkpoint at an epoch's end run outside both clocks; a checkpoint within an epoch (--checkpoint-every) runs
+// inside them, so that a run's throughput is what it delivered with its checkpoints.
 #pragma once
 
 #include <chrono>
