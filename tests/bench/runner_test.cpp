@@ -9,8 +9,10 @@
 #include <sstream>
 
 #include "ptrain/bench/bench_record.h"
+#include "ptrain/bench/duration.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
+#include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/metrics/run_record.h"
 #include "command.h"
@@ -414,6 +416,149 @@ TEST(BenchRepeat, TwoRoundsOfATinySuiteGiveInterleavedRecordsAndAReportWithMedia
   EXPECT_TRUE(std::regex_search(md, std::regex(R"(\| [0-9.]+x \([0-9.]+-[0-9.]+x, 2 pairs\)( noisy)? \|)"))) << md;
   EXPECT_NE(md.find("Machine load during the bench: load average (1 min) "), std::string::npos) << md;
   EXPECT_NE(md.find("around the 4 runs"), std::string::npos) << md;
+}
+
+// A suite's estimate: false leaves `ptrain estimate` out of its ptrain jobs as --no-estimate does.
+TEST(SuiteEstimateKey, FalseLeavesTheEstimateOutOfPtrainsCommand) {
+  TempDir dir;
+  const auto jobs_of = [&](const std::string& extra) {
+    std::ofstream(dir.file("suite.yaml")) << "name: s\nworkload: {model: resnet20}\nruns:\n  - {precision: fp32}\n"
+                                          << extra;
+    BenchOptions o = options();
+    o.estimate = true;
+    return plan_jobs(load_suite(dir.file("suite.yaml"), "/none", 0), o, "/out", torch2());
+  };
+  EXPECT_TRUE(has(jobs_of("").front().command, " 'estimate' "));
+  EXPECT_FALSE(jobs_of("").front().estimate_path.empty());
+  EXPECT_FALSE(has(jobs_of("estimate: false\n").front().command, " 'estimate' "));
+  EXPECT_TRUE(jobs_of("estimate: false\n").front().estimate_path.empty());
+}
+
+// The expected duration's arithmetic: each job's start (more for PyTorch, torch.compile, the estimate, a launch),
+// its steps at its step time, the JIT once per dtype and each warm-up's start.
+TEST(ExpectedDuration, AddsStartsStepsJitAndWarmUps) {
+  JobDuration ptrain;
+  ptrain.steps = 60;
+  ptrain.step_seconds = 0.1;
+  JobDuration eager = ptrain;
+  eager.pytorch = true;
+  eager.multi_process = true;
+  eager.step_seconds = 0.2;
+  eager.measured = true;
+  JobDuration compiled;
+  compiled.pytorch = compiled.compiled = true;
+  compiled.steps = 10;  // no step time: unknown
+  JobDuration estimated;
+  estimated.estimate = true;
+  JobDuration plain_pytorch;
+  plain_pytorch.pytorch = true;
+  const DurationEstimate e =
+      expected_duration({ptrain, eager, compiled, estimated}, 2, {JobDuration{}, eager, JobDuration{}, plain_pytorch});
+  EXPECT_EQ(e.jobs, 4);
+  EXPECT_EQ(e.steps, 130);
+  EXPECT_DOUBLE_EQ(e.step_seconds, 60 * 0.1 + 60 * 0.2);
+  EXPECT_DOUBLE_EQ(e.start_seconds, kPtrainStartSeconds + (kPytorchStartSeconds + kLaunchSeconds) +
+                                        (kPytorchStartSeconds + kCompileSeconds) +
+                                        (kPtrainStartSeconds + kEstimateSeconds));
+  EXPECT_DOUBLE_EQ(e.jit_seconds, 2 * kJitSecondsPerDtype);
+  // Side by side, a framework's at a time: the slowest start of each.
+  EXPECT_DOUBLE_EQ(e.warm_up_seconds, kPtrainStartSeconds + kPytorchStartSeconds + kLaunchSeconds);
+  EXPECT_DOUBLE_EQ(e.seconds, e.start_seconds + e.step_seconds + e.jit_seconds + e.warm_up_seconds);
+  EXPECT_EQ(e.measured, 1);
+  EXPECT_EQ(e.from_flops, 1);
+  EXPECT_EQ(e.unknown, 2);  // the compiled job and the estimated one
+  EXPECT_EQ(expected_duration({}, 0, {}).seconds, 0.0);
+}
+
+TEST(ExpectedDuration, OneLineSaysRunsMinutesAndWhatItRestsOn) {
+  JobDuration job;
+  job.steps = 100;
+  job.step_seconds = 0.5;
+  const DurationEstimate e = expected_duration({job, job}, 1, {});
+  const std::string line = duration_line(e, "from model FLOPs at an assumed 20 GFLOP/s of the CPU");
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  // 2 x 6 s of starts, 16 s of JIT, 2 x 100 x 0.5 s of steps: 128 s.
+  EXPECT_EQ(line.rfind("expected: 2 runs, about 2.1 minutes (128 s): 12 s of process starts", 0), 0u) << line;
+  EXPECT_TRUE(has(line, "16 s of kernel JIT")) << line;
+  EXPECT_TRUE(has(line, "100 s of 200 steps (a step's time: 2 from model FLOPs at an assumed 20 GFLOP/s of the CPU)"))
+      << line;
+  EXPECT_TRUE(has(line, "evaluation and data loading not counted")) << line;
+  JobDuration measured = job;
+  measured.measured = true;
+  EXPECT_TRUE(has(duration_line(expected_duration({measured}, 0, {}), "x"), "1 from earlier records in --out"));
+  EXPECT_TRUE(has(duration_line(expected_duration({JobDuration{}}, 0, {}), "x"), "1 unknown, not counted"));
+  // Past ten minutes, whole minutes.
+  JobDuration long_job = job;
+  long_job.steps = 2000;
+  EXPECT_EQ(duration_line(expected_duration({long_job}, 0, {}), "x").rfind("expected: 1 run, about 17 minutes", 0), 0u);
+}
+
+TEST(ExpectedDuration, StepTimeFromModelFlops) {
+  config::TrainConfig c;
+  c.model.name = "resnet50";
+  c.data.dataset = "cifar10";
+  c.data.image_size = 224;
+  const auto resnet50 = forward_flops_per_sample(c);
+  ASSERT_TRUE(resnet50.has_value());
+  EXPECT_NEAR(*resnet50 / 1e9, 8.18, 0.05);  // torchvision's 4.09 GMACs at 224 px (10 classes: a smaller fc)
+  // Batch 128 on an H100's 67 TFLOP/s fp32 at 35%: 3 x 8.18 GFLOP x 128 / 23.4 TFLOP/s = 0.134 s.
+  EXPECT_NEAR(step_seconds_from_flops(*resnet50, 128, 67e12, assumed_mfu(metrics::MathRate::kFp32)), 0.134, 0.002);
+  c.model.name = "gpt-small";
+  c.data.dataset = "synthetic-tokens";
+  c.data.path = "480:1024:50257";
+  const auto gpt = forward_flops_per_sample(c);
+  ASSERT_TRUE(gpt.has_value());
+  EXPECT_NEAR(*gpt / (2.0 * 1024), 163e6, 2e6);  // 2 FLOPs a parameter and token: GPT-2 small's 163 M, head untied
+  c.model.name = "/no/such/model.pt";
+  EXPECT_FALSE(forward_flops_per_sample(c).has_value());
+}
+
+// A suite with warm-up: true and accuracy: false: the bench says what it expects before it starts, trains one
+// untimed run per dtype and framework before the first timed one, and its report says that accuracy is left
+// out and what the warm-up took.
+TEST(BenchQuickForm, ExpectsWarmsUpAndLeavesAccuracyOutInTheReport) {
+  TempDir dir;
+  std::ofstream(dir.file("suite.yaml")) << "name: tiny\nwarm-up: true\naccuracy: false\n"
+                                           "workload: {model: resnet20, dataset: synthetic, data-path: "
+                                           "\"64:1x8x8:4\", batch-size: 8, epochs: 1, test-limit: 8, threads: 1}\n"
+                                           "runs:\n  - {precision: fp32}\n  - {precision: bf16}\n";
+  BenchOptions o;
+  o.suite = dir.file("suite.yaml");
+  o.source_dir = PTRAIN_SOURCE_DIR;
+  o.out_dir = dir.file("out");
+  o.gpus = 0;
+  o.estimate = false;
+  o.pytorch = true;
+  o.python = PTRAIN_ORACLE_PYTHON;
+  o.ptrain_executable = PTRAIN_EXECUTABLE;
+  std::ostringstream progress;
+  const BenchOutcome outcome = run_bench(o, progress);
+  const std::string text = progress.str();
+  ASSERT_EQ(outcome.completed, 4) << text;
+  const size_t expected = text.find("ptrain bench: expected: 4 runs, about ");
+  ASSERT_NE(expected, std::string::npos) << text;
+  EXPECT_TRUE(has(text, "32 steps")) << text;  // 8 steps a run (64 samples of 8)
+  for (const char* warm : {"warm-up: ptrain fp32 ", "warm-up: ptrain bf16 ", "warm-up: pytorch fp32 ",
+                           "warm-up: pytorch bf16 "}) {
+    const size_t at = text.find(warm);
+    ASSERT_NE(at, std::string::npos) << warm << "\n" << text;
+    EXPECT_GT(at, expected);
+    EXPECT_LT(at, text.find("[1/4] ptrain ")) << "the warm-up comes before the first timed run\n" << text;
+  }
+  EXPECT_FALSE(has(text, "FAILED")) << text;
+  // The warm-up's files stay apart from the records the report reads.
+  EXPECT_TRUE(std::ifstream(o.out_dir + "/warm-up/runs/ptrain/fp32-single-x1.json").good());
+  const std::string& md = outcome.report.markdown;
+  EXPECT_TRUE(has(md, "Accuracy is left out: suite tiny trains short runs")) << md;
+  EXPECT_TRUE(has(md, "ptrain bench --suite standard")) << md;
+  EXPECT_TRUE(has(md, "Warm-up: before the clocks started, the bench trained 3 untimed steps per dtype (fp32, bf16) in "
+                      "ptrain and in PyTorch eager, "))
+      << md;
+  std::ifstream html(outcome.report.html_path);
+  std::stringstream page;
+  page << html.rdbuf();
+  EXPECT_TRUE(has(page.str(), "Accuracy is left out")) << outcome.report.html_path;
+  EXPECT_FALSE(has(md, "warm-up/")) << "no warm-up record in the report\n" << md;
 }
 
 }  // namespace

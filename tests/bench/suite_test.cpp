@@ -55,6 +55,57 @@ TEST(Suite, StandardSuiteLoadsForGpusAndForTheCpu) {
   EXPECT_TRUE(fashion) << "the CPU variant trains on the embedded Fashion-MNIST";
 }
 
+// The quick suite is the standard one's every run (GPU and CPU alike), shortened, with the warm-up, without the
+// estimates, and with accuracy said to be left out; a plain suite has none of that.
+TEST(Suite, QuickSuiteHasEveryStandardRunWarmsUpAndLeavesAccuracyOut) {
+  for (const int64_t gpus : {1, 0}) {
+    const Suite standard = load_suite("standard", PTRAIN_SOURCE_DIR, gpus);
+    const Suite quick = load_suite("quick", PTRAIN_SOURCE_DIR, gpus);
+    EXPECT_EQ(quick.name, "quick");
+    ASSERT_EQ(quick.runs.size(), standard.runs.size()) << gpus << " GPUs";
+    for (size_t i = 0; i < quick.runs.size(); ++i) {
+      EXPECT_EQ(quick.runs[i].id(), standard.runs[i].id());
+      EXPECT_EQ(quick.runs[i].pytorch, standard.runs[i].pytorch) << quick.runs[i].id();
+    }
+    EXPECT_TRUE(quick.warm_up);
+    EXPECT_FALSE(quick.estimate);
+    EXPECT_FALSE(quick.accuracy);
+    EXPECT_FALSE(standard.warm_up);
+    EXPECT_TRUE(standard.estimate);
+    EXPECT_TRUE(standard.accuracy);
+    // The same model and data as the standard suite's, cut short.
+    for (const char* key : {"model", "dataset", "batch-size"}) {
+      EXPECT_EQ(workload_value(quick.workload, key), workload_value(standard.workload, key)) << key;
+    }
+    EXPECT_FALSE(workload_value(quick.workload, "max-steps").empty());
+    EXPECT_FALSE(workload_value(quick.workload, "train-limit").empty());
+  }
+  const Suite gpu = load_suite("quick", PTRAIN_SOURCE_DIR, 1);
+  EXPECT_EQ(workload_value(gpu.workload, "max-steps"), "60");
+  EXPECT_EQ(workload_value(gpu.workload, "train-limit"), "7680");  // 60 steps of 128 on one GPU
+}
+
+TEST(Suite, WarmUpEstimateAndAccuracyKeysAreTrueOrFalseNamedByFile) {
+  TempDir dir;
+  const std::string base = "name: s\nworkload: {model: resnet20}\nruns:\n  - {precision: fp32}\n";
+  const Suite keys = load_suite(write(dir, base + "warm-up: yes\nestimate: off\naccuracy: false\n"), "/none", 0);
+  EXPECT_TRUE(keys.warm_up);
+  EXPECT_FALSE(keys.estimate);
+  EXPECT_FALSE(keys.accuracy);
+  for (const char* bad : {"warm-up: maybe\n", "estimate: [true]\n", "accuracy: 2\n"}) {
+    const std::string path = write(dir, base + bad);
+    try {
+      load_suite(path, "/none", 0);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ptrain::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path), std::string::npos) << what;
+      const std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+      EXPECT_NE(what.find(key), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(Suite, RunsResolveDevicesAndCpuVariantsReplaceTheRuns) {
   TempDir dir;
   const std::string path = write(dir, kSuite);

@@ -82,14 +82,15 @@ int64_t Preflight::train_samples(const config::TrainConfig& c) {
   return found->second.first;
 }
 
-std::string Preflight::refusal(const BenchJob& job) {
+std::string Preflight::refusal(const BenchJob& job, estimate::RunLength* length) {
   try {
     config::TrainConfig c = train_config_of(job.train_arguments, job.processes);
     if (job.framework == metrics::kFrameworkPtrain) {
       const AsRankZeroOf rank_zero(job.processes);
       c = train::make_plan(c).config;  // e.g. a global batch resolved over the world
     }
-    estimate::run_length(c, train_samples(c), job.processes, job.replicas);
+    const estimate::RunLength counted = estimate::run_length(c, train_samples(c), job.processes, job.replicas);
+    if (length) *length = counted;
     return "";
   } catch (const std::exception& e) {
     const std::string what = e.what();

@@ -27,7 +27,8 @@ class Preflight {
   // as its rank 0 makes it (under the launch environment of its processes), then the run's length on its
   // data. PyTorch's jobs train the same workload with the same schedule (bench/pytorch_reference.py
   // mirrors ptrain's), so their length is checked the same way.
-  std::string refusal(const BenchJob& job);
+  // length, when given, receives the run's steps where it can train (the bench's expected duration counts them).
+  std::string refusal(const BenchJob& job, estimate::RunLength* length = nullptr);
 
  private:
   // Training samples per data source (dataset, path, sequence length, loading, image size, limit), read

@@ -74,7 +74,7 @@ BenchJob ptrain_job(const Suite& suite, const SuiteRun& run, const BenchOptions&
   }
   job.command = join_command(train);
   // The prediction is the same every round: the first one's.
-  if (o.estimate && repeat == 1) {
+  if (o.estimate && suite.estimate && repeat == 1) {
     job.estimate_path = workload_folder(out, "estimates", run) + "/" + run.run_id() + ".json";
     std::vector<std::string> estimate{o.ptrain_executable, "estimate", "--config", workload_file, "--precision",
                                       run.precision, "--strategy", run.strategy, "--device", gpu ? "cuda:0" : "cpu",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -9,16 +10,22 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <thread>
 
 #include <torch/torch.h>
 
 #include "ptrain/bench/bench_record.h"
+#include "ptrain/bench/duration.h"
 #include "ptrain/bench/jobs.h"
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/out_lock.h"
 #include "ptrain/bench/preflight.h"
 #include "ptrain/bench/process_group.h"
+#include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
+#include "ptrain/core/text.h"
+#include "ptrain/precision/policy.h"
+#include "ptrain/train/run_flops.h"
 
 namespace ptrain::bench {
 
@@ -95,6 +102,176 @@ bool asks_for_compiled(const Suite& suite) {
   });
 }
 
+// The dtype whose kernels a precision trains with, for the warm-up: pure and mixed fp16 share the CUDA driver's
+// compilation of their half kernels, as bf16 and amp-bf16 do (docs/results/2026-12-02-h200-all-modes.md); fp8 and
+// tf32 have kernels of their own.
+std::string warm_up_dtype(const std::string& precision_name) {
+  const auto mode = precision::precision_mode_or_none(precision_name);
+  if (!mode) return precision_name;
+  if (*mode == precision::PrecisionMode::FP8) return precision::to_string(*mode);
+  if (const auto half = precision::half_dtype(*mode)) return precision::dtype_name(*half);
+  return precision::to_string(*mode);
+}
+
+// "12.3" (digits after the point).
+std::string seconds_text(double seconds, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.*f", digits, seconds);
+  return text;
+}
+
+// Steps of a warm-up run: enough for the forward, the backward, the update and a captured step's replay.
+constexpr int64_t kWarmUpSteps = 3;
+
+// The suite the warm-up trains: each workload cut to kWarmUpSteps steps on as many batches (and one batch of
+// evaluation), without a learning-rate warm-up the run could not hold. Its files go under OUT/warm-up, apart from
+// the bench's records and report.
+Suite warm_up_suite(const Suite& suite) {
+  Suite w = suite;
+  const auto cut = [](WorkloadKeys& keys) {
+    std::string batch = workload_value(keys, "global-batch-size");
+    if (batch.empty()) batch = workload_value(keys, "batch-size");
+    if (batch.empty()) batch = std::to_string(config::TrainConfig{}.run.batch_size);
+    int64_t samples = 0;
+    try {
+      samples = std::stoll(batch);
+    } catch (const std::exception&) {
+      samples = config::TrainConfig{}.run.batch_size;
+    }
+    std::vector<std::pair<std::string, std::string>> keys_to_set{
+        {"epochs", "1"},
+        {"max-steps", std::to_string(kWarmUpSteps)},
+        {"train-limit", std::to_string(samples * kWarmUpSteps)},
+        {"test-limit", std::to_string(samples)},
+        {"warmup-epochs", "0"},
+        {"warmup-steps", "0"}};
+    for (const auto& [key, value] : keys_to_set) {
+      auto at = std::find_if(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == key; });
+      if (at == keys.end()) {
+        keys.emplace_back(key, value);
+      } else {
+        at->second = value;
+      }
+    }
+  };
+  cut(w.workload);
+  for (auto& named : w.workloads) cut(named.second);
+  return w;
+}
+
+// One untimed job per dtype and framework the jobs to run train (ptrain's; PyTorch eager's where PyTorch runs), on
+// one device under strategy single: the JIT compiles kernels, not strategies. A dtype's PyTorch warm-up trains the
+// run of its first PyTorch job (ptrain's first run may have none in PyTorch: fp16 + master weights).
+std::vector<BenchJob> warm_up_jobs(const Suite& warm_suite, const std::vector<BenchJob>& jobs,
+                                   const std::vector<size_t>& to_run, const BenchOptions& o, const std::string& out,
+                                   const PytorchAbilities& pytorch, std::vector<std::string>& dtypes) {
+  std::vector<BenchJob> warm;
+  std::set<std::string> done;
+  BenchOptions no_estimate = o;
+  no_estimate.estimate = false;
+  for (size_t i : to_run) {
+    const BenchJob& job = jobs[i];
+    const bool is_ptrain = job.framework == metrics::kFrameworkPtrain;
+    const std::string dtype = warm_up_dtype(job.run.precision);
+    if (!done.insert(dtype + (is_ptrain ? "/ptrain" : "/pytorch")).second) continue;
+    if (std::find(dtypes.begin(), dtypes.end(), dtype) == dtypes.end()) dtypes.push_back(dtype);
+    SuiteRun run = job.run;
+    run.strategy = strategies::StrategySpec().name();
+    run.devices = 1;
+    warm.push_back(is_ptrain ? ptrain_job(warm_suite, run, no_estimate, out)
+                             : pytorch_job(warm_suite, run, kPytorchEager, o, out, pytorch));
+    if (!warm.back().unavailable.empty()) {  // eager cannot train what only a compiled variant was asked for
+      warm.pop_back();
+      done.erase(dtype + "/pytorch");
+    }
+  }
+  return warm;
+}
+
+// Seconds a step of the job took in an earlier record under OUT/runs: the same job's, else the same framework's at
+// the same precision (the workload is the bench's own: check_same_workload refuses an --out of another).
+std::optional<double> recorded_step_seconds(const std::vector<report::ReportRun>& records, const BenchJob& job) {
+  const auto step_of = [](const metrics::RunRecord& r) { return r.steady_step_median_seconds; };
+  for (const auto& run : records) {
+    if (run.name == job.framework + "/" + job.run.id() && step_of(run.record)) return step_of(run.record);
+  }
+  for (const auto& run : records) {
+    const bool same_framework = run.name.rfind(job.framework + "/", 0) == 0 &&
+                                run.name.find('/', job.framework.size() + 1) == std::string::npos;
+    if (same_framework && run.record.precision.rfind(job.run.precision, 0) == 0 &&
+        run.record.devices == job.run.devices && step_of(run.record)) {
+      return step_of(run.record);
+    }
+  }
+  return std::nullopt;
+}
+
+// What the bench expects to take, for its log's first lines: the jobs to run and the warm-up before them.
+std::string expected_duration_text(const Suite& suite, const std::vector<BenchJob>& jobs,
+                                   const std::vector<size_t>& to_run, const std::vector<BenchJob>& warm,
+                                   Preflight& preflight, const std::string& out) {
+  std::vector<report::ReportRun> records;
+  if (fs::is_directory(out + "/runs")) {
+    try {
+      records = report::read_runs({out + "/runs"});
+    } catch (const std::exception&) {
+      // no record to go by: the estimate falls back on FLOPs
+    }
+  }
+  std::string device_name, peak_basis;
+  if (suite.on_gpu) {
+    try {
+      device_name = cuda_runtime::device_properties(0).name;
+    } catch (const std::exception&) {
+      device_name = "GPU";
+    }
+  }
+  std::vector<JobDuration> durations;
+  std::set<std::string> jit_dtypes;
+  for (size_t i : to_run) {
+    const BenchJob& job = jobs[i];
+    JobDuration d;
+    d.pytorch = job.framework != metrics::kFrameworkPtrain;
+    d.compiled = !job.compile_mode.empty();
+    d.estimate = !job.estimate_path.empty();
+    d.multi_process = job.run.spec().multi_process();
+    estimate::RunLength length;
+    preflight.refusal(job, &length);
+    d.steps = length.total_steps;
+    if ((d.step_seconds = recorded_step_seconds(records, job))) {
+      d.measured = true;
+    } else {
+      try {
+        const config::TrainConfig c = train_config_of(job.train_arguments, job.processes);
+        const auto forward = forward_flops_per_sample(c);
+        const auto mode = precision::mode_named(job.run.precision);
+        if (forward && suite.on_gpu) {
+          const auto peak = metrics::dense_peak(cuda_runtime::device_properties(0), train::math_rate_of(mode));
+          if (peak) {
+            d.step_seconds = step_seconds_from_flops(*forward, c.run.batch_size, peak->flops_per_second,
+                                                     assumed_mfu(train::math_rate_of(mode)));
+            peak_basis = peak->basis;
+          }
+        } else if (forward) {
+          d.step_seconds = step_seconds_from_flops(*forward, c.run.batch_size, kCpuFlopsPerSecond, 1.0);
+        }
+      } catch (const std::exception&) {
+        // unknown: counted as such in the line
+      }
+    }
+    if (suite.on_gpu) jit_dtypes.insert(warm_up_dtype(job.run.precision));
+    durations.push_back(d);
+  }
+  std::vector<JobDuration> warm_durations;
+  for (const auto& job : warm) {
+    JobDuration d;
+    d.pytorch = job.framework != metrics::kFrameworkPtrain;
+    warm_durations.push_back(d);
+  }
+  const DurationEstimate e = expected_duration(durations, static_cast<int64_t>(jit_dtypes.size()), warm_durations);
+  return duration_line(e, suite.on_gpu ? gpu_flops_basis(device_name, peak_basis) : cpu_flops_basis());
+}
+
 }  // namespace
 
 BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
@@ -168,6 +345,26 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
              << pytorch.torchvision_version << ", numpy " << pytorch.numpy_version << "; "
              << o.source_dir + "/bench/pytorch_reference.py" << std::endl;
   }
+  // Before anything runs: the warm-up jobs, and how long the bench will take.
+  std::vector<size_t> runnable;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (status[i] == Status::to_run) runnable.push_back(i);
+  }
+  const Suite warm_suite = suite.warm_up ? warm_up_suite(suite) : suite;
+  const std::string warm_out = out + "/warm-up";
+  std::vector<std::string> warm_dtypes;
+  const std::vector<BenchJob> warm =
+      suite.warm_up ? warm_up_jobs(warm_suite, jobs, runnable, o, warm_out, pytorch, warm_dtypes)
+                    : std::vector<BenchJob>{};
+  progress << "ptrain bench: " << expected_duration_text(suite, jobs, runnable, warm, preflight, out) << std::endl;
+  std::vector<std::string> notes;
+  if (!suite.accuracy) {
+    notes.push_back("Accuracy is left out: suite " + suite.name +
+                    " trains short runs for throughput, memory and utilisation, evaluating on a handful of test "
+                    "samples, so the test accuracy figures below mean nothing. For accuracy, train the runs at full "
+                    "length: the standard suite (ptrain bench --suite standard) trains each for 5 epochs.");
+    progress << "ptrain bench: " << notes.back() << std::endl;
+  }
   BenchOutcome outcome;
   ProgressSink sink(progress);
   std::mutex mutex;  // guards outcome and interrupted
@@ -199,11 +396,69 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
         break;
     }
   }
+  const StopSignals stop_signals;
+  if (!warm.empty()) {
+    write_workload_files(warm_suite, warm_out);
+    sink.line("warm-up: " + std::to_string(warm.size()) + " untimed run(s) of " + std::to_string(kWarmUpSteps) +
+              " steps, one per dtype (" + join(warm_dtypes, ", ") +
+              ") and framework, so that the CUDA driver compiles each dtype's kernels before the clocks start");
+    const auto warm_started = std::chrono::steady_clock::now();
+    // One framework's warm-ups side by side (each dtype's JIT is single-threaded host work, and three ResNet-50
+    // runs at batch 128 take under 50 GB of an 80 GB GPU), ptrain's first: PyTorch's start alone takes 13 s.
+    std::vector<std::string> parts(warm.size());
+    std::vector<CommandExit> exits(warm.size());
+    for (const std::string& framework : {std::string(metrics::kFrameworkPtrain), std::string()}) {
+      std::vector<std::thread> threads;
+      for (size_t w = 0; w < warm.size(); ++w) {
+        const BenchJob& job = warm[w];
+        if ((job.framework == metrics::kFrameworkPtrain) != !framework.empty()) continue;
+        threads.emplace_back([&, w] {
+          const auto started = std::chrono::steady_clock::now();
+          CommandExit& exit = exits[w];
+          try {
+            fs::create_directories(fs::path(job.metrics_path).parent_path());
+            fs::create_directories(fs::path(job.log_path).parent_path());
+            exit = run_in_process_group(command_on_gpus(job.command, suite.on_gpu ? std::vector<int64_t>{0}
+                                                                                  : std::vector<int64_t>{}),
+                                        job.log_path, "      ", sink, o.run_timeout_seconds, time_limit);
+          } catch (const std::exception& e) {
+            exit.code = 127;
+            exit.error_line = e.what();
+          }
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+          // A failed warm-up costs the timed runs nothing but the JIT it did not pay: said, and the bench goes on.
+          parts[w] = job.framework + " " + warm_up_dtype(job.run.precision) + " " + seconds_text(seconds, 1) + " s" +
+                     (exit.code == 0 ? std::string()
+                                     : " (FAILED: " + (exit.timed_out ? std::string("run timeout") : exit.error_line) +
+                                           "; log: " + job.log_path + ")");
+          sink.line("warm-up: " + parts[w]);
+        });
+      }
+      for (auto& thread : threads) thread.join();
+      for (size_t w = 0; w < warm.size(); ++w) {
+        if (exits[w].interrupted) {
+          throw Error("ptrain bench interrupted during the warm-up (" + warm[w].framework + " " +
+                      warm[w].run.precision + "); no timed run started");
+        }
+      }
+    }
+    const double warm_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_started).count();
+    sink.line("warm-up: " + seconds_text(warm_seconds, 0) + " s, before the first timed run");
+    const bool pytorch_warmed = std::any_of(warm.begin(), warm.end(), [](const BenchJob& job) {
+      return job.framework != metrics::kFrameworkPtrain;
+    });
+    notes.push_back("Warm-up: before the clocks started, the bench trained " + std::to_string(kWarmUpSteps) +
+                    " untimed steps per dtype (" + join(warm_dtypes, ", ") + ") in ptrain" +
+                    (pytorch_warmed ? " and in PyTorch eager, " : ", ") +
+                    seconds_text(warm_seconds, 0) + " s in all (" + join(parts, "; ") +
+                    "), so that the CUDA driver's first compilation of LibTorch's and cuDNN's PTX kernels for a dtype "
+                    "fell on no timed run.");
+  }
   const bool lanes = o.side_by_side && suite.on_gpu;
   std::vector<int64_t> needs;
   for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
   size_t started_jobs = 0;
-  const StopSignals stop_signals;
   run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned_gpus) {
     const size_t i = to_run[n];
     const BenchJob& job = jobs[i];
@@ -290,7 +545,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
               " run(s) left for the next `ptrain bench` with the same --out, which continues");
   }
   if (outcome.completed + outcome.done_earlier > 0) {
-    outcome.report = report::write_report({out + "/runs"}, out, "ptrain bench: " + suite.name);
+    outcome.report = report::write_report({out + "/runs"}, out, "ptrain bench: " + suite.name, notes);
   }
   return outcome;
 }

@@ -346,10 +346,12 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
   check(root.IsMap(), path + ": a suite is a mapping with the keys name, workload (or workloads) and runs");
   for (const auto& entry : root) {
     const std::string key = entry.first.as<std::string>();
-    static const std::set<std::string> known{"name",         "workload",      "workloads", "runs",
-                                             "cpu-workload", "cpu-workloads", "cpu-runs",  "pytorch-compile-mode"};
+    static const std::set<std::string> known{"name",     "workload",      "workloads", "runs",
+                                             "cpu-workload", "cpu-workloads", "cpu-runs",  "pytorch-compile-mode",
+                                             "warm-up",  "estimate",      "accuracy"};
     check(known.count(key) == 1, path + ": key '" + key + "' is not a suite key (known: name, workload, workloads, "
-                                        "runs, cpu-workload, cpu-workloads, cpu-runs, pytorch-compile-mode)");
+                                        "runs, cpu-workload, cpu-workloads, cpu-runs, pytorch-compile-mode, warm-up, "
+                                        "estimate, accuracy)");
   }
   const bool several = root["workloads"].IsDefined();
   check(!(several && root["workload"].IsDefined()),
@@ -372,6 +374,13 @@ Suite load_suite(const std::string& name_or_path, const std::string& source_dir,
     const std::string mode = node.IsScalar() ? node.as<std::string>() : "";
     check_compile_mode(mode, path + ": pytorch-compile-mode '" + mode + "'");
     suite.pytorch_compile_mode = mode;
+  }
+  for (const auto& [key, flag] : {std::pair<const char*, bool*>{"warm-up", &suite.warm_up},
+                                  std::pair<const char*, bool*>{"estimate", &suite.estimate},
+                                  std::pair<const char*, bool*>{"accuracy", &suite.accuracy}}) {
+    if (!root[key].IsDefined()) continue;
+    check(root[key].IsScalar(), path + ": " + key + ": expected true or false");
+    *flag = read_bool(root[key], path + ": " + key);
   }
   const bool cpu_variant = !suite.on_gpu;
   const char* runs_key = cpu_variant && root["cpu-runs"].IsDefined() ? "cpu-runs" : "runs";

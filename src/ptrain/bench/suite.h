@@ -18,6 +18,9 @@
 //   cpu-workload: {...}   # replaces workload without GPUs (optional)
 //   cpu-runs: [...]       # replaces runs without GPUs (optional)
 //   pytorch-compile-mode: reduce-overhead   # torch.compile's mode for `compiled` (optional; default: default)
+//   warm-up: true      # a short untimed run per dtype before the first timed one (optional; default: false)
+//   estimate: false    # no `ptrain estimate` before each run, as --no-estimate (optional; default: true)
+//   accuracy: false    # short runs for speed and memory: the report says accuracy is left out (default: true)
 //
 // PyTorch variants: `eager`, `compiled` (torch.compile in the suite's pytorch-compile-mode) and
 // `compiled-MODE` for torch.compile in another mode (compiled-default, compiled-reduce-overhead,
@@ -111,6 +114,17 @@ struct Suite {
   // "reduce-overhead" (forward and backward replayed as CUDA graphs, as ptrain replays its step), and the
   // other modes of compile_modes(). Variants compiled-MODE name their own.
   std::string pytorch_compile_mode = "default";
+  // Suite key warm-up: before the first timed run, the bench trains a few untimed steps per dtype (fp32, fp16,
+  // bf16, ...), ptrain's and PyTorch eager's, so that the CUDA driver's compilation of the PTX kernels LibTorch
+  // and cuDNN ship (15-25 s the first time a machine trains a half type, docs/results/2026-12-02-h200-all-modes.md)
+  // is paid once, before the clocks start, and named in the bench's log and report.
+  bool warm_up = false;
+  // Suite key estimate: false leaves out `ptrain estimate` before each ptrain run (its two probe processes), as
+  // --no-estimate does.
+  bool estimate = true;
+  // Suite key accuracy: false for a suite of short runs that measure throughput, memory and utilisation only:
+  // the report says that accuracy is left out, and how to get it.
+  bool accuracy = true;
 
   bool has_several_workloads() const { return !workloads.empty(); }
   // The run's workload keys; throws ptrain::Error for a workload the suite does not have.

@@ -292,8 +292,8 @@ void add_bench_command(CLI::App& app, BenchCommand& command) {
       "its own process, then write the report; an interrupted bench continues where it stopped");
   command.cmd = bench_cmd;
   bench_cmd->add_option("--suite", bench_options.suite,
-                        "A suite name under configs/bench (standard, speed, fp8, fusions, strategies, your-model) or a YAML "
-                        "file")
+                        "A suite name under configs/bench (standard, quick, speed, fp8, fusions, strategies, "
+                        "your-model) or a YAML file")
       ->capture_default_str();
   bench_cmd->add_option("--out", bench_options.out_dir, "Directory for the runs' records, logs and the report")
       ->capture_default_str();

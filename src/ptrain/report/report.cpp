@@ -259,10 +259,11 @@ std::vector<SideBySideRow> side_by_side(const Report& report) {
 }
 
 WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
-                           const std::string& title) {
+                           const std::string& title, std::vector<std::string> notes) {
   std::vector<std::string> skipped;
   Report report = make_report(read_runs(run_dirs, &skipped), title);
   report.skipped = std::move(skipped);
+  report.notes = std::move(notes);
   std::error_code error;
   fs::create_directories(out_dir, error);
   check(!error, "cannot create report directory " + out_dir + ": " + error.message());

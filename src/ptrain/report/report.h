@@ -33,6 +33,9 @@ struct Report {
   // JSON files of the run directories that are not run records (a bench's bench.json, an estimate's output), each
   // "path (why)": left out, and listed where the report ends.
   std::vector<std::string> skipped;
+  // What the report's reader must know before its figures, each a paragraph under the title (a bench's quick
+  // suite: "Accuracy is left out: ...", the warm-up paid before the clocks started).
+  std::vector<std::string> notes;
 };
 
 // "resnet50 on cifar10 at 224 px", "gpt-small on synthetic-tokens at 1024 tokens": runs of one job compare
@@ -133,8 +136,8 @@ struct WrittenReport {
 
 // read_runs, make_report and the renderings into out_dir (created when missing): report.md, report.csv,
 // report.html, and side-by-side.csv where there are side-by-side rows. Each file is written beside its
-// final name and renamed over it: a browser or script never reads half a report.
+// final name and renamed over it: a browser or script never reads half a report. notes: Report::notes.
 WrittenReport write_report(const std::vector<std::string>& run_dirs, const std::string& out_dir,
-                           const std::string& title);
+                           const std::string& title, std::vector<std::string> notes = {});
 
 }  // namespace ptrain::report

@@ -386,6 +386,7 @@ std::string render_html(const Report& report) {
        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>"
        << escape_html(report.title) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n<h1>"
        << escape_html(report.title) << "</h1>\n<p>" << escape_html(job_summary(report)) << "</p>\n";
+  for (const auto& note : report.notes) html << "<p>" << escape_html(note) << "</p>\n";
 
   html << "<div class=\"table-wrap\"><table>\n<thead><tr>";
   for (const auto& column : table_columns()) html << "<th>" << escape_html(column_title(column, report)) << "</th>";

@@ -38,7 +38,9 @@ std::string csv_field(const std::string& text) {
 
 std::string render_markdown(const Report& report) {
   std::ostringstream md;
-  md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n|";
+  md << "# " << escape_markdown(report.title) << "\n\n" << escape_markdown(job_summary(report)) << "\n\n";
+  for (const auto& note : report.notes) md << escape_markdown(note) << "\n\n";
+  md << "|";
   for (const auto& column : table_columns()) md << " " << column_title(column, report) << " |";
   md << "\n|";
   for (const auto& column : table_columns()) md << (column.numeric ? " ---: |" : " --- |");
