@@ -551,7 +551,7 @@ TEST(BenchQuickForm, ExpectsWarmsUpAndLeavesAccuracyOutInTheReport) {
   const std::string& md = outcome.report.markdown;
   EXPECT_TRUE(has(md, "Accuracy is left out: suite tiny trains short runs")) << md;
   EXPECT_TRUE(has(md, "ptrain bench --suite standard")) << md;
-  EXPECT_TRUE(has(md, "Warm-up: before the clocks started, the bench trained 3 untimed steps per dtype (fp32, bf16) in "
+  EXPECT_TRUE(has(md, "Warm-up: before the clocks started, the bench trained 5 untimed steps per dtype (fp32, bf16) in "
                       "ptrain and in PyTorch eager, "))
       << md;
   std::ifstream html(outcome.report.html_path);

@@ -120,8 +120,8 @@ std::string seconds_text(double seconds, int digits) {
   return text;
 }
 
-// Steps of a warm-up run: enough for the forward, the backward, the update and a captured step's replay.
-constexpr int64_t kWarmUpSteps = 3;
+// Steps of a warm-up run: ptrain's 3 eager steps (train/step_runner.h), the capture of its CUDA graph and a replay.
+constexpr int64_t kWarmUpSteps = 5;
 
 // The suite the warm-up trains: each workload cut to kWarmUpSteps steps on as many batches (and one batch of
 // evaluation), without a learning-rate warm-up the run could not hold. Its files go under OUT/warm-up, apart from
