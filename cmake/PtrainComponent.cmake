@@ -53,10 +53,46 @@ function(ptrain_component)
   set_property(GLOBAL APPEND PROPERTY PTRAIN_COMPONENTS ptrain_${C_NAME})
 endfunction()
 
-# ptrain_test(NAME <name> SOURCES <files...> DEPS <components...>): one GoogleTest binary per concern,
-# its cases registered one by one so that ctest -j runs them in parallel.
+# ptrain_gtest_entries(<target> NAME <name> [LABELS <labels...>] [SLOW <patterns...>] [GPU <patterns...>]
+#                      [PER_CASE] [CASE_COST <cost>]): the ctest entries of a GoogleTest binary, written by
+# cmake/gtest_entries.py after each link. A test process costs about 0.65 s of CPU to start (LibTorch), more than
+# most cases take, so the binary's quick cases run in one entry, <name>.fast (label fast). Cases matching a SLOW
+# pattern (gtest filter syntax: Suite.Case, Suite.*) and those of a source that forks ranks or reads the peak RSS
+# get one entry each, Suite.Case (label slow), so that ctest -j spreads them; PER_CASE gives every case its own
+# entry (the CLI tests). Cases that skip without a CUDA device (their first statement says so, or they match a
+# GPU pattern): a CPU build runs them in one entry, <name>.gpu_only (label gpu), which shows each skip's reason
+# and fails if one of them ran; a CUDA build gives each its own.
+function(ptrain_gtest_entries target)
+  cmake_parse_arguments(G "PER_CASE" "NAME;CASE_COST" "LABELS;SLOW;GPU" ${ARGN})
+  set(entries ${CMAKE_CURRENT_BINARY_DIR}/${target}_entries.cmake)
+  set(options)
+  if(G_PER_CASE)
+    list(APPEND options --per-case)
+  endif()
+  if(PTRAIN_WITH_CUDA)
+    list(APPEND options --cuda-build)
+  endif()
+  if(G_CASE_COST)
+    list(APPEND options --case-cost ${G_CASE_COST})
+  endif()
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/cmake/gtest_entries.py --binary $<TARGET_FILE:${target}>
+            --name ${G_NAME} --out ${entries} --working-dir ${CMAKE_CURRENT_BINARY_DIR} ${options}
+            --labels ${G_LABELS} --slow ${G_SLOW} --gpu ${G_GPU}
+    BYPRODUCTS ${entries} VERBATIM)
+  # PTRAIN_TEST_PROCESS_PER_CASE=1 ctest ...: every case in a process of its own, as before the grouping.
+  set(include_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_include.cmake)
+  string(REGEX REPLACE "\\.cmake$" "_per_case.cmake" per_case_entries ${entries})
+  file(WRITE ${include_file} "if(NOT EXISTS \"${entries}\")\n  add_test(${target}_NOT_BUILT ${target}_NOT_BUILT)\n"
+                             "elseif(\"\$ENV{PTRAIN_TEST_PROCESS_PER_CASE}\")\n  include(\"${per_case_entries}\")\n"
+                             "else()\n  include(\"${entries}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${include_file})
+endfunction()
+
+# ptrain_test(NAME <name> SOURCES <files...> DEPS <components...> [SLOW <patterns...>] [GPU <patterns...>]):
+# one GoogleTest binary per concern, its entries as ptrain_gtest_entries makes them.
 function(ptrain_test)
-  cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS;SLOW;GPU" ${ARGN})
   add_executable(test_${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/support/crash_report.cpp)
   # Exported symbols give crash_report.cpp's backtraces function names.
   set_target_properties(test_${T_NAME} PROPERTIES ENABLE_EXPORTS ON)
@@ -68,7 +104,7 @@ function(ptrain_test)
   target_compile_definitions(test_${T_NAME} PRIVATE
     PTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" PTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")
   ptrain_use_pch(test_${T_NAME})
-  gtest_discover_tests(test_${T_NAME} DISCOVERY_TIMEOUT 120 PROPERTIES LABELS "${T_NAME};${T_LABELS}")
+  ptrain_gtest_entries(test_${T_NAME} NAME ${T_NAME} LABELS ${T_LABELS} SLOW ${T_SLOW} GPU ${T_GPU})
 endfunction()
 
 # Sources that define helpers of the same name as a neighbour's in their anonymous namespaces (each file's

@@ -19,12 +19,19 @@ time is scarce. This checker finds such breakage here:
 The LibTorch here is 1.13 and the GPU machines' is 2.x; the few calls that differ between them live in
 core/torch_compat.h, so the halves compile against either.
 
+Each compile is cached by content in BUILD_DIR/cuda_check_cache/: an object is reused when its command, the
+compiler's version and the content of every file it read (the source, the headers its dependency file lists,
+the precompiled header) are those of the run that made it, so that a check with nothing changed compiles
+nothing and a change to a .cu file, a CUDA half or a header they include recompiles what read it. Steps 3
+and 4 (nm over the objects and the CPU archives) run each time.
+
 NVCC in the environment names the nvcc to use (else PATH's, else /usr/local/cuda/bin's).
 Exit 0: all matched; 1: something did not (each problem names its file); 77: this machine cannot check
 (no nvcc, no compile_commands.json, no LibTorch CUDA headers), with the reason on stdout.
 """
 
 import concurrent.futures
+import hashlib
 import json
 import os
 import re
@@ -140,6 +147,93 @@ def run(command, cwd):
     return result.returncode, (result.stdout + result.stderr).strip()
 
 
+class CompileCache:
+    """Objects by content: BUILD_DIR/cuda_check_cache/<key>.o and <key>.json, key the hash of the command (the
+    object's path left out), its folder and the compiler's version; the .json lists every file the compile read,
+    with its content's hash."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.digests = {}
+        self.versions = {}
+        self.hits = 0
+        self.used = set()
+
+    def digest(self, path):
+        path = str(path)
+        if path not in self.digests:
+            h = hashlib.sha256()
+            try:
+                with open(path, "rb") as f:
+                    while block := f.read(1 << 22):
+                        h.update(block)
+                self.digests[path] = h.hexdigest()
+            except OSError:
+                self.digests[path] = None
+        return self.digests[path]
+
+    def version(self, compiler):
+        if compiler not in self.versions:
+            self.versions[compiler] = run([compiler, "--version"], None)[1]
+        return self.versions[compiler]
+
+    def key(self, command, cwd, obj):
+        words = ["<object>" if obj is not None and word == str(obj) else word for word in command]
+        text = json.dumps([self.version(command[0]), str(cwd), words])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def lookup(self, key, obj):
+        """Whether the cached result of key is current; copies its object to obj if so."""
+        self.used.add(key)
+        record = self.folder / f"{key}.json"
+        if not record.exists():
+            return False
+        inputs = json.loads(record.read_text())["inputs"]
+        if any(self.digest(path) != digest for path, digest in inputs.items()):
+            return False
+        if obj is not None:
+            cached = self.folder / f"{key}.o"
+            if not cached.exists():
+                return False
+            shutil.copyfile(cached, obj)
+        self.hits += 1
+        return True
+
+    def store(self, key, command, cwd, depfile, obj):
+        inputs = {}
+        for path in dependencies(depfile, cwd) + precompiled_headers(command, cwd):
+            inputs[str(path)] = self.digest(path)
+        if obj is not None:
+            shutil.copyfile(obj, self.folder / f"{key}.o")
+        (self.folder / f"{key}.json").write_text(json.dumps({"command": command, "inputs": inputs}, indent=0))
+
+    def prune(self):
+        """Removes the results no compile of this check asked for (those of sources or flags since changed)."""
+        for path in self.folder.glob("*.json"):
+            if path.stem not in self.used:
+                path.unlink()
+                path.with_suffix(".o").unlink(missing_ok=True)
+
+
+def dependencies(depfile, cwd):
+    """The files a make-style dependency file (-MD -MF) lists, the target left out."""
+    text = Path(depfile).read_text().replace("\\\n", " ")
+    _, _, listed = text.partition(": ")
+    return [Path(cwd, word) for word in listed.split()]
+
+
+def precompiled_headers(command, cwd):
+    """What -include brings in and GCC leaves out of the dependency file when it takes a precompiled header:
+    the header and its .gch (rebuilt by the build whenever a header it holds changes)."""
+    found = []
+    for flag, following in zip(command, command[1:]):
+        if flag == "-include":
+            header = Path(cwd, following)
+            found += [header] + ([Path(f"{header}.gch")] if Path(f"{header}.gch").exists() else [])
+    return found
+
+
 def ptrain_symbols(objects, which):
     """{symbol: the object defining it} of namespace ptrain in objects or archives: strong definitions for
     which="--defined-only", references for "--undefined-only"."""
@@ -193,9 +287,14 @@ def check(project, build):
 
     with tempfile.TemporaryDirectory(prefix="ptrain-cuda-check-") as scratch:
         scratch = Path(scratch)
-        macros = scratch / "include/c10/cuda/impl/cuda_cmake_macros.h"
-        macros.parent.mkdir(parents=True)
-        macros.write_text(GENERATED_MACROS)
+        cache = CompileCache(build / "cuda_check_cache")
+        # The generated header lives beside the cache (not in the scratch folder), so that the commands naming
+        # its folder, and the files they read, stay the same from one check to the next.
+        generated = cache.folder / "include"
+        macros = generated / "c10/cuda/impl/cuda_cmake_macros.h"
+        macros.parent.mkdir(parents=True, exist_ok=True)
+        if not macros.exists() or macros.read_text() != GENERATED_MACROS:
+            macros.write_text(GENERATED_MACROS)
         jobs = []  # (source, command, cwd, object or None)
         none_objects = []
 
@@ -204,7 +303,7 @@ def check(project, build):
             jobs.append((kernel, [str(nvcc), "-std=c++17", "-O3", "-arch=sm_90", f"-I{project / 'src'}", "-c",
                                   str(kernel), "-o", str(obj)], project, obj))
         cuda_extra = ["-O1", "-DPTRAIN_WITH_CUDA=1", "-DUSE_C10D_NCCL", "-isystem", str(cuda_include),
-                      "-isystem", str(scratch / "include")]
+                      "-isystem", str(generated)]
         for index, (none_half, cuda_half) in enumerate(pairs):
             # The CUDA half compiles with the flags its _none half has in the CPU build (same target).
             entry, in_cpu_build = compile_command_for(none_half, entries)
@@ -221,12 +320,24 @@ def check(project, build):
             compiler, flags = flags_of(entry)
             jobs.append((test, [compiler, *flags, *cuda_extra, "-fsyntax-only", str(test)], entry["directory"], None))
 
+        def compile_job(index_and_job):
+            index, (_, command, cwd, obj) = index_and_job
+            key = cache.key(command, cwd, obj)
+            if cache.lookup(key, obj):
+                return 0, ""
+            depfile = scratch / f"job{index}.d"
+            code, out = run([*command, "-MD", "-MF", str(depfile)], cwd)
+            if code == 0:
+                cache.store(key, command, cwd, depfile, obj)
+            return code, out
+
         failures = []
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for (source, command, cwd, obj), (code, out) in zip(jobs, pool.map(lambda j: run(j[1], j[2]), jobs)):
+            for (source, command, cwd, obj), (code, out) in zip(jobs, pool.map(compile_job, enumerate(jobs))):
                 if code != 0:
                     failures.append(f"{source.relative_to(project)} does not compile as the CUDA build compiles it:\n"
                                     f"  {shlex.join(command)}\n" + "\n".join("  " + l for l in out.splitlines()[-30:]))
+        cache.prune()
         if failures:
             print("\n\n".join(failures))
             return 1
@@ -253,7 +364,8 @@ def check(project, build):
             return 1
         print(f"CUDA build sources compile and link here: {len(kernels)} .cu files, {len(pairs)} CUDA halves "
               f"({len(none_defined)} ptrain symbols of their CPU halves all defined), {len(tests)} test sources; "
-              f"{len(cuda_undefined)} ptrain symbols they call all defined")
+              f"{len(cuda_undefined)} ptrain symbols they call all defined; "
+              f"{len(jobs) - cache.hits} of {len(jobs)} compiles run, the others unchanged since cached")
         return 0
 
 

@@ -123,6 +123,28 @@ class Checker(unittest.TestCase):
         self.assertIn("src/ptrain/core/clock_none.cpp: no CUDA half beside it (clock_cuda.cpp or clock.cpp)",
                       result.stdout)
 
+    def test_a_second_check_reuses_what_did_not_change_and_recompiles_what_did(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            root, build = make_tree(scratch, SMALL)
+            first = run_checker(root, build)
+            if first.returncode == SKIP:
+                self.skipTest(first.stdout.strip())
+            self.assertEqual(first.returncode, 0, first.stdout + first.stderr)
+            self.assertIn("3 of 3 compiles run", first.stdout)
+            again = run_checker(root, build)
+            self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+            self.assertIn("0 of 3 compiles run", again.stdout)
+            # A header only the CUDA half and the .cu file include: both recompile, and a break in it shows.
+            launch = Path(root, "src/ptrain/kernels/cuda/launch.h")
+            launch.write_text(launch.read_text() + "namespace ptrain::kernels::cuda { int unused_here(int x); }\n")
+            changed = run_checker(root, build)
+            self.assertEqual(changed.returncode, 0, changed.stdout + changed.stderr)
+            self.assertIn("2 of 3 compiles run", changed.stdout)
+            launch.write_text(launch.read_text() + "namespace ptrain::kernels::cuda { int broken( }\n")
+            broken = run_checker(root, build)
+            self.assertEqual(broken.returncode, 1, broken.stdout + broken.stderr)
+            self.assertIn("does not compile", broken.stdout)
+
     def test_without_nvcc_it_skips_saying_why(self):
         env = dict(os.environ, NVCC="/nonexistent/nvcc")
         result = self.check(SMALL, env)

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Writes the ctest entries of one GoogleTest binary (run after each link of it, as gtest_discover_tests is).
+
+Usage: gtest_entries.py --binary B --name N --out FILE [--labels L...] [--slow PATTERN...] [--gpu PATTERN...]
+                        [--per-case] [--case-cost C] [--cuda-build] [--working-dir D]
+
+Starting a test process costs about 0.65 s of CPU (LibTorch's start-up) whatever the case does, so cases are
+grouped into few processes:
+  - N.fast: one process for the binary's quick in-process cases (label fast);
+  - one entry per case, named Suite.Case, for the cases matching a --slow pattern (long numerics), the cases
+    of a source that forks processes (it includes multiprocess.h or sharded_harness.h: forked ranks need a
+    parent that did no LibTorch work yet) or reads the process's peak RSS (which earlier cases would have
+    raised), and every case under --per-case (label slow, or the binary's own --labels for --per-case
+    binaries such as the CLI tests);
+  - on a CPU build, N.gpu_only: one process for the cases that skip without a CUDA device (label gpu), those
+    whose first statement is PTRAIN_REQUIRE_CUDA_KERNELS() (or another PTRAIN_REQUIRE_..CUDA/GPU..() macro) or
+    `if (!torch::cuda::is_available()) GTEST_SKIP()`, and those matching a --gpu pattern; it shows each skip's
+    reason, and fails if one of them ran anyway (it was then wrongly taken for a GPU-only case). On a CUDA
+    build those cases get one entry each (label gpu).
+PATTERN is a gtest filter pattern (Suite.Case, Suite.*, *Word*). Every case the binary lists is in exactly
+one entry; DISABLED_ cases get an entry each marked DISABLED, as gtest_discover_tests gives them.
+
+It also writes OUT's _per_case.cmake twin: every case in its own process with the same labels, as before
+the grouping, which ctest reads instead when PTRAIN_TEST_PROCESS_PER_CASE=1 is in its environment.
+"""
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# gtest's lines for a case that passed and one that skipped, as ctest regular expressions in CMake brackets.
+PASSED_CASE = "[=[\\[       OK \\]]=]"
+SKIPPED_CASE = "[=[\\[  SKIPPED \\]]=]"
+# What makes a source's cases need a process each: forked ranks (multiprocess.h, sharded_harness.h), whose
+# parent must have done no LibTorch work yet, and reads of the process's peak RSS (getrusage's ru_maxrss,
+# /proc's VmHWM), which an earlier case of the same process would have raised already.
+OWN_PROCESS = re.compile(r'#include\s+"(multiprocess\.h|sharded_harness\.h)"|getrusage|host_peak_rss_bytes\(\)')
+# A case that needs a CUDA device says so in its first statement: PTRAIN_REQUIRE_CUDA_KERNELS(), a macro of that
+# kind (PTRAIN_REQUIRE_FP8_GPU()), or if (!torch::cuda::is_available()) GTEST_SKIP() << ...
+NEEDS_CUDA = re.compile(r"^\s*(PTRAIN_REQUIRE_\w*(CUDA|GPU)\w*\(\)|if\s*\(\s*!\s*torch::cuda::is_available\(\)\s*\)\s*GTEST_SKIP\(\))")
+
+
+def listed_cases(binary, working_dir, timeout):
+    """[(suite, case, file, line, value_param)] in the binary's order."""
+    with tempfile.TemporaryDirectory(prefix="ptrain-gtest-list-") as scratch:
+        listing = Path(scratch) / "list.json"
+        result = subprocess.run([binary, "--gtest_list_tests", f"--gtest_output=json:{listing}"], cwd=working_dir,
+                                capture_output=True, text=True, timeout=timeout)
+        if result.returncode != 0 or not listing.exists():
+            sys.exit(f"gtest_entries.py: {binary} --gtest_list_tests failed ({result.returncode}):\n"
+                     f"{result.stdout}{result.stderr}")
+        data = json.loads(listing.read_text())
+    cases = []
+    for suite in data["testsuites"]:
+        for case in suite["testsuite"]:
+            cases.append((suite["name"], case["name"], case.get("file", ""), case.get("line", 0), case.get("value_param")))
+    return cases
+
+
+def needs_own_processes(source):
+    return any(OWN_PROCESS.search(line) for line in source_lines(source))
+
+
+def source_lines(source, seen={}):
+    if source not in seen:
+        try:
+            seen[source] = Path(source).read_text(errors="replace").splitlines()
+        except OSError:
+            seen[source] = []
+    return seen[source]
+
+
+def needs_cuda(source, line):
+    """Whether the case whose TEST macro is at source:line starts by skipping without a CUDA device."""
+    text = "\n".join(source_lines(source)[max(0, line - 1):line + 4])
+    body = text[text.find("{") + 1:] if "{" in text else ""
+    return bool(NEEDS_CUDA.match(body))
+
+
+def matches(full_name, patterns):
+    return any(fnmatch.fnmatchcase(full_name, pattern) for pattern in patterns)
+
+
+def bracket(text):
+    """text as a CMake bracket argument."""
+    equals = "="
+    while f"]{equals}]" in text:
+        equals += "="
+    return f"[{equals}[{text}]{equals}]"
+
+
+def case_entry_name(suite, case, value_param):
+    """gtest_discover_tests' name for a case: Suite.Case, a value-parameterised one ending /<its value>."""
+    if value_param is not None:
+        return f"{suite}.{re.sub(r'/[0-9]+$', '', case)}/{value_param}"
+    return f"{suite}.{case}"
+
+
+def group_filter(members, cases_of_suite):
+    """A --gtest_filter running exactly members: Suite.* for a whole suite, its cases by name otherwise."""
+    by_suite = {}
+    for suite, case in members:
+        by_suite.setdefault(suite, []).append(case)
+    parts = []
+    for suite, cases in by_suite.items():
+        if len(cases) == len(cases_of_suite[suite]):
+            parts.append(f"{suite}.*")
+        else:
+            parts.extend(f"{suite}.{case}" for case in cases)
+    return ":".join(parts)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--labels", nargs="*", default=[])
+    parser.add_argument("--slow", nargs="*", default=[])
+    parser.add_argument("--gpu", nargs="*", default=[])
+    parser.add_argument("--per-case", action="store_true")
+    parser.add_argument("--cuda-build", action="store_true")
+    parser.add_argument("--case-cost", type=float, default=0)
+    parser.add_argument("--working-dir", default=os.getcwd())
+    args = parser.parse_args()
+
+    cases = listed_cases(args.binary, args.working_dir, 120)
+    cases_of_suite = {}
+    for suite, case, _, _, _ in cases:
+        cases_of_suite.setdefault(suite, []).append(case)
+
+    # Each case's kind: "fast" (grouped), "gpu" (grouped on a CPU build), "slow" or "" (an entry of its own;
+    # "" under --per-case, which gives the binary's own labels only), "disabled".
+    kinds = []
+    for suite, case, source, line, value_param in cases:
+        full = f"{suite}.{case}"
+        if suite.startswith("DISABLED_") or case.startswith("DISABLED_"):
+            kind = "disabled"
+        elif matches(full, args.gpu) or needs_cuda(source, line):
+            kind = "gpu"
+        elif args.per_case:
+            kind = ""
+        elif matches(full, args.slow) or needs_own_processes(source):
+            kind = "slow"
+        else:
+            kind = "fast"
+        kinds.append((suite, case, value_param, kind))
+    unmatched = [p for p in args.slow + args.gpu if not any(fnmatch.fnmatchcase(f"{s}.{c}", p) for s, c, _, _, _ in cases)]
+    if unmatched:
+        sys.exit(f"gtest_entries.py: {args.binary}: no case matches {' '.join(unmatched)} (renamed or removed?)")
+
+    own = [args.name] + args.labels
+
+    def add(lines, name, argv, labels, extra=""):
+        lines.append(f"add_test({bracket(name)} {bracket(args.binary)} {' '.join(bracket(a) for a in argv)})")
+        lines.append(f"set_tests_properties({bracket(name)} PROPERTIES WORKING_DIRECTORY {bracket(args.working_dir)} "
+                     f"LABELS {bracket(';'.join(dict.fromkeys(labels)))}{extra})")
+
+    def add_case(lines, suite, case, value_param, kind):
+        name = case_entry_name(suite, case, value_param)
+        labels = own + ([kind] if kind and kind != "disabled" else [])
+        if kind == "disabled":
+            add(lines, name, [f"--gtest_filter={suite}.{case}", "--gtest_also_run_disabled_tests"], labels, " DISABLED TRUE")
+            return
+        cost = f" COST {args.case_cost:g}" if args.case_cost else ""
+        # A case that skips (no gloo, no CUDA device) shows as skipped, as under gtest_discover_tests.
+        add(lines, name, [f"--gtest_filter={suite}.{case}"], labels, f" SKIP_REGULAR_EXPRESSION {SKIPPED_CASE}{cost}")
+
+    grouped = []
+    fast = [(s, c) for s, c, _, kind in kinds if kind == "fast"]
+    if fast:
+        # COST: ctest starts the costliest entries first when it has no timings yet (a fresh build).
+        add(grouped, f"{args.name}.fast", [f"--gtest_filter={group_filter(fast, cases_of_suite)}"], own + ["fast"],
+            f" COST {max(1, len(fast) // 4)}")
+    gpu_only = [(s, c) for s, c, _, kind in kinds if kind == "gpu"]
+    if gpu_only and not args.cuda_build:
+        add(grouped, f"{args.name}.gpu_only", [f"--gtest_filter={group_filter(gpu_only, cases_of_suite)}"],
+            own + ["gpu"], f" FAIL_REGULAR_EXPRESSION {PASSED_CASE}")
+    for suite, case, value_param, kind in kinds:
+        if kind not in ("fast", "gpu") or (kind == "gpu" and args.cuda_build):
+            add_case(grouped, suite, case, value_param, kind)
+    Path(args.out).write_text("\n".join(grouped) + "\n")
+
+    # One process per case, as gtest_discover_tests registers them (PTRAIN_TEST_PROCESS_PER_CASE=1 ctest ...):
+    # to tell whether a grouped case fails because of an earlier one in its process, and to time the difference.
+    per_case = []
+    for suite, case, value_param, kind in kinds:
+        add_case(per_case, suite, case, value_param, kind)
+    Path(per_case_file(args.out)).write_text("\n".join(per_case) + "\n")
+
+
+def per_case_file(out):
+    return re.sub(r"\.cmake$", "", out) + "_per_case.cmake"
+
+if __name__ == "__main__":
+    main()
