@@ -115,6 +115,20 @@ void break_directory(const fs::path& dir) {
   std::ofstream(dir) << "not a directory";
 }
 
+// A --checkpoint-every step that ends an epoch is saved once, by the epoch's closing save: 12 steps an epoch,
+// a checkpoint every 6, saves at steps 6, 12, 18 and 24, each in the record's list of what saves held the step.
+TEST(AsyncCheckpoint, AStepThatEndsAnEpochIsSavedOnce) {
+  ptrain::testing::TempDir tmp;
+  for (const bool async : {false, true}) {
+    auto c = small_run(tmp.file(async ? "async" : "sync"), async);
+    c.run.checkpoint_every = 6;
+    const auto record = train(c);
+    const auto& blocking = record.extra.at("checkpoint_blocking");
+    EXPECT_EQ(blocking.at("saves").size(), 4u) << "async " << async << ": " << blocking.dump();
+    EXPECT_EQ(blocking.at("end_wait").get<double>() > 0, async) << blocking.dump();
+  }
+}
+
 TEST(AsyncCheckpoint, AFailedBackgroundWriteFailsTheNextSaveNamingItsFile) {
   ptrain::testing::TempDir tmp;
   const fs::path ck = fs::path(tmp.path()) / "ck";

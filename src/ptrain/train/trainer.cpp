@@ -422,7 +422,10 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     if (!device_.is_cuda()) clock_.mark(global_step_);
     ++step_in_epoch;
 
-    if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0)
+    // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
+    // here too would write the same state twice, the second write waiting for the first.
+    const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
+    if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
       save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
     const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
     if (progress_read) {
