@@ -470,6 +470,19 @@ TEST(ExpectedDuration, AddsStartsStepsJitAndWarmUps) {
   EXPECT_EQ(expected_duration({}, 0, {}).seconds, 0.0);
 }
 
+// A GPU run in fp32 of a convolutional model searches cuDNN's algorithms in its first steps, in every process, the
+// warm-up's included: its start counts that search.
+TEST(ExpectedDuration, AnFp32ConvolutionRunPaysCudnnsSearchInItsStart) {
+  JobDuration searching;
+  searching.fp32_convolution_search = true;
+  JobDuration plain;
+  const DurationEstimate e = expected_duration({searching, plain}, 0, {searching, plain});
+  EXPECT_DOUBLE_EQ(e.start_seconds, 2 * kPtrainStartSeconds + kFp32ConvolutionSearchSeconds);
+  EXPECT_DOUBLE_EQ(e.warm_up_seconds, kPtrainStartSeconds + kFp32ConvolutionSearchSeconds);
+  EXPECT_NE(duration_line(e, "x").find("cuDNN's search in a GPU fp32 run of convolutions +28 s"), std::string::npos)
+      << duration_line(e, "x");
+}
+
 TEST(ExpectedDuration, OneLineSaysRunsMinutesAndWhatItRestsOn) {
   JobDuration job;
   job.steps = 100;

@@ -84,6 +84,7 @@ DurationEstimate expected_duration(const std::vector<JobDuration>& jobs, int64_t
     if (job.compiled) seconds += kCompileSeconds;
     if (job.estimate) seconds += kEstimateSeconds;
     if (job.multi_process) seconds += kLaunchSeconds;
+    if (job.fp32_convolution_search) seconds += kFp32ConvolutionSearchSeconds;
     return seconds;
   };
   DurationEstimate e;
@@ -119,6 +120,7 @@ std::string duration_line(const DurationEstimate& e, const std::string& flops_ba
                      " s of process starts (a run: ptrain " + whole(kPtrainStartSeconds) + " s, PyTorch " +
                      whole(kPytorchStartSeconds) + " s, torch.compile +" + whole(kCompileSeconds) +
                      " s, ptrain estimate +" + whole(kEstimateSeconds) + " s, a launch +" + whole(kLaunchSeconds) +
+                     " s, cuDNN's search in a GPU fp32 run of convolutions +" + whole(kFp32ConvolutionSearchSeconds) +
                      " s)";
   if (e.warm_up_seconds > 0) line += ", " + whole(e.warm_up_seconds) + " s of warm-up runs";
   if (e.jit_seconds > 0) line += ", " + whole(e.jit_seconds) + " s of kernel JIT (" + whole(kJitSecondsPerDtype) +

@@ -28,6 +28,11 @@ inline constexpr double kLaunchSeconds = 4.0;
 // ptrain's first amp-bf16 run, 16.6 s in PyTorch's (the same page); counted once per dtype of a GPU bench, where a
 // warm-up or the first run pays it.
 inline constexpr double kJitSecondsPerDtype = 16.0;
+// cuDNN's search for the fastest fp32 convolution algorithms (TF32 off), which every process pays again in its first
+// steps: ResNet-50's first 10 fp32 steps took about 30 s on an H100 in ptrain and in PyTorch eager alike (the quick
+// suite's call, docs/results/2026-12-06-h100-quick-suite.md), against about 1.3 s at the steady rate. No warm-up
+// takes it off a later process.
+inline constexpr double kFp32ConvolutionSearchSeconds = 28.0;
 
 // Model FLOP utilisation assumed where no record tells a step's time: ResNet-50's at batch 128, the standard
 // workload (fp32 997 img/s on an H200, 37% of its 67 TFLOP/s; tf32 3,466 img/s, 17%; amp-bf16 14.5% on an H100,
@@ -42,6 +47,7 @@ struct JobDuration {
   bool compiled = false;       // torch.compile
   bool estimate = false;       // `ptrain estimate` runs first
   bool multi_process = false;  // under `ptrain launch` or torchrun
+  bool fp32_convolution_search = false;  // a GPU run in fp32 of a model with convolutions
   int64_t steps = 0;
   // Seconds a step, measured by an earlier record in --out (measured = true) or from FLOPs; none: unknown.
   std::optional<double> step_seconds;

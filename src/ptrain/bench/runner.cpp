@@ -24,6 +24,7 @@
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
+#include "ptrain/data/registry.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/train/run_flops.h"
 
@@ -226,6 +227,14 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
       device_name = "GPU";
     }
   }
+  const auto searches_fp32_convolutions = [&](const BenchJob& job) {
+    if (!suite.on_gpu || precision::mode_named(job.run.precision).name != "fp32") return false;
+    try {
+      return !data::is_token_dataset(train_config_of(job.train_arguments, job.processes).data.dataset);
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
   std::vector<JobDuration> durations;
   std::set<std::string> jit_dtypes;
   for (size_t i : to_run) {
@@ -235,6 +244,7 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
     d.compiled = !job.compile_mode.empty();
     d.estimate = !job.estimate_path.empty();
     d.multi_process = job.run.spec().multi_process();
+    d.fp32_convolution_search = searches_fp32_convolutions(job);
     estimate::RunLength length;
     preflight.refusal(job, &length);
     d.steps = length.total_steps;
@@ -266,6 +276,7 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
   for (const auto& job : warm) {
     JobDuration d;
     d.pytorch = job.framework != metrics::kFrameworkPtrain;
+    d.fp32_convolution_search = searches_fp32_convolutions(job);
     warm_durations.push_back(d);
   }
   const DurationEstimate e = expected_duration(durations, static_cast<int64_t>(jit_dtypes.size()), warm_durations);
