@@ -228,7 +228,7 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
     }
   }
   const auto searches_fp32_convolutions = [&](const BenchJob& job) {
-    if (!suite.on_gpu || precision::mode_named(job.run.precision).name != "fp32") return false;
+    if (!suite.on_gpu || precision::mode_named(job.run.precision) != precision::PrecisionMode::FP32) return false;
     try {
       return !data::is_token_dataset(train_config_of(job.train_arguments, job.processes).data.dataset);
     } catch (const std::exception&) {
