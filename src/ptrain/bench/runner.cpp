@@ -97,12 +97,6 @@ void mark_skipped(std::vector<BenchJob>& jobs, const std::vector<std::string>& n
   }
 }
 
-bool asks_for_compiled(const Suite& suite) {
-  return std::any_of(suite.runs.begin(), suite.runs.end(), [](const SuiteRun& run) {
-    return std::any_of(run.pytorch.begin(), run.pytorch.end(), is_compiled_variant);
-  });
-}
-
 // The dtype whose kernels a precision trains with, for the warm-up: pure and mixed fp16 share the CUDA driver's
 // compilation of their half kernels, as bf16 and amp-bf16 do (docs/results/2026-12-02-h200-all-modes.md); fp8 and
 // tf32 have kernels of their own.
@@ -227,43 +221,48 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
       device_name = "GPU";
     }
   }
-  const auto searches_fp32_convolutions = [&](const BenchJob& job) {
-    if (!suite.on_gpu || precision::mode_named(job.run.precision) != precision::PrecisionMode::FP32) return false;
+  // The job's config, read once for what the estimate asks of it; none where it cannot be read (the run's own
+  // error comes later).
+  const auto config_of = [](const BenchJob& job) -> std::optional<config::TrainConfig> {
     try {
-      return !data::is_token_dataset(train_config_of(job.train_arguments, job.processes).data.dataset);
+      return train_config_of(job.train_arguments, job.processes);
     } catch (const std::exception&) {
-      return false;
+      return std::nullopt;
     }
+  };
+  const auto searches_fp32_convolutions = [&](const BenchJob& job, const std::optional<config::TrainConfig>& c) {
+    return suite.on_gpu && precision::mode_named(job.run.precision) == precision::PrecisionMode::FP32 && c &&
+           !data::is_token_dataset(c->data.dataset);
   };
   std::vector<JobDuration> durations;
   std::set<std::string> jit_dtypes;
   for (size_t i : to_run) {
     const BenchJob& job = jobs[i];
+    const auto c = config_of(job);
     JobDuration d;
     d.pytorch = job.framework != metrics::kFrameworkPtrain;
     d.compiled = !job.compile_mode.empty();
     d.estimate = !job.estimate_path.empty();
     d.multi_process = job.run.spec().multi_process();
-    d.fp32_convolution_search = searches_fp32_convolutions(job);
+    d.fp32_convolution_search = searches_fp32_convolutions(job, c);
     estimate::RunLength length;
     preflight.refusal(job, &length);
     d.steps = length.total_steps;
     if ((d.step_seconds = recorded_step_seconds(records, job))) {
       d.measured = true;
-    } else {
+    } else if (c) {
       try {
-        const config::TrainConfig c = train_config_of(job.train_arguments, job.processes);
-        const auto forward = forward_flops_per_sample(c);
+        const auto forward = forward_flops_per_sample(*c);
         const auto mode = precision::mode_named(job.run.precision);
         if (forward && suite.on_gpu) {
           const auto peak = metrics::dense_peak(cuda_runtime::device_properties(0), train::math_rate_of(mode));
           if (peak) {
-            d.step_seconds = step_seconds_from_flops(*forward, c.run.batch_size, peak->flops_per_second,
+            d.step_seconds = step_seconds_from_flops(*forward, c->run.batch_size, peak->flops_per_second,
                                                      assumed_mfu(train::math_rate_of(mode)));
             peak_basis = peak->basis;
           }
         } else if (forward) {
-          d.step_seconds = step_seconds_from_flops(*forward, c.run.batch_size, kCpuFlopsPerSecond, 1.0);
+          d.step_seconds = step_seconds_from_flops(*forward, c->run.batch_size, kCpuFlopsPerSecond, 1.0);
         }
       } catch (const std::exception&) {
         // unknown: counted as such in the line
@@ -276,7 +275,7 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
   for (const auto& job : warm) {
     JobDuration d;
     d.pytorch = job.framework != metrics::kFrameworkPtrain;
-    d.fp32_convolution_search = searches_fp32_convolutions(job);
+    d.fp32_convolution_search = searches_fp32_convolutions(job, config_of(job));
     warm_durations.push_back(d);
   }
   const DurationEstimate e = expected_duration(durations, static_cast<int64_t>(jit_dtypes.size()), warm_durations);
