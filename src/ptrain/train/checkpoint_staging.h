@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ptrain/io/named_tensors.h"
@@ -39,6 +40,18 @@ class StagedSections {
   virtual StagingPlace place() const = 0;
   // The bytes staged on devices (0 on the CPU).
   virtual int64_t device_bytes() const = 0;
+};
+
+// Host copies complete when staged: the calling thread made them, or waited for them (both builds' halves).
+class StagedOnHost final : public StagedSections {
+ public:
+  explicit StagedOnHost(std::vector<io::NamedTensors> sections) : sections_(std::move(sections)) {}
+  std::vector<io::NamedTensors> finish() override { return std::move(sections_); }
+  StagingPlace place() const override { return StagingPlace::host; }
+  int64_t device_bytes() const override { return 0; }
+
+ private:
+  std::vector<io::NamedTensors> sections_;
 };
 
 // Begins copying sections. Later in-place updates of the originals, queued on the devices' current streams

@@ -23,18 +23,6 @@ torch::Tensor empty_pinned_like(const torch::Tensor& tensor) {
   return torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
 }
 
-// Pinned host copies, complete when staged: the training thread waited for them.
-class HostCopies final : public StagedSections {
- public:
-  explicit HostCopies(std::vector<io::NamedTensors> sections) : sections_(std::move(sections)) {}
-  std::vector<io::NamedTensors> finish() override { return std::move(sections_); }
-  StagingPlace place() const override { return StagingPlace::host; }
-  int64_t device_bytes() const override { return 0; }
-
- private:
-  std::vector<io::NamedTensors> sections_;
-};
-
 // Device clones, taken on each device's current stream (so after every step queued before, before every
 // update queued after), and the event each device recorded after them.
 class DeviceSnapshot final : public StagedSections {
@@ -106,9 +94,7 @@ std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sec
   for (auto& section : sections)
     for (auto& [name, tensor] : section) {
       if (!tensor.defined()) continue;
-      if (!tensor.is_cuda()) {
-        tensor = tensor.detach().clone();
-      } else if (on_device) {
+      if (!tensor.is_cuda() || on_device) {
         tensor = tensor.detach().clone();
       } else {
         // Pinned: the copy runs as a DMA at the link's full speed, as PyTorch DCP's async_save stages.
@@ -120,7 +106,7 @@ std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sec
   if (!on_device) {
     // The copies are queued on each device's current stream; the writer thread may read them only once done.
     for (const auto& [device, size] : bytes) metrics::synchronize(torch::Device(torch::kCUDA, device));
-    return std::make_unique<HostCopies>(std::move(sections));
+    return std::make_unique<StagedOnHost>(std::move(sections));
   }
   std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken;
   for (const auto& [device, size] : bytes) {
