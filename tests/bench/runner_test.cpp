@@ -367,13 +367,8 @@ TEST_F(Jobs, RepeatRunsEachPairInTurnUnderNamesOfItsRound) {
   EXPECT_THROW(plan(o), ptrain::Error);
 }
 
-// A whole bench of a tiny CPU suite with --repeat 2: four processes, in turn, each record with its round, the
-// load averages around it and its steady step times; the report gives the ratio as a median with its range.
-TEST(BenchRepeat, TwoRoundsOfATinySuiteGiveInterleavedRecordsAndAReportWithMedianAndRange) {
-  TempDir dir;
-  std::ofstream(dir.file("suite.yaml")) << "name: tiny\nworkload: {model: resnet20, dataset: synthetic, data-path: "
-                                           "\"64:1x8x8:4\", batch-size: 8, epochs: 1, test-limit: 8, threads: 1}\n"
-                                           "runs:\n  - {precision: fp32}\n";
+// A real bench on the CPU of dir's suite.yaml into dir/out: this build's ptrain, PyTorch through the oracle's Python.
+BenchOptions real_cpu_bench(const TempDir& dir) {
   BenchOptions o;
   o.suite = dir.file("suite.yaml");
   o.source_dir = PTRAIN_SOURCE_DIR;
@@ -381,9 +376,20 @@ TEST(BenchRepeat, TwoRoundsOfATinySuiteGiveInterleavedRecordsAndAReportWithMedia
   o.gpus = 0;
   o.estimate = false;
   o.pytorch = true;
-  o.repeat = 2;
   o.python = PTRAIN_ORACLE_PYTHON;
   o.ptrain_executable = PTRAIN_EXECUTABLE;
+  return o;
+}
+
+// A whole bench of a tiny CPU suite with --repeat 2: four processes, in turn, each record with its round, the
+// load averages around it and its steady step times; the report gives the ratio as a median with its range.
+TEST(BenchRepeat, TwoRoundsOfATinySuiteGiveInterleavedRecordsAndAReportWithMedianAndRange) {
+  TempDir dir;
+  std::ofstream(dir.file("suite.yaml")) << "name: tiny\nworkload: {model: resnet20, dataset: synthetic, data-path: "
+                                           "\"64:1x8x8:4\", batch-size: 8, epochs: 1, test-limit: 8, threads: 1}\n"
+                                           "runs:\n  - {precision: fp32}\n";
+  BenchOptions o = real_cpu_bench(dir);
+  o.repeat = 2;
   std::ostringstream progress;
   const BenchOutcome outcome = run_bench(o, progress);
   ASSERT_EQ(outcome.completed, 4) << progress.str();
@@ -535,15 +541,7 @@ TEST(BenchQuickForm, ExpectsWarmsUpAndLeavesAccuracyOutInTheReport) {
                                            "workload: {model: resnet20, dataset: synthetic, data-path: "
                                            "\"64:1x8x8:4\", batch-size: 8, epochs: 1, test-limit: 8, threads: 1}\n"
                                            "runs:\n  - {precision: fp32}\n  - {precision: bf16}\n";
-  BenchOptions o;
-  o.suite = dir.file("suite.yaml");
-  o.source_dir = PTRAIN_SOURCE_DIR;
-  o.out_dir = dir.file("out");
-  o.gpus = 0;
-  o.estimate = false;
-  o.pytorch = true;
-  o.python = PTRAIN_ORACLE_PYTHON;
-  o.ptrain_executable = PTRAIN_EXECUTABLE;
+  const BenchOptions o = real_cpu_bench(dir);
   std::ostringstream progress;
   const BenchOutcome outcome = run_bench(o, progress);
   const std::string text = progress.str();
