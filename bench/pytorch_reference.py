@@ -534,6 +534,9 @@ def parse_args(argv=None):
     p.add_argument("--precision", default="fp32",
                    choices=["fp32", "tf32", "fp16", "bf16", "amp-fp16", "amp-bf16", "fp8"])
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format (convolutional models)")
+    p.add_argument("--no-cudnn-benchmark", dest="cudnn_benchmark", action="store_false", default=True,
+                   help="cuDNN's heuristics choose convolution algorithms instead of timing them all (ptrain's "
+                        "--no-cudnn-benchmark)")
     p.add_argument("--compile", action="store_true",
                    help="train the model through torch.compile (default mode); PyTorch 2.x only")
     p.add_argument("--compile-mode", default="default", choices=list(COMPILE_MODES),
@@ -1121,7 +1124,7 @@ def main(argv=None):
     ctx = setup(p, a)
     lead = ctx.rank == 0
     cuda = ctx.device.type == "cuda"
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     tf32 = a.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -1335,6 +1338,8 @@ def main(argv=None):
     extra = {"implementation": "pytorch-compiled" if compiled else "pytorch-eager",
              "evaluation": "sharded over ranks, sums all-reduced" + (", uncompiled module" if a.compile else ""),
              "augment": a.augment, "norm": a.norm, "optimizer": a.optimizer}
+    if cuda:
+        extra["cudnn_benchmark"] = a.cudnn_benchmark  # ptrain's record has it in its config
     if a.compile:
         extra["compile"] = {"mode": a.compile_mode, "graphs": graphs, "first_step_seconds": first_step_seconds}
     if ctx.dp_device_ids:

@@ -10,6 +10,7 @@
 
 #include "ptrain/bench/bench_record.h"
 #include "ptrain/bench/duration.h"
+#include "ptrain/bench/jobs.h"
 #include "ptrain/bench/runner.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/config/train_config.h"
@@ -311,6 +312,28 @@ TEST(StandardJobs, KeepTheirPathsAndTheEagerReferenceInPtrainsMemoryFormat) {
   }
   for (const auto& job : plan_jobs(load_suite("standard", PTRAIN_SOURCE_DIR, 0), o, "/out", PytorchAbilities{})) {
     EXPECT_FALSE(has(job.command, "--channels-last")) << "on the CPU ptrain's auto is NCHW: " << job.command;
+  }
+}
+
+// The quick suite's GPU workload turns cuDNN's search off in both frameworks: ptrain reads it from the workload
+// file, the PyTorch reference gets its flag. The standard suite keeps the search, and so does the quick suite's
+// CPU workload, which has no cuDNN.
+TEST(QuickJobs, LeaveCudnnsSearchOutInBothFrameworksOnTheGpu) {
+  const BenchOptions o = options();
+  const Suite quick = load_suite("quick", PTRAIN_SOURCE_DIR, 1);
+  EXPECT_EQ(workload_value(quick.workload, "cudnn-benchmark"), "false");
+  int pytorch_jobs = 0;
+  for (const auto& job : plan_jobs(quick, o, "/out", PytorchAbilities{})) {
+    if (job.framework != "pytorch" || !job.unavailable.empty()) continue;
+    ++pytorch_jobs;
+    EXPECT_TRUE(has(job.command, "'--no-cudnn-benchmark'")) << job.command;
+  }
+  EXPECT_EQ(pytorch_jobs, 14);
+  for (const int gpus : {0, 2}) {
+    const std::string suite = gpus == 0 ? "quick" : "standard";
+    for (const auto& job : plan_jobs(load_suite(suite, PTRAIN_SOURCE_DIR, gpus), o, "/out", PytorchAbilities{})) {
+      EXPECT_FALSE(has(job.command, "cudnn-benchmark")) << suite << ": " << job.command;
+    }
   }
 }
 

@@ -70,6 +70,15 @@ TEST(TrainOptions, YamlKeysApplyAndFlagsWin) {
   EXPECT_TRUE(c.precision.master_weights);
 }
 
+// cuDNN's search is on unless a flag or a config file's key (the quick suite's workload) turns it off.
+TEST(TrainOptions, CudnnBenchmarkIsOnUnlessTurnedOff) {
+  EXPECT_TRUE(parse({}).run.cudnn_benchmark);
+  EXPECT_FALSE(parse({"--no-cudnn-benchmark"}).run.cudnn_benchmark);
+  EXPECT_FALSE(parse({"--config", write_yaml("cudnn", "cudnn-benchmark: false\n")}).run.cudnn_benchmark);
+  EXPECT_TRUE(parse({"--config", write_yaml("cudnn_on", "cudnn-benchmark: false\n"), "--cudnn-benchmark"})
+                  .run.cudnn_benchmark);
+}
+
 TEST(TrainOptions, UnknownYamlKeyIsNamedWithItsFile) {
   const auto path = write_yaml("unknown", "lr: 0.1\nlearning_rat: 0.2\n");
   const std::string message = error_of([&] { parse({"--config", path}); });

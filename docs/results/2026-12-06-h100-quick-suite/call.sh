@@ -41,5 +41,9 @@ for p in sorted(root.rglob("*.json")):
           f"{gib(r.get('peak_allocated_bytes')):>8} {gib(r.get('peak_nvml_used_bytes')):>8} "
           f"{(r.get('mfu') or 0):6.1%} {r.get('gpu_util_mean') or 0:6.1f} {r.get('total_wall_seconds') or 0:7.1f}")
 PY
+# Where call-300.sh ran earlier on this machine: each steady figure beside the same run at 300 steps.
+if [ -d .bench/quick-300/runs ]; then
+  python3 docs/results/2026-12-06-h100-quick-suite/compare.py .bench/quick/runs .bench/quick-300/runs | tee $R/compare.txt
+fi
 cp .bench/quick/report.md $R/ 2>/dev/null
 tar -czf $OUT/quick.tgz -C .bench quick

@@ -170,6 +170,8 @@ BenchJob pytorch_job(const Suite& suite, const SuiteRun& run, const std::string&
       continue;
     } else if (key == "augment") {
       if (!truthy(value)) args.push_back("--no-augment");
+    } else if (key == "cudnn-benchmark") {
+      if (!truthy(value)) args.push_back("--no-cudnn-benchmark");
     } else if (key == "nesterov") {
       args.push_back(truthy(value) ? "--nesterov" : "--no-nesterov");
     } else if (key == "eval-each-epoch" || key == "log-every" || key == "threads" || key == "loader-threads" ||

@@ -232,7 +232,7 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
   };
   const auto searches_fp32_convolutions = [&](const BenchJob& job, const std::optional<config::TrainConfig>& c) {
     return suite.on_gpu && precision::mode_named(job.run.precision) == precision::PrecisionMode::FP32 && c &&
-           !data::is_token_dataset(c->data.dataset);
+           c->run.cudnn_benchmark && !data::is_token_dataset(c->data.dataset);
   };
   std::vector<JobDuration> durations;
   std::set<std::string> jit_dtypes;
@@ -280,6 +280,21 @@ std::string expected_duration_text(const Suite& suite, const std::vector<BenchJo
   }
   const DurationEstimate e = expected_duration(durations, static_cast<int64_t>(jit_dtypes.size()), warm_durations);
   return duration_line(e, suite.on_gpu ? gpu_flops_basis(device_name, peak_basis) : cpu_flops_basis());
+}
+
+// The suite's workloads that turn cuDNN's search off (cudnn-benchmark: false), for the report's note: "the
+// workload", or their names in a suite of several; "" where none does.
+std::string heuristic_workloads(const Suite& suite) {
+  const auto heuristic = [](const WorkloadKeys& w) {
+    const std::string value = workload_value(w, "cudnn-benchmark");
+    return !value.empty() && !truthy(value);
+  };
+  if (!suite.has_several_workloads()) return heuristic(suite.workload) ? "the workload" : "";
+  std::vector<std::string> names;
+  for (const auto& [name, keys] : suite.workloads) {
+    if (heuristic(keys)) names.push_back(name);
+  }
+  return join(names, ", ");
 }
 
 }  // namespace
@@ -373,6 +388,12 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
                     " trains short runs for throughput, memory and utilisation, evaluating on a handful of test "
                     "samples, so the test accuracy figures below mean nothing. For accuracy, train the runs at full "
                     "length: the standard suite (ptrain bench --suite standard) trains each for 5 epochs.");
+    progress << "ptrain bench: " << notes.back() << std::endl;
+  }
+  if (suite.on_gpu && !heuristic_workloads(suite).empty()) {
+    notes.push_back("cuDNN's heuristics choose the convolution algorithms of " + heuristic_workloads(suite) +
+                    " in both frameworks (cudnn-benchmark: false), without the search that times them all (about "
+                    "30 s of each fp32 ResNet-50 run): the convolutions may run slower than a searched run's.");
     progress << "ptrain bench: " << notes.back() << std::endl;
   }
   BenchOutcome outcome;

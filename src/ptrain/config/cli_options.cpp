@@ -302,6 +302,11 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
                  "Capture the whole training step as a CUDA graph once shapes are fixed (where the run allows it; "
                  "otherwise it says why and runs eagerly)")
       ->group("Run");
+  add_switch(app, "--cudnn-benchmark,!--no-cudnn-benchmark", c.run.cudnn_benchmark,
+                 "CUDA: cuDNN times its algorithms for each convolution shape and keeps the fastest, as PyTorch's "
+                 "torch.backends.cudnn.benchmark (off: its heuristics choose; in fp32 the search takes about 30 s a "
+                 "ResNet-50 run)")
+      ->group("Run");
   add_switch(app, "--fused-kernels,!--no-fused-kernels", c.run.fused_kernels,
                  "Fused CUDA kernels and optimizer steps where they exist; off: LibTorch's unfused ops")
       ->group("Run");

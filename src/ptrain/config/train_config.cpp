@@ -47,6 +47,7 @@ nlohmann::json to_json(const TrainConfig& c) {
                {"global_batch_size", c.run.global_batch_size},
                {"deepspeed_config", c.run.deepspeed_config}, {"profile_out", c.run.profile_out},
                {"profile_steps", c.run.profile_steps}, {"cuda_graphs", c.run.cuda_graphs},
+               {"cudnn_benchmark", c.run.cudnn_benchmark},
                {"fused_kernels", c.run.fused_kernels}, {"relu_recompute", c.run.relu_recompute},
                {"conv_bn_fusion", c.run.conv_bn_fusion}, {"skip_fusions", c.run.skip_fusions}}},
       {"dist", {{"backend", c.dist.backend}, {"timeout_seconds", c.dist.timeout_seconds},

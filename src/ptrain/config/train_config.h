@@ -107,6 +107,8 @@ struct RunConfig {
   std::string profile_out;                 // a Chrome trace of the steps profile_steps names; empty: none
   std::string profile_steps = "11:15";     // A:B, optimizer steps A to B (1-based, inclusive) traced
   bool cuda_graphs = true;                 // capture the whole step as a CUDA graph where the run allows it
+  bool cudnn_benchmark = true;             // cuDNN times its algorithms for each new convolution shape and keeps the
+                                           // fastest (false: its heuristics choose, without the search)
   bool fused_kernels = true;               // fused CUDA kernels and optimizers where they exist (else LibTorch ops)
   bool relu_recompute = true;              // with them, a ResNet's batch norm + ReLU outputs recomputed in backward
   bool conv_bn_fusion = true;              // with both, a ResNet's convolutions hand their statistics to its batch norms

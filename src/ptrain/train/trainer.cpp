@@ -122,8 +122,9 @@ void TrainingRun::set_up_device() {
     std::cerr << "ptrain: warning: " << plan_.threads_warning << std::endl;
   precision::apply_global_math_mode(policy_);
   if (device_.is_cuda()) {
-    // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does.
-    at::globalContext().setBenchmarkCuDNN(true);
+    // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does,
+    // unless --no-cudnn-benchmark trades that search (about 30 s of a ResNet-50 run in fp32) for its heuristics.
+    at::globalContext().setBenchmarkCuDNN(c_.run.cudnn_benchmark);
   }
   if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
 }
