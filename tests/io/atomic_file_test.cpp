@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "ptrain/core/error.h"
@@ -29,6 +31,30 @@ TEST(AtomicFile, WritesNewAndReplacesExistingFile) {
   EXPECT_EQ(read_bytes(path), std::string("first\0version", 13));
   ptrain::io::write_file_atomically(path, [](std::ostream& out) { out << "second"; });
   EXPECT_EQ(ptrain::io::read_file_bytes(path), "second");
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
+}
+
+// Pieces of 256 MiB or more are written by several threads at their offsets (a checkpoint's tensors): the file
+// holds them in order, byte for byte, pieces of odd sizes straddling the writers' 64 MiB chunks included, and
+// what a sequential write would have left; a file replaced by a shorter one keeps none of its old tail.
+TEST(AtomicFile, ManyPiecesOfALargeFileAreWrittenInOrder) {
+  TempDir dir;
+  const auto path = dir.file("large.bin");
+  std::string data(size_t{300} << 20, '\0');
+  uint32_t state = 12345;
+  for (size_t i = 0; i < data.size(); i += 4) {
+    state = state * 1664525u + 1013904223u;  // distinct bytes everywhere: a chunk at the wrong offset shows
+    std::memcpy(&data[i], &state, std::min<size_t>(4, data.size() - i));
+  }
+  const std::string_view all(data);
+  const std::vector<std::string_view> pieces{all.substr(0, 7), all.substr(7, (size_t{100} << 20) + 3),
+                                             all.substr((size_t{100} << 20) + 10)};
+  ptrain::io::write_file_atomically(path, pieces);
+  const std::string written = read_bytes(path);
+  ASSERT_EQ(written.size(), data.size());
+  EXPECT_TRUE(written == data) << "the pieces are not where a sequential write puts them";
+  ptrain::io::write_file_atomically(path, std::string("short"));
+  EXPECT_EQ(read_bytes(path), "short");
   EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
 }
 

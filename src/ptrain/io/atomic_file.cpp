@@ -6,11 +6,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "ptrain/core/error.h"
 
@@ -39,8 +45,64 @@ void write_all(int fd, std::string_view bytes, const std::string& name) {
   }
 }
 
+void pwrite_all(int fd, std::string_view bytes, off_t offset, const std::string& name) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::pwrite(fd, bytes.data() + written, bytes.size() - written, offset + static_cast<off_t>(written));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error("cannot write " + name + ": " + errno_text());
+    }
+    written += static_cast<size_t>(n);
+  }
+}
+
 void write_all(int fd, const std::vector<std::string_view>& pieces, const std::string& name) {
   for (const auto piece : pieces) write_all(fd, piece, name);
+}
+
+// write_all into a new regular file (positional writes: no pipe or socket). Pieces of 256 MiB or more (a
+// checkpoint's tensors) are written by several threads at their offsets: one thread copies into the page
+// cache at a few GB/s, seconds of a ten-gigabyte checkpoint that hold up the next --async-checkpoint save,
+// while the cores are free. Smaller files go in one thread, in order.
+void write_all_to_file(int fd, const std::vector<std::string_view>& pieces, const std::string& name) {
+  constexpr size_t kChunk = size_t{64} << 20;
+  constexpr size_t kParallelFrom = size_t{256} << 20;
+  size_t total = 0;
+  for (const auto piece : pieces) total += piece.size();
+  if (total < kParallelFrom) {
+    write_all(fd, pieces, name);
+    return;
+  }
+  std::vector<std::pair<off_t, std::string_view>> chunks;
+  off_t offset = 0;
+  for (const auto piece : pieces) {
+    for (size_t at = 0; at < piece.size(); at += kChunk) {
+      const std::string_view chunk = piece.substr(at, kChunk);
+      chunks.emplace_back(offset, chunk);
+      offset += static_cast<off_t>(chunk.size());
+    }
+  }
+  const size_t threads = std::min<size_t>(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
+  std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    try {
+      for (size_t i; (i = next.fetch_add(1)) < chunks.size();) pwrite_all(fd, chunks[i].second, chunks[i].first, name);
+    } catch (...) {
+      next = chunks.size();  // the others stop at their next chunk
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+  // The descriptor's position where a sequential write would leave it: the end, for whatever comes after.
+  if (::lseek(fd, offset, SEEK_SET) < 0) throw Error("cannot write " + name + ": " + errno_text());
 }
 
 // Without it a crash right after rename can lose the directory entry on some file systems.
@@ -177,7 +239,7 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
                 errno_text());
   }
   try {
-    write_all(fd, bytes, temp_path);
+    write_all_to_file(fd, bytes, temp_path);
     if (::fsync(fd) != 0) throw Error("cannot write " + path + ": fsync failed: " + errno_text());
     // mkstemp creates 0600; a replaced file keeps its mode, a new one gets the usual 0644 (reading the
     // umask would mean changing it, which races with other threads creating files).
