@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/kernels/batch_norm_params.h"
 #include "ptrain/kernels/conv_stats.h"
 
 namespace ptrain::kernels {
@@ -22,12 +23,6 @@ torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& resid
                               const torch::Tensor& bias, const torch::Tensor& running_mean,
                               const torch::Tensor& running_var, double momentum, double eps, bool allow_fused,
                               torch::Tensor* twin = nullptr);
-
-// One training-mode batch norm's tensors and settings, for the functions that take two.
-struct BatchNormParams {
-  torch::Tensor weight, bias, running_mean, running_var;
-  double momentum = 0.1, eps = 1e-5;
-};
 
 // relu(batch_norm(x) + batch_norm(x2)): a ResNet block whose shortcut has a convolution and batch norm of its own
 // (the first block of a stage), both batch norms in training mode, both running statistics updated. Where the fused

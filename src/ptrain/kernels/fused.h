@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/kernels/batch_norm_params.h"
 
 namespace ptrain::kernels::fused {
 
