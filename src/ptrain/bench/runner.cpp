@@ -20,7 +20,7 @@
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/out_lock.h"
 #include "ptrain/bench/preflight.h"
-#include "ptrain/bench/process_group.h"
+#include "ptrain/bench/command_process.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
@@ -406,7 +406,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
         break;
     }
   }
-  const StopSignals stop_signals;
+  const InterruptRelay interrupt_relay;
   if (!warm.empty()) {
     write_workload_files(warm_suite, warm_out);
     sink.line("warm-up: " + std::to_string(warm.size()) + " untimed run(s) of " + std::to_string(kWarmUpSteps) +
