@@ -16,7 +16,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"

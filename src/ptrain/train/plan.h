@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
