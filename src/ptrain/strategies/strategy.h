@@ -20,7 +20,7 @@
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 

@@ -15,7 +15,7 @@
 #include "ptrain/data/registry.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::train {
 
