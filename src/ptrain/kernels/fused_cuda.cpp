@@ -8,7 +8,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cuda/launch.h"
-#include "ptrain/kernels/cudnn/conv_stats.h"
+#include "ptrain/kernels/cudnn/conv_stats_graph.h"
 #include "ptrain/kernels/fused.h"
 
 namespace ptrain::kernels::fused {
