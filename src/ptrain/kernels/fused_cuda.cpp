@@ -600,9 +600,10 @@ CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch:
   const auto options = logits.options().dtype(torch::kFloat);
   CrossEntropyRows out{torch::empty({rows}, options), torch::empty({rows}, options), torch::empty({rows}, options)};
   launch("fused cross_entropy", [&] {
-    cuda::cross_entropy_forward(dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
-                                logits.stride(0), labels.data_ptr<int64_t>(), out.loss.data_ptr<float>(),
-                                out.lse.data_ptr<float>(), out.correct.data_ptr<float>(), current_stream(logits));
+    const cuda::CrossEntropyLogits in{dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
+                                    logits.stride(0), labels.data_ptr<int64_t>()};
+    cuda::cross_entropy_forward(in, out.loss.data_ptr<float>(), out.lse.data_ptr<float>(),
+                                out.correct.data_ptr<float>(), current_stream(logits));
   });
   return out;
 }
@@ -616,10 +617,10 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
   check(scale.numel() == 1, "fused cross_entropy backward: the scale must hold one value");
   auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());
   launch("fused cross_entropy backward", [&] {
-    cuda::cross_entropy_backward(dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(), logits.size(0),
-                                 classes, logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(),
-                                 lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
-                                 current_stream(logits));
+    const cuda::CrossEntropyLogits in{dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(),
+                                    logits.size(0), classes, logits.stride(0), labels.data_ptr<int64_t>()};
+    cuda::cross_entropy_backward(in, logits.size(1), lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(),
+                                 grad.stride(0), current_stream(logits));
   });
   return grad;
 }

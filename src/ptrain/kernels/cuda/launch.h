@@ -11,17 +11,23 @@ namespace ptrain::kernels::cuda {
 
 enum class Dtype { kFloat, kHalf, kBFloat16 };
 
-// Row r of logits [rows, classes] (row_stride elements apart, unit stride within a row) against labels[r]:
+// The rows of logits (dtype) that both directions read: row r's first classes values (row_stride elements
+// apart, unit stride within a row) and its label, labels[r].
+struct CrossEntropyLogits {
+  Dtype dtype;
+  const void* logits;
+  int64_t rows, classes, row_stride;
+  const int64_t* labels;
+};
+
 // loss[r] = logsumexp(row) - row[label] (NaN for a label outside [0, classes)), lse[r] = logsumexp(row),
 // correct[r] = 1 when the row's first largest value is at the label, else 0. All in fp32.
-void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
-                           const int64_t* labels, float* loss, float* lse, float* correct, cudaStream_t stream);
+void cross_entropy_forward(const CrossEntropyLogits& in, float* loss, float* lse, float* correct, cudaStream_t stream);
 
 // grad[r][c] = (exp(row[c] - lse[r]) - (c == labels[r])) * (*scale) for c < classes, 0 for classes <= c <
 // width (a padded vocabulary's columns), in the logits' dtype (grad rows are grad_row_stride apart). scale is
 // read on the device: the upstream gradient over the rows averaged.
-void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t width,
-                            int64_t row_stride, const int64_t* labels, const float* lse, const float* scale,
+void cross_entropy_backward(const CrossEntropyLogits& in, int64_t width, const float* lse, const float* scale,
                             void* grad, int64_t grad_row_stride, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
