@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
   float *weight = params, *bias = params + max_channels, *running_mean = params + 2 * max_channels,
         *running_var = params + 3 * max_channels, *mean = params + 4 * max_channels, *invstd = params + 5 * max_channels,
         *scale_shift = params + 6 * max_channels, *dweight = params + 8 * max_channels;
+  using ptrain::kernels::cuda::BatchNormShape;
+  const ptrain::kernels::cuda::BatchNormSide side{weight, bias,   running_mean, running_var, 0.1,
+                                                  1e-5,   mean,   invstd,       scale_shift};
+  const ptrain::kernels::cuda::BatchNormGrads grads{dweight, dweight + max_channels};
   std::vector<float> ones(max_channels, 1.0f);
   check(cudaMemcpy(weight, ones.data(), max_channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   void* flush;
@@ -196,9 +200,8 @@ int main(int argc, char** argv) {
       bool single = false;
       const auto forward = [&](unsigned long long* into) {
         single = ptrain::kernels::cuda::batch_norm_relu_forward(
-            dtype, Dtype::kFloat, x, l.residual ? residual : nullptr, l.rows, l.channels, weight, bias, running_mean,
-            running_var, 0.1, 1e-5, l.relu, mean, invstd, scale_shift, y, workspace, stream,
-            ptrain::kernels::cuda::BatchNormPasses::kAuto, into, &blocks);
+            BatchNormShape{dtype, Dtype::kFloat, l.rows, l.channels}, {x, l.residual ? residual : nullptr, l.relu, y},
+            side, workspace, stream, {ptrain::kernels::cuda::BatchNormPasses::kAuto, into, &blocks});
       };
       forward(nullptr);
       if (!warm) check(cudaMemsetAsync(flush, 1, flush_bytes, stream), "flush");
@@ -245,26 +248,24 @@ int main(int argc, char** argv) {
   using ptrain::kernels::cuda::BatchNormPasses;
   for (const Layer& l : layers) {
     const double tensor = static_cast<double>(l.rows) * l.channels * element_bytes(dtype);
+    const BatchNormShape shape{dtype, Dtype::kFloat, l.rows, l.channels};
+    const ptrain::kernels::cuda::BatchNormReluForwardIo forward_io{x, l.residual ? residual : nullptr, l.relu, y};
     const double copy = time_us([&] { check(cudaMemcpyAsync(y, x, static_cast<size_t>(tensor), cudaMemcpyDeviceToDevice, stream), "copy"); });
     const double stats = time_us([&] {
-      ptrain::kernels::cuda::batch_norm_stats(dtype, Dtype::kFloat, x, l.rows, l.channels, weight, bias, running_mean,
-                                              running_var, 0.1, 1e-5, mean, invstd, scale_shift, workspace, stream);
+      ptrain::kernels::cuda::batch_norm_stats(shape, x, side, workspace, stream);
     });
     const double apply = time_us([&] {
-      ptrain::kernels::cuda::batch_norm_relu_apply(dtype, x, l.residual ? residual : nullptr, scale_shift, l.rows,
-                                                   l.channels, l.relu, y, stream);
+      ptrain::kernels::cuda::batch_norm_relu_apply(shape, forward_io, scale_shift, stream);
     });
     bool took_single = false;
     const auto forward = [&](BatchNormPasses passes) {
-      took_single = ptrain::kernels::cuda::batch_norm_relu_forward(
-          dtype, Dtype::kFloat, x, l.residual ? residual : nullptr, l.rows, l.channels, weight, bias, running_mean,
-          running_var, 0.1, 1e-5, l.relu, mean, invstd, scale_shift, y, workspace, stream, passes);
+      took_single =
+          ptrain::kernels::cuda::batch_norm_relu_forward(shape, forward_io, side, workspace, stream, {passes});
     };
     const auto backward_with = [&](BatchNormPasses passes, const void* second_dy = nullptr) {
       took_single = ptrain::kernels::cuda::batch_norm_relu_backward(
-          dtype, Dtype::kFloat, dy, second_dy, l.residual ? y : nullptr, x, mean, invstd, scale_shift, weight, l.rows,
-          l.channels, l.relu, dx, l.residual ? dresidual : nullptr, dweight, dweight + max_channels, workspace, stream,
-          passes);
+          shape, {dy, second_dy, l.residual ? y : nullptr, x, l.relu, dx, l.residual ? dresidual : nullptr}, side,
+          grads, workspace, stream, passes);
     };
     const double forward_single = time_us([&] { forward(BatchNormPasses::kSinglePass); });
     const bool forward_single_ran = took_single;
@@ -338,39 +339,32 @@ int main(int argc, char** argv) {
     const Layer& l = layers[i];
     if (l.name.find(".shortcut") == std::string::npos) continue;
     const Layer& last = layers[i + 1];  // the block's bn3, whose residual the shortcut's output was
+    const BatchNormShape shape{dtype, Dtype::kFloat, l.rows, l.channels};
+    const BatchNormShape last_shape{dtype, Dtype::kFloat, last.rows, last.channels};
     void* x2 = residual;  // the shortcut convolution's output
     void* y2 = dresidual;  // apart: the shortcut's output; dual: the shortcut's gradient
     const double forward_apart = time_us([&] {
-      ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x2, nullptr, l.rows, l.channels, params2,
-                                                     params2 + max_channels, params2 + 2 * max_channels,
-                                                     params2 + 3 * max_channels, 0.1, 1e-5, false,
-                                                     params2 + 4 * max_channels, params2 + 5 * max_channels,
-                                                     params2 + 6 * max_channels, y2, workspace, stream);
-      ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x, y2, last.rows, last.channels, weight, bias,
-                                                     running_mean, running_var, 0.1, 1e-5, true, mean, invstd,
-                                                     scale_shift, y, workspace, stream);
+      ptrain::kernels::cuda::batch_norm_relu_forward(shape, {x2, nullptr, false, y2}, side_at(params2), workspace,
+                                                     stream);
+      ptrain::kernels::cuda::batch_norm_relu_forward(last_shape, {x, y2, true, y}, side, workspace, stream);
     });
     bool ran = false;
     const double forward_dual = time_us([&] {
-      ran = ptrain::kernels::cuda::batch_norm_add_batch_norm_relu_forward(dtype, Dtype::kFloat, x, x2, l.rows,
-                                                                          l.channels, side_at(params), side_at(params2),
-                                                                          y, dual_workspace, stream);
+      ran = ptrain::kernels::cuda::batch_norm_add_batch_norm_relu_forward(shape, x, x2, side_at(params),
+                                                                          side_at(params2), y, dual_workspace, stream);
     });
     const bool forward_ran = ran;
     const double backward_apart = time_us([&] {
-      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dy, dy2, y, x, mean, invstd, scale_shift,
-                                                      weight, last.rows, last.channels, true, dx, y2, dweight,
-                                                      dweight + max_channels, workspace, stream);
-      ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, y2, nullptr, nullptr, x2,
-                                                      params2 + 4 * max_channels, params2 + 5 * max_channels,
-                                                      params2 + 6 * max_channels, params2, l.rows, l.channels, false,
-                                                      dx, nullptr, params2 + 8 * max_channels, nullptr, workspace,
-                                                      stream);
+      ptrain::kernels::cuda::batch_norm_relu_backward(last_shape, {dy, dy2, y, x, true, dx, y2}, side, grads,
+                                                      workspace, stream);
+      ptrain::kernels::cuda::batch_norm_relu_backward(shape, {y2, nullptr, nullptr, x2, false, dx, nullptr},
+                                                      side_at(params2), {params2 + 8 * max_channels, nullptr},
+                                                      workspace, stream);
     });
     const double backward_dual = time_us([&] {
       ran = ptrain::kernels::cuda::batch_norm_add_batch_norm_relu_backward(
-          dtype, Dtype::kFloat, dy, dy2, y, x, x2, l.rows, l.channels, side_at(params), side_at(params2),
-          {dweight, dweight + max_channels}, {params2 + 8 * max_channels, nullptr}, dx, y2, dual_workspace, stream);
+          shape, {dy, dy2, y, x, x2, dx, y2}, side_at(params), side_at(params2), grads,
+          {params2 + 8 * max_channels, nullptr}, dual_workspace, stream);
     });
     std::printf("%-14s %8lld %5lld | %10.1f %10.1f | %10.1f %10.1f | %6s\n", l.name.c_str(),
                 static_cast<long long>(l.rows), static_cast<long long>(l.channels), forward_apart, forward_dual,
@@ -384,15 +378,14 @@ int main(int argc, char** argv) {
   // by the pooling; backward, the pooling's input gradient written and read by the batch norm) and as the pool
   // kernels (kernels::batch_norm_relu_max_pool).
   const Layer& stem = layers[0];
+  const BatchNormShape stem_shape{dtype, Dtype::kFloat, stem.rows, stem.channels};
   const int64_t side_in = image / 2, side_out = (side_in + 2 - 3) / 2 + 1;
   const ptrain::kernels::cuda::PoolShape pool{batch, stem.channels, side_in, side_in, side_out, side_out, 3, 2, 1};
   uint8_t* positions;
   check(cudaMalloc(&positions, static_cast<size_t>(batch * side_out * side_out * stem.channels)), "cudaMalloc");
   void* pooled = residual;  // apart and fused: the pooled output
   const double stem_forward_apart = time_us([&] {
-    ptrain::kernels::cuda::batch_norm_relu_forward(dtype, Dtype::kFloat, x, nullptr, stem.rows, stem.channels, weight,
-                                                   bias, running_mean, running_var, 0.1, 1e-5, true, mean, invstd,
-                                                   scale_shift, y, workspace, stream);
+    ptrain::kernels::cuda::batch_norm_relu_forward(stem_shape, {x, nullptr, true, y}, side, workspace, stream);
     ptrain::kernels::cuda::max_pool_forward(dtype, y, pool, pooled, positions, stream);
   });
   bool stem_ran = false;
@@ -403,9 +396,8 @@ int main(int argc, char** argv) {
   const bool stem_forward_ran = stem_ran;
   const double stem_backward_apart = time_us([&] {
     ptrain::kernels::cuda::max_pool_backward(dtype, dy, positions, pool, dresidual, stream);
-    ptrain::kernels::cuda::batch_norm_relu_backward(dtype, Dtype::kFloat, dresidual, nullptr, nullptr, x, mean, invstd,
-                                                    scale_shift, weight, stem.rows, stem.channels, true, dx, nullptr,
-                                                    dweight, dweight + max_channels, workspace, stream);
+    ptrain::kernels::cuda::batch_norm_relu_backward(stem_shape, {dresidual, nullptr, nullptr, x, true, dx, nullptr},
+                                                    side, grads, workspace, stream);
   });
   const double stem_backward_fused = time_us([&] {
     stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_backward(

@@ -97,7 +97,7 @@ def compile_command_for(source, entries):
         batch = Path(entry["directory"], entry["file"])
         if batch.suffix == ".cxx" and batch.exists() and f'"{source}"' in batch.read_text(errors="replace"):
             return entry, True
-    # A source that only CUDA builds compile (kernels/cudnn/conv_stats_none.cpp, taken where cuDNN's backend
+    # A source that only CUDA builds compile (kernels/cudnn/conv_stats_graph_none.cpp, taken where cuDNN's backend
     # header is missing) gets the flags of its component's other sources.
     for entry in entries:
         if "/src/ptrain/" in entry["file"] and _component_of(Path(entry["file"])) == _component_of(source):

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ptrain/bench/bench_record.h"
+#include "ptrain/bench/command_process.h"
 #include "ptrain/bench/duration.h"
 #include "ptrain/bench/jobs.h"
 #include "ptrain/bench/runner.h"

@@ -24,6 +24,9 @@ using ptrain::kernels::batch_norm_relu;
 using ptrain::kernels::batch_norm_relu_conv;
 using ptrain::kernels::batch_norm_training;
 using ptrain::kernels::ConvGeometry;
+using ptrain::kernels::fused_batch_norm_relu_applies;
+using ptrain::kernels::fused_if;
+using ptrain::kernels::KernelPath;
 using ptrain::kernels::reference_batch_norm_relu;
 
 using batch_norm_inputs::Inputs;
@@ -47,11 +50,12 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
     in = leaves_of(base, as, param_as);  // fresh leaves every run
     torch::Tensor y;
     if (!relu) {
-      y = fused ? batch_norm_training(in.x, in.weight, in.bias, in.running_mean, in.running_var, 0.1, 1e-5, true)
+      y = fused ? batch_norm_training(KernelPath::kFused, in.x, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
+                                      1e-5)
                 : torch::batch_norm(in.x, in.weight, in.bias, in.running_mean, in.running_var, true, 0.1, 1e-5, true);
     } else {
-      y = fused ? batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1, 1e-5,
-                                  true)
+      y = fused ? batch_norm_relu(KernelPath::kFused, in.x, in.residual, in.weight, in.bias, in.running_mean,
+                                  in.running_var, 0.1, 1e-5)
                 : reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var,
                                             0.1, 1e-5);
     }
@@ -60,7 +64,7 @@ void compare(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, torch::S
     y.backward(dy.to(as));
     return y;
   };
-  ASSERT_TRUE(ptrain::kernels::fused_batch_norm_relu_applies(base.x, base.residual, base.weight, base.running_mean))
+  ASSERT_TRUE(fused_batch_norm_relu_applies(base.x, base.residual, base.weight, base.running_mean))
       << what;
   Inputs f, u, e;
   const auto y_fused = run(true, dtype, param, f);
@@ -128,8 +132,9 @@ TEST(FusedBatchNormRelu, ANaNStaysNaNAsInLibTorch) {
   for (const bool residual : {false, true}) {
     Inputs in = make(4, 16, 8, torch::kBFloat16, torch::kFloat, residual);
     in.x = with_nan(in.x);
-    const auto y = batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean.clone(),
-                                   in.running_var.clone(), 0.1, 1e-5, /*allow_fused=*/true);
+    const auto path = fused_if(fused_batch_norm_relu_applies(in.x, in.residual, in.weight, in.running_mean));
+    const auto y = batch_norm_relu(path, in.x, in.residual, in.weight, in.bias, in.running_mean.clone(),
+                                   in.running_var.clone(), 0.1, 1e-5);
     const auto want = reference_batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean.clone(),
                                                 in.running_var.clone(), 0.1, 1e-5);
     EXPECT_TRUE(torch::equal(torch::isnan(y), torch::isnan(want))) << (residual ? "with" : "without") << " a residual";
@@ -141,11 +146,15 @@ TEST(FusedBatchNormRelu, ANaNStaysNaNAsInLibTorch) {
     return ptrain::kernels::BatchNormParams{s.weight, s.bias, s.running_mean.clone(), s.running_var.clone(), 0.1, 1e-5};
   };
   only_that_channel_is_nan(
-      ptrain::kernels::batch_norm_add_batch_norm_relu(with_nan(a.x), params(a), b.x, params(b), /*allow_fused=*/true),
+      ptrain::kernels::batch_norm_add_batch_norm_relu(
+          fused_if(ptrain::kernels::fused_batch_norm_add_batch_norm_relu_applies(a.x, params(a), b.x, params(b))),
+          with_nan(a.x), params(a), b.x, params(b)),
       "the shortcut pair");
   const Inputs stem = make(2, 64, 16, torch::kBFloat16, torch::kFloat, false);
   only_that_channel_is_nan(
-      ptrain::kernels::batch_norm_relu_max_pool(with_nan(stem.x), params(stem), 3, 2, 1, /*allow_fused=*/true),
+      ptrain::kernels::batch_norm_relu_max_pool(
+          fused_if(ptrain::kernels::fused_batch_norm_relu_max_pool_applies(stem.x, params(stem), 3, 2, 1)),
+          with_nan(stem.x), params(stem), 3, 2, 1),
       "the stem's batch norm + ReLU + pooling");
 }
 
@@ -338,8 +347,8 @@ TEST(FusedBatchNormRelu, TwinHandsTheSecondUsesGradientToTheKernels) {
       const auto run = [&](bool with_twin, Inputs& in) {
         in = leaves_of(base, dtype, torch::kFloat);
         torch::Tensor twin;
-        const auto y = batch_norm_relu(in.x, in.residual, in.weight, in.bias, in.running_mean, in.running_var, 0.1,
-                                       1e-5, true, with_twin ? &twin : nullptr);
+        const auto y = batch_norm_relu(KernelPath::kFused, in.x, in.residual, in.weight, in.bias, in.running_mean,
+                                       in.running_var, 0.1, 1e-5, with_twin ? &twin : nullptr);
         if (with_twin) {
           EXPECT_TRUE(twin.defined()) << what;
           if (!twin.defined()) return;
@@ -427,12 +436,13 @@ void compare_recompute(int64_t n, int64_t c, int64_t hw, int64_t out_channels, i
     r.in.running_var = base.running_var.clone();
     r.conv_weight = leaf(conv_weight);
     const auto w = r.conv_weight.to(dtype);  // as autocast casts it
+    const auto path = fused_if(fused_batch_norm_relu_applies(r.in.x, {}, r.in.weight, r.in.running_mean));
     if (recompute) {
-      r.out = batch_norm_relu_conv(r.in.x, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1, 1e-5, w,
-                                   geometry, true);
+      r.out = batch_norm_relu_conv(path, r.in.x, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1, 1e-5,
+                                   w, geometry);
     } else {
-      const auto y = batch_norm_relu(r.in.x, {}, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1,
-                                     1e-5, true);
+      const auto y = batch_norm_relu(path, r.in.x, {}, r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var,
+                                     0.1, 1e-5);
       r.out = torch::conv2d(y, w, {}, geometry.stride, geometry.padding);
     }
     torch::manual_seed(3);
@@ -471,7 +481,9 @@ TEST(FusedBatchNormReluConv, CpuTensorsTakeTheReferenceOps) {
   auto mean_a = torch::zeros({8}), var_a = torch::ones({8}), mean_b = mean_a.clone(), var_b = var_a.clone();
   ConvGeometry geometry;
   geometry.padding = {1, 1};
-  const auto got = batch_norm_relu_conv(x, w, b, mean_a, var_a, 0.1, 1e-5, cw, geometry, true);
+  const auto path = fused_if(fused_batch_norm_relu_applies(x, {}, w, mean_a));
+  EXPECT_EQ(path, KernelPath::kReference);
+  const auto got = batch_norm_relu_conv(path, x, w, b, mean_a, var_a, 0.1, 1e-5, cw, geometry);
   const auto want = torch::conv2d(reference_batch_norm_relu(x, {}, w, b, mean_b, var_b, 0.1, 1e-5), cw, {}, 1, 1);
   EXPECT_TRUE(torch::allclose(got, want));
   EXPECT_TRUE(torch::equal(mean_a, mean_b));
@@ -480,13 +492,13 @@ TEST(FusedBatchNormReluConv, CpuTensorsTakeTheReferenceOps) {
 TEST(FusedBatchNormRelu, RefusesWhatTheKernelsCannotTake) {
   const auto x = torch::randn({2, 6, 4, 4});
   const auto w = torch::ones({6});
-  EXPECT_FALSE(ptrain::kernels::fused_batch_norm_relu_applies(x, {}, w, w));  // CPU, and 6 channels
+  EXPECT_FALSE(fused_batch_norm_relu_applies(x, {}, w, w));  // CPU, and 6 channels
   if (!torch::cuda::is_available()) return;
   const torch::Device cuda(torch::kCUDA, 0);
   const auto nchw = torch::randn({2, 64, 4, 4}, torch::device(cuda)).to(torch::kBFloat16);
   const auto w64 = torch::ones({64}, torch::device(cuda));
-  EXPECT_FALSE(ptrain::kernels::fused_batch_norm_relu_applies(nchw, {}, w64, w64));  // not channels-last
-  EXPECT_TRUE(ptrain::kernels::fused_batch_norm_relu_applies(nchw.contiguous(at::MemoryFormat::ChannelsLast), {}, w64, w64));
+  EXPECT_FALSE(fused_batch_norm_relu_applies(nchw, {}, w64, w64));  // not channels-last
+  EXPECT_TRUE(fused_batch_norm_relu_applies(nchw.contiguous(at::MemoryFormat::ChannelsLast), {}, w64, w64));
 }
 
 }  // namespace

@@ -105,13 +105,14 @@ void compare_stem(int64_t n, int64_t c, int64_t h, int64_t w, torch::ScalarType 
     r.in.x = x_base.detach().clone().requires_grad_(true);
     const BatchNormParams bn{r.in.weight, r.in.bias, r.in.running_mean, r.in.running_var, 0.1, 1e-5};
     if (one_function) {
-      r.y = batch_norm_relu_max_pool(r.in.x, bn, 3, 2, 1, true);
+      r.y = batch_norm_relu_max_pool(ptrain::kernels::KernelPath::kFused, r.in.x, bn, 3, 2, 1);
       EXPECT_TRUE(ends_with(r.y.grad_fn()->name(), "FusedBatchNormReluMaxPool") ||
                   ends_with(r.y.grad_fn()->name(), "FusedBatchNormReluMaxPool>"))
           << what << ": " << r.y.grad_fn()->name();
     } else {
-      const auto normalized = ptrain::kernels::batch_norm_relu(r.in.x, torch::Tensor(), bn.weight, bn.bias,
-                                                               bn.running_mean, bn.running_var, 0.1, 1e-5, true);
+      const auto normalized =
+          ptrain::kernels::batch_norm_relu(ptrain::kernels::KernelPath::kFused, r.in.x, torch::Tensor(), bn.weight,
+                                           bn.bias, bn.running_mean, bn.running_var, 0.1, 1e-5);
       r.y = max_pool2d(normalized, 3, 2, 1, true);
     }
     torch::manual_seed(23);

@@ -35,7 +35,8 @@ void compare_pair(int64_t n, int64_t c, int64_t hw, torch::ScalarType dtype, tor
   const auto run = [&](bool fused, torch::ScalarType as, torch::ScalarType param_as) {
     Run r{leaves_of(base, as, param_as), leaves_of(base2, as, param_as), {}};
     torch::Tensor second;
-    r.y = batch_norm_add_batch_norm_relu(r.a.x, params_of(r.a), r.b.x, params_of(r.b), fused, twin ? &second : nullptr);
+    r.y = batch_norm_add_batch_norm_relu(ptrain::kernels::fused_if(fused), r.a.x, params_of(r.a), r.b.x, params_of(r.b),
+                                         twin ? &second : nullptr);
     if (fused) {
       EXPECT_TRUE(ends_with(r.y.grad_fn()->name(), "FusedBatchNormAddBatchNormRelu") ||
                   ends_with(r.y.grad_fn()->name(), "FusedBatchNormAddBatchNormRelu>"))

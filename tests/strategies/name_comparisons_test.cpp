@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 namespace {
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 // Where names are parsed or turned into objects: the one table of each.
 const std::set<std::string> kSpecAndFactories{
-    "src/ptrain/strategies/strategy_spec.cpp",
+    "src/ptrain/strategy_spec/strategy_spec.cpp",
     "src/ptrain/strategies/factory.cpp",
     "src/ptrain/precision/policy.cpp",
 };
@@ -78,7 +78,7 @@ TEST(NameComparisons, NoStrategyOrPrecisionNameIsComparedOutsideTheSpecAndFactor
     for (const auto& hit : comparisons_in(entry.path())) report += relative + ":" + hit + "\n";
   }
   EXPECT_GT(files, 50u);
-  EXPECT_EQ(report, "") << "ask StrategySpec (strategies/strategy_spec.h) or the PrecisionPolicy instead:\n" << report;
+  EXPECT_EQ(report, "") << "ask StrategySpec (strategy_spec/strategy_spec.h) or the PrecisionPolicy instead:\n" << report;
 }
 
 // The search itself finds what it is meant to: the comparisons this project had.

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ptrain/core/error.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 namespace {

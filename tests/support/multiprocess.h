@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 #include "ptrain/dist/ports.h"
 #include "ptrain/dist/process_group.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/bench/runner.h"
+#include "ptrain/bench/vocabulary.h"
 #include "ptrain/bench/suite.h"
 #include "ptrain/metrics/run_record.h"
 

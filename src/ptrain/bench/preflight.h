@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ptrain/bench/runner.h"
+#include "ptrain/bench/vocabulary.h"
 #include "ptrain/config/train_config.h"
 #include "ptrain/estimate/run_length.h"
 

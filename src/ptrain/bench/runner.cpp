@@ -20,7 +20,7 @@
 #include "ptrain/bench/lanes.h"
 #include "ptrain/bench/out_lock.h"
 #include "ptrain/bench/preflight.h"
-#include "ptrain/bench/process_group.h"
+#include "ptrain/bench/command_process.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
@@ -297,67 +297,74 @@ std::string heuristic_workloads(const Suite& suite) {
   return join(names, ", ");
 }
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
-  check(!o.ptrain_executable.empty(), "ptrain bench: the ptrain executable to run is unknown");
-  const auto bench_started = std::chrono::steady_clock::now();
-  const std::optional<std::chrono::steady_clock::time_point> time_limit =
-      o.time_limit_seconds > 0 ? std::optional(bench_started + std::chrono::seconds(o.time_limit_seconds))
-                               : std::nullopt;
-  int64_t gpus = o.gpus;
+// The GPUs the bench spreads its runs over: --gpus, or every visible one (0: the CPU).
+int64_t bench_gpus(const BenchOptions& o) {
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
-  if (gpus < 0) gpus = visible;
+  const int64_t gpus = o.gpus < 0 ? visible : o.gpus;
   check(gpus <= visible, "--gpus " + std::to_string(gpus) + ": only " + std::to_string(visible) + " GPU(s) are visible");
-  Suite suite = load_suite(o.suite, o.source_dir, gpus);
-  apply_overrides(suite, o.overrides);
-  // The reference's Python is asked before anything runs: one lacking a module would otherwise fail each
-  // PyTorch run in turn, the first only after ptrain's first run.
-  const PytorchAbilities pytorch = o.pytorch ? probe_pytorch(o.python) : PytorchAbilities{};
-  if (o.pytorch) {
-    check(fs::is_regular_file(o.source_dir + "/bench/pytorch_reference.py"),
-          "--pytorch: no bench/pytorch_reference.py under " + o.source_dir);
-    check(pytorch.known, "--pytorch: " + pytorch.problem +
-                             "; the PyTorch reference needs them: name a Python that has them with --python (Debian: "
-                             "apt install python3-torch python3-torchvision, then --python /usr/bin/python3); no run "
-                             "started");
+  return gpus;
+}
+
+// What the reference's Python can do, asked before anything runs: one lacking a module would otherwise fail each
+// PyTorch run in turn, the first only after ptrain's first run.
+PytorchAbilities checked_pytorch(const BenchOptions& o) {
+  if (!o.pytorch) return {};
+  const PytorchAbilities pytorch = probe_pytorch(o.python);
+  check(fs::is_regular_file(o.source_dir + "/bench/pytorch_reference.py"),
+        "--pytorch: no bench/pytorch_reference.py under " + o.source_dir);
+  check(pytorch.known, "--pytorch: " + pytorch.problem +
+                           "; the PyTorch reference needs them: name a Python that has them with --python (Debian: "
+                           "apt install python3-torch python3-torchvision, then --python /usr/bin/python3); no run "
+                           "started");
+  return pytorch;
+}
+
+enum class JobStatus { to_run, unavailable, done_earlier, refused };
+
+// Where each job stands before the first one starts.
+struct JobTriage {
+  std::vector<JobStatus> status;
+  std::vector<std::optional<metrics::RunRecord>> earlier;  // the records of the jobs done earlier
+  std::map<size_t, std::string> refused;                   // why each refused job cannot train
+
+  std::vector<size_t> with(JobStatus wanted) const {
+    std::vector<size_t> indices;
+    for (size_t i = 0; i < status.size(); ++i) {
+      if (status[i] == wanted) indices.push_back(i);
+    }
+    return indices;
   }
+};
 
-  const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
-  fs::create_directories(out);
-  // Before anything in out is read or written: bench.json and the workload files are this bench's alone.
-  const OutDirectoryLock out_lock(out);
-  check_same_workload(suite, out + "/bench.json");
-  write_workload_files(suite, out);
-
-  std::vector<BenchJob> jobs = plan_jobs(suite, o, out, pytorch);
-  mark_skipped(jobs, o.skip, suite);
-  // Runs that can start are those not done earlier and possible; the others are reported at once.
-  enum class Status { to_run, unavailable, done_earlier, refused };
-  std::vector<Status> status(jobs.size(), Status::to_run);
-  std::vector<std::optional<metrics::RunRecord>> earlier(jobs.size());
+// Runs that can start are those not done earlier and possible. Every run's plan is made before the first starts:
+// an impossible run costs seconds here, not a process each. Throws when no run left to run can train.
+JobTriage triage_jobs(const std::vector<BenchJob>& jobs, Preflight& preflight) {
+  JobTriage triage{std::vector<JobStatus>(jobs.size(), JobStatus::to_run),
+                   std::vector<std::optional<metrics::RunRecord>>(jobs.size()), {}};
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!jobs[i].unavailable.empty()) {
-      status[i] = Status::unavailable;
-    } else if ((earlier[i] = finished_record(jobs[i]))) {
-      status[i] = Status::done_earlier;
+      triage.status[i] = JobStatus::unavailable;
+    } else if ((triage.earlier[i] = finished_record(jobs[i]))) {
+      triage.status[i] = JobStatus::done_earlier;
     }
   }
-  // Every run's plan before the first starts: an impossible run costs seconds here, not a process each.
-  std::map<size_t, std::string> refused;
-  Preflight preflight;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (status[i] != Status::to_run) continue;
+    if (triage.status[i] != JobStatus::to_run) continue;
     std::string why = preflight.refusal(jobs[i]);
     if (why.empty()) continue;
-    status[i] = Status::refused;
-    refused[i] = std::move(why);
+    triage.status[i] = JobStatus::refused;
+    triage.refused[i] = std::move(why);
   }
-  if (!refused.empty() && std::count(status.begin(), status.end(), Status::to_run) == 0) {
-    throw Error("ptrain bench: " + refusals_text(jobs, refused) + "; no run started");
+  if (!triage.refused.empty() && triage.with(JobStatus::to_run).empty()) {
+    throw Error("ptrain bench: " + refusals_text(jobs, triage.refused) + "; no run started");
   }
-  write_bench_record(suite, o, jobs, out + "/bench.json");
+  return triage;
+}
 
+void announce_bench(std::ostream& progress, const Suite& suite, const BenchOptions& o, int64_t gpus,
+                    const std::string& out, const PytorchAbilities& pytorch) {
   progress << "ptrain bench: suite " << suite.name << " (" << suite.source << "), " << suite.runs.size() << " runs"
            << (suite.has_several_workloads() ? " of " + std::to_string(suite.workloads.size()) + " workloads" : "")
            << " on " << (suite.on_gpu ? std::to_string(gpus) + " GPU(s)" : std::string("the CPU"))
@@ -370,18 +377,248 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
              << pytorch.torchvision_version << ", numpy " << pytorch.numpy_version << "; "
              << o.source_dir + "/bench/pytorch_reference.py" << std::endl;
   }
-  // Before anything runs: the warm-up jobs, and how long the bench will take.
-  std::vector<size_t> runnable;
+}
+
+// Says of each job that will not run why, and counts it in outcome; returns the jobs to run, in order.
+std::vector<size_t> report_jobs_not_run(const std::vector<BenchJob>& jobs, const JobTriage& triage, ProgressSink& sink,
+                                        BenchOutcome& outcome) {
+  std::vector<size_t> to_run;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    if (status[i] == Status::to_run) runnable.push_back(i);
+    const BenchJob& job = jobs[i];
+    const std::string head = "[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework +
+                             " " + job.run.label();
+    switch (triage.status[i]) {
+      case JobStatus::unavailable:
+        sink.line(head + ": not run: " + job.unavailable);
+        ++outcome.not_available;
+        break;
+      case JobStatus::done_earlier:
+        sink.line(head + ": done earlier, " + summary_of(*triage.earlier[i]));
+        ++outcome.done_earlier;
+        break;
+      case JobStatus::refused: {
+        const std::string reason = "cannot train: " + triage.refused.at(i);
+        write_refusal_log(job, reason);
+        sink.line(head + ": FAILED before starting (" + reason + "); log: " + job.log_path);
+        outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
+        ++outcome.failed;
+        break;
+      }
+      case JobStatus::to_run:
+        to_run.push_back(i);
+        break;
+    }
   }
-  const Suite warm_suite = suite.warm_up ? warm_up_suite(suite) : suite;
-  const std::string warm_out = out + "/warm-up";
-  std::vector<std::string> warm_dtypes;
-  const std::vector<BenchJob> warm =
-      suite.warm_up ? warm_up_jobs(warm_suite, jobs, runnable, o, warm_out, pytorch, warm_dtypes)
-                    : std::vector<BenchJob>{};
-  progress << "ptrain bench: " << expected_duration_text(suite, jobs, runnable, warm, preflight, out) << std::endl;
+  return to_run;
+}
+
+// The untimed runs before the timed ones (none where the suite asks for no warm-up), under out/warm-up.
+struct WarmUp {
+  Suite suite;
+  std::string out;
+  std::vector<std::string> dtypes;
+  std::vector<BenchJob> jobs;
+};
+
+WarmUp plan_warm_up(const Suite& suite, const std::vector<BenchJob>& jobs, const std::vector<size_t>& runnable,
+                    const BenchOptions& o, const std::string& out, const PytorchAbilities& pytorch) {
+  WarmUp warm{suite.warm_up ? warm_up_suite(suite) : suite, out + "/warm-up", {}, {}};
+  if (suite.warm_up) warm.jobs = warm_up_jobs(warm.suite, jobs, runnable, o, warm.out, pytorch, warm.dtypes);
+  return warm;
+}
+
+// Runs the warm-up's jobs, one framework's side by side (each dtype's JIT is single-threaded host work, and three
+// ResNet-50 runs at batch 128 take under 50 GB of an 80 GB GPU), ptrain's first: PyTorch's start alone takes 13 s.
+// Returns the report's note on what it ran; throws when interrupted.
+std::string run_warm_up(const WarmUp& warm, bool on_gpu, const BenchOptions& o,
+                        const std::optional<Clock::time_point>& time_limit, ProgressSink& sink) {
+  write_workload_files(warm.suite, warm.out);
+  sink.line("warm-up: " + std::to_string(warm.jobs.size()) + " untimed run(s) of " + std::to_string(kWarmUpSteps) +
+            " steps, one per dtype (" + join(warm.dtypes, ", ") +
+            ") and framework, so that the CUDA driver compiles each dtype's kernels before the clocks start");
+  const auto warm_started = Clock::now();
+  std::vector<std::string> parts(warm.jobs.size());
+  std::vector<CommandExit> exits(warm.jobs.size());
+  for (const std::string& framework : {std::string(metrics::kFrameworkPtrain), std::string()}) {
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < warm.jobs.size(); ++w) {
+      const BenchJob& job = warm.jobs[w];
+      if ((job.framework == metrics::kFrameworkPtrain) != !framework.empty()) continue;
+      threads.emplace_back([&, w] {
+        const auto started = Clock::now();
+        CommandExit& exit = exits[w];
+        try {
+          fs::create_directories(fs::path(job.metrics_path).parent_path());
+          fs::create_directories(fs::path(job.log_path).parent_path());
+          exit = run_in_process_group(
+              command_on_gpus(job.command, on_gpu ? std::vector<int64_t>{0} : std::vector<int64_t>{}), job.log_path,
+              "      ", sink, o.run_timeout_seconds, time_limit);
+        } catch (const std::exception& e) {
+          exit.code = 127;
+          exit.error_line = e.what();
+        }
+        const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        // A failed warm-up costs the timed runs nothing but the JIT it did not pay: said, and the bench goes on.
+        parts[w] = job.framework + " " + warm_up_dtype(job.run.precision) + " " + seconds_text(seconds, 1) + " s" +
+                   (exit.code == 0 ? std::string()
+                                   : " (FAILED: " + (exit.timed_out ? std::string("run timeout") : exit.error_line) +
+                                         "; log: " + job.log_path + ")");
+        sink.line("warm-up: " + parts[w]);
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (size_t w = 0; w < warm.jobs.size(); ++w) {
+      if (exits[w].interrupted) {
+        throw Error("ptrain bench interrupted during the warm-up (" + warm.jobs[w].framework + " " +
+                    warm.jobs[w].run.precision + "); no timed run started");
+      }
+    }
+  }
+  const double warm_seconds = std::chrono::duration<double>(Clock::now() - warm_started).count();
+  sink.line("warm-up: " + seconds_text(warm_seconds, 0) + " s, before the first timed run");
+  const bool pytorch_warmed = std::any_of(warm.jobs.begin(), warm.jobs.end(), [](const BenchJob& job) {
+    return job.framework != metrics::kFrameworkPtrain;
+  });
+  return "Warm-up: before the clocks started, the bench trained " + std::to_string(kWarmUpSteps) +
+         " untimed steps per dtype (" + join(warm.dtypes, ", ") + ") in ptrain" +
+         (pytorch_warmed ? " and in PyTorch eager, " : ", ") + seconds_text(warm_seconds, 0) + " s in all (" +
+         join(parts, "; ") +
+         "), so that the CUDA driver's first compilation of LibTorch's and cuDNN's PTX kernels for a dtype "
+         "fell on no timed run.";
+}
+
+// The timed runs, which lanes may run side by side: each job's start, its process and what its end adds to the
+// outcome. run is the lanes' task.
+struct TimedRuns {
+  const std::vector<BenchJob>& jobs;
+  const std::vector<size_t>& to_run;
+  const BenchOptions& o;
+  bool on_gpu;
+  bool lanes;
+  std::optional<Clock::time_point> time_limit;
+  ProgressSink& sink;
+  BenchOutcome& outcome;
+  std::mutex mutex;         // guards outcome, interrupted and started
+  std::string interrupted;  // the job during which the bench was asked to stop; empty: it was not
+  size_t started = 0;
+
+  bool run(size_t n, const std::vector<int64_t>& assigned_gpus);
+  // What the ended job adds to the outcome; false where the bench stops after it.
+  bool record_end(size_t i, const CommandExit& exit, double seconds, const std::vector<double>& load_before,
+                  const std::vector<double>& load_after, const std::string& prefix);
+};
+
+bool TimedRuns::run(size_t n, const std::vector<int64_t>& assigned_gpus) {
+  const size_t i = to_run[n];
+  const BenchJob& job = jobs[i];
+  if (stop_requested()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (interrupted.empty()) interrupted = "the wait for " + job.framework + " " + job.run.label();
+    return false;
+  }
+  if (time_limit && Clock::now() > *time_limit) return false;  // counted as left by the caller
+  // Alone on the machine, a run sees its first GPUs; in a lane, the ones it was given.
+  std::vector<int64_t> visible = assigned_gpus;
+  if (!lanes && on_gpu) {
+    for (int64_t g = 0; g < job.run.devices; ++g) visible.push_back(g);
+  }
+  const std::string prefix = lanes ? "      [" + std::to_string(i + 1) + "] " : "      ";
+  sink.line("[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework + " " +
+            job.run.label() + " (" + std::to_string(to_run.size() - n - 1) + " to run after this" +
+            (lanes ? ", GPU " + gpu_list(visible) : "") + ")");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++started;
+  }
+  const auto job_started = Clock::now();
+  const std::vector<double> load_before = load_average();
+  CommandExit exit;
+  try {
+    fs::create_directories(fs::path(job.metrics_path).parent_path());
+    fs::create_directories(fs::path(job.log_path).parent_path());
+    exit = run_in_process_group(command_on_gpus(job.command, visible), job.log_path, prefix, sink,
+                                o.run_timeout_seconds, time_limit);
+  } catch (const std::exception& e) {
+    exit.code = 127;
+    exit.last_line = exit.error_line = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - job_started).count();
+  const std::vector<double> load_after = load_average();
+  std::lock_guard<std::mutex> lock(mutex);
+  return record_end(i, exit, seconds, load_before, load_after, prefix);
+}
+
+bool TimedRuns::record_end(size_t i, const CommandExit& exit, double seconds, const std::vector<double>& load_before,
+                           const std::vector<double>& load_after, const std::string& prefix) {
+  const BenchJob& job = jobs[i];
+  if (exit.interrupted) {
+    interrupted = job.framework + " " + job.run.label();
+    return false;
+  }
+  if (exit.at_time_limit) {
+    sink.line(prefix + "stopped at the --time-limit of " + std::to_string(o.time_limit_seconds) +
+              " s; the next bench with the same --out runs it again");
+    ++outcome.left_for_later;
+    return false;
+  }
+  if (!job.estimate_path.empty() && !fs::is_regular_file(job.estimate_path)) {
+    const std::string why = estimate_error(job.log_path);
+    sink.line(prefix + "estimate FAILED (" + why + "): no prediction for this run; log: " + job.log_path);
+    outcome.estimate_failures.push_back(job.run.label() + ": " + why);
+    ++outcome.estimates_failed;
+  }
+  if (exit.code == 0) {
+    attach_estimate(job);
+    attach_bench_context(job, load_before, load_after);
+  }
+  const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;
+  if (record) {
+    sink.line(prefix + "done: " + summary_of(*record));
+    ++outcome.completed;
+    return true;
+  }
+  const std::string reason =
+      exit.timed_out ? "stopped at the --run-timeout of " + std::to_string(o.run_timeout_seconds) + " s; last line: " +
+                           exit.last_line
+      : exit.code == 0 ? "exited without writing " + job.metrics_path
+                       : "exit status " + std::to_string(exit.code) + ": " + exit.error_line;
+  sink.line(prefix + "FAILED after " + std::to_string(static_cast<int64_t>(seconds)) + " s (" + reason +
+            "); log: " + job.log_path);
+  outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
+  ++outcome.failed;
+  return true;
+}
+
+}  // namespace
+
+BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
+  check(!o.ptrain_executable.empty(), "ptrain bench: the ptrain executable to run is unknown");
+  const std::optional<Clock::time_point> time_limit =
+      o.time_limit_seconds > 0 ? std::optional(Clock::now() + std::chrono::seconds(o.time_limit_seconds)) : std::nullopt;
+  const int64_t gpus = bench_gpus(o);
+  Suite suite = load_suite(o.suite, o.source_dir, gpus);
+  apply_overrides(suite, o.overrides);
+  const PytorchAbilities pytorch = checked_pytorch(o);
+
+  const std::string out = fs::absolute(o.out_dir).lexically_normal().string();
+  fs::create_directories(out);
+  // Before anything in out is read or written: bench.json and the workload files are this bench's alone.
+  const OutDirectoryLock out_lock(out);
+  check_same_workload(suite, out + "/bench.json");
+  write_workload_files(suite, out);
+
+  std::vector<BenchJob> jobs = plan_jobs(suite, o, out, pytorch);
+  mark_skipped(jobs, o.skip, suite);
+  Preflight preflight;
+  const JobTriage triage = triage_jobs(jobs, preflight);
+  write_bench_record(suite, o, jobs, out + "/bench.json");
+
+  announce_bench(progress, suite, o, gpus, out, pytorch);
+  // Before anything runs: the warm-up jobs, and how long the bench will take.
+  const WarmUp warm = plan_warm_up(suite, jobs, triage.with(JobStatus::to_run), o, out, pytorch);
+  progress << "ptrain bench: "
+           << expected_duration_text(suite, jobs, triage.with(JobStatus::to_run), warm.jobs, preflight, out)
+           << std::endl;
   std::vector<std::string> notes;
   if (!suite.accuracy) {
     notes.push_back("Accuracy is left out: suite " + suite.name +
@@ -398,178 +635,20 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   }
   BenchOutcome outcome;
   ProgressSink sink(progress);
-  std::mutex mutex;  // guards outcome and interrupted
-  std::string interrupted;
-  std::vector<size_t> to_run;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const BenchJob& job = jobs[i];
-    const std::string head = "[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework +
-                             " " + job.run.label();
-    switch (status[i]) {
-      case Status::unavailable:
-        sink.line(head + ": not run: " + job.unavailable);
-        ++outcome.not_available;
-        break;
-      case Status::done_earlier:
-        sink.line(head + ": done earlier, " + summary_of(*earlier[i]));
-        ++outcome.done_earlier;
-        break;
-      case Status::refused: {
-        const std::string reason = "cannot train: " + refused[i];
-        write_refusal_log(job, reason);
-        sink.line(head + ": FAILED before starting (" + reason + "); log: " + job.log_path);
-        outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
-        ++outcome.failed;
-        break;
-      }
-      case Status::to_run:
-        to_run.push_back(i);
-        break;
-    }
-  }
-  const StopSignals stop_signals;
-  if (!warm.empty()) {
-    write_workload_files(warm_suite, warm_out);
-    sink.line("warm-up: " + std::to_string(warm.size()) + " untimed run(s) of " + std::to_string(kWarmUpSteps) +
-              " steps, one per dtype (" + join(warm_dtypes, ", ") +
-              ") and framework, so that the CUDA driver compiles each dtype's kernels before the clocks start");
-    const auto warm_started = std::chrono::steady_clock::now();
-    // One framework's warm-ups side by side (each dtype's JIT is single-threaded host work, and three ResNet-50
-    // runs at batch 128 take under 50 GB of an 80 GB GPU), ptrain's first: PyTorch's start alone takes 13 s.
-    std::vector<std::string> parts(warm.size());
-    std::vector<CommandExit> exits(warm.size());
-    for (const std::string& framework : {std::string(metrics::kFrameworkPtrain), std::string()}) {
-      std::vector<std::thread> threads;
-      for (size_t w = 0; w < warm.size(); ++w) {
-        const BenchJob& job = warm[w];
-        if ((job.framework == metrics::kFrameworkPtrain) != !framework.empty()) continue;
-        threads.emplace_back([&, w] {
-          const auto started = std::chrono::steady_clock::now();
-          CommandExit& exit = exits[w];
-          try {
-            fs::create_directories(fs::path(job.metrics_path).parent_path());
-            fs::create_directories(fs::path(job.log_path).parent_path());
-            exit = run_in_process_group(command_on_gpus(job.command, suite.on_gpu ? std::vector<int64_t>{0}
-                                                                                  : std::vector<int64_t>{}),
-                                        job.log_path, "      ", sink, o.run_timeout_seconds, time_limit);
-          } catch (const std::exception& e) {
-            exit.code = 127;
-            exit.error_line = e.what();
-          }
-          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-          // A failed warm-up costs the timed runs nothing but the JIT it did not pay: said, and the bench goes on.
-          parts[w] = job.framework + " " + warm_up_dtype(job.run.precision) + " " + seconds_text(seconds, 1) + " s" +
-                     (exit.code == 0 ? std::string()
-                                     : " (FAILED: " + (exit.timed_out ? std::string("run timeout") : exit.error_line) +
-                                           "; log: " + job.log_path + ")");
-          sink.line("warm-up: " + parts[w]);
-        });
-      }
-      for (auto& thread : threads) thread.join();
-      for (size_t w = 0; w < warm.size(); ++w) {
-        if (exits[w].interrupted) {
-          throw Error("ptrain bench interrupted during the warm-up (" + warm[w].framework + " " +
-                      warm[w].run.precision + "); no timed run started");
-        }
-      }
-    }
-    const double warm_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_started).count();
-    sink.line("warm-up: " + seconds_text(warm_seconds, 0) + " s, before the first timed run");
-    const bool pytorch_warmed = std::any_of(warm.begin(), warm.end(), [](const BenchJob& job) {
-      return job.framework != metrics::kFrameworkPtrain;
-    });
-    notes.push_back("Warm-up: before the clocks started, the bench trained " + std::to_string(kWarmUpSteps) +
-                    " untimed steps per dtype (" + join(warm_dtypes, ", ") + ") in ptrain" +
-                    (pytorch_warmed ? " and in PyTorch eager, " : ", ") +
-                    seconds_text(warm_seconds, 0) + " s in all (" + join(parts, "; ") +
-                    "), so that the CUDA driver's first compilation of LibTorch's and cuDNN's PTX kernels for a dtype "
-                    "fell on no timed run.");
-  }
+  const std::vector<size_t> to_run = report_jobs_not_run(jobs, triage, sink, outcome);
+  const InterruptRelay interrupt_relay;
+  if (!warm.jobs.empty()) notes.push_back(run_warm_up(warm, suite.on_gpu, o, time_limit, sink));
+
   const bool lanes = o.side_by_side && suite.on_gpu;
+  TimedRuns timed{jobs, to_run, o, suite.on_gpu, lanes, time_limit, sink, outcome};
   std::vector<int64_t> needs;
   for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
-  size_t started_jobs = 0;
-  run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned_gpus) {
-    const size_t i = to_run[n];
-    const BenchJob& job = jobs[i];
-    if (stop_requested()) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (interrupted.empty()) interrupted = "the wait for " + job.framework + " " + job.run.label();
-      return false;
-    }
-    if (time_limit && std::chrono::steady_clock::now() > *time_limit) return false;  // counted as left below
-    // Alone on the machine, a run sees its first GPUs; in a lane, the ones it was given.
-    std::vector<int64_t> visible = assigned_gpus;
-    if (!lanes && suite.on_gpu) {
-      for (int64_t g = 0; g < job.run.devices; ++g) visible.push_back(g);
-    }
-    const std::string prefix = lanes ? "      [" + std::to_string(i + 1) + "] " : "      ";
-    sink.line("[" + std::to_string(i + 1) + "/" + std::to_string(jobs.size()) + "] " + job.framework + " " +
-              job.run.label() + " (" + std::to_string(to_run.size() - n - 1) + " to run after this" +
-              (lanes ? ", GPU " + gpu_list(visible) : "") + ")");
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++started_jobs;
-    }
-    const auto started = std::chrono::steady_clock::now();
-    const std::vector<double> load_before = load_average();
-    CommandExit exit;
-    try {
-      fs::create_directories(fs::path(job.metrics_path).parent_path());
-      fs::create_directories(fs::path(job.log_path).parent_path());
-      exit = run_in_process_group(command_on_gpus(job.command, visible), job.log_path, prefix, sink,
-                                  o.run_timeout_seconds, time_limit);
-    } catch (const std::exception& e) {
-      exit.code = 127;
-      exit.last_line = exit.error_line = e.what();
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const std::vector<double> load_after = load_average();
-    std::lock_guard<std::mutex> lock(mutex);
-    const bool timed_out = exit.timed_out;
-    if (exit.interrupted) {
-      interrupted = job.framework + " " + job.run.label();
-      return false;
-    }
-    if (exit.at_time_limit) {
-      sink.line(prefix + "stopped at the --time-limit of " + std::to_string(o.time_limit_seconds) +
-                " s; the next bench with the same --out runs it again");
-      ++outcome.left_for_later;
-      return false;
-    }
-    if (!job.estimate_path.empty() && !fs::is_regular_file(job.estimate_path)) {
-      const std::string why = estimate_error(job.log_path);
-      sink.line(prefix + "estimate FAILED (" + why + "): no prediction for this run; log: " + job.log_path);
-      outcome.estimate_failures.push_back(job.run.label() + ": " + why);
-      ++outcome.estimates_failed;
-    }
-    if (exit.code == 0) {
-      attach_estimate(job);
-      attach_bench_context(job, load_before, load_after);
-    }
-    const auto record = exit.code == 0 ? finished_record(job) : std::nullopt;
-    if (record) {
-      sink.line(prefix + "done: " + summary_of(*record));
-      ++outcome.completed;
-    } else {
-      const std::string reason =
-          timed_out ? "stopped at the --run-timeout of " + std::to_string(o.run_timeout_seconds) + " s; last line: " +
-                          exit.last_line
-          : exit.code == 0 ? "exited without writing " + job.metrics_path
-                           : "exit status " + std::to_string(exit.code) + ": " + exit.error_line;
-      sink.line(prefix + "FAILED after " + std::to_string(static_cast<int64_t>(seconds)) + " s (" + reason +
-                "); log: " + job.log_path);
-      outcome.failures.push_back(job.framework + " " + job.run.label() + ": " + reason);
-      ++outcome.failed;
-    }
-    return true;
-  });
-  if (!interrupted.empty()) {
-    throw Error("ptrain bench interrupted during " + interrupted +
+  run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned) { return timed.run(n, assigned); });
+  if (!timed.interrupted.empty()) {
+    throw Error("ptrain bench interrupted during " + timed.interrupted +
                 "; the runs that finished are kept and the next `ptrain bench` with the same --out continues");
   }
-  outcome.left_for_later += static_cast<int>(to_run.size() - started_jobs);
+  outcome.left_for_later += static_cast<int>(to_run.size() - timed.started);
   if (outcome.left_for_later > 0) {
     sink.line("ptrain bench: the --time-limit of " + std::to_string(o.time_limit_seconds) + " s is reached; " +
               std::to_string(outcome.left_for_later) +

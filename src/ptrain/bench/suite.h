@@ -52,7 +52,7 @@
 #include <utility>
 #include <vector>
 
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::bench {
 

@@ -26,7 +26,7 @@
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 #include "ptrain/dist/launcher.h"
 #include "ptrain/estimate/estimate.h"
 #include "ptrain/io/atomic_file.h"

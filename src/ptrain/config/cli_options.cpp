@@ -13,7 +13,7 @@
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::config {
 

@@ -5,7 +5,7 @@
 
 #include "ptrain/config/deepspeed_sections.h"
 #include "ptrain/core/error.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::config::deepspeed {
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "ptrain/core/error.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::config {
 

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 
 namespace ptrain::dist {
 

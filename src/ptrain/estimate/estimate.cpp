@@ -12,7 +12,7 @@
 #include "ptrain/estimate/run_length.h"
 #include "ptrain/metrics/memory.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 

@@ -22,7 +22,7 @@
 #include "ptrain/config/train_config.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/model_state_arithmetic.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 #include "ptrain/train/plan.h"
 
 namespace ptrain::estimate {

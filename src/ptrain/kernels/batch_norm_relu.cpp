@@ -4,6 +4,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "ptrain/core/error.h"
 #include "ptrain/kernels/fused.h"
 #include "ptrain/kernels/max_pool.h"
 #include "ptrain/kernels/saved_pooling.h"
@@ -279,12 +280,11 @@ torch::Tensor reference_batch_norm_relu(const torch::Tensor& x, const torch::Ten
   return torch::relu(residual.defined() ? y + residual : y);
 }
 
-torch::Tensor batch_norm_relu(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& weight,
-                              const torch::Tensor& bias, const torch::Tensor& running_mean,
-                              const torch::Tensor& running_var, double momentum, double eps, bool allow_fused,
-                              torch::Tensor* twin) {
+torch::Tensor batch_norm_relu(KernelPath path, const torch::Tensor& x, const torch::Tensor& residual,
+                              const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
+                              const torch::Tensor& running_var, double momentum, double eps, torch::Tensor* twin) {
   if (twin) *twin = torch::Tensor();
-  if (!allow_fused || !fused_batch_norm_relu_applies(x, residual, weight, running_mean))
+  if (path == KernelPath::kReference)
     return reference_batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, eps);
   if (residual.defined())
     return add_relu_output(FusedBatchNormAddRelu::apply(x, residual, weight, bias, running_mean, running_var, momentum,
@@ -312,12 +312,12 @@ bool fused_batch_norm_relu_max_pool_applies(const torch::Tensor& x, const BatchN
   return fused_kernels_take(x, bn) && fused_max_pool2d_applies(x, kernel, stride, padding);
 }
 
-torch::Tensor batch_norm_relu_max_pool(const torch::Tensor& x, const BatchNormParams& bn, int64_t kernel,
-                                       int64_t stride, int64_t padding, bool allow_fused) {
-  if (!allow_fused || !fused_batch_norm_relu_max_pool_applies(x, bn, kernel, stride, padding)) {
-    const auto y = batch_norm_relu(x, torch::Tensor(), bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.momentum,
-                                   bn.eps, allow_fused);
-    return max_pool2d(y, kernel, stride, padding, allow_fused);
+torch::Tensor batch_norm_relu_max_pool(KernelPath path, const torch::Tensor& x, const BatchNormParams& bn,
+                                       int64_t kernel, int64_t stride, int64_t padding) {
+  if (path == KernelPath::kReference) {
+    const auto y = reference_batch_norm_relu(x, torch::Tensor(), bn.weight, bn.bias, bn.running_mean, bn.running_var,
+                                             bn.momentum, bn.eps);
+    return max_pool2d(y, kernel, stride, padding, /*allow_fused=*/false);
   }
   return FusedBatchNormReluMaxPool::apply(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.momentum, bn.eps,
                                           kernel, stride, padding)[0];
@@ -329,10 +329,10 @@ bool fused_batch_norm_add_batch_norm_relu_applies(const torch::Tensor& x, const 
          x2.scalar_type() == x.scalar_type() && bn2.weight.scalar_type() == bn.weight.scalar_type();
 }
 
-torch::Tensor batch_norm_add_batch_norm_relu(const torch::Tensor& x, const BatchNormParams& bn, const torch::Tensor& x2,
-                                             const BatchNormParams& bn2, bool allow_fused, torch::Tensor* twin) {
+torch::Tensor batch_norm_add_batch_norm_relu(KernelPath path, const torch::Tensor& x, const BatchNormParams& bn,
+                                             const torch::Tensor& x2, const BatchNormParams& bn2, torch::Tensor* twin) {
   if (twin) *twin = torch::Tensor();
-  if (!allow_fused || !fused_batch_norm_add_batch_norm_relu_applies(x, bn, x2, bn2)) {
+  if (path == KernelPath::kReference) {
     const auto shortcut = torch::batch_norm(x2, bn2.weight, bn2.bias, bn2.running_mean, bn2.running_var,
                                             /*training=*/true, bn2.momentum, bn2.eps,
                                             at::globalContext().userEnabledCuDNN());
@@ -346,33 +346,34 @@ torch::Tensor batch_norm_add_batch_norm_relu(const torch::Tensor& x, const Batch
                          twin);
 }
 
-torch::Tensor batch_norm_training(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
-                                  double eps, bool allow_fused) {
-  if (!allow_fused || !fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean))
+torch::Tensor batch_norm_training(KernelPath path, const torch::Tensor& x, const torch::Tensor& weight,
+                                  const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                  const torch::Tensor& running_var, double momentum, double eps) {
+  if (path == KernelPath::kReference)
     return torch::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
                              at::globalContext().userEnabledCuDNN());
   return FusedBatchNorm::apply(x, weight, bias, running_mean, running_var, momentum, eps,
                                static_cast<const ConvStatsResult*>(nullptr))[0];
 }
 
-torch::Tensor batch_norm_relu_conv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                                   const torch::Tensor& running_mean, const torch::Tensor& running_var,
-                                   double momentum, double eps, const torch::Tensor& conv_weight,
-                                   const ConvGeometry& conv, bool allow_fused) {
-  if (!allow_fused || !fused_batch_norm_relu_applies(x, torch::Tensor(), weight, running_mean) ||
-      conv_weight.scalar_type() != x.scalar_type()) {
+torch::Tensor batch_norm_relu_conv(KernelPath path, const torch::Tensor& x, const torch::Tensor& weight,
+                                   const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                   const torch::Tensor& running_var, double momentum, double eps,
+                                   const torch::Tensor& conv_weight, const ConvGeometry& conv) {
+  if (path == KernelPath::kReference) {
     const auto y = reference_batch_norm_relu(x, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps);
     return torch::conv2d(y, conv_weight, /*bias=*/{}, conv.stride, conv.padding, conv.dilation, conv.groups);
   }
+  check(conv_weight.scalar_type() == x.scalar_type(),
+        "batch_norm_relu_conv: the fused kernels take the convolution's weight in the activations' dtype");
   return FusedBatchNormReluConv::apply(x, weight, bias, running_mean, running_var, conv_weight, momentum, eps, conv)[0];
 }
 
-torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& residual, const torch::Tensor& weight,
-                              const torch::Tensor& bias, const torch::Tensor& running_mean,
+torch::Tensor batch_norm_relu(KernelPath path, const ConvStatsResult& in, const torch::Tensor& residual,
+                              const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
                               const torch::Tensor& running_var, double momentum, double eps, torch::Tensor* twin) {
   if (twin) *twin = torch::Tensor();
-  if (!fused_batch_norm_relu_applies(in.y, residual, weight, running_mean))
+  if (path == KernelPath::kReference)
     return reference_batch_norm_relu(in.y, residual, weight, bias, running_mean, running_var, momentum, eps);
   if (residual.defined())
     return add_relu_output(FusedBatchNormAddRelu::apply(in.y, residual, weight, bias, running_mean, running_var,
@@ -381,24 +382,24 @@ torch::Tensor batch_norm_relu(const ConvStatsResult& in, const torch::Tensor& re
   return FusedBatchNormRelu::apply(in.y, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
 }
 
-torch::Tensor batch_norm_training(const ConvStatsResult& in, const torch::Tensor& weight, const torch::Tensor& bias,
-                                  const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
-                                  double eps) {
-  if (!fused_batch_norm_relu_applies(in.y, torch::Tensor(), weight, running_mean))
+torch::Tensor batch_norm_training(KernelPath path, const ConvStatsResult& in, const torch::Tensor& weight,
+                                  const torch::Tensor& bias, const torch::Tensor& running_mean,
+                                  const torch::Tensor& running_var, double momentum, double eps) {
+  if (path == KernelPath::kReference)
     return torch::batch_norm(in.y, weight, bias, running_mean, running_var, /*training=*/true, momentum, eps,
                              at::globalContext().userEnabledCuDNN());
   return FusedBatchNorm::apply(in.y, weight, bias, running_mean, running_var, momentum, eps, &in)[0];
 }
 
-ConvStatsResult batch_norm_relu_conv_with_stats(const ConvStatsResult& in, const torch::Tensor& weight,
+ConvStatsResult batch_norm_relu_conv_with_stats(KernelPath path, const ConvStatsResult& in, const torch::Tensor& weight,
                                                 const torch::Tensor& bias, const torch::Tensor& running_mean,
                                                 const torch::Tensor& running_var, double momentum, double eps,
                                                 const torch::Tensor& conv_weight, int64_t stride, int64_t padding) {
-  if (!fused_batch_norm_relu_applies(in.y, torch::Tensor(), weight, running_mean) ||
-      conv_weight.scalar_type() != in.y.scalar_type() ||
+  if (path == KernelPath::kReference || conv_weight.scalar_type() != in.y.scalar_type() ||
       !conv_stats_fused_applies(in.y, conv_weight, stride, padding, /*prologue=*/true))
-    return conv_with_stats(batch_norm_relu(in, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps),
-                           conv_weight, stride, padding);
+    return conv_with_stats(
+        batch_norm_relu(path, in, torch::Tensor(), weight, bias, running_mean, running_var, momentum, eps),
+        conv_weight, stride, padding);
   auto out = FusedBatchNormReluConvStats::apply(in.y, weight, bias, running_mean, running_var, conv_weight, momentum,
                                                 eps, stride, padding, &in);
   return {out[0], out[1], out[2]};

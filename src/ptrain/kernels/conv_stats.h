@@ -1,6 +1,6 @@
 // A convolution that feeds a batch norm, with the batch norm's statistics taken in the same pass, and the
 // previous batch norm's normalisation + ReLU applied as it loads its input: MLPerf ResNet-50's fusion
-// (cudnn/conv_stats.h). What it costs and where cuDNN has an engine for it is measured in
+// (cudnn/conv_stats_graph.h). What it costs and where cuDNN has an engine for it is measured in
 // docs/results/2026-12-04-h200-cudnn-fusion-probe.md. ResNet's blocks call it through conv_with_stats and
 // batch_norm_relu.h's functions on a ConvStatsResult.
 #pragma once

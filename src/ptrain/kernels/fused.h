@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/kernels/batch_norm_relu.h"
+#include "ptrain/kernels/batch_norm_params.h"
 
 namespace ptrain::kernels::fused {
 
@@ -134,7 +134,7 @@ BatchNormReluMaxPoolBackward batch_norm_relu_max_pool_backward(const torch::Tens
                                                                int64_t stride, int64_t padding);
 
 // y = conv2d(x', weight) with x' = relu(x * scale + shift) when scale is defined (else x' = x), and y's sum
-// and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats.h). x and weight
+// and sum of squares per output channel (fp32), in one cuDNN fused graph (cudnn/conv_stats_graph.h). x and weight
 // channels-last fp16/bf16 of one dtype, C a multiple of 8; scale and shift [C], any float dtype.
 struct ConvStats {
   torch::Tensor y, sum, sum_of_squares;

@@ -8,7 +8,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/cuda/launch.h"
-#include "ptrain/kernels/cudnn/conv_stats.h"
+#include "ptrain/kernels/cudnn/conv_stats_graph.h"
 #include "ptrain/kernels/fused.h"
 
 namespace ptrain::kernels::fused {
@@ -96,6 +96,28 @@ std::pair<torch::Tensor, torch::Tensor> kernel_gradients(const torch::Tensor& dy
   return {dy.to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast), second};
 }
 
+cuda::BatchNormSide side_of(const BatchNormParams& bn, const BatchNormStats& stats) {
+  cuda::BatchNormSide side;
+  side.weight = data_or_null(bn.weight);
+  side.bias = data_or_null(bn.bias);
+  side.running_mean = mutable_data_or_null(bn.running_mean);
+  side.running_var = mutable_data_or_null(bn.running_var);
+  side.momentum = bn.momentum;
+  side.eps = bn.eps;
+  side.mean = stats.mean.data_ptr<float>();
+  side.invstd = stats.invstd.data_ptr<float>();
+  side.scale_shift = stats.scale_shift.data_ptr<float>();
+  return side;
+}
+
+// A batch norm as its backward kernels read it: the forward's statistics and the weight (for dx); the other
+// parameters are the forward's alone.
+cuda::BatchNormSide backward_side(const torch::Tensor& weight, const BatchNormStats& stats) {
+  return cuda::BatchNormSide{data_or_null(weight),           nullptr, nullptr, nullptr, 0.0, 0.0,
+                             stats.mean.data_ptr<float>(),   stats.invstd.data_ptr<float>(),
+                             stats.scale_shift.data_ptr<float>()};
+}
+
 }  // namespace
 
 BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch::Tensor& residual,
@@ -112,12 +134,12 @@ BatchNormReluForward batch_norm_relu_forward(const torch::Tensor& x, const torch
   const auto& scale_shift = out.scale_shift;
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, floats);
   launch(what, [&] {
-    out.single_pass = cuda::batch_norm_relu_forward(
-        dtype_of(x, what), param_dtype_of(weight, running_mean, what), x.data_ptr(), data_or_null(residual), rows,
-        channels, data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
-        mutable_data_or_null(running_var), momentum, eps, relu, out.mean.data_ptr<float>(), out.invstd.data_ptr<float>(),
-        scale_shift.data_ptr<float>(), out.y.data_ptr(), workspace.data_ptr<float>(), current_stream(x),
-        kernel_passes(passes));
+    const cuda::BatchNormShape shape{dtype_of(x, what), param_dtype_of(weight, running_mean, what), rows, channels};
+    const auto side = side_of({weight, bias, running_mean, running_var, momentum, eps},
+                              {out.mean, out.invstd, scale_shift});
+    out.single_pass = cuda::batch_norm_relu_forward(shape, {x.data_ptr(), data_or_null(residual), relu, out.y.data_ptr()},
+                                                    side, workspace.data_ptr<float>(), current_stream(x),
+                                                    {kernel_passes(passes)});
   });
   return out;
 }
@@ -126,20 +148,6 @@ namespace {
 
 BatchNormStats stats_for(int64_t channels, const torch::TensorOptions& floats) {
   return {torch::empty({channels}, floats), torch::empty({channels}, floats), torch::empty({2 * channels}, floats)};
-}
-
-cuda::BatchNormSide side_of(const BatchNormParams& bn, const BatchNormStats& stats) {
-  cuda::BatchNormSide side;
-  side.weight = data_or_null(bn.weight);
-  side.bias = data_or_null(bn.bias);
-  side.running_mean = mutable_data_or_null(bn.running_mean);
-  side.running_var = mutable_data_or_null(bn.running_var);
-  side.momentum = bn.momentum;
-  side.eps = bn.eps;
-  side.mean = stats.mean.data_ptr<float>();
-  side.invstd = stats.invstd.data_ptr<float>();
-  side.scale_shift = stats.scale_shift.data_ptr<float>();
-  return side;
 }
 
 // The dual kernels take one parameter dtype for both batch norms, and x2 like x.
@@ -180,8 +188,8 @@ DualBatchNormReluForward batch_norm_add_batch_norm_relu_forward(const torch::Ten
     auto workspace = torch::empty({cuda::dual_batch_norm_workspace_floats(rows, channels)}, floats);
     launch(what, [&] {
       out.single_pass = cuda::batch_norm_add_batch_norm_relu_forward(
-          dtype_of(x, what), param_dtype_of(bn.weight, bn.running_mean, what), x.data_ptr(), x2.data_ptr(), rows,
-          channels, side_of(bn, out.stats), side_of(bn2, out.stats2), out.y.data_ptr(),
+          {dtype_of(x, what), param_dtype_of(bn.weight, bn.running_mean, what), rows, channels}, x.data_ptr(),
+          x2.data_ptr(), side_of(bn, out.stats), side_of(bn2, out.stats2), out.y.data_ptr(),
           workspace.data_ptr<float>(), current_stream(x));
     });
     if (out.single_pass) return out;
@@ -217,12 +225,11 @@ BatchNormStatsFromSums batch_norm_stats_from_sums(const torch::Tensor& sum, cons
   const bool rounded = prologue_dtype != torch::kFloat;
   if (rounded) out.scale_shift_io = torch::empty({2 * channels}, floats.dtype(prologue_dtype));
   launch(what, [&] {
+    const auto side = side_of({weight, bias, running_mean, running_var, momentum, eps},
+                              {out.mean, out.invstd, out.scale_shift});
     cuda::batch_norm_stats_from_sums(param_dtype_of(weight, running_mean, what),
                                      rounded ? dtype_of(out.scale_shift_io, what) : cuda::Dtype::kFloat,
-                                     sum.data_ptr<float>(), sum_of_squares.data_ptr<float>(), count, channels,
-                                     data_or_null(weight), data_or_null(bias), mutable_data_or_null(running_mean),
-                                     mutable_data_or_null(running_var), momentum, eps, out.mean.data_ptr<float>(),
-                                     out.invstd.data_ptr<float>(), out.scale_shift.data_ptr<float>(),
+                                     {sum.data_ptr<float>(), sum_of_squares.data_ptr<float>(), count}, channels, side,
                                      mutable_data_or_null(out.scale_shift_io), current_stream(sum));
   });
   return out;
@@ -237,8 +244,10 @@ torch::Tensor batch_norm_relu_apply(const torch::Tensor& x, const torch::Tensor&
   c10::cuda::CUDAGuard guard(x.device());
   auto y = torch::empty_like(x);
   launch(what, [&] {
-    cuda::batch_norm_relu_apply(dtype_of(x, what), x.data_ptr(), data_or_null(residual), scale_shift.data_ptr<float>(),
-                                rows_of(x), x.size(1), relu, y.data_ptr(), current_stream(x));
+    // The parameters' dtype is no operand of the apply pass.
+    const cuda::BatchNormShape shape{dtype_of(x, what), cuda::Dtype::kFloat, rows_of(x), x.size(1)};
+    cuda::batch_norm_relu_apply(shape, {x.data_ptr(), data_or_null(residual), relu, y.data_ptr()},
+                                scale_shift.data_ptr<float>(), current_stream(x));
   });
   return y;
 }
@@ -262,12 +271,18 @@ BatchNormReluBackward batch_norm_relu_backward(const torch::Tensor& dy_in, const
   }
   auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
   launch(what, [&] {
+    const cuda::BatchNormShape shape{dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), rows, channels};
+    const cuda::BatchNormReluBackwardIo io{dy.data_ptr(),
+                                           data_or_null(dy2),
+                                           with_residual && relu ? y.data_ptr() : nullptr,
+                                           x.data_ptr(),
+                                           relu,
+                                           out.dx.data_ptr(),
+                                           mutable_data_or_null(out.dresidual)};
     out.single_pass = cuda::batch_norm_relu_backward(
-        dtype_of(x, what), param_dtype_of(weight, torch::Tensor(), what), dy.data_ptr(), data_or_null(dy2),
-        with_residual && relu ? y.data_ptr() : nullptr, x.data_ptr(), mean.data_ptr<float>(), invstd.data_ptr<float>(),
-        scale_shift.data_ptr<float>(), data_or_null(weight), rows, channels, relu, out.dx.data_ptr(),
-        mutable_data_or_null(out.dresidual), mutable_data_or_null(out.dweight), mutable_data_or_null(out.dbias),
-        workspace.data_ptr<float>(), current_stream(x), kernel_passes(passes));
+        shape, io, backward_side(weight, {mean, invstd, scale_shift}),
+        {mutable_data_or_null(out.dweight), mutable_data_or_null(out.dbias)}, workspace.data_ptr<float>(),
+        current_stream(x), kernel_passes(passes));
   });
   return out;
 }
@@ -293,17 +308,13 @@ DualBatchNormReluBackward batch_norm_add_batch_norm_relu_backward(const torch::T
     out.dbias2 = torch::empty_like(weight2);
     auto workspace =
         torch::empty({cuda::dual_batch_norm_workspace_floats(rows, channels)}, x.options().dtype(torch::kFloat));
-    // The backward reads the statistics only; the sides' parameter pointers are the forward's (weights, for dx).
-    const auto side = [](const torch::Tensor& w, const BatchNormStats& s) {
-      return cuda::BatchNormSide{w.data_ptr(), nullptr, nullptr, nullptr, 0.0, 0.0, s.mean.data_ptr<float>(),
-                                 s.invstd.data_ptr<float>(), s.scale_shift.data_ptr<float>()};
-    };
     launch(what, [&] {
+      const cuda::DualBatchNormReluBackwardIo io{dy.data_ptr(), data_or_null(dy2), y.data_ptr(),      x.data_ptr(),
+                                                 x2.data_ptr(), out.dx.data_ptr(),  out.dx2.data_ptr()};
       out.single_pass = cuda::batch_norm_add_batch_norm_relu_backward(
-          dtype_of(x, what), dtype_of(weight, what), dy.data_ptr(), data_or_null(dy2), y.data_ptr(), x.data_ptr(),
-          x2.data_ptr(), rows, channels, side(weight, stats), side(weight2, stats2),
-          {out.dweight.data_ptr(), out.dbias.data_ptr()}, {out.dweight2.data_ptr(), out.dbias2.data_ptr()},
-          out.dx.data_ptr(), out.dx2.data_ptr(), workspace.data_ptr<float>(), current_stream(x));
+          {dtype_of(x, what), dtype_of(weight, what), rows, channels}, io, backward_side(weight, stats),
+          backward_side(weight2, stats2), {out.dweight.data_ptr(), out.dbias.data_ptr()},
+          {out.dweight2.data_ptr(), out.dbias2.data_ptr()}, workspace.data_ptr<float>(), current_stream(x));
     });
     if (out.single_pass) return out;
   }
@@ -488,11 +499,15 @@ AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::
   out.rstd = torch::empty({rows}, floats);
   const auto w = weight.contiguous(), b = bias.contiguous();
   launch(what, [&] {
-    cuda::add_layer_norm_forward(branch.defined() ? dtype_of(branch, what) : cuda::Dtype::kFloat,
-                                 dtype_of(out.out, what), x.data_ptr<float>(), data_or_null(branch),
-                                 w.data_ptr<float>(), b.data_ptr<float>(), rows, cols, eps,
-                                 branch.defined() ? out.sum.data_ptr<float>() : nullptr, out.out.data_ptr(),
-                                 out.mean.data_ptr<float>(), out.rstd.data_ptr<float>(), current_stream(x));
+    const cuda::LayerNormShape shape{branch.defined() ? dtype_of(branch, what) : cuda::Dtype::kFloat,
+                                     dtype_of(out.out, what), rows, cols};
+    const cuda::AddLayerNormForwardIo io{x.data_ptr<float>(),
+                                         data_or_null(branch),
+                                         branch.defined() ? out.sum.data_ptr<float>() : nullptr,
+                                         out.out.data_ptr(),
+                                         out.mean.data_ptr<float>(),
+                                         out.rstd.data_ptr<float>()};
+    cuda::add_layer_norm_forward(shape, io, w.data_ptr<float>(), b.data_ptr<float>(), eps, current_stream(x));
   });
   return out;
 }
@@ -514,11 +529,16 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, c
   auto workspace = torch::empty({cuda::layer_norm_workspace_floats(rows, cols)}, input.options());
   const auto w = weight.contiguous();
   launch(what, [&] {
-    cuda::add_layer_norm_backward(dtype_of(grad_out, what), with_branch ? dtype_of(out.grad_branch, what) : cuda::Dtype::kFloat,
-                                  grad_out.data_ptr(), grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
-                                  input.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                                  w.data_ptr<float>(), rows, cols, out.grad_x.data_ptr<float>(),
-                                  mutable_data_or_null(out.grad_branch), out.grad_weight.data_ptr<float>(),
+    const cuda::LayerNormShape shape{with_branch ? dtype_of(out.grad_branch, what) : cuda::Dtype::kFloat,
+                                     dtype_of(grad_out, what), rows, cols};
+    const cuda::AddLayerNormBackwardIo io{grad_out.data_ptr(),
+                                          grad_sum.defined() ? grad_sum.data_ptr<float>() : nullptr,
+                                          input.data_ptr<float>(),
+                                          mean.data_ptr<float>(),
+                                          rstd.data_ptr<float>(),
+                                          out.grad_x.data_ptr<float>(),
+                                          mutable_data_or_null(out.grad_branch)};
+    cuda::add_layer_norm_backward(shape, io, w.data_ptr<float>(), out.grad_weight.data_ptr<float>(),
                                   out.grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), current_stream(input));
   });
   return out;
@@ -580,9 +600,10 @@ CrossEntropyRows cross_entropy_forward(const torch::Tensor& logits, const torch:
   const auto options = logits.options().dtype(torch::kFloat);
   CrossEntropyRows out{torch::empty({rows}, options), torch::empty({rows}, options), torch::empty({rows}, options)};
   launch("fused cross_entropy", [&] {
-    cuda::cross_entropy_forward(dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
-                                logits.stride(0), labels.data_ptr<int64_t>(), out.loss.data_ptr<float>(),
-                                out.lse.data_ptr<float>(), out.correct.data_ptr<float>(), current_stream(logits));
+    const cuda::CrossEntropyLogits in{dtype_of(logits, "fused cross_entropy"), logits.data_ptr(), rows, classes,
+                                    logits.stride(0), labels.data_ptr<int64_t>()};
+    cuda::cross_entropy_forward(in, out.loss.data_ptr<float>(), out.lse.data_ptr<float>(),
+                                out.correct.data_ptr<float>(), current_stream(logits));
   });
   return out;
 }
@@ -596,10 +617,10 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
   check(scale.numel() == 1, "fused cross_entropy backward: the scale must hold one value");
   auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());
   launch("fused cross_entropy backward", [&] {
-    cuda::cross_entropy_backward(dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(), logits.size(0),
-                                 classes, logits.size(1), logits.stride(0), labels.data_ptr<int64_t>(),
-                                 lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(), grad.stride(0),
-                                 current_stream(logits));
+    const cuda::CrossEntropyLogits in{dtype_of(logits, "fused cross_entropy backward"), logits.data_ptr(),
+                                    logits.size(0), classes, logits.stride(0), labels.data_ptr<int64_t>()};
+    cuda::cross_entropy_backward(in, logits.size(1), lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(),
+                                 grad.stride(0), current_stream(logits));
   });
   return grad;
 }

@@ -53,8 +53,8 @@ torch::Tensor BatchNorm2dImpl::forward(const torch::Tensor& x) {
   if (normalize_) return normalize_(*this, x);
   if (!fused_applies(x, torch::Tensor())) return local_forward(x);
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_training(x, weight, bias, running_mean, running_var, momentum, options.eps(),
-                                      /*allow_fused=*/true);
+  return kernels::batch_norm_training(kernels::KernelPath::kFused, x, weight, bias, running_mean, running_var, momentum,
+                                      options.eps());
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch::Tensor& residual, torch::Tensor* twin) {
@@ -64,8 +64,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu(const torch::Tensor& x, const torch:
     return torch::relu(residual.defined() ? y + residual : y);
   }
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_relu(x, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
-                                  /*allow_fused=*/true, twin);
+  return kernels::batch_norm_relu(kernels::KernelPath::kFused, x, residual, weight, bias, running_mean, running_var,
+                                  momentum, options.eps(), twin);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_max_pool(const torch::Tensor& x, int64_t kernel, int64_t stride,
@@ -76,8 +76,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu_max_pool(const torch::Tensor& x, int
   if (!fusions_.stem_pool || !fused_applies(x, torch::Tensor()) ||
       !kernels::fused_batch_norm_relu_max_pool_applies(x, params(0.0), kernel, stride, padding))
     return kernels::max_pool2d(forward_relu(x), kernel, stride, padding, fused_kernels_ && is_training());
-  return kernels::batch_norm_relu_max_pool(x, params(count_batch_and_momentum()), kernel, stride, padding,
-                                           /*allow_fused=*/true);
+  return kernels::batch_norm_relu_max_pool(kernels::KernelPath::kFused, x, params(count_batch_and_momentum()), kernel,
+                                           stride, padding);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, BatchNorm2dImpl& shortcut_norm,
@@ -93,8 +93,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu_add_norm(const torch::Tensor& x, Bat
   if (!fused) return forward_relu(x, shortcut_norm.forward(shortcut_x), twin);
   const double momentum2 = shortcut_norm.count_batch_and_momentum();
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_add_batch_norm_relu(x, params(*this, momentum), shortcut_x,
-                                                 params(shortcut_norm, momentum2), /*allow_fused=*/true, twin);
+  return kernels::batch_norm_add_batch_norm_relu(kernels::KernelPath::kFused, x, params(*this, momentum), shortcut_x,
+                                                 params(shortcut_norm, momentum2), twin);
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::nn::Conv2dImpl& conv) {
@@ -109,8 +109,8 @@ torch::Tensor BatchNorm2dImpl::forward_relu_conv(const torch::Tensor& x, torch::
   geometry.groups = o.groups();
   const auto conv_weight = conv_weight_like(conv, x);
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_relu_conv(x, weight, bias, running_mean, running_var, momentum, options.eps(), conv_weight,
-                                       geometry, /*allow_fused=*/true);
+  return kernels::batch_norm_relu_conv(kernels::KernelPath::kFused, x, weight, bias, running_mean, running_var, momentum,
+                                       options.eps(), conv_weight, geometry);
 }
 
 torch::Tensor BatchNorm2dImpl::conv_weight_like(const torch::nn::Conv2dImpl& conv, const torch::Tensor& x) {
@@ -126,14 +126,17 @@ void BatchNorm2dImpl::require_conv_stats(const torch::Tensor& y) const {
 torch::Tensor BatchNorm2dImpl::forward_from_stats(const kernels::ConvStatsResult& in) {
   require_conv_stats(in.y);
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_training(in, weight, bias, running_mean, running_var, momentum, options.eps());
+  return kernels::batch_norm_training(kernels::KernelPath::kFused, in, weight, bias, running_mean, running_var, momentum,
+                                      options.eps());
 }
 
 torch::Tensor BatchNorm2dImpl::forward_relu_from_stats(const kernels::ConvStatsResult& in,
                                                        const torch::Tensor& residual, torch::Tensor* twin) {
   require_conv_stats(in.y);
+  const auto path = kernels::fused_if(fused_applies(in.y, residual));
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_relu(in, residual, weight, bias, running_mean, running_var, momentum, options.eps(), twin);
+  return kernels::batch_norm_relu(path, in, residual, weight, bias, running_mean, running_var, momentum, options.eps(),
+                                  twin);
 }
 
 kernels::ConvStatsResult BatchNorm2dImpl::forward_relu_conv_from_stats(const kernels::ConvStatsResult& in,
@@ -145,7 +148,8 @@ kernels::ConvStatsResult BatchNorm2dImpl::forward_relu_conv_from_stats(const ker
             (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && o.groups() == 1,
         "BatchNorm2d: the fused convolution takes no bias, dilation or groups, and square stride and zero padding");
   const double momentum = count_batch_and_momentum();
-  return kernels::batch_norm_relu_conv_with_stats(in, weight, bias, running_mean, running_var, momentum, options.eps(),
+  return kernels::batch_norm_relu_conv_with_stats(kernels::KernelPath::kFused, in, weight, bias, running_mean,
+                                                  running_var, momentum, options.eps(),
                                                   conv_weight_like(conv, in.y), (*o.stride())[0], (*padding)[0]);
 }
 

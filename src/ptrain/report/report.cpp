@@ -12,7 +12,7 @@
 #include "ptrain/core/text.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::report {
 

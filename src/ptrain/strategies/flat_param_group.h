@@ -20,7 +20,7 @@
 #include "ptrain/dist/process_group.h"
 #include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 

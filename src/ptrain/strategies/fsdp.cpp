@@ -9,7 +9,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
 #include "ptrain/models/model_summary.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 namespace {

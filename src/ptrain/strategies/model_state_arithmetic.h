@@ -11,7 +11,7 @@
 
 #include "ptrain/config/train_config.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 

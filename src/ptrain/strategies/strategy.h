@@ -16,11 +16,11 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 

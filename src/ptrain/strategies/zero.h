@@ -24,7 +24,7 @@
 #include "ptrain/dist/process_group.h"
 #include "ptrain/strategies/flat_param_group.h"
 #include "ptrain/strategies/strategy.h"
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 namespace ptrain::strategies {
 

@@ -1169,9 +1169,10 @@ int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels) {
   return 2 * chunks * channels + 3 * channels;
 }
 
-void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
-                      const void* bias, void* running_mean, void* running_var, double momentum, double eps,
-                      float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream) {
+void batch_norm_stats(const BatchNormShape& shape, const void* x, const BatchNormSide& side, float* workspace,
+                      cudaStream_t stream) {
+  const Dtype dtype = shape.dtype, param = shape.param;
+  const int64_t rows = shape.rows, channels = shape.channels;
   check_shape(dtype, rows, channels);
   const Tiling t = tiling_for(rows, channels, vector_elements(dtype));
   float* chunk_mean = workspace;
@@ -1186,17 +1187,16 @@ void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int
   with_type(param, [&](auto* tag) {
     using P = std::remove_pointer_t<decltype(tag)>;
     stats_finalize_kernel<P><<<blocks, kThreads, 0, stream>>>(
-        chunk_mean, chunk_m2, rows, channels, t, static_cast<const P*>(weight), static_cast<const P*>(bias),
-        static_cast<P*>(running_mean), static_cast<P*>(running_var), static_cast<float>(momentum),
-        static_cast<float>(eps), mean, invstd, scale_shift);
+        chunk_mean, chunk_m2, rows, channels, t, static_cast<const P*>(side.weight), static_cast<const P*>(side.bias),
+        static_cast<P*>(side.running_mean), static_cast<P*>(side.running_var), static_cast<float>(side.momentum),
+        static_cast<float>(side.eps), side.mean, side.invstd, side.scale_shift);
   });
   check_launch("batch_norm_stats_finalize");
 }
 
-void batch_norm_stats_from_sums(Dtype param, Dtype io, const float* sum, const float* sum_of_squares, int64_t count,
-                                int64_t channels, const void* weight, const void* bias, void* running_mean,
-                                void* running_var, double momentum, double eps, float* mean, float* invstd,
-                                float* scale_shift, void* scale_shift_io, cudaStream_t stream) {
+void batch_norm_stats_from_sums(Dtype param, Dtype io, const ChannelSums& sums, int64_t channels,
+                                const BatchNormSide& side, void* scale_shift_io, cudaStream_t stream) {
+  const int64_t count = sums.count;
   if (count <= 0 || channels <= 0)
     throw std::runtime_error("batch_norm_stats_from_sums: count and channels must be positive, got " +
                              std::to_string(count) + " and " + std::to_string(channels));
@@ -1206,62 +1206,70 @@ void batch_norm_stats_from_sums(Dtype param, Dtype io, const float* sum, const f
     with_type(io, [&](auto* io_tag) {
       using IO = std::remove_pointer_t<decltype(io_tag)>;
       stats_from_sums_kernel<P, IO><<<blocks, kThreads, 0, stream>>>(
-          sum, sum_of_squares, count, channels, static_cast<const P*>(weight), static_cast<const P*>(bias),
-          static_cast<P*>(running_mean), static_cast<P*>(running_var), static_cast<float>(momentum),
-          static_cast<float>(eps), mean, invstd, scale_shift, static_cast<IO*>(scale_shift_io));
+          sums.sum, sums.sum_of_squares, count, channels, static_cast<const P*>(side.weight),
+          static_cast<const P*>(side.bias), static_cast<P*>(side.running_mean), static_cast<P*>(side.running_var),
+          static_cast<float>(side.momentum), static_cast<float>(side.eps), side.mean, side.invstd, side.scale_shift,
+          static_cast<IO*>(scale_shift_io));
     });
   });
   check_launch("batch_norm_stats_from_sums");
 }
 
-void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
-                           int64_t channels, bool relu, void* y, cudaStream_t stream) {
+void batch_norm_relu_apply(const BatchNormShape& shape, const BatchNormReluForwardIo& io, const float* scale_shift,
+                           cudaStream_t stream) {
+  const Dtype dtype = shape.dtype;
+  const int64_t rows = shape.rows, channels = shape.channels;
   check_shape(dtype, rows, channels);
   const Tiling t = tiling_for(rows, channels, vector_elements(dtype), kApplyChunks, 1);
   const dim3 grid = grid_of(t);
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    apply_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
-                                                   scale_shift, rows, channels, t, relu, static_cast<T*>(y));
+    apply_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(io.x), static_cast<const T*>(io.residual),
+                                                   scale_shift, rows, channels, t, io.relu, static_cast<T*>(io.y));
   });
   check_launch("batch_norm_relu_apply");
 }
 
-bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* residual, int64_t rows,
-                             int64_t channels, const void* weight, const void* bias, void* running_mean,
-                             void* running_var, double momentum, double eps, bool relu, float* mean, float* invstd,
-                             float* scale_shift, void* y, float* workspace, cudaStream_t stream, BatchNormPasses passes,
-                             unsigned long long* phase_stamps, int64_t* phase_blocks) {
+bool batch_norm_relu_forward(const BatchNormShape& shape, const BatchNormReluForwardIo& io, const BatchNormSide& side,
+                             float* workspace, cudaStream_t stream, const BatchNormForwardRun& run) {
+  const Dtype dtype = shape.dtype, param = shape.param;
+  const int64_t rows = shape.rows, channels = shape.channels;
   check_shape(dtype, rows, channels);
   bool single = false;
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     with_type(param, [&](auto* param_tag) {
       using P = std::remove_pointer_t<decltype(param_tag)>;
-      const Tiling t = single_pass_tiling<single_pass_forward_kernel<T, P>>(passes, rows, channels, vector_elements(dtype));
+      const Tiling t =
+          single_pass_tiling<single_pass_forward_kernel<T, P>>(run.passes, rows, channels, vector_elements(dtype));
       if (t.chunks == 0) return;
       single = true;
       const dim3 grid = grid_of(t);
-      if (phase_blocks) *phase_blocks = static_cast<int64_t>(grid.x) * grid.y;
+      if (run.phase_blocks) *run.phase_blocks = static_cast<int64_t>(grid.x) * grid.y;
       launch_cooperative("batch_norm_relu_forward (single pass)", single_pass_forward_kernel<T, P>, grid, stream,
-                         static_cast<const T*>(x), static_cast<const T*>(residual), rows, channels, t,
-                         static_cast<const P*>(weight), static_cast<const P*>(bias), static_cast<P*>(running_mean),
-                         static_cast<P*>(running_var), static_cast<float>(momentum), static_cast<float>(eps), relu,
-                         workspace, workspace + t.chunks * channels, mean, invstd, scale_shift, static_cast<T*>(y),
-                         phase_stamps);
+                         static_cast<const T*>(io.x), static_cast<const T*>(io.residual), rows, channels, t,
+                         static_cast<const P*>(side.weight), static_cast<const P*>(side.bias),
+                         static_cast<P*>(side.running_mean), static_cast<P*>(side.running_var),
+                         static_cast<float>(side.momentum), static_cast<float>(side.eps), io.relu, workspace,
+                         workspace + t.chunks * channels, side.mean, side.invstd, side.scale_shift,
+                         static_cast<T*>(io.y), run.phase_stamps);
     });
   });
   if (single) return true;
-  batch_norm_stats(dtype, param, x, rows, channels, weight, bias, running_mean, running_var, momentum, eps, mean,
-                   invstd, scale_shift, workspace, stream);
-  batch_norm_relu_apply(dtype, x, residual, scale_shift, rows, channels, relu, y, stream);
+  batch_norm_stats(shape, io.x, side, workspace, stream);
+  batch_norm_relu_apply(shape, io, side.scale_shift, stream);
   return false;
 }
 
-bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y, const void* x,
-                              const float* mean, const float* invstd, const float* scale_shift, const void* weight,
-                              int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
-                              void* dbias, float* workspace, cudaStream_t stream, BatchNormPasses passes) {
+bool batch_norm_relu_backward(const BatchNormShape& shape, const BatchNormReluBackwardIo& io, const BatchNormSide& side,
+                              const BatchNormGrads& grads, float* workspace, cudaStream_t stream,
+                              BatchNormPasses passes) {
+  const Dtype dtype = shape.dtype, param = shape.param;
+  const int64_t rows = shape.rows, channels = shape.channels;
+  const void *dy = io.dy, *dy2 = io.dy2, *y = io.y, *x = io.x, *weight = side.weight;
+  const float *mean = side.mean, *invstd = side.invstd, *scale_shift = side.scale_shift;
+  const bool relu = io.relu;
+  void *dx = io.dx, *dresidual = io.dresidual, *dweight = grads.dweight, *dbias = grads.dbias;
   check_shape(dtype, rows, channels);
   const bool with_y = relu && y;
   bool single = false;
@@ -1329,9 +1337,11 @@ int64_t dual_batch_norm_workspace_floats(int64_t rows, int64_t channels) {
   return 2 * batch_norm_workspace_floats(rows, channels);
 }
 
-bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* x2, int64_t rows,
-                                            int64_t channels, const BatchNormSide& side, const BatchNormSide& side2,
-                                            void* y, float* workspace, cudaStream_t stream) {
+bool batch_norm_add_batch_norm_relu_forward(const BatchNormShape& shape, const void* x, const void* x2,
+                                            const BatchNormSide& side, const BatchNormSide& side2, void* y,
+                                            float* workspace, cudaStream_t stream) {
+  const Dtype dtype = shape.dtype, param = shape.param;
+  const int64_t rows = shape.rows, channels = shape.channels;
   check_shape(dtype, rows, channels);
   bool ran = false;
   with_types(dtype, param, [&](auto* tag, auto* param_tag) {
@@ -1348,11 +1358,14 @@ bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void
   return ran;
 }
 
-bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y,
-                                             const void* x, const void* x2, int64_t rows, int64_t channels,
+bool batch_norm_add_batch_norm_relu_backward(const BatchNormShape& shape, const DualBatchNormReluBackwardIo& io,
                                              const BatchNormSide& side, const BatchNormSide& side2,
-                                             const BatchNormGrads& grads, const BatchNormGrads& grads2, void* dx,
-                                             void* dx2, float* workspace, cudaStream_t stream) {
+                                             const BatchNormGrads& grads, const BatchNormGrads& grads2,
+                                             float* workspace, cudaStream_t stream) {
+  const Dtype dtype = shape.dtype, param = shape.param;
+  const int64_t rows = shape.rows, channels = shape.channels;
+  const void *dy = io.dy, *dy2 = io.dy2, *y = io.y, *x = io.x, *x2 = io.x2;
+  void *dx = io.dx, *dx2 = io.dx2;
   check_shape(dtype, rows, channels);
   bool ran = false;
   with_types(dtype, param, [&](auto* tag, auto* param_tag) {

@@ -155,8 +155,11 @@ void check_rows(int64_t rows) {
 
 }  // namespace
 
-void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
-                           const int64_t* labels, float* loss, float* lse, float* correct, cudaStream_t stream) {
+void cross_entropy_forward(const CrossEntropyLogits& in, float* loss, float* lse, float* correct, cudaStream_t stream) {
+  const Dtype dtype = in.dtype;
+  const void* logits = in.logits;
+  const int64_t rows = in.rows, classes = in.classes, row_stride = in.row_stride;
+  const int64_t* labels = in.labels;
   if (rows == 0) return;
   check_rows(rows);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads_for(classes));
@@ -177,9 +180,12 @@ void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_
   check_launch("cross_entropy_forward");
 }
 
-void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t width,
-                            int64_t row_stride, const int64_t* labels, const float* lse, const float* scale,
+void cross_entropy_backward(const CrossEntropyLogits& in, int64_t width, const float* lse, const float* scale,
                             void* grad, int64_t grad_row_stride, cudaStream_t stream) {
+  const Dtype dtype = in.dtype;
+  const void* logits = in.logits;
+  const int64_t rows = in.rows, classes = in.classes, row_stride = in.row_stride;
+  const int64_t* labels = in.labels;
   if (rows == 0) return;
   check_rows(rows);
   const dim3 grid(static_cast<unsigned>(rows)), block(threads_for(classes));

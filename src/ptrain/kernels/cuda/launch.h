@@ -11,17 +11,23 @@ namespace ptrain::kernels::cuda {
 
 enum class Dtype { kFloat, kHalf, kBFloat16 };
 
-// Row r of logits [rows, classes] (row_stride elements apart, unit stride within a row) against labels[r]:
+// The rows of logits (dtype) that both directions read: row r's first classes values (row_stride elements
+// apart, unit stride within a row) and its label, labels[r].
+struct CrossEntropyLogits {
+  Dtype dtype;
+  const void* logits;
+  int64_t rows, classes, row_stride;
+  const int64_t* labels;
+};
+
 // loss[r] = logsumexp(row) - row[label] (NaN for a label outside [0, classes)), lse[r] = logsumexp(row),
 // correct[r] = 1 when the row's first largest value is at the label, else 0. All in fp32.
-void cross_entropy_forward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t row_stride,
-                           const int64_t* labels, float* loss, float* lse, float* correct, cudaStream_t stream);
+void cross_entropy_forward(const CrossEntropyLogits& in, float* loss, float* lse, float* correct, cudaStream_t stream);
 
 // grad[r][c] = (exp(row[c] - lse[r]) - (c == labels[r])) * (*scale) for c < classes, 0 for classes <= c <
 // width (a padded vocabulary's columns), in the logits' dtype (grad rows are grad_row_stride apart). scale is
 // read on the device: the upstream gradient over the rows averaged.
-void cross_entropy_backward(Dtype dtype, const void* logits, int64_t rows, int64_t classes, int64_t width,
-                            int64_t row_stride, const int64_t* labels, const float* lse, const float* scale,
+void cross_entropy_backward(const CrossEntropyLogits& in, int64_t width, const float* lse, const float* scale,
                             void* grad, int64_t grad_row_stride, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
@@ -33,58 +39,15 @@ namespace ptrain::kernels::cuda {
 // and, optionally, the residual added before that ReLU: y = relu(x * a + b [+ residual]) with a, b per channel
 // from the batch's mean and variance. Parameters and running statistics are `param` dtype (fp32, or the
 // activations' dtype). Statistics in fp32 (Welford within threads, Chan's merge across them).
-//
-// batch_norm_stats writes mean[c], invstd[c] (fp32, for the backward) and updates the running statistics
-// (running = (1 - momentum) running + momentum batch, the variance unbiased) when they are given. workspace
-// needs batch_norm_workspace_floats(rows, channels) floats.
-int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
-// How batch_norm_relu_forward and _backward run. kSplit: three launches (reduce, finalize, apply), each pass
-// reading the activations from memory. kSinglePass: one cooperative launch whose blocks meet at grid-wide
-// barriers between the passes, the apply phase finding small layers' activations in L2; possible only when
-// the whole grid can be resident. kAuto: the single pass where possible (faster at every ResNet-50 shape).
-enum class BatchNormPasses { kAuto, kSplit, kSinglePass };
-// batch_norm_stats then batch_norm_relu_apply, as one launch or three (passes); true when the single pass ran.
-bool batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* residual, int64_t rows,
-                             int64_t channels, const void* weight, const void* bias, void* running_mean,
-                             void* running_var, double momentum, double eps, bool relu, float* mean, float* invstd,
-                             float* scale_shift, void* y, float* workspace, cudaStream_t stream,
-                             BatchNormPasses passes = BatchNormPasses::kAuto,
-                             unsigned long long* phase_stamps = nullptr, int64_t* phase_blocks = nullptr);
-// phase_stamps (a bench's; null in training): where the single pass runs, thread 0 of each block writes the GPU's
-// nanosecond clock at its start, when its statistics are read, after the first barrier, when its channels are
-// finalized, after the second barrier and when its rows are applied: kBatchNormForwardStamps values a block, for at
-// most 512 blocks; *phase_blocks (when given) receives the number of blocks.
-constexpr int kBatchNormForwardStamps = 6;
-void batch_norm_stats(Dtype dtype, Dtype param, const void* x, int64_t rows, int64_t channels, const void* weight,
-                      const void* bias, void* running_mean, void* running_var, double momentum, double eps,
-                      float* mean, float* invstd, float* scale_shift, float* workspace, cudaStream_t stream);
-// What batch_norm_stats writes, from a convolution's per-channel sum and sum of squares of x over count values
-// (cuDNN's genstats) instead of a pass over x. io kHalf or kBFloat16: scale and shift rounded to it, written
-// in it to scale_shift_io [2 * channels] too (a convolution prologue's operands), and the rounded values in
-// scale_shift; io kFloat: no rounding, scale_shift_io unused (null).
-void batch_norm_stats_from_sums(Dtype param, Dtype io, const float* sum, const float* sum_of_squares, int64_t count,
-                                int64_t channels, const void* weight, const void* bias, void* running_mean,
-                                void* running_var, double momentum, double eps, float* mean, float* invstd,
-                                float* scale_shift, void* scale_shift_io, cudaStream_t stream);
-// y = relu(x * scale + shift [+ residual]), scale_shift = [scale[channels], shift[channels]] from the stats;
-// without relu, y = x * scale + shift [+ residual].
-void batch_norm_relu_apply(Dtype dtype, const void* x, const void* residual, const float* scale_shift, int64_t rows,
-                           int64_t channels, bool relu, void* y, cudaStream_t stream);
-// The backward of y = relu(bn(x) [+ residual]) from dy: dx, and dresidual = dy masked (when given), dweight
-// and dbias (param dtype; may be null when not needed). The ReLU's mask is the sign of y with a residual
-// (y given), and of x * scale + shift without (y null), scale_shift being the forward's; without relu, the
-// backward of bn(x) [+ residual] (y unused). dy2 (may be null): the gradient of a second use of the output,
-// summed with dy as the passes load them. True when the single pass ran.
-bool batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y, const void* x,
-                              const float* mean, const float* invstd, const float* scale_shift, const void* weight,
-                              int64_t rows, int64_t channels, bool relu, void* dx, void* dresidual, void* dweight,
-                              void* dbias, float* workspace, cudaStream_t stream,
-                              BatchNormPasses passes = BatchNormPasses::kAuto);
+struct BatchNormShape {
+  Dtype dtype;  // the activations'
+  Dtype param;  // the parameters' and running statistics'
+  int64_t rows, channels;
+};
 
-
-// One batch norm's parameters, running statistics (updated with momentum), and outputs for the backward, as the
-// dual kernels below take them: relu(bn(x) + bn2(x2)), a ResNet block whose shortcut has a convolution and batch
-// norm of its own.
+// One batch norm's parameters, running statistics (updated with momentum, the variance unbiased, as
+// torch.nn.BatchNorm2d does), and its outputs for the backward. The backwards read mean, invstd, scale_shift
+// and weight only. Also a kernel argument of the single-pass kernels that take two batch norms (below).
 struct BatchNormSide {
   const void* weight;
   const void* bias;
@@ -99,20 +62,97 @@ struct BatchNormGrads {
   void* dweight;
   void* dbias;
 };
+
+// The activations a forward reads and writes: y = relu(x * scale + shift [+ residual]), residual null for none;
+// without relu, y = x * scale + shift [+ residual].
+struct BatchNormReluForwardIo {
+  const void* x;
+  const void* residual;
+  bool relu;
+  void* y;
+};
+
+// The activations a backward reads and writes: dx, and dresidual = dy masked (null when there is no residual).
+// The ReLU's mask is the sign of y with a residual (y given), and of x * scale + shift without (y null),
+// scale_shift being the forward's; without relu, the backward of bn(x) [+ residual] (y unused). dy2 (may be
+// null): the gradient of a second use of the output, summed with dy as the passes load them.
+struct BatchNormReluBackwardIo {
+  const void* dy;
+  const void* dy2;
+  const void* y;
+  const void* x;
+  bool relu;
+  void* dx;
+  void* dresidual;
+};
+
+// batch_norm_stats writes side.mean, invstd and scale_shift and updates the running statistics when they are
+// given. workspace needs batch_norm_workspace_floats(rows, channels) floats.
+int64_t batch_norm_workspace_floats(int64_t rows, int64_t channels);
+// How batch_norm_relu_forward and _backward run. kSplit: three launches (reduce, finalize, apply), each pass
+// reading the activations from memory. kSinglePass: one cooperative launch whose blocks meet at grid-wide
+// barriers between the passes, the apply phase finding small layers' activations in L2; possible only when
+// the whole grid can be resident. kAuto: the single pass where possible (faster at every ResNet-50 shape).
+enum class BatchNormPasses { kAuto, kSplit, kSinglePass };
+// phase_stamps (a bench's; null in training): where the single pass runs, thread 0 of each block writes the GPU's
+// nanosecond clock at its start, when its statistics are read, after the first barrier, when its channels are
+// finalized, after the second barrier and when its rows are applied: kBatchNormForwardStamps values a block, for at
+// most 512 blocks; *phase_blocks (when given) receives the number of blocks.
+constexpr int kBatchNormForwardStamps = 6;
+struct BatchNormForwardRun {
+  BatchNormPasses passes = BatchNormPasses::kAuto;
+  unsigned long long* phase_stamps = nullptr;
+  int64_t* phase_blocks = nullptr;
+};
+// batch_norm_stats then batch_norm_relu_apply, as one launch or three (run.passes); true when the single pass ran.
+bool batch_norm_relu_forward(const BatchNormShape& shape, const BatchNormReluForwardIo& io, const BatchNormSide& side,
+                             float* workspace, cudaStream_t stream, const BatchNormForwardRun& run = {});
+void batch_norm_stats(const BatchNormShape& shape, const void* x, const BatchNormSide& side, float* workspace,
+                      cudaStream_t stream);
+// A convolution's per-channel sum and sum of squares of its output over count values a channel (cuDNN's genstats).
+struct ChannelSums {
+  const float* sum;
+  const float* sum_of_squares;
+  int64_t count;
+};
+// What batch_norm_stats writes, from sums instead of a pass over x. io kHalf or kBFloat16: scale and shift rounded
+// to it, written in it to scale_shift_io [2 * channels] too (a convolution prologue's operands), and the rounded
+// values in side.scale_shift; io kFloat: no rounding, scale_shift_io unused (null).
+void batch_norm_stats_from_sums(Dtype param, Dtype io, const ChannelSums& sums, int64_t channels,
+                                const BatchNormSide& side, void* scale_shift_io, cudaStream_t stream);
+// io.y from io.x (and io.residual) with the statistics' scale_shift = [scale[channels], shift[channels]];
+// shape.param unused.
+void batch_norm_relu_apply(const BatchNormShape& shape, const BatchNormReluForwardIo& io, const float* scale_shift,
+                           cudaStream_t stream);
+// The backward of y = relu(bn(x) [+ residual]): io.dx and io.dresidual, and grads (param dtype; each may be null
+// when not needed), from side's statistics and weight. True when the single pass ran.
+bool batch_norm_relu_backward(const BatchNormShape& shape, const BatchNormReluBackwardIo& io, const BatchNormSide& side,
+                              const BatchNormGrads& grads, float* workspace, cudaStream_t stream,
+                              BatchNormPasses passes = BatchNormPasses::kAuto);
+
+// relu(bn(x) + bn2(x2)), a ResNet block whose shortcut has a convolution and batch norm of its own:
 // y = relu(x * scale + shift + x2 * scale2 + shift2) with both batch norms' statistics, in one cooperative launch
 // (both shortcuts' passes and the add in one); false, nothing run, where the grid cannot be resident at once
 // (the caller then runs the two batch norms apart). workspace: dual_batch_norm_workspace_floats.
 int64_t dual_batch_norm_workspace_floats(int64_t rows, int64_t channels);
-bool batch_norm_add_batch_norm_relu_forward(Dtype dtype, Dtype param, const void* x, const void* x2, int64_t rows,
-                                            int64_t channels, const BatchNormSide& side, const BatchNormSide& side2,
-                                            void* y, float* workspace, cudaStream_t stream);
+bool batch_norm_add_batch_norm_relu_forward(const BatchNormShape& shape, const void* x, const void* x2,
+                                            const BatchNormSide& side, const BatchNormSide& side2, void* y,
+                                            float* workspace, cudaStream_t stream);
 // Its backward from dy (and dy2, a second use's gradient, or null), with the mask y > 0: dx, dx2 and both
 // sides' dweight and dbias. false, nothing run, as above.
-bool batch_norm_add_batch_norm_relu_backward(Dtype dtype, Dtype param, const void* dy, const void* dy2, const void* y,
-                                             const void* x, const void* x2, int64_t rows, int64_t channels,
+struct DualBatchNormReluBackwardIo {
+  const void* dy;
+  const void* dy2;
+  const void* y;
+  const void* x;
+  const void* x2;
+  void* dx;
+  void* dx2;
+};
+bool batch_norm_add_batch_norm_relu_backward(const BatchNormShape& shape, const DualBatchNormReluBackwardIo& io,
                                              const BatchNormSide& side, const BatchNormSide& side2,
-                                             const BatchNormGrads& grads, const BatchNormGrads& grads2, void* dx,
-                                             void* dx2, float* workspace, cudaStream_t stream);
+                                             const BatchNormGrads& grads, const BatchNormGrads& grads2,
+                                             float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 
@@ -122,19 +162,38 @@ namespace ptrain::kernels::cuda {
 // residual add before it fused in: sum = x + branch (when branch is given; branch in branch_dtype), out =
 // (sum - mean) * rstd * weight + bias in out_dtype (fp32 weight and bias), mean and rstd per row in fp32.
 // One warp a row.
-void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x, const void* branch,
-                            const float* weight, const float* bias, int64_t rows, int64_t cols, double eps, float* sum,
-                            void* out, float* mean, float* rstd, cudaStream_t stream);
+struct LayerNormShape {
+  Dtype branch_dtype;  // kFloat without a branch
+  Dtype out_dtype;
+  int64_t rows, cols;
+};
+struct AddLayerNormForwardIo {
+  const float* x;
+  const void* branch;  // null: none
+  float* sum;          // null without a branch
+  void* out;
+  float* mean;
+  float* rstd;
+};
+void add_layer_norm_forward(const LayerNormShape& shape, const AddLayerNormForwardIo& io, const float* weight,
+                            const float* bias, double eps, cudaStream_t stream);
 
 // Its backward from grad_out (out_dtype) and, when given, the gradient reaching sum from its other uses
 // (grad_sum, fp32): grad_input (fp32: x's gradient, and the branch's in grad_branch, branch_dtype, when
 // given), grad_weight and grad_bias (fp32). input is sum (or x without a branch). workspace needs
 // layer_norm_workspace_floats(rows, cols) floats.
+struct AddLayerNormBackwardIo {
+  const void* grad_out;
+  const float* grad_sum;  // may be null
+  const float* input;
+  const float* mean;
+  const float* rstd;
+  float* grad_input;
+  void* grad_branch;  // null without a branch
+};
 int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols);
-void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* grad_out, const float* grad_sum,
-                             const float* input, const float* mean, const float* rstd, const float* weight,
-                             int64_t rows, int64_t cols, float* grad_input, void* grad_branch, float* grad_weight,
-                             float* grad_bias, float* workspace, cudaStream_t stream);
+void add_layer_norm_backward(const LayerNormShape& shape, const AddLayerNormBackwardIo& io, const float* weight,
+                             float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 

@@ -203,18 +203,18 @@ int64_t chunks_for(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>
 
 }  // namespace
 
-void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x, const void* branch,
-                            const float* weight, const float* bias, int64_t rows, int64_t cols, double eps, float* sum,
-                            void* out, float* mean, float* rstd, cudaStream_t stream) {
+void add_layer_norm_forward(const LayerNormShape& shape, const AddLayerNormForwardIo& io, const float* weight,
+                            const float* bias, double eps, cudaStream_t stream) {
+  const int64_t rows = shape.rows, cols = shape.cols;
   check_shape(rows, cols);
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  with_type(branch_dtype, [&](auto* b_tag) {
+  with_type(shape.branch_dtype, [&](auto* b_tag) {
     using B = std::remove_pointer_t<decltype(b_tag)>;
-    with_type(out_dtype, [&](auto* y_tag) {
+    with_type(shape.out_dtype, [&](auto* y_tag) {
       using Y = std::remove_pointer_t<decltype(y_tag)>;
       forward_kernel<B, Y><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
-          x, static_cast<const B*>(branch), weight, bias, rows, cols, static_cast<float>(eps), sum,
-          static_cast<Y*>(out), mean, rstd);
+          io.x, static_cast<const B*>(io.branch), weight, bias, rows, cols, static_cast<float>(eps), io.sum,
+          static_cast<Y*>(io.out), io.mean, io.rstd);
     });
   });
   check_launch("add_layer_norm_forward");
@@ -222,19 +222,20 @@ void add_layer_norm_forward(Dtype branch_dtype, Dtype out_dtype, const float* x,
 
 int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols) { return 2 * chunks_for(rows) * cols; }
 
-void add_layer_norm_backward(Dtype out_dtype, Dtype branch_dtype, const void* grad_out, const float* grad_sum,
-                             const float* input, const float* mean, const float* rstd, const float* weight,
-                             int64_t rows, int64_t cols, float* grad_input, void* grad_branch, float* grad_weight,
-                             float* grad_bias, float* workspace, cudaStream_t stream) {
+void add_layer_norm_backward(const LayerNormShape& shape, const AddLayerNormBackwardIo& io, const float* weight,
+                             float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream) {
+  const int64_t rows = shape.rows, cols = shape.cols;
+  const void* grad_out = io.grad_out;
+  const float *input = io.input, *mean = io.mean, *rstd = io.rstd;
   check_shape(rows, cols);
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  with_type(out_dtype, [&](auto* y_tag) {
+  with_type(shape.out_dtype, [&](auto* y_tag) {
     using Y = std::remove_pointer_t<decltype(y_tag)>;
-    with_type(branch_dtype, [&](auto* b_tag) {
+    with_type(shape.branch_dtype, [&](auto* b_tag) {
       using B = std::remove_pointer_t<decltype(b_tag)>;
       backward_rows_kernel<Y, B><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
-          static_cast<const Y*>(grad_out), grad_sum, input, mean, rstd, weight, rows, cols, grad_input,
-          static_cast<B*>(grad_branch));
+          static_cast<const Y*>(grad_out), io.grad_sum, input, mean, rstd, weight, rows, cols, io.grad_input,
+          static_cast<B*>(io.grad_branch));
     });
     const int64_t chunks = chunks_for(rows);
     const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;

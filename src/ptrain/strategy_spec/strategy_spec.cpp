@@ -1,4 +1,4 @@
-#include "ptrain/strategies/strategy_spec.h"
+#include "ptrain/strategy_spec/strategy_spec.h"
 
 #include <array>
 

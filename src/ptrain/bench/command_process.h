@@ -16,18 +16,18 @@ namespace ptrain::bench {
 
 // Catches Ctrl-C and SIGTERM for the bench while it lives (and puts the previous handlers back after):
 // every running command passes the signal on to its process group, and the bench stops after them.
-class StopSignals {
+class InterruptRelay {
  public:
-  StopSignals();
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
+  InterruptRelay();
+  ~InterruptRelay();
+  InterruptRelay(const InterruptRelay&) = delete;
+  InterruptRelay& operator=(const InterruptRelay&) = delete;
 
  private:
   struct sigaction old_int_ {}, old_term_ {};
 };
 
-// Whether Ctrl-C or SIGTERM reached the bench since StopSignals was made.
+// Whether Ctrl-C or SIGTERM reached the bench since InterruptRelay was made.
 bool stop_requested();
 
 // Progress lines from runs that may run side by side: whole lines, one writer at a time.
@@ -61,5 +61,8 @@ CommandExit run_in_process_group(const std::string& command, const std::string& 
 
 // "0,1,3", as CUDA_VISIBLE_DEVICES lists GPUs.
 std::string gpu_list(const std::vector<int64_t>& gpus);
+// The shell command that runs command with only these GPUs visible (all of them when gpus is empty),
+// every process of a compound command included.
+std::string command_on_gpus(const std::string& command, const std::vector<int64_t>& gpus);
 
 }  // namespace ptrain::bench

@@ -1,6 +1,6 @@
 // CUDA builds that found no cuDNN headers (cudnn_backend.h): the fusion is reported unsupported, so
 // kernels::conv_stats takes LibTorch's ops.
-#include "ptrain/kernels/cudnn/conv_stats.h"
+#include "ptrain/kernels/cudnn/conv_stats_graph.h"
 
 #include <stdexcept>
 

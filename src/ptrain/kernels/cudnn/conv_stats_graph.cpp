@@ -1,4 +1,4 @@
-#include "ptrain/kernels/cudnn/conv_stats.h"
+#include "ptrain/kernels/cudnn/conv_stats_graph.h"
 
 #include <cudnn.h>
 

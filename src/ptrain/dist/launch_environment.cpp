@@ -1,4 +1,4 @@
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 
 #include <algorithm>
 #include <cerrno>

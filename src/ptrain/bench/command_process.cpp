@@ -1,4 +1,4 @@
-#include "ptrain/bench/process_group.h"
+#include "ptrain/bench/command_process.h"
 
 #include <poll.h>
 #include <sys/wait.h>
@@ -10,7 +10,6 @@
 #include <ostream>
 
 #include "ptrain/bench/run_log.h"
-#include "ptrain/bench/runner.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::bench {
@@ -112,7 +111,7 @@ CommandExit run_in_process_group(const std::string& command, const std::string& 
   return exit;
 }
 
-StopSignals::StopSignals() {
+InterruptRelay::InterruptRelay() {
   stop_signal = 0;
   struct sigaction action {};
   action.sa_handler = remember_stop_signal;
@@ -121,7 +120,7 @@ StopSignals::StopSignals() {
   ::sigaction(SIGTERM, &action, &old_term_);
 }
 
-StopSignals::~StopSignals() {
+InterruptRelay::~InterruptRelay() {
   ::sigaction(SIGINT, &old_int_, nullptr);
   ::sigaction(SIGTERM, &old_term_, nullptr);
 }

@@ -5,8 +5,8 @@
 // descriptor row) and the one table between ZeRO stages and strategies (DeepSpeed's
 // zero_optimization.stage, accelerate's zero_stage). Adding a strategy: see docs/architecture.md.
 //
-// A small header with no LibTorch includes: config/ (which may not use strategies/) links it as the
-// component ptrain_strategy_spec.
+// A component of its own (strategy_spec/, no LibTorch includes), below config/, which may not use strategies/
+// but reads --strategy into this type; its namespace is the strategies' it names.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "ptrain/core/error.h"
-#include "ptrain/dist/environment.h"
+#include "ptrain/dist/launch_environment.h"
 
 namespace ptrain::dist {
 namespace {
@@ -28,7 +28,7 @@ void expect_error(const FakeEnv& env, const std::string& fragment) {
 }
 
 // ptrain launch --max-restarts: the attempt and its causes, one line each; nothing set is a first attempt.
-TEST(Environment, RestartCountAndCausesComeFromTheLauncher) {
+TEST(LaunchEnvironment, RestartCountAndCausesComeFromTheLauncher) {
   EXPECT_EQ(detect_restart(FakeEnv{}.getenv()).count, 0);
   EXPECT_TRUE(detect_restart(FakeEnv{{{"PTRAIN_RESTART_COUNT", "0"}, {"PTRAIN_RESTART_CAUSES", ""}}}.getenv()).causes.empty());
   const FakeEnv restarted{{{"PTRAIN_RESTART_COUNT", "2"},
@@ -46,7 +46,7 @@ TEST(Environment, RestartCountAndCausesComeFromTheLauncher) {
   }
 }
 
-TEST(Environment, NothingSetIsOneProcess) {
+TEST(LaunchEnvironment, NothingSetIsOneProcess) {
   const FakeEnv env;
   const auto e = detect_environment(env.getenv());
   EXPECT_EQ(e.source, "single");
@@ -56,7 +56,7 @@ TEST(Environment, NothingSetIsOneProcess) {
   EXPECT_EQ(e.master_port, 29500);
 }
 
-TEST(Environment, Torchrun) {
+TEST(LaunchEnvironment, Torchrun) {
   const FakeEnv env{{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                      {"MASTER_ADDR", "10.0.0.2"}, {"MASTER_PORT", "1234"}}};
   const auto e = detect_environment(env.getenv());
@@ -69,14 +69,14 @@ TEST(Environment, Torchrun) {
   EXPECT_EQ(e.master_port, 1234);
 }
 
-TEST(Environment, TorchrunWithoutLocalVariablesIsOneNode) {
+TEST(LaunchEnvironment, TorchrunWithoutLocalVariablesIsOneNode) {
   const FakeEnv env{{{"RANK", "2"}, {"WORLD_SIZE", "3"}}};
   const auto e = detect_environment(env.getenv());
   EXPECT_EQ(e.local_rank, 2);
   EXPECT_EQ(e.local_world_size, 3);
 }
 
-TEST(Environment, SlurmCompressedNodeListAndTasksPerNode) {
+TEST(LaunchEnvironment, SlurmCompressedNodeListAndTasksPerNode) {
   const FakeEnv env{{{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"}, {"SLURM_NODEID", "1"},
                      {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_JOB_NODELIST", "node[01-04,07]"}}};
   const auto e = detect_environment(env.getenv());
@@ -89,7 +89,7 @@ TEST(Environment, SlurmCompressedNodeListAndTasksPerNode) {
   EXPECT_EQ(e.master_port, 29500);
 }
 
-TEST(Environment, SlurmMasterAddrAndNtasksPerNodeWin) {
+TEST(LaunchEnvironment, SlurmMasterAddrAndNtasksPerNodeWin) {
   const FakeEnv env{{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
                      {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_TASKS_PER_NODE", "3,1"}, {"SLURM_NODELIST", "gpu7,gpu9"},
                      {"MASTER_ADDR", "head"}, {"MASTER_PORT", "40000"}}};
@@ -99,7 +99,7 @@ TEST(Environment, SlurmMasterAddrAndNtasksPerNodeWin) {
   EXPECT_EQ(e.master_port, 40000);
 }
 
-TEST(Environment, SlurmHelpers) {
+TEST(LaunchEnvironment, SlurmHelpers) {
   EXPECT_EQ(first_slurm_host("node[01-04,07]"), "node01");
   EXPECT_EQ(first_slurm_host("gpu7,gpu9"), "gpu7");
   EXPECT_EQ(first_slurm_host("rack[3,5]-n[10-11],other"), "rack3-n10");
@@ -112,7 +112,7 @@ TEST(Environment, SlurmHelpers) {
   EXPECT_THROW(slurm_tasks_on_node("4(y2)", 0), Error);
 }
 
-TEST(Environment, OpenMpi) {
+TEST(LaunchEnvironment, OpenMpi) {
   const FakeEnv env{{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "mpi-head"}}};
   const auto e = detect_environment(env.getenv());
@@ -125,7 +125,7 @@ TEST(Environment, OpenMpi) {
   EXPECT_EQ(e.master_port, 29500);
 }
 
-TEST(Environment, TorchrunBeatsSlurmBeatsOpenMpi) {
+TEST(LaunchEnvironment, TorchrunBeatsSlurmBeatsOpenMpi) {
   FakeEnv env{{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
                {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}}};
   EXPECT_EQ(detect_environment(env.getenv()).source, "torchrun");
@@ -136,7 +136,7 @@ TEST(Environment, TorchrunBeatsSlurmBeatsOpenMpi) {
   EXPECT_EQ(detect_environment(env.getenv()).source, "openmpi");
 }
 
-TEST(Environment, InconsistentValuesNameTheVariable) {
+TEST(LaunchEnvironment, InconsistentValuesNameTheVariable) {
   expect_error(FakeEnv{{{"RANK", "abc"}, {"WORLD_SIZE", "2"}}}, "RANK='abc'");
   expect_error(FakeEnv{{{"RANK", "2"}, {"WORLD_SIZE", "2"}}}, "RANK=2");
   expect_error(FakeEnv{{{"RANK", "0"}}}, "WORLD_SIZE is not set");
