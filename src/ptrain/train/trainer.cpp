@@ -66,6 +66,8 @@ std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_recor
 TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
     : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
       strategy_(make_strategy_on_device(plan)),
+      stop_rules_({plan.on_divergence, c_.run.stop_at_step, hooks.stop_signal, strategy_->is_main()}, device_,
+                  strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
       progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
   check_ranks_agree(plan_, *strategy_);  // before any collective moves model data
   record_.command_line = command_line;
@@ -95,7 +97,7 @@ metrics::RunRecord TrainingRun::run() {
     last_eval = train_epochs(progress);
     finish_checkpoint_writes();  // a paused run's checkpoint; the last epoch's waited already
     // A paused run's weights are not the trained ones: its resume writes them.
-    if (!trained_ && !stopped_) export_weights();
+    if (!trained_ && !stop_rules_.paused()) export_weights();
     trained_ = true;
     if (sampler_) sampler_->stop();
     finish_trace();
@@ -104,14 +106,15 @@ metrics::RunRecord TrainingRun::run() {
     throw;
   } catch (const std::exception& e) {
     // A divergence ends the run on purpose: its record says so, and nothing diverged is saved.
-    if (stopping_on_divergence_) stop_diverged(e);
+    if (stop_rules_.stopping_on_divergence()) stop_diverged(e);
     // A failure in a step may leave the state half updated: only what was saved before it counts, and the
     // error passes on as it is. Once the state is written, the failure must not hide it.
     if (!evaluating_ && !trained_) throw;
     fail_keeping_trained_state(e);
   }
   // Under --on-divergence warn the run trains to its end, and its record must not read as a good one.
-  record_.extra["run_end"] = run_end(stopped_ ? "paused" : diverged_at_step_ ? "diverged" : "completed", "");
+  record_.extra["run_end"] =
+      run_end(stop_rules_.paused() ? "paused" : stop_rules_.diverged_at_step() ? "diverged" : "completed", "");
   return record_;
 }
 
@@ -297,15 +300,15 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     evaluating_ = false;
     return last_eval;
   }
-  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stopped_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stop_rules_.paused(); ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
-    if (stop_signal_) {
+    if (stop_rules_.signal()) {
       record_.epochs_detail.push_back(epoch_record);
       stop_at_signal({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
     }
     const bool last_epoch = epoch + 1 == epochs_ || global_step_ >= total_steps_;
-    if (stopped_) {
+    if (stop_rules_.paused()) {
       // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
       // evaluates that epoch as the run never paused does.
       record_.epochs_detail.push_back(epoch_record);
@@ -446,45 +449,15 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       window_predictions = 0;
       window.restart();
     }
-    stop_signal_ = agreed_stop_signal(progress_read);
-    if (stop_signal_) break;
-    if (should_stop_after(global_step_)) {
-      stopped_ = true;
-      break;
-    }
+    if (stop_rules_.stop_after(global_step_, total_steps_, progress_read)) break;
   }
   return step_in_epoch;
-}
-
-// One process reads its flag after every step: a host variable, no wait for the device. Ranks must all
-// stop at the same step, or those going on wait forever in the next step's collectives; they agree by
-// one all-reduce at the progress reads (every --log-every steps and at the epoch's end), where the host
-// waits for the device anyway, so the steps in between stay free of host synchronisation. A stop then
-// comes at most --log-every steps late, seconds on the runs that stopping matters for (Slurm gives
-// 30 s or more between SIGTERM and SIGKILL; lower --log-every where steps are slow).
-int TrainingRun::agreed_stop_signal(bool at_progress_read) {
-  if (!hooks_.stop_signal) return 0;
-  if (strategy_->world_size() == 1) return hooks_.stop_signal();
-  if (!at_progress_read) return 0;
-  // One slot a signal number: the sum says which signals any rank received, so every rank names the same.
-  constexpr int64_t kSignals = 65;
-  auto received = torch::zeros({kSignals}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  const int own = hooks_.stop_signal();
-  if (own > 0 && own < kSignals) received[own] = 1;
-  strategy_->all_reduce_sum(received);
-  const auto any = received.cpu().nonzero();
-  return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
 }
 
 int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }
 
 int64_t TrainingRun::micro_batches_of(int64_t steps) const {
   return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);
-}
-
-bool TrainingRun::should_stop_after(int64_t step) const {
-  // The run's last step ends it as a finished run (evaluated, exported), never as a pause.
-  return c_.run.stop_at_step > 0 && step == c_.run.stop_at_step && step < total_steps_;
 }
 
 Evaluation TrainingRun::evaluate() {
@@ -531,15 +504,7 @@ RunningTotals TrainingRun::reduced_totals() const {
 void TrainingRun::check_divergence() {
   const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
   if (!status.diverged()) return;
-  const std::string what = divergence_->describe(status, global_step_);
-  const bool first = !diverged_at_step_;
-  if (first) diverged_at_step_ = status.first_step.value_or(global_step_);
-  if (c_.run.on_divergence != "warn") {
-    stopping_on_divergence_ = true;
-    throw Error(what + "; stopped before saving anything from then on" + kDivergenceAdvice);
-  }
-  if (!first) return;
-  if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << "; training on (--on-divergence warn)" << std::endl;
+  stop_rules_.diverged(divergence_->describe(status, global_step_), status.first_step.value_or(global_step_));
 }
 
 void TrainingRun::finish_trace() {

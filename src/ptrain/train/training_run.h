@@ -44,14 +44,12 @@
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
+#include "ptrain/train/run/stop_rules.h"
 #include "ptrain/train/schedule.h"
 #include "ptrain/train/throughput_clock.h"
 #include "ptrain/train/trainer.h"
 
 namespace ptrain::train {
-
-inline constexpr const char* kDivergenceAdvice =
-    ". Try a lower --lr or --clip-grad-norm, or --on-divergence warn to train on";
 
 // Sums kept on the device during an epoch; read back only when progress is shown. A captured step adds
 // into these very tensors at every replay, so they are reset in place, never replaced.
@@ -186,10 +184,7 @@ class TrainingRun {
   void finish_checkpoint_writes();
   // The epoch's running totals summed over the ranks (a collective: every rank calls it).
   RunningTotals reduced_totals() const;
-  // The stop signal every rank acts on at this step boundary, 0 for none. Collective when ranks are
-  // several (then only at progress reads: see trainer.cpp).
-  int agreed_stop_signal(bool at_progress_read);
-  // Stops a diverged run (--on-divergence stop) or reports it once (warn). Every rank calls it together.
+  // Reads the divergence watch and hands what it found to stop_rules_. Every rank calls it together.
   void check_divergence();
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
@@ -198,9 +193,6 @@ class TrainingRun {
   void resume_from(Checkpoint ckpt);
   // Which flag set the run's last step: "--max-steps 40", or "--epochs 2 of 8 steps at --train-limit 64".
   std::string run_length_source() const;
-  // Whether the run pauses once optimizer step `step` is done: it saves where it is and ends, its schedule
-  // untouched, so that a resume continues bit for bit. --stop-at-step; the one place a stop is decided.
-  bool should_stop_after(int64_t step) const;
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
   // One training sample as the model sees it: [channels, height, width] after any resize, or [tokens].
@@ -214,6 +206,9 @@ class TrainingRun {
   precision::PrecisionPolicy policy_;
   TrainHooks hooks_;
   std::unique_ptr<strategies::Strategy> strategy_;
+  // Stop signals, --stop-at-step (a paused run saves where it is and ends, its schedule untouched, so that a
+  // resume continues bit for bit) and --on-divergence: whether the run ends early, and how.
+  StopRules stop_rules_;
   Progress::Style progress_style_;
 
   data::Dataset train_set_, test_set_;
@@ -227,8 +222,6 @@ class TrainingRun {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunningTotals> totals_;
   std::unique_ptr<DivergenceWatch> divergence_;
-  std::optional<int64_t> diverged_at_step_;
-  bool stopped_ = false;  // paused by should_stop_after(), to be resumed
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
   std::unique_ptr<Checkpointer> checkpointer_;  // with --checkpoint-dir
   // --async-checkpoint, rank 0 of a sharded save: its checkpoint file, staged, to write once every rank's
@@ -241,12 +234,10 @@ class TrainingRun {
     double total() const;
   } checkpoint_blocking_;
   const metrics::Stopwatch run_clock_;
-  int stop_signal_ = 0;        // the signal the run is stopping for, once every rank agreed on it
   bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole
   bool trained_ = false;       // the last step is done and its checkpoint and --save-weights are written
   bool weights_exported_ = false;  // --save-weights written (by rank 0; the other ranks only gather)
   bool weights_refused_ = false;   // --save-weights not written: the weights were not finite
-  bool stopping_on_divergence_ = false;  // the error in flight is --on-divergence stop's
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   int64_t micro_batches_per_epoch_ = 0;  // the last step's window of them may be shorter than --grad-accum
