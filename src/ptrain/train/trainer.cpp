@@ -68,7 +68,8 @@ TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, cons
       strategy_(make_strategy_on_device(plan)),
       stop_rules_({plan.on_divergence, c_.run.stop_at_step, hooks.stop_signal, strategy_->is_main()}, device_,
                   strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
-      progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
+      progress_style_(Progress::style_from(c_.run.progress)), phases_(device_),
+      profiler_(c_.run.profile_out, plan.profile_first_step, plan.profile_last_step, device_, strategy_->is_main()) {
   check_ranks_agree(plan_, *strategy_);  // before any collective moves model data
   record_.command_line = command_line;
 }
@@ -100,7 +101,7 @@ metrics::RunRecord TrainingRun::run() {
     if (!trained_ && !stop_rules_.paused()) export_weights();
     trained_ = true;
     if (sampler_) sampler_->stop();
-    finish_trace();
+    profiler_.finish(global_step_);
     fill_record(run_clock_, last_eval);
   } catch (const RunStopped&) {
     throw;
@@ -389,7 +390,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
   std::vector<torch::Tensor> images(accum), labels(accum);
 
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
-    start_or_stop_trace(/*before_step=*/true);
+    profiler_.before_step(global_step_ + 1);
     const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
     images.resize(static_cast<size_t>(step_micro_batches));
     labels.resize(static_cast<size_t>(step_micro_batches));
@@ -411,7 +412,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
       steps_->run(images, labels);
     }
     ++global_step_;
-    start_or_stop_trace(/*before_step=*/false);
+    profiler_.after_step(global_step_);
     if (hooks_.on_step)
       hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(step_micro_batches)});
     if (clock_.steady_starts_after(global_step_)) {
@@ -505,18 +506,6 @@ void TrainingRun::check_divergence() {
   const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
   if (!status.diverged()) return;
   stop_rules_.diverged(divergence_->describe(status, global_step_), status.first_step.value_or(global_step_));
-}
-
-void TrainingRun::finish_trace() {
-  if (tracing_) {
-    // The run ended before the last step asked for: the trace holds what there was.
-    metrics::synchronize(device_);
-    compat::stop_profiler_trace();
-    tracing_ = false;
-    if (strategy_->is_main())
-      std::cout << "trace of steps " << plan_.profile_first_step << "-" << global_step_ << " (the run's last) written to "
-                << c_.run.profile_out << std::endl;
-  }
 }
 
 namespace {

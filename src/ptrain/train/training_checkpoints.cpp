@@ -332,7 +332,7 @@ void TrainingRun::stop_at_signal(const TrainingPosition& position) {
   save(position);
   finish_checkpoint_writes();
   if (sampler_) sampler_->stop();
-  finish_trace();
+  profiler_.finish(global_step_);
   fill_record(run_clock_, std::nullopt);
   record_.extra["run_end"] = run_end("interrupted", "");
   std::string what = "stopped by " + signal_name(stop_rules_.signal()) + " after step " + std::to_string(global_step_) + " of " +
@@ -391,7 +391,7 @@ std::string TrainingRun::why_nothing_was_kept() const {
 void TrainingRun::stop_diverged(const std::exception& error) {
   try {
     if (sampler_) sampler_->stop();
-    finish_trace();
+    profiler_.finish(global_step_);
     fill_record(run_clock_, std::nullopt);
   } catch (const std::exception&) {
     // The record is what can be filled in; the divergence below is what matters.

@@ -44,6 +44,7 @@
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
+#include "ptrain/train/run/profiler_window.h"
 #include "ptrain/train/run/stop_rules.h"
 #include "ptrain/train/schedule.h"
 #include "ptrain/train/throughput_clock.h"
@@ -123,8 +124,6 @@ class TrainingRun {
   // Every epoch from the one resumed at; returns the last evaluation, if any ran. Each epoch's checkpoint,
   // and after the last one --save-weights, are written before its evaluation.
   std::optional<Evaluation> train_epochs(Progress& progress);
-  // A trace still open when the run ends (before its last step asked for) is written as it is.
-  void finish_trace();
   void export_weights();
   void fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval);
   // The scalars of a progress read (the window's mean loss and rates) and of an epoch's end, to scalar_log_.
@@ -168,7 +167,6 @@ class TrainingRun {
   std::string capture_obstacle() const;
   // Takes the step phases measured since the last call into the totals; where the host has waited anyway.
   void collect_step_phases();
-  void start_or_stop_trace(bool before_step);
   Evaluation evaluate();
   // A checkpoint of this position (rank agreement and gathering happen here, in the training thread); under
   // --async-checkpoint it returns once the state is staged in host memory, and its time counts as blocked.
@@ -253,8 +251,7 @@ class TrainingRun {
   metrics::StepPhaseTimer phases_;
   std::unique_ptr<StepRunner> steps_;  // made by announce(), once the run knows whether it captures its steps
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
-  bool tracing_ = false;
-  std::optional<compat::ProfilerRange> traced_step_;  // ProfilerStep#N on the trace while step N runs
+  ProfilerWindow profiler_;  // --profile-out's steps
   std::unique_ptr<metrics::ScalarLog> scalar_log_;  // rank 0, with --tensorboard or --log-jsonl
   torch::Tensor last_grad_norm_;  // the last step's gradient norm before clipping, when logged
 };
