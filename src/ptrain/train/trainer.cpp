@@ -384,75 +384,88 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
   progress.start_epoch(epoch);
   // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
   int64_t step_in_epoch = (first_micro_batch + accum - 1) / accum;
-  metrics::Stopwatch window;
-  int64_t window_images = 0, window_predictions = 0;
+  ProgressWindow window;
   totals_->window_loss.zero_();
-  std::vector<torch::Tensor> images(accum), labels(accum);
-
+  StepBatches batches;
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
     profiler_.before_step(global_step_ + 1);
-    const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
-    images.resize(static_cast<size_t>(step_micro_batches));
-    labels.resize(static_cast<size_t>(step_micro_batches));
-    for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
-      const metrics::Stopwatch waiting;
-      auto batch = train_loader_->next();
-      phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
-      check(batch.has_value(), "data loader ended before the epoch's last step");
-      images[micro] = batch->images;
-      labels[micro] = batch->labels;
-      window_predictions += prediction_labels(batch->labels).size(0);
-      window_images += batch->labels.size(0) * strategy_->world_size();
-    }
-    optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
-    if (step_micro_batches < accum) {
-      steps_->run_eagerly(images, labels);
-    } else {
-      steps_->run(images, labels);
-    }
-    ++global_step_;
+    load_step_batches(step_in_epoch, batches, window);
+    run_step(batches);
     profiler_.after_step(global_step_);
-    if (hooks_.on_step)
-      hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(step_micro_batches)});
-    if (clock_.steady_starts_after(global_step_)) {
-      metrics::synchronize(device_);
-      clock_.start_steady();
-      phases_.start_counting();
-      steps_->take_replays();
-    }
-    // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
-    // progress reads below wait for the device, and a stretch of steps ends there.
-    if (!device_.is_cuda()) clock_.mark(global_step_);
+    after_step(epoch, batches);
     ++step_in_epoch;
-
-    // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
-    // here too would write the same state twice, the second write waiting for the first.
-    const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
-    if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
-      save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
+    save_on_cadence(epoch, step_in_epoch);
     const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
-    if (progress_read) {
-      const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
-      collect_step_phases();  // the read above waited for the device
-      clock_.mark(global_step_);
-      const double seconds = window.elapsed_seconds();
-      const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
-      if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
-        const double predictions = static_cast<double>(window_predictions * strategy_->world_size());
-        log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
-      }
-      check_divergence();
-      const auto utilisation = flops_.at(samples_per_second);
-      progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
-      totals_->window_loss.zero_();
-      window_images = 0;
-      window_predictions = 0;
-      window.restart();
-    }
+    if (progress_read) read_progress(step_in_epoch, window, progress);
     if (stop_rules_.stop_after(global_step_, total_steps_, progress_read)) break;
   }
   return step_in_epoch;
+}
+
+void TrainingRun::load_step_batches(int64_t step_in_epoch, StepBatches& batches, ProgressWindow& window) {
+  const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
+  batches.images.resize(static_cast<size_t>(step_micro_batches));
+  batches.labels.resize(static_cast<size_t>(step_micro_batches));
+  for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
+    const metrics::Stopwatch waiting;
+    auto batch = train_loader_->next();
+    phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
+    check(batch.has_value(), "data loader ended before the epoch's last step");
+    batches.images[micro] = batch->images;
+    batches.labels[micro] = batch->labels;
+    window.predictions += prediction_labels(batch->labels).size(0);
+    window.images += batch->labels.size(0) * strategy_->world_size();
+  }
+}
+
+void TrainingRun::run_step(const StepBatches& batches) {
+  optimizer_->set_learning_rate(schedule_->lr(global_step_));
+  // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
+  if (batches.micro_batches() < c_.optim.grad_accum) {
+    steps_->run_eagerly(batches.images, batches.labels);
+  } else {
+    steps_->run(batches.images, batches.labels);
+  }
+  ++global_step_;
+}
+
+void TrainingRun::after_step(int64_t epoch, const StepBatches& batches) {
+  if (hooks_.on_step)
+    hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(batches.micro_batches())});
+  if (clock_.steady_starts_after(global_step_)) {
+    metrics::synchronize(device_);
+    clock_.start_steady();
+    phases_.start_counting();
+    steps_->take_replays();
+  }
+  // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
+  // progress reads wait for the device, and a stretch of steps ends there.
+  if (!device_.is_cuda()) clock_.mark(global_step_);
+}
+
+void TrainingRun::save_on_cadence(int64_t epoch, int64_t step_in_epoch) {
+  // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
+  // here too would write the same state twice, the second write waiting for the first.
+  const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
+  if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
+    save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
+}
+
+void TrainingRun::read_progress(int64_t step_in_epoch, ProgressWindow& window, Progress& progress) {
+  const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window.predictions);
+  collect_step_phases();  // the read above waited for the device
+  clock_.mark(global_step_);
+  const double seconds = window.clock.elapsed_seconds();
+  const double samples_per_second = seconds > 0 ? window.images / seconds : 0;
+  if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
+    const double predictions = static_cast<double>(window.predictions * strategy_->world_size());
+    log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
+  }
+  check_divergence();
+  const auto utilisation = flops_.at(samples_per_second);
+  progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
+  totals_->window_loss.zero_();
+  window = ProgressWindow{};
 }
 
 int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }

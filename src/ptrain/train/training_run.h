@@ -156,6 +156,24 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // The micro-batches of one optimizer step.
+  struct StepBatches {
+    std::vector<torch::Tensor> images, labels;
+    int64_t micro_batches() const { return static_cast<int64_t>(images.size()); }
+  };
+  // The steps since the last progress read: what its rates count, and since when.
+  struct ProgressWindow {
+    metrics::Stopwatch clock;
+    int64_t images = 0, predictions = 0;
+  };
+  // The parts of one step of train_epoch, in order: its batches read from the loader, the step run at the
+  // schedule's rate, what follows each step (the library's on_step hook, the throughput clock), the
+  // --checkpoint-every save, and at a progress read the window's loss and rates shown, logged and checked.
+  void load_step_batches(int64_t step_in_epoch, StepBatches& batches, ProgressWindow& window);
+  void run_step(const StepBatches& batches);
+  void after_step(int64_t epoch, const StepBatches& batches);
+  void save_on_cadence(int64_t epoch, int64_t step_in_epoch);
+  void read_progress(int64_t step_in_epoch, ProgressWindow& window, Progress& progress);
   // A token dataset's tokens a sample (what throughput counts as tokens/s), 0 for images.
   int64_t sequence_length() const;
   // The micro-batches of an epoch that its first `steps` optimizer steps read (the last window may be short).
