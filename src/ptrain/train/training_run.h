@@ -8,7 +8,9 @@
 //   training_record.cpp          the run's metrics record, assembled once training ends
 //   training_log.cpp             the scalars of --tensorboard and --log-jsonl, as progress is read
 // and the parts it owns, each with its own state: step_runner.h (eager steps, then a captured CUDA graph and
-// its static inputs), throughput_clock.h (training seconds, images, the steady rate).
+// its static inputs), throughput_clock.h (training seconds, images, the steady rate), and under run/ (built
+// from the Plan's resolved values, never the config) stop_rules.h (whether and why the run ends early) and
+// profiler_window.h (--profile-out's trace).
 // Internal to train/: the library's callers use trainer.h.
 #pragma once
 
