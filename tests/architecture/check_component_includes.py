@@ -12,6 +12,8 @@ happens to link it.
 Usage: check_component_includes.py ROOT (the directory holding src/ptrain). Prints one line per violation
 (file, line, the included header, its component, and the DEPS) and exits 1 when there is any; exits 2 when the
 CMake files cannot be read as ptrain_component calls.
+
+Some folders below a component may not include a component its DEPS name: FOLDERS_WITHOUT lists them.
 """
 
 import re
@@ -23,6 +25,10 @@ SET_CALL = re.compile(r"\bset\s*\(\s*(\w+)\s+([^)]*)\)", re.S)
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](ptrain/[^">]+)[">]')
 KEYWORDS = ("NAME", "SOURCES", "DEPS", "LIBS")
 SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cu", ".cuh")
+# Folders below src/ptrain whose files may not include the components named, whatever their component's DEPS say.
+# The run's parts (train/run/) are built from the Plan's resolved sections, never from the config they came from:
+# a part that read the config could decide again what make_plan decided.
+FOLDERS_WITHOUT = {"train/run": ("config",)}
 
 
 class Component:
@@ -121,6 +127,9 @@ def violations(root):
                 if (library / Path(header).relative_to("ptrain")).exists():
                     yield f"{shown}, which belongs to no ptrain_component"
                 continue
+            for folder, refused in FOLDERS_WITHOUT.items():
+                if relative.is_relative_to(folder) and included.name in refused:
+                    yield f"{shown} (component {included.name}): no file under src/ptrain/{folder}/ may include it"
             if included.name not in allowed:
                 yield (f"{shown} (component {included.name}), but the DEPS of component {including.name} name only: "
                        f"{' '.join(including.deps) or 'nothing'}")

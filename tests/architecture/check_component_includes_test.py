@@ -95,6 +95,23 @@ class Checker(unittest.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn("no ptrain_component", result.stderr)
 
+    def test_the_runs_parts_may_not_include_the_config_though_their_component_may(self):
+        tree = {
+            "src/ptrain/config/CMakeLists.txt": "ptrain_component(NAME config SOURCES config.cpp)\n",
+            "src/ptrain/config/config.h": "#pragma once\n",
+            "src/ptrain/config/config.cpp": '#include "ptrain/config/config.h"\n',
+            "src/ptrain/train/CMakeLists.txt": "ptrain_component(NAME train SOURCES plan.cpp run/part.cpp DEPS config)\n",
+            "src/ptrain/train/plan.cpp": '#include "ptrain/config/config.h"\n',
+            "src/ptrain/train/run/part.cpp": '#include "ptrain/train/plan.h"\n',
+            "src/ptrain/train/plan.h": "#pragma once\n",
+        }
+        self.assertEqual(self.check(tree).returncode, 0, self.check(tree).stdout)
+        tree["src/ptrain/train/run/part.cpp"] = '#include "ptrain/train/plan.h"\n#include "ptrain/config/config.h"\n'
+        result = self.check(tree)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("src/ptrain/train/run/part.cpp:2: includes ptrain/config/config.h", result.stdout)
+        self.assertIn("no file under src/ptrain/train/run/ may include it", result.stdout)
+
     def test_ptrain_itself_includes_only_what_its_deps_name(self):
         result = run_checker(PROJECT_ROOT)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)

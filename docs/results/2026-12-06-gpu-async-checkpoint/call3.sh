@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 df -h /dev/shm | tee $R/shm.txt; free -g | tee -a $R/shm.txt
 avail=$(df --output=avail -B1G /dev/shm | tail -1)
 [ "${avail:-0}" -ge 30 ] || { echo "/dev/shm has ${avail} GiB, under the 30 GiB two checkpoints and a write need"; exit 3; }
-GPT=(--model gpt-large --dataset synthetic-tokens --data-path 2400:1024:50257 --batch-size 8 --epochs 1 --max-steps 300
+GPT=(--model gpt-large --dataset synthetic-tokens --data-path 2400:1024:50257 --batch-size 8 --epochs 1 --max-steps ${STEPS:-300}
      --test-limit 16 --optimizer adamw --lr 3e-4 --warmup-steps 5 --schedule cosine --precision amp-bf16
      --progress lines --log-every 20)
 CK=/dev/shm/ptrain-ck
@@ -24,7 +24,7 @@ for mode in none sync async; do
   extra=(); rm -rf $CK
   [ $mode != none ] && extra=(--checkpoint-dir $CK --checkpoint-every 20 --keep-checkpoints 1)
   [ $mode = async ] && extra+=(--async-checkpoint)
-  timeout 150 build-gpu/ptrain train "${GPT[@]}" "${extra[@]}" --metrics-out $R/gpt-large-$mode.json > $R/gpt-large-$mode.log 2>&1
+  timeout ${RUN_TIMEOUT:-150} build-gpu/ptrain train "${GPT[@]}" "${extra[@]}" --metrics-out $R/gpt-large-$mode.json > $R/gpt-large-$mode.log 2>&1
   echo "$mode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 2 $R/gpt-large-$mode.log
   python3 -c "
 import json,sys; r=json.load(open(sys.argv[1])); x=r.get('extra',{}); b=x.get('checkpoint_blocking') or {}

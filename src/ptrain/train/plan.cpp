@@ -423,6 +423,7 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
         "--overwrite-checkpoints starts over and removes the checkpoints --resume " + c.run.resume + " would continue");
   check(c.run.on_divergence == "stop" || c.run.on_divergence == "warn",
         "--on-divergence: '" + c.run.on_divergence + "' (known: stop, warn)");
+  plan.on_divergence = c.run.on_divergence == "warn" ? OnDivergence::kWarn : OnDivergence::kStop;
   // Without a checkpoint the pause keeps nothing: the steps trained would be lost behind exit status 0.
   check(c.run.stop_at_step == 0 || !c.run.checkpoint_dir.empty(),
         "--stop-at-step needs --checkpoint-dir: a paused run continues from its checkpoint, and without one "

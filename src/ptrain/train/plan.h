@@ -16,6 +16,7 @@
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategy_spec/strategy_spec.h"
+#include "ptrain/train/run/stop_rules.h"
 
 namespace ptrain::train {
 
@@ -42,6 +43,8 @@ struct Plan {
   std::string threads_warning;
   // The processes training together: detected from the launch environment under ddp, one otherwise.
   dist::LaunchEnvironment launch;
+  // --on-divergence resolved.
+  OnDivergence on_divergence = OnDivergence::kStop;
   // --channels-last resolved: auto means on for convolutional models on CUDA.
   bool channels_last = false;
   // --profile-out traces optimizer steps profile_first_step..profile_last_step (1-based, inclusive).

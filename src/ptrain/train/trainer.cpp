@@ -66,7 +66,10 @@ std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_recor
 TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
     : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
       strategy_(make_strategy_on_device(plan)),
-      progress_style_(Progress::style_from(c_.run.progress)), phases_(device_) {
+      stop_rules_({plan.on_divergence, c_.run.stop_at_step, hooks.stop_signal, strategy_->is_main()}, device_,
+                  strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
+      progress_style_(Progress::style_from(c_.run.progress)), phases_(device_),
+      profiler_(c_.run.profile_out, plan.profile_first_step, plan.profile_last_step, device_, strategy_->is_main()) {
   check_ranks_agree(plan_, *strategy_);  // before any collective moves model data
   record_.command_line = command_line;
 }
@@ -95,23 +98,24 @@ metrics::RunRecord TrainingRun::run() {
     last_eval = train_epochs(progress);
     finish_checkpoint_writes();  // a paused run's checkpoint; the last epoch's waited already
     // A paused run's weights are not the trained ones: its resume writes them.
-    if (!trained_ && !stopped_) export_weights();
+    if (!trained_ && !stop_rules_.paused()) export_weights();
     trained_ = true;
     if (sampler_) sampler_->stop();
-    finish_trace();
+    profiler_.finish(global_step_);
     fill_record(run_clock_, last_eval);
   } catch (const RunStopped&) {
     throw;
   } catch (const std::exception& e) {
     // A divergence ends the run on purpose: its record says so, and nothing diverged is saved.
-    if (stopping_on_divergence_) stop_diverged(e);
+    if (stop_rules_.stopping_on_divergence()) stop_diverged(e);
     // A failure in a step may leave the state half updated: only what was saved before it counts, and the
     // error passes on as it is. Once the state is written, the failure must not hide it.
     if (!evaluating_ && !trained_) throw;
     fail_keeping_trained_state(e);
   }
   // Under --on-divergence warn the run trains to its end, and its record must not read as a good one.
-  record_.extra["run_end"] = run_end(stopped_ ? "paused" : diverged_at_step_ ? "diverged" : "completed", "");
+  record_.extra["run_end"] =
+      run_end(stop_rules_.paused() ? "paused" : stop_rules_.diverged_at_step() ? "diverged" : "completed", "");
   return record_;
 }
 
@@ -298,15 +302,15 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
     evaluating_ = false;
     return last_eval;
   }
-  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stopped_; ++epoch) {
+  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stop_rules_.paused(); ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
-    if (stop_signal_) {
+    if (stop_rules_.signal()) {
       record_.epochs_detail.push_back(epoch_record);
       stop_at_signal({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
     }
     const bool last_epoch = epoch + 1 == epochs_ || global_step_ >= total_steps_;
-    if (stopped_) {
+    if (stop_rules_.paused()) {
       // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
       // evaluates that epoch as the run never paused does.
       record_.epochs_detail.push_back(epoch_record);
@@ -381,111 +385,94 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
   progress.start_epoch(epoch);
   // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
   int64_t step_in_epoch = (first_micro_batch + accum - 1) / accum;
-  metrics::Stopwatch window;
-  int64_t window_images = 0, window_predictions = 0;
+  ProgressWindow window;
   totals_->window_loss.zero_();
-  std::vector<torch::Tensor> images(accum), labels(accum);
-
+  StepBatches batches;
   while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
-    start_or_stop_trace(/*before_step=*/true);
-    const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
-    images.resize(static_cast<size_t>(step_micro_batches));
-    labels.resize(static_cast<size_t>(step_micro_batches));
-    for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
-      const metrics::Stopwatch waiting;
-      auto batch = train_loader_->next();
-      phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
-      check(batch.has_value(), "data loader ended before the epoch's last step");
-      images[micro] = batch->images;
-      labels[micro] = batch->labels;
-      window_predictions += prediction_labels(batch->labels).size(0);
-      window_images += batch->labels.size(0) * strategy_->world_size();
-    }
-    optimizer_->set_learning_rate(schedule_->lr(global_step_));
-    // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
-    if (step_micro_batches < accum) {
-      steps_->run_eagerly(images, labels);
-    } else {
-      steps_->run(images, labels);
-    }
-    ++global_step_;
-    start_or_stop_trace(/*before_step=*/false);
-    if (hooks_.on_step)
-      hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(step_micro_batches)});
-    if (clock_.steady_starts_after(global_step_)) {
-      metrics::synchronize(device_);
-      clock_.start_steady();
-      phases_.start_counting();
-      steps_->take_replays();
-    }
-    // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
-    // progress reads below wait for the device, and a stretch of steps ends there.
-    if (!device_.is_cuda()) clock_.mark(global_step_);
+    profiler_.before_step(global_step_ + 1);
+    load_step_batches(step_in_epoch, batches, window);
+    run_step(batches);
+    profiler_.after_step(global_step_);
+    after_step(epoch, batches);
     ++step_in_epoch;
-
-    // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
-    // here too would write the same state twice, the second write waiting for the first.
-    const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
-    if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
-      save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
+    save_on_cadence(epoch, step_in_epoch);
     const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
-    if (progress_read) {
-      const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window_predictions);
-      collect_step_phases();  // the read above waited for the device
-      clock_.mark(global_step_);
-      const double seconds = window.elapsed_seconds();
-      const double samples_per_second = seconds > 0 ? window_images / seconds : 0;
-      if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
-        const double predictions = static_cast<double>(window_predictions * strategy_->world_size());
-        log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
-      }
-      check_divergence();
-      const auto utilisation = flops_.at(samples_per_second);
-      progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
-      totals_->window_loss.zero_();
-      window_images = 0;
-      window_predictions = 0;
-      window.restart();
-    }
-    stop_signal_ = agreed_stop_signal(progress_read);
-    if (stop_signal_) break;
-    if (should_stop_after(global_step_)) {
-      stopped_ = true;
-      break;
-    }
+    if (progress_read) read_progress(step_in_epoch, window, progress);
+    if (stop_rules_.stop_after(global_step_, total_steps_, progress_read)) break;
   }
   return step_in_epoch;
 }
 
-// One process reads its flag after every step: a host variable, no wait for the device. Ranks must all
-// stop at the same step, or those going on wait forever in the next step's collectives; they agree by
-// one all-reduce at the progress reads (every --log-every steps and at the epoch's end), where the host
-// waits for the device anyway, so the steps in between stay free of host synchronisation. A stop then
-// comes at most --log-every steps late, seconds on the runs that stopping matters for (Slurm gives
-// 30 s or more between SIGTERM and SIGKILL; lower --log-every where steps are slow).
-int TrainingRun::agreed_stop_signal(bool at_progress_read) {
-  if (!hooks_.stop_signal) return 0;
-  if (strategy_->world_size() == 1) return hooks_.stop_signal();
-  if (!at_progress_read) return 0;
-  // One slot a signal number: the sum says which signals any rank received, so every rank names the same.
-  constexpr int64_t kSignals = 65;
-  auto received = torch::zeros({kSignals}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
-  const int own = hooks_.stop_signal();
-  if (own > 0 && own < kSignals) received[own] = 1;
-  strategy_->all_reduce_sum(received);
-  const auto any = received.cpu().nonzero();
-  return any.size(0) > 0 ? static_cast<int>(any[0][0].item<int64_t>()) : 0;
+void TrainingRun::load_step_batches(int64_t step_in_epoch, StepBatches& batches, ProgressWindow& window) {
+  const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
+  batches.images.resize(static_cast<size_t>(step_micro_batches));
+  batches.labels.resize(static_cast<size_t>(step_micro_batches));
+  for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
+    const metrics::Stopwatch waiting;
+    auto batch = train_loader_->next();
+    phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
+    check(batch.has_value(), "data loader ended before the epoch's last step");
+    batches.images[micro] = batch->images;
+    batches.labels[micro] = batch->labels;
+    window.predictions += prediction_labels(batch->labels).size(0);
+    window.images += batch->labels.size(0) * strategy_->world_size();
+  }
+}
+
+void TrainingRun::run_step(const StepBatches& batches) {
+  optimizer_->set_learning_rate(schedule_->lr(global_step_));
+  // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
+  if (batches.micro_batches() < c_.optim.grad_accum) {
+    steps_->run_eagerly(batches.images, batches.labels);
+  } else {
+    steps_->run(batches.images, batches.labels);
+  }
+  ++global_step_;
+}
+
+void TrainingRun::after_step(int64_t epoch, const StepBatches& batches) {
+  if (hooks_.on_step)
+    hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(batches.micro_batches())});
+  if (clock_.steady_starts_after(global_step_)) {
+    metrics::synchronize(device_);
+    clock_.start_steady();
+    phases_.start_counting();
+    steps_->take_replays();
+  }
+  // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
+  // progress reads wait for the device, and a stretch of steps ends there.
+  if (!device_.is_cuda()) clock_.mark(global_step_);
+}
+
+void TrainingRun::save_on_cadence(int64_t epoch, int64_t step_in_epoch) {
+  // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
+  // here too would write the same state twice, the second write waiting for the first.
+  const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
+  if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
+    save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
+}
+
+void TrainingRun::read_progress(int64_t step_in_epoch, ProgressWindow& window, Progress& progress) {
+  const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window.predictions);
+  collect_step_phases();  // the read above waited for the device
+  clock_.mark(global_step_);
+  const double seconds = window.clock.elapsed_seconds();
+  const double samples_per_second = seconds > 0 ? window.images / seconds : 0;
+  if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
+    const double predictions = static_cast<double>(window.predictions * strategy_->world_size());
+    log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
+  }
+  check_divergence();
+  const auto utilisation = flops_.at(samples_per_second);
+  progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
+  totals_->window_loss.zero_();
+  window = ProgressWindow{};
 }
 
 int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }
 
 int64_t TrainingRun::micro_batches_of(int64_t steps) const {
   return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);
-}
-
-bool TrainingRun::should_stop_after(int64_t step) const {
-  // The run's last step ends it as a finished run (evaluated, exported), never as a pause.
-  return c_.run.stop_at_step > 0 && step == c_.run.stop_at_step && step < total_steps_;
 }
 
 Evaluation TrainingRun::evaluate() {
@@ -532,27 +519,7 @@ RunningTotals TrainingRun::reduced_totals() const {
 void TrainingRun::check_divergence() {
   const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
   if (!status.diverged()) return;
-  const std::string what = divergence_->describe(status, global_step_);
-  const bool first = !diverged_at_step_;
-  if (first) diverged_at_step_ = status.first_step.value_or(global_step_);
-  if (c_.run.on_divergence != "warn") {
-    stopping_on_divergence_ = true;
-    throw Error(what + "; stopped before saving anything from then on" + kDivergenceAdvice);
-  }
-  if (!first) return;
-  if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << "; training on (--on-divergence warn)" << std::endl;
-}
-
-void TrainingRun::finish_trace() {
-  if (tracing_) {
-    // The run ended before the last step asked for: the trace holds what there was.
-    metrics::synchronize(device_);
-    compat::stop_profiler_trace();
-    tracing_ = false;
-    if (strategy_->is_main())
-      std::cout << "trace of steps " << plan_.profile_first_step << "-" << global_step_ << " (the run's last) written to "
-                << c_.run.profile_out << std::endl;
-  }
+  stop_rules_.diverged(divergence_->describe(status, global_step_), status.first_step.value_or(global_step_));
 }
 
 namespace {

@@ -61,13 +61,7 @@ void TrainingRun::resume() {
   if (!plan_.restart_note.empty() && strategy_->is_main()) std::cout << "ptrain: " << plan_.restart_note << std::endl;
   if (!plan_.resume_note.empty() && strategy_->is_main()) std::cout << plan_.resume_note << std::endl;
   if (!plan_.resume_path.empty()) resume_from(load_checkpoint(plan_.resume_path));
-  const int64_t stop = c_.run.stop_at_step;
-  if (stop == 0) return;
-  check(stop < total_steps_, "--stop-at-step " + std::to_string(stop) + ": the run ends at step " +
-                                 std::to_string(total_steps_) + " (" + run_length_source() +
-                                 "), so it never pauses; --max-steps sets the run's length");
-  check(stop > global_step_, "--stop-at-step " + std::to_string(stop) + ": the run resumes after step " +
-                                 std::to_string(global_step_) + " of " + plan_.resume_path + ", past it already");
+  stop_rules_.check_pause_point(global_step_, total_steps_, run_length_source(), plan_.resume_path);
 }
 
 void TrainingRun::resume_from(Checkpoint ckpt) {
@@ -205,12 +199,7 @@ void TrainingRun::write_checkpoint(TrainingPosition position) {
   if (!state_is_finite()) {
     const std::string what = "training diverged at step " + std::to_string(position.global_step) +
                              ": the weights are not finite; no checkpoint saved";
-    if (!diverged_at_step_) diverged_at_step_ = position.global_step;
-    if (c_.run.on_divergence != "warn") {
-      stopping_on_divergence_ = true;
-      throw Error(what + kDivergenceAdvice);
-    }
-    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
+    stop_rules_.state_not_finite(what, position.global_step);
     return;
   }
   const RunningTotals progress_totals = reduced_totals();
@@ -283,12 +272,7 @@ void TrainingRun::export_weights() {
   if (!state_is_finite()) {
     const std::string what = "--save-weights " + c_.model.save_weights + " not written: the weights after step " +
                              std::to_string(global_step_) + " are not finite (training diverged)";
-    if (!diverged_at_step_) diverged_at_step_ = global_step_;
-    if (c_.run.on_divergence != "warn") {
-      stopping_on_divergence_ = true;
-      throw Error(what + kDivergenceAdvice);
-    }
-    if (strategy_->is_main()) std::cerr << "ptrain: warning: " << what << std::endl;
+    stop_rules_.state_not_finite(what, global_step_);
     weights_refused_ = true;
     return;
   }
@@ -334,7 +318,7 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
   if (weights_refused_) end["weights_refused"] = "the weights were not finite";
   if (scalar_log_ && !scalar_log_->failed().empty()) end["logs_given_up"] = scalar_log_->failed();
   if (!error.empty()) end["error"] = error;
-  if (stop_signal_) end["signal"] = signal_name(stop_signal_);
+  if (stop_rules_.signal()) end["signal"] = signal_name(stop_rules_.signal());
   if (plan_.restart.count > 0) {
     end["restarts"] = plan_.restart.count;
     end["restart_causes"] = plan_.restart.causes;
@@ -343,15 +327,15 @@ nlohmann::json TrainingRun::run_end(const std::string& status, const std::string
 }
 
 void TrainingRun::stop_at_signal(const TrainingPosition& position) {
-  // Every rank agreed to stop at this step (agreed_stop_signal): the save's collectives meet. The run ends
+  // Every rank agreed to stop at this step (StopRules::stop_after): the save's collectives meet. The run ends
   // only once the write in flight is on disk: the message below and the record name it.
   save(position);
   finish_checkpoint_writes();
   if (sampler_) sampler_->stop();
-  finish_trace();
+  profiler_.finish(global_step_);
   fill_record(run_clock_, std::nullopt);
   record_.extra["run_end"] = run_end("interrupted", "");
-  std::string what = "stopped by " + signal_name(stop_signal_) + " after step " + std::to_string(global_step_) + " of " +
+  std::string what = "stopped by " + signal_name(stop_rules_.signal()) + " after step " + std::to_string(global_step_) + " of " +
                      std::to_string(total_steps_);
   if (checkpointer_ && checkpointer_->last_written_step() == global_step_) {
     what += ": its checkpoint is " + checkpointer_->last_written() + "; continue with the same command and --resume latest";
@@ -362,7 +346,7 @@ void TrainingRun::stop_at_signal(const TrainingPosition& position) {
   } else {
     what += ": nothing saved (without --checkpoint-dir there is no checkpoint to resume from)";
   }
-  throw RunStopped(what, record_, 128 + stop_signal_);
+  throw RunStopped(what, record_, 128 + stop_rules_.signal());
 }
 
 void TrainingRun::fail_keeping_trained_state(const std::exception& error) {
@@ -407,7 +391,7 @@ std::string TrainingRun::why_nothing_was_kept() const {
 void TrainingRun::stop_diverged(const std::exception& error) {
   try {
     if (sampler_) sampler_->stop();
-    finish_trace();
+    profiler_.finish(global_step_);
     fill_record(run_clock_, std::nullopt);
   } catch (const std::exception&) {
     // The record is what can be filled in; the divergence below is what matters.

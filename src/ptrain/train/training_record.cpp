@@ -156,7 +156,7 @@ void TrainingRun::record_implementation() {
   record_.torch_version = compat::torch_version();
   record_.environment = metrics::describe_environment(device_);
   record_.extra["config"] = config::to_json(c_);
-  record_.diverged_at_step = diverged_at_step_;
+  record_.diverged_at_step = stop_rules_.diverged_at_step();
   // How long the training step waited for its batches (host time in the loader's next()): a loader that
   // cannot keep up shows here. Documented in docs/metrics.md.
   record_.extra["data_loader"] = {{"image_loading", train_set_.is_streamed() ? "stream" : "memory"},

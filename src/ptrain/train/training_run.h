@@ -8,7 +8,9 @@
 //   training_record.cpp          the run's metrics record, assembled once training ends
 //   training_log.cpp             the scalars of --tensorboard and --log-jsonl, as progress is read
 // and the parts it owns, each with its own state: step_runner.h (eager steps, then a captured CUDA graph and
-// its static inputs), throughput_clock.h (training seconds, images, the steady rate).
+// its static inputs), throughput_clock.h (training seconds, images, the steady rate), and under run/ (built
+// from the Plan's resolved values, never the config) stop_rules.h (whether and why the run ends early) and
+// profiler_window.h (--profile-out's trace).
 // Internal to train/: the library's callers use trainer.h.
 #pragma once
 
@@ -44,14 +46,13 @@
 #include "ptrain/train/optimizer.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/progress.h"
+#include "ptrain/train/run/profiler_window.h"
+#include "ptrain/train/run/stop_rules.h"
 #include "ptrain/train/schedule.h"
 #include "ptrain/train/throughput_clock.h"
 #include "ptrain/train/trainer.h"
 
 namespace ptrain::train {
-
-inline constexpr const char* kDivergenceAdvice =
-    ". Try a lower --lr or --clip-grad-norm, or --on-divergence warn to train on";
 
 // Sums kept on the device during an epoch; read back only when progress is shown. A captured step adds
 // into these very tensors at every replay, so they are reset in place, never replaced.
@@ -125,8 +126,6 @@ class TrainingRun {
   // Every epoch from the one resumed at; returns the last evaluation, if any ran. Each epoch's checkpoint,
   // and after the last one --save-weights, are written before its evaluation.
   std::optional<Evaluation> train_epochs(Progress& progress);
-  // A trace still open when the run ends (before its last step asked for) is written as it is.
-  void finish_trace();
   void export_weights();
   void fill_record(const metrics::Stopwatch& run_clock, const std::optional<Evaluation>& last_eval);
   // The scalars of a progress read (the window's mean loss and rates) and of an epoch's end, to scalar_log_.
@@ -159,6 +158,24 @@ class TrainingRun {
   metrics::EpochRecord timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done);
   // Returns the steps of the epoch done when it stopped (steps_per_epoch_, or fewer at --max-steps).
   int64_t train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress);
+  // The micro-batches of one optimizer step.
+  struct StepBatches {
+    std::vector<torch::Tensor> images, labels;
+    int64_t micro_batches() const { return static_cast<int64_t>(images.size()); }
+  };
+  // The steps since the last progress read: what its rates count, and since when.
+  struct ProgressWindow {
+    metrics::Stopwatch clock;
+    int64_t images = 0, predictions = 0;
+  };
+  // The parts of one step of train_epoch, in order: its batches read from the loader, the step run at the
+  // schedule's rate, what follows each step (the library's on_step hook, the throughput clock), the
+  // --checkpoint-every save, and at a progress read the window's loss and rates shown, logged and checked.
+  void load_step_batches(int64_t step_in_epoch, StepBatches& batches, ProgressWindow& window);
+  void run_step(const StepBatches& batches);
+  void after_step(int64_t epoch, const StepBatches& batches);
+  void save_on_cadence(int64_t epoch, int64_t step_in_epoch);
+  void read_progress(int64_t step_in_epoch, ProgressWindow& window, Progress& progress);
   // A token dataset's tokens a sample (what throughput counts as tokens/s), 0 for images.
   int64_t sequence_length() const;
   // The micro-batches of an epoch that its first `steps` optimizer steps read (the last window may be short).
@@ -170,7 +187,6 @@ class TrainingRun {
   std::string capture_obstacle() const;
   // Takes the step phases measured since the last call into the totals; where the host has waited anyway.
   void collect_step_phases();
-  void start_or_stop_trace(bool before_step);
   Evaluation evaluate();
   // A checkpoint of this position (rank agreement and gathering happen here, in the training thread); under
   // --async-checkpoint it returns once the state is staged in host memory, and its time counts as blocked.
@@ -186,10 +202,7 @@ class TrainingRun {
   void finish_checkpoint_writes();
   // The epoch's running totals summed over the ranks (a collective: every rank calls it).
   RunningTotals reduced_totals() const;
-  // The stop signal every rank acts on at this step boundary, 0 for none. Collective when ranks are
-  // several (then only at progress reads: see trainer.cpp).
-  int agreed_stop_signal(bool at_progress_read);
-  // Stops a diverged run (--on-divergence stop) or reports it once (warn). Every rank calls it together.
+  // Reads the divergence watch and hands what it found to stop_rules_. Every rank calls it together.
   void check_divergence();
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
@@ -198,9 +211,6 @@ class TrainingRun {
   void resume_from(Checkpoint ckpt);
   // Which flag set the run's last step: "--max-steps 40", or "--epochs 2 of 8 steps at --train-limit 64".
   std::string run_length_source() const;
-  // Whether the run pauses once optimizer step `step` is done: it saves where it is and ends, its schedule
-  // untouched, so that a resume continues bit for bit. --stop-at-step; the one place a stop is decided.
-  bool should_stop_after(int64_t step) const;
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
   int64_t devices() const { return strategy_->world_size() * strategy_->replicas(); }
   // One training sample as the model sees it: [channels, height, width] after any resize, or [tokens].
@@ -214,6 +224,9 @@ class TrainingRun {
   precision::PrecisionPolicy policy_;
   TrainHooks hooks_;
   std::unique_ptr<strategies::Strategy> strategy_;
+  // Stop signals, --stop-at-step (a paused run saves where it is and ends, its schedule untouched, so that a
+  // resume continues bit for bit) and --on-divergence: whether the run ends early, and how.
+  StopRules stop_rules_;
   Progress::Style progress_style_;
 
   data::Dataset train_set_, test_set_;
@@ -227,8 +240,6 @@ class TrainingRun {
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<RunningTotals> totals_;
   std::unique_ptr<DivergenceWatch> divergence_;
-  std::optional<int64_t> diverged_at_step_;
-  bool stopped_ = false;  // paused by should_stop_after(), to be resumed
   std::optional<metrics::GpuSampler> sampler_;  // CUDA runs: NVML's utilisation and memory of the devices
   std::unique_ptr<Checkpointer> checkpointer_;  // with --checkpoint-dir
   // --async-checkpoint, rank 0 of a sharded save: its checkpoint file, staged, to write once every rank's
@@ -241,12 +252,10 @@ class TrainingRun {
     double total() const;
   } checkpoint_blocking_;
   const metrics::Stopwatch run_clock_;
-  int stop_signal_ = 0;        // the signal the run is stopping for, once every rank agreed on it
   bool evaluating_ = false;    // inside evaluate(), after the epoch's checkpoint: the trained state is whole
   bool trained_ = false;       // the last step is done and its checkpoint and --save-weights are written
   bool weights_exported_ = false;  // --save-weights written (by rank 0; the other ranks only gather)
   bool weights_refused_ = false;   // --save-weights not written: the weights were not finite
-  bool stopping_on_divergence_ = false;  // the error in flight is --on-divergence stop's
 
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, global_step_ = 0;
   int64_t micro_batches_per_epoch_ = 0;  // the last step's window of them may be shorter than --grad-accum
@@ -262,8 +271,7 @@ class TrainingRun {
   metrics::StepPhaseTimer phases_;
   std::unique_ptr<StepRunner> steps_;  // made by announce(), once the run knows whether it captures its steps
   torch::Tensor step_loss_;  // the step's summed micro-batch losses, for the library's on_step hook only
-  bool tracing_ = false;
-  std::optional<compat::ProfilerRange> traced_step_;  // ProfilerStep#N on the trace while step N runs
+  ProfilerWindow profiler_;  // --profile-out's steps
   std::unique_ptr<metrics::ScalarLog> scalar_log_;  // rank 0, with --tensorboard or --log-jsonl
   torch::Tensor last_grad_norm_;  // the last step's gradient norm before clipping, when logged
 };

@@ -1,6 +1,6 @@
 // One optimizer step: the micro-batches' forward and backward, then unscale, clip and update (what
-// step_runner.h runs eagerly or captures as a CUDA graph), whether it can be captured, the step phases'
-// timing and the trace.
+// step_runner.h runs eagerly or captures as a CUDA graph), whether it can be captured, and the step phases'
+// timing.
 #include <iostream>
 
 #include "ptrain/core/torch_compat.h"
@@ -123,30 +123,6 @@ std::string TrainingRun::capture_obstacle() const {
 void TrainingRun::collect_step_phases() {
   phases_.collect();
   phases_.add_replayed_steps(steps_->take_replays());
-}
-
-// --profile-out: the trace starts before step A and ends after step B (global steps counted from 1). Each
-// traced step, its data loading included, is a range "ProfilerStep#N" (N the global step), as
-// torch.profiler's schedule marks steps.
-void TrainingRun::start_or_stop_trace(bool before_step) {
-  if (c_.run.profile_out.empty()) return;
-  const int64_t step = before_step ? global_step_ + 1 : global_step_;
-  if (!before_step) traced_step_.reset();
-  if (before_step && !tracing_ && step == plan_.profile_first_step) {
-    metrics::synchronize(device_);
-    compat::start_profiler_trace(device_.is_cuda(), c_.run.profile_out);
-    tracing_ = true;
-  }
-  if (before_step && tracing_) {
-    traced_step_.emplace("ProfilerStep#" + std::to_string(step));
-  } else if (!before_step && tracing_ && step == plan_.profile_last_step) {
-    metrics::synchronize(device_);
-    compat::stop_profiler_trace();
-    tracing_ = false;
-    if (strategy_->is_main())
-      std::cout << "trace of steps " << plan_.profile_first_step << "-" << plan_.profile_last_step << " written to "
-                << c_.run.profile_out << std::endl;
-  }
 }
 
 }  // namespace ptrain::train

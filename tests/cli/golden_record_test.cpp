@@ -1,0 +1,166 @@
+// The run record of a few fixed-seed runs through the ptrain executable, compared byte for byte with the files
+// under tests/cli/golden/: an fp32 run, pure bf16 with fp32 master weights and gradient accumulation, a run
+// paused by --stop-at-step and its resume, and ddp on two gloo ranks. What is measured or belongs to the machine
+// is taken out first (kMeasured below, each with why); every other value (losses, accuracies, steps, the config,
+// the kernels, run_end) must match exactly, so that a change to how the run is put together that changes what
+// it computes or records fails here.
+//
+// After a change that is meant to alter a record: PTRAIN_UPDATE_GOLDEN=1 ./test_cli_golden rewrites the files
+// from this build, and the diff shows what changed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "multiprocess.h"
+#include "temp_dir.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kPtrain = PTRAIN_EXECUTABLE;
+const fs::path kGoldenDir = fs::path(PTRAIN_SOURCE_DIR) / "tests" / "cli" / "golden";
+
+// A tiny ResNet on synthetic images, one thread, evaluated at every epoch's end, its progress read (and
+// divergence checked) every 3 steps: about a second a run.
+const std::string kTinyRun =
+    "train --model resnet20 --dataset synthetic --data-path 96:3x8x8:4 --batch-size 8 --train-limit 64 "
+    "--test-limit 16 --epochs 2 --eval-each-epoch --log-every 3 --device cpu --threads 1 --seed 5 --progress none";
+
+// JSON pointers of what a run measures or takes from the machine it runs on, removed before comparing.
+const std::vector<std::string> kMeasured = {
+    "/torch_version",                // the LibTorch this build links
+    "/environment",                  // host, CPU, compiler, the source commit
+    "/total_wall_seconds",           // times
+    "/train_wall_seconds",
+    "/checkpoint_blocking_seconds",
+    "/checkpoint_write_seconds",
+    "/step_phase_seconds",
+    "/steady_step_seconds",
+    "/steady_step_median_seconds",
+    "/steady_step_p10_seconds",
+    "/steady_step_p90_seconds",
+    "/extra/checkpoint_blocking",
+    "/extra/data_loader/wait_seconds",
+    "/extra/data_loader/wait_fraction",
+    "/images_per_second",            // rates: work over a measured time
+    "/steady_images_per_second",
+    "/tokens_per_second",
+    "/steady_tokens_per_second",
+    "/tflops",
+    "/mfu",
+    "/peak_tflops",                  // the machine's peak, as found on the host it runs on
+    "/peak_tflops_basis",
+    "/host_peak_rss_bytes",          // memory as the process and the allocator saw it
+    "/peak_allocated_bytes",
+    "/peak_reserved_bytes",
+    "/peak_nvml_used_bytes",
+    "/gpu_util_mean",
+    "/gpu_util_peak",
+};
+// Per epoch: its time and the rate over it.
+const std::vector<std::string> kMeasuredPerEpoch = {"wall_seconds", "images_per_second"};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The record with kMeasured removed, as the golden file holds it. The command line names the executable by
+// its path in the build tree: it reads "ptrain" here.
+std::string comparable(const fs::path& record_file) {
+  json record = json::parse(read_text(record_file));
+  for (const auto& pointer : kMeasured) {
+    const json::json_pointer where(pointer);
+    if (record.contains(where)) record.at(where.parent_pointer()).erase(where.back());
+  }
+  for (auto& epoch : record.at("epochs_detail"))
+    for (const auto& key : kMeasuredPerEpoch) epoch.erase(key);
+  std::string command_line = record.at("command_line").get<std::string>();
+  if (command_line.rfind(kPtrain, 0) == 0) command_line = "ptrain" + command_line.substr(kPtrain.size());
+  record["command_line"] = command_line;
+  return record.dump(2) + "\n";
+}
+
+bool updating() {
+  const char* update = std::getenv("PTRAIN_UPDATE_GOLDEN");
+  return update != nullptr && std::string(update) == "1";
+}
+
+void expect_matches_golden(const fs::path& record_file, const std::string& golden_name) {
+  ASSERT_TRUE(fs::exists(record_file)) << record_file << " was not written";
+  const std::string actual = comparable(record_file);
+  const fs::path golden = kGoldenDir / golden_name;
+  if (updating()) {
+    std::ofstream(golden) << actual;
+    std::cout << "rewrote " << golden.string() << std::endl;
+    return;
+  }
+  ASSERT_TRUE(fs::exists(golden)) << golden << " is missing: PTRAIN_UPDATE_GOLDEN=1 writes it";
+  EXPECT_EQ(read_text(golden), actual) << "the record of " << golden_name << " changed (" << record_file
+                                       << "); if on purpose, PTRAIN_UPDATE_GOLDEN=1 rewrites it";
+}
+
+// `ptrain args` run in dir, so that the paths the record and its config name are relative and the same each time.
+ptrain::testing::CommandResult run_in(const ptrain::testing::TempDir& dir, const std::string& args) {
+  return ptrain::testing::run_command("cd " + dir.path() + " && " + kPtrain + " " + args);
+}
+
+TEST(GoldenRecord, Fp32) {
+  ptrain::testing::TempDir dir;
+  const auto r = run_in(dir, kTinyRun + " --metrics-out fp32.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_matches_golden(dir.file("fp32.json"), "fp32.json");
+}
+
+TEST(GoldenRecord, Bf16WithMasterWeightsAndAccumulation) {
+  ptrain::testing::TempDir dir;
+  const auto r = run_in(dir, kTinyRun + " --precision bf16 --master-weights --grad-accum 2 --clip-grad-norm 1 --metrics-out bf16.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_matches_golden(dir.file("bf16.json"), "bf16_master_weights_accum.json");
+}
+
+TEST(GoldenRecord, AmpBf16WithAccumulation) {
+  ptrain::testing::TempDir dir;
+  const auto r = run_in(dir, kTinyRun + " --precision amp-bf16 --grad-accum 2 --metrics-out amp.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_matches_golden(dir.file("amp.json"), "amp_bf16_accum.json");
+}
+
+// Paused after step 5 of 16 with its checkpoint, then resumed to the end (a checkpoint every 3 steps): both records.
+TEST(GoldenRecord, PausedAndResumed) {
+  ptrain::testing::TempDir dir;
+  const std::string run = kTinyRun + " --checkpoint-dir ck --checkpoint-every 3";
+  const auto paused = run_in(dir, run + " --stop-at-step 5 --metrics-out paused.json");
+  ASSERT_EQ(paused.exit_code, 0) << paused.output;
+  expect_matches_golden(dir.file("paused.json"), "paused.json");
+  const auto resumed = run_in(dir, run + " --resume latest --metrics-out resumed.json");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  expect_matches_golden(dir.file("resumed.json"), "resumed.json");
+}
+
+// Rank 0 writes the record (every rank is given a file name of its own, in case that changes).
+TEST(GoldenRecord, DdpOnTwoGlooRanks) {
+  PTRAIN_SKIP_WITHOUT_GLOO();
+  ptrain::testing::TempDir dir;
+  const auto r = ptrain::testing::run_command("cd " + dir.path() + " && " + kPtrain +
+                                              " launch --nproc-per-node 2 --timeout 120 -- bash -c 'exec " + kPtrain +
+                                              " " + kTinyRun + " --strategy ddp --dist-timeout 60 --log-all-ranks" +
+                                              " --metrics-out ddp_rank$RANK.json'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_matches_golden(dir.file("ddp_rank0.json"), "ddp_rank0.json");
+  EXPECT_FALSE(fs::exists(dir.file("ddp_rank1.json")));
+}
+
+}  // namespace
