@@ -117,25 +117,23 @@ ptrain::testing::CommandResult run_in(const ptrain::testing::TempDir& dir, const
   return ptrain::testing::run_command("cd " + dir.path() + " && " + kPtrain + " " + args);
 }
 
-TEST(GoldenRecord, Fp32) {
+// The tiny run with flags, its record (written to record, a name the record keeps) compared with the golden file.
+void expect_tiny_run_matches_golden(const std::string& flags, const std::string& record, const std::string& golden) {
   ptrain::testing::TempDir dir;
-  const auto r = run_in(dir, kTinyRun + " --metrics-out fp32.json");
+  const auto r = run_in(dir, kTinyRun + flags + " --metrics-out " + record);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_matches_golden(dir.file("fp32.json"), "fp32.json");
+  expect_matches_golden(dir.file(record), golden);
 }
 
+TEST(GoldenRecord, Fp32) { expect_tiny_run_matches_golden("", "fp32.json", "fp32.json"); }
+
 TEST(GoldenRecord, Bf16WithMasterWeightsAndAccumulation) {
-  ptrain::testing::TempDir dir;
-  const auto r = run_in(dir, kTinyRun + " --precision bf16 --master-weights --grad-accum 2 --clip-grad-norm 1 --metrics-out bf16.json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_matches_golden(dir.file("bf16.json"), "bf16_master_weights_accum.json");
+  expect_tiny_run_matches_golden(" --precision bf16 --master-weights --grad-accum 2 --clip-grad-norm 1", "bf16.json",
+                                 "bf16_master_weights_accum.json");
 }
 
 TEST(GoldenRecord, AmpBf16WithAccumulation) {
-  ptrain::testing::TempDir dir;
-  const auto r = run_in(dir, kTinyRun + " --precision amp-bf16 --grad-accum 2 --metrics-out amp.json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_matches_golden(dir.file("amp.json"), "amp_bf16_accum.json");
+  expect_tiny_run_matches_golden(" --precision amp-bf16 --grad-accum 2", "amp.json", "amp_bf16_accum.json");
 }
 
 // Paused after step 5 of 16 with its checkpoint, then resumed to the end (a checkpoint every 3 steps): both records.
