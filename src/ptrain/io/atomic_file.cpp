@@ -7,18 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <filesystem>
-#include <mutex>
 #include <sstream>
 #include <thread>
-#include <utility>
 
 #include "ptrain/core/error.h"
+#include "ptrain/io/chunks.h"
 
 namespace ptrain::io {
 
@@ -62,11 +59,10 @@ void write_all(int fd, const std::vector<std::string_view>& pieces, const std::s
 }
 
 // write_all into a new regular file (positional writes: no pipe or socket). Pieces of 256 MiB or more (a
-// checkpoint's tensors) are written by several threads at their offsets: one thread copies into the page
-// cache at a few GB/s, seconds of a ten-gigabyte checkpoint that hold up the next --async-checkpoint save,
-// while the cores are free. Smaller files go in one thread, in order.
+// checkpoint's tensors) are written in chunks by several threads at their offsets (io/chunks.h): one thread copies
+// into the page cache at a few GB/s, seconds of a ten-gigabyte checkpoint that hold up the next
+// --async-checkpoint save. Smaller files go in one thread, in order.
 void write_all_to_file(int fd, const std::vector<std::string_view>& pieces, const std::string& name) {
-  constexpr size_t kChunk = size_t{64} << 20;
   constexpr size_t kParallelFrom = size_t{256} << 20;
   size_t total = 0;
   for (const auto piece : pieces) total += piece.size();
@@ -74,33 +70,15 @@ void write_all_to_file(int fd, const std::vector<std::string_view>& pieces, cons
     write_all(fd, pieces, name);
     return;
   }
-  std::vector<std::pair<off_t, std::string_view>> chunks;
+  const std::vector<std::string_view> chunks = chunks_of(pieces);
+  std::vector<off_t> offsets(chunks.size());
   off_t offset = 0;
-  for (const auto piece : pieces) {
-    for (size_t at = 0; at < piece.size(); at += kChunk) {
-      const std::string_view chunk = piece.substr(at, kChunk);
-      chunks.emplace_back(offset, chunk);
-      offset += static_cast<off_t>(chunk.size());
-    }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    offsets[i] = offset;
+    offset += static_cast<off_t>(chunks[i].size());
   }
-  const size_t threads = std::min<size_t>(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
-  std::atomic<size_t> next{0};
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-  const auto work = [&] {
-    try {
-      for (size_t i; (i = next.fetch_add(1)) < chunks.size();) pwrite_all(fd, chunks[i].second, chunks[i].first, name);
-    } catch (...) {
-      next = chunks.size();  // the others stop at their next chunk
-      std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& thread : pool) thread.join();
-  if (failure) std::rethrow_exception(failure);
+  for_each_index_in_parallel(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8),
+                             [&](size_t i) { pwrite_all(fd, chunks[i], offsets[i], name); });
   // The descriptor's position where a sequential write would leave it: the end, for whatever comes after.
   if (::lseek(fd, offset, SEEK_SET) < 0) throw Error("cannot write " + name + ": " + errno_text());
 }

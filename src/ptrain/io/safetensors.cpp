@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +19,7 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/io/atomic_file.h"
+#include "ptrain/io/chunks.h"
 
 namespace ptrain::io {
 
@@ -132,21 +132,10 @@ uLong crc_of(uLong crc, const void* data, size_t bytes) {
 // with crc32_combine: one thread's CRC runs at a few GB/s, seconds of a checkpoint of ten gigabytes, while
 // the machine that wrote it has cores to spare.
 uLong crc_of_spans(uLong crc, const std::vector<std::string_view>& spans) {
-  constexpr size_t kChunk = size_t{64} << 20;
-  std::vector<std::string_view> chunks;
-  for (const auto span : spans)
-    for (size_t at = 0; at < span.size(); at += kChunk) chunks.push_back(span.substr(at, kChunk));
+  const std::vector<std::string_view> chunks = chunks_of(spans);
   std::vector<uLong> crcs(chunks.size());
-  const size_t threads =
-      std::min<size_t>(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16));
-  std::atomic<size_t> next{0};
-  const auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) crcs[i] = crc_of(0L, chunks[i].data(), chunks[i].size());
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& thread : pool) thread.join();
+  for_each_index_in_parallel(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16),
+                             [&](size_t i) { crcs[i] = crc_of(0L, chunks[i].data(), chunks[i].size()); });
   for (size_t i = 0; i < chunks.size(); ++i)
     crc = ::crc32_combine(crc, crcs[i], static_cast<z_off_t>(chunks[i].size()));
   return crc;
