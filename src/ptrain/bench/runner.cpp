@@ -627,8 +627,8 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
                     "length: the standard suite (ptrain bench --suite standard) trains each for 5 epochs.");
     progress << "ptrain bench: " << notes.back() << std::endl;
   }
-  if (suite.on_gpu && !heuristic_workloads(suite).empty()) {
-    notes.push_back("cuDNN's heuristics choose the convolution algorithms of " + heuristic_workloads(suite) +
+  if (const std::string heuristic = heuristic_workloads(suite); suite.on_gpu && !heuristic.empty()) {
+    notes.push_back("cuDNN's heuristics choose the convolution algorithms of " + heuristic +
                     " in both frameworks (cudnn-benchmark: false), without the search that times them all (about "
                     "30 s of each fp32 ResNet-50 run): the convolutions may run slower than a searched run's.");
     progress << "ptrain bench: " << notes.back() << std::endl;
@@ -640,7 +640,7 @@ BenchOutcome run_bench(const BenchOptions& o, std::ostream& progress) {
   if (!warm.jobs.empty()) notes.push_back(run_warm_up(warm, suite.on_gpu, o, time_limit, sink));
 
   const bool lanes = o.side_by_side && suite.on_gpu;
-  TimedRuns timed{jobs, to_run, o, suite.on_gpu, lanes, time_limit, sink, outcome};
+  TimedRuns timed{jobs, to_run, o, suite.on_gpu, lanes, time_limit, sink, outcome, {}, {}, 0};
   std::vector<int64_t> needs;
   for (size_t i : to_run) needs.push_back(lanes ? jobs[i].run.devices : 0);
   run_in_lanes(gpus, needs, [&](size_t n, const std::vector<int64_t>& assigned) { return timed.run(n, assigned); });
