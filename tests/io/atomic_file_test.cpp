@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "ptrain/core/error.h"
+#include "ptrain/io/chunks.h"
 #include "test_support.h"
 
 namespace {
@@ -55,6 +58,69 @@ TEST(AtomicFile, ManyPiecesOfALargeFileAreWrittenInOrder) {
   EXPECT_TRUE(written == data) << "the pieces are not where a sequential write puts them";
   ptrain::io::write_file_atomically(path, std::string("short"));
   EXPECT_EQ(read_bytes(path), "short");
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
+}
+
+// A head that depends on the body (a checksum of it): every chunk of a body of 300 MiB (threads at their
+// offsets) is visited once, by the thread writing it, with the bytes chunks_of gives it; head() runs after the
+// last visit and lands at the start; the body follows it in order.
+TEST(AtomicFile, ABodyIsVisitedChunkByChunkAndItsHeadWrittenLast) {
+  TempDir dir;
+  const auto path = dir.file("large.bin");
+  std::string data(size_t{300} << 20, '\0');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i / 4096 % 251);
+  const std::string_view all(data);
+  ptrain::io::BodyThenHead file;
+  file.body = {all.substr(0, 5), all.substr(5)};
+  const auto chunks = ptrain::io::chunks_of(file.body);
+  ASSERT_GT(chunks.size(), 4u);
+  std::vector<std::atomic<int>> visits(chunks.size());
+  std::atomic<size_t> sum{0};
+  file.visit_chunk = [&](size_t i, std::string_view chunk) {
+    ASSERT_LT(i, chunks.size());
+    EXPECT_EQ(chunk.data(), chunks[i].data());
+    EXPECT_EQ(chunk.size(), chunks[i].size());
+    ++visits[i];
+    size_t bytes = 0;
+    for (size_t at = 0; at < chunk.size(); at += 4096) bytes += static_cast<unsigned char>(chunk[at]);
+    sum += bytes;
+  };
+  std::string expected_head;
+  file.head_bytes = 16;
+  file.head = [&] {
+    for (size_t i = 0; i < visits.size(); ++i) EXPECT_EQ(visits[i].load(), 1) << "chunk " << i << " before the head";
+    char text[17];
+    std::snprintf(text, sizeof text, "%016zx", sum.load());
+    return expected_head = text;
+  };
+  ptrain::io::write_file_atomically(path, file);
+  const std::string written = read_bytes(path);
+  ASSERT_EQ(written.size(), 16 + data.size());
+  EXPECT_EQ(written.substr(0, 16), expected_head);
+  EXPECT_TRUE(written.compare(16, std::string::npos, data) == 0) << "the body is not where a sequential write puts it";
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
+}
+
+// A head of the wrong length would shift the body under it: refused, naming the file, the old file kept. A
+// visit that throws (a copy to host memory that failed) leaves the old file too.
+TEST(AtomicFile, AHeadOfAnotherLengthOrAFailedVisitLeavesTheOldFile) {
+  TempDir dir;
+  const auto path = dir.file("checkpoint.bin");
+  write_bytes(path, "old contents");
+  const std::string body = "body";
+  ptrain::io::BodyThenHead file;
+  file.body = {body};
+  file.head_bytes = 4;
+  file.head = [] { return std::string("12345"); };
+  auto message = error_message<ptrain::Error>([&] { ptrain::io::write_file_atomically(path, file); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("5 bytes"), std::string::npos) << message;
+  EXPECT_EQ(read_bytes(path), "old contents");
+  file.head = [] { return std::string("1234"); };
+  file.visit_chunk = [](size_t, std::string_view) { throw ptrain::Error("the copy to host memory failed"); };
+  message = error_message<ptrain::Error>([&] { ptrain::io::write_file_atomically(path, file); });
+  EXPECT_NE(message.find("the copy to host memory failed"), std::string::npos) << message;
+  EXPECT_EQ(read_bytes(path), "old contents");
   EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
 }
 
@@ -132,10 +198,18 @@ TEST(AtomicFile, AFifoIsWrittenInPlace) {
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so that opening it for writing does not wait
   ASSERT_GE(reader, 0);
   ptrain::io::write_file_atomically(fifo, "{\"steps\": 8}\n");
+  // A head known after the body: the body visited first, then head and body go through in order.
+  ptrain::io::BodyThenHead file;
+  file.body = {"body\n"};
+  file.head_bytes = 5;
+  bool visited = false;
+  file.visit_chunk = [&](size_t, std::string_view) { visited = true; };
+  file.head = [&] { return std::string(visited ? "head " : "early"); };
+  ptrain::io::write_file_atomically(fifo, file);
   char buffer[64] = {};
   const ssize_t n = ::read(reader, buffer, sizeof buffer);
   ::close(reader);
-  EXPECT_EQ(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0), "{\"steps\": 8}\n");
+  EXPECT_EQ(std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0), "{\"steps\": 8}\nhead body\n");
   EXPECT_TRUE(S_ISFIFO(stat_of(fifo).st_mode)) << "the FIFO was replaced";
   EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary file was left behind";
 }

@@ -1,8 +1,15 @@
 #include "ptrain/io/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "expected_tensors.h"
 #include "ptrain/core/error.h"
@@ -58,8 +65,25 @@ TEST(Safetensors, ChecksumDetectsAFlipInTheDataOrTheHeader) {
   EXPECT_THROW(ptrain::io::write_safetensors(path, expected_tensors(), {{"ptrain_checksum", "x"}}, true), ptrain::Error);
 }
 
-// A checkpoint's checksum is taken in 64 MiB chunks on several threads and joined; the reader takes it in one
-// pass. A file of several chunks, and a flipped bit in a middle chunk, are judged alike by both.
+// The checksum, as one pass of zlib over the header without its checksum entry, then the data: what
+// write_safetensors computes in chunks on several threads (and read_safetensors verifies in chunks too).
+std::string one_pass_checksum(const std::string& file) {
+  uint64_t header_length = 0;
+  std::memcpy(&header_length, file.data(), 8);
+  std::string header = file.substr(8, header_length);
+  header.erase(header.find_last_not_of(' ') + 1);
+  const auto entry = header.find(",\"ptrain_checksum\":\"crc32:");
+  EXPECT_NE(entry, std::string::npos) << header;
+  header.erase(entry, std::string(",\"ptrain_checksum\":\"crc32:01234567\"").size());
+  uLong crc = ::crc32_z(0L, reinterpret_cast<const Bytef*>(header.data()), header.size());
+  crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(file.data() + 8 + header_length), file.size() - 8 - header_length);
+  char text[32];
+  std::snprintf(text, sizeof text, "crc32:%08lx", static_cast<unsigned long>(crc));
+  return text;
+}
+
+// A checkpoint's checksum is taken in 64 MiB chunks on several threads and joined. A file of several chunks
+// carries what one pass of zlib gives, and a flipped bit in a middle chunk is refused.
 TEST(Safetensors, AChecksumTakenInChunksMatchesOnePassAndCatchesAFlipInAnyChunk) {
   TempDir dir;
   const auto path = dir.file("large.safetensors");
@@ -68,12 +92,50 @@ TEST(Safetensors, AChecksumTakenInChunksMatchesOnePassAndCatchesAFlipInAnyChunk)
   const ptrain::io::NamedTensors tensors = {{"small", torch::arange(5, torch::kFloat)}, {"large", large},
                                             {"after", torch::full({3}, 2.5, torch::kDouble)}};
   ptrain::io::write_safetensors(path, tensors, {{"step", "1"}}, /*checksum=*/true);
-  expect_same_tensors(ptrain::io::read_safetensors(path), tensors);
+  std::map<std::string, std::string> metadata;
+  expect_same_tensors(ptrain::io::read_safetensors(path, &metadata), tensors);
   auto bytes = read_bytes(path);
+  EXPECT_EQ(metadata.at("ptrain_checksum"), one_pass_checksum(bytes));
   bytes[bytes.size() - 24 - (50 << 20)] ^= 0x01;  // 50 MiB before the large tensor's end: its second chunk
   write_bytes(path, bytes);
   const std::string message = error_message<ptrain::Error>([&] { ptrain::io::read_safetensors(path); });
   EXPECT_NE(message.find(path + ": checksum mismatch"), std::string::npos) << message;
+}
+
+// Tensors whose bytes are still arriving (an async checkpoint's copies from the device): before_reading is
+// told of every span of data before anything reads it, each byte once, and the file is the one written
+// without it. Here each span is filled only when announced: a read before that would write zeros.
+TEST(Safetensors, EverySpanIsAnnouncedBeforeItIsRead) {
+  TempDir dir;
+  torch::manual_seed(4);
+  const auto large = torch::randint(0, 256, {130 << 20}, torch::kUInt8);
+  const ptrain::io::NamedTensors tensors = {{"small", torch::arange(7, torch::kFloat)}, {"large", large}};
+  ptrain::io::NamedTensors arriving;
+  for (const auto& [name, tensor] : tensors) arriving.emplace_back(name, torch::zeros_like(tensor));
+  std::mutex mutex;
+  std::vector<std::pair<const char*, size_t>> announced;
+  const auto arrive = [&](std::string_view span) {
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto* begin = static_cast<char*>(arriving[i].second.data_ptr());
+      const size_t bytes = static_cast<size_t>(arriving[i].second.nbytes());
+      if (span.data() < begin || span.data() + span.size() > begin + bytes) continue;
+      std::memcpy(const_cast<char*>(span.data()), static_cast<const char*>(tensors[i].second.data_ptr()) + (span.data() - begin),
+                  span.size());
+    }
+    const std::lock_guard<std::mutex> lock(mutex);
+    announced.emplace_back(span.data(), span.size());
+  };
+  ptrain::io::write_safetensors(dir.file("arriving.safetensors"), arriving, {{"step", "2"}}, true, {}, arrive);
+  ptrain::io::write_safetensors(dir.file("whole.safetensors"), tensors, {{"step", "2"}}, true);
+  EXPECT_TRUE(read_bytes(dir.file("arriving.safetensors")) == read_bytes(dir.file("whole.safetensors")));
+  std::sort(announced.begin(), announced.end());
+  size_t total = 0;
+  for (size_t i = 0; i < announced.size(); ++i) {
+    total += announced[i].second;
+    if (i > 0 && announced[i - 1].first + announced[i - 1].second > announced[i].first)
+      ADD_FAILURE() << "spans " << i - 1 << " and " << i << " overlap";
+  }
+  EXPECT_EQ(total, static_cast<size_t>(large.nbytes() + 7 * 4));
 }
 
 TEST(Safetensors, ReadsFileWrittenByPythonOracle) {

@@ -127,4 +127,38 @@ TEST(CheckpointStaging, ADeviceSnapshotHoldsTheStateAtTheSaveWhileUpdatesRunBesi
   EXPECT_EQ(sections[0][1].second.item<float>(), 4.0f);
 }
 
+// The writer reads a checkpoint as its copies to host memory arrive: begin_host_copies() returns at once, and
+// bytes waited for (from several threads, last tensor first) hold the state at the save, over many arrival
+// events. A snapshot dropped with its copies still in flight (a write that failed) waits for them first.
+TEST(CheckpointStaging, HostCopiesArriveInPiecesAndEachWaitedForHoldsTheSave) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, 0);
+  std::vector<torch::Tensor> weights;
+  ptrain::io::NamedTensors section;
+  for (int i = 0; i < 6; ++i) {
+    weights.push_back(torch::full({48, 1024, 1024}, static_cast<float>(i), on_gpu));  // 192 MiB each
+    section.emplace_back("w" + std::to_string(i), weights.back());
+  }
+  auto staged = ptrain::train::stage_sections({section});
+  ASSERT_EQ(staged->place(), ptrain::train::StagingPlace::device);
+  for (auto& weight : weights) weight.mul_(-7);  // after the save: never in the copies
+  std::vector<ptrain::io::NamedTensors> sections = staged->begin_host_copies();
+  ASSERT_EQ(sections.size(), 1u);
+  ASSERT_EQ(sections[0].size(), 6u);
+  std::vector<std::thread> readers;
+  std::vector<int> equal(6, 0);
+  for (int i = 5; i >= 0; --i)
+    readers.emplace_back([&, i] {
+      const auto& copy = sections[0][i].second;
+      staged->wait_until_copied(static_cast<const char*>(copy.data_ptr()) + copy.nbytes() - 1);
+      staged->wait_until_copied(copy.data_ptr());
+      equal[i] = torch::equal(copy, torch::full({48, 1024, 1024}, static_cast<float>(i)));
+    });
+  for (auto& reader : readers) reader.join();
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(equal[i]) << "tensor " << i;
+  auto dropped = ptrain::train::stage_sections({section});
+  dropped->begin_host_copies();
+  dropped.reset();
+}
+
 }  // namespace

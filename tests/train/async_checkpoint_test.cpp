@@ -126,6 +126,18 @@ TEST(AsyncCheckpoint, AStepThatEndsAnEpochIsSavedOnce) {
     const auto& blocking = record.extra.at("checkpoint_blocking");
     EXPECT_EQ(blocking.at("saves").size(), 4u) << "async " << async << ": " << blocking.dump();
     EXPECT_EQ(blocking.at("end_wait").get<double>() > 0, async) << blocking.dump();
+    // Each save's wait for the write before it is a part of that save.
+    ASSERT_EQ(blocking.at("waits").size(), 4u) << blocking.dump();
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_LE(blocking.at("waits")[i].get<double>(), blocking.at("saves")[i].get<double>()) << blocking.dump();
+    // The background writes, one by one, add up to the record's total.
+    ASSERT_EQ(record.extra.contains("checkpoint_writes"), async);
+    if (!async) continue;
+    const auto& writes = record.extra.at("checkpoint_writes");
+    ASSERT_EQ(writes.size(), 4u) << writes.dump();
+    double total = 0;
+    for (const auto& seconds : writes) total += seconds.get<double>();
+    EXPECT_NEAR(total, *record.checkpoint_write_seconds, 1e-9) << writes.dump();
   }
 }
 

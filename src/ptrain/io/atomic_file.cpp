@@ -58,27 +58,34 @@ void write_all(int fd, const std::vector<std::string_view>& pieces, const std::s
   for (const auto piece : pieces) write_all(fd, piece, name);
 }
 
-// write_all into a new regular file (positional writes: no pipe or socket). Pieces of 256 MiB or more (a
-// checkpoint's tensors) are written in chunks by several threads at their offsets (io/chunks.h): one thread copies
-// into the page cache at a few GB/s, seconds of a ten-gigabyte checkpoint that hold up the next
-// --async-checkpoint save. Smaller files go in one thread, in order.
-void write_all_to_file(int fd, const std::vector<std::string_view>& pieces, const std::string& name) {
+std::string head_of(const BodyThenHead& file, const std::string& name) {
+  if (file.head_bytes == 0) return {};
+  std::string head = file.head();
+  check(head.size() == file.head_bytes, "cannot write " + name + ": its head came out " + std::to_string(head.size()) +
+                                            " bytes long where " + std::to_string(file.head_bytes) + " were laid out");
+  return head;
+}
+
+// The body's chunks, visited and written at their offsets after the head, then the head at the start, into a
+// new regular file (positional writes: no pipe or socket). A body of 256 MiB or more (a checkpoint's tensors)
+// goes on several threads (io/chunks.h): one thread copies into the page cache at a few GB/s, seconds of a
+// ten-gigabyte checkpoint that hold up the next --async-checkpoint save.
+void write_body_then_head(int fd, const BodyThenHead& file, const std::string& name) {
   constexpr size_t kParallelFrom = size_t{256} << 20;
-  size_t total = 0;
-  for (const auto piece : pieces) total += piece.size();
-  if (total < kParallelFrom) {
-    write_all(fd, pieces, name);
-    return;
-  }
-  const std::vector<std::string_view> chunks = chunks_of(pieces);
+  const std::vector<std::string_view> chunks = chunks_of(file.body);
   std::vector<off_t> offsets(chunks.size());
-  off_t offset = 0;
+  off_t offset = static_cast<off_t>(file.head_bytes);
   for (size_t i = 0; i < chunks.size(); ++i) {
     offsets[i] = offset;
     offset += static_cast<off_t>(chunks[i].size());
   }
-  for_each_index_in_parallel(chunks.size(), std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8),
-                             [&](size_t i) { pwrite_all(fd, chunks[i], offsets[i], name); });
+  const size_t body_bytes = static_cast<size_t>(offset) - file.head_bytes;
+  const size_t threads = body_bytes < kParallelFrom ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  for_each_index_in_parallel(chunks.size(), threads, [&](size_t i) {
+    if (file.visit_chunk) file.visit_chunk(i, chunks[i]);
+    pwrite_all(fd, chunks[i], offsets[i], name);
+  });
+  if (file.head_bytes > 0) pwrite_all(fd, head_of(file, name), 0, name);
   // The descriptor's position where a sequential write would leave it: the end, for whatever comes after.
   if (::lseek(fd, offset, SEEK_SET) < 0) throw Error("cannot write " + name + ": " + errno_text());
 }
@@ -138,10 +145,15 @@ int connect_to_socket(const std::string& file, const std::string& path) {
   return fd;
 }
 
-void write_in_place(const OutputTarget& target, const std::string& path, const std::vector<std::string_view>& bytes) {
+void write_in_place(const OutputTarget& target, const std::string& path, const BodyThenHead& file) {
+  const std::vector<std::string_view> chunks = chunks_of(file.body);
+  if (file.visit_chunk)
+    for (size_t i = 0; i < chunks.size(); ++i) file.visit_chunk(i, chunks[i]);
+  const std::string head = head_of(file, path);
   const int fd = open_in_place(target, path);
   try {
-    write_all(fd, bytes, path);
+    write_all(fd, head, path);
+    write_all(fd, file.body, path);
   } catch (...) {
     ::close(fd);
     throw;
@@ -202,6 +214,11 @@ void write_file_atomically(const std::string& path, const std::string& bytes,
 
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& bytes,
                            const std::function<void()>& before_rename) {
+  write_file_atomically(path, BodyThenHead{bytes, 0, {}, {}}, before_rename);
+}
+
+void write_file_atomically(const std::string& path, const BodyThenHead& bytes,
+                           const std::function<void()>& before_rename) {
   check(!path.empty(), "write_file_atomically: empty path");
   const OutputTarget target = output_target(path);
   if (target.in_place) {
@@ -217,7 +234,7 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
                 errno_text());
   }
   try {
-    write_all_to_file(fd, bytes, temp_path);
+    write_body_then_head(fd, bytes, temp_path);
     if (::fsync(fd) != 0) throw Error("cannot write " + path + ": fsync failed: " + errno_text());
     // mkstemp creates 0600; a replaced file keeps its mode, a new one gets the usual 0644 (reading the
     // umask would mean changing it, which races with other threads creating files).

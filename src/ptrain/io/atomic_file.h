@@ -50,6 +50,23 @@ void write_file_atomically(const std::string& path, const std::string& bytes,
 void write_file_atomically(const std::string& path, const std::vector<std::string_view>& bytes,
                            const std::function<void()>& before_rename = {});
 
+// A file whose head is known only once its body has been read: a header holding a checksum of the data after
+// it. The body is cut into chunks (io/chunks.h: chunks_of(body), in that order); each is handed to
+// visit_chunk(index, bytes) by the thread about to write it, so that reading the body (a wait until its bytes
+// have arrived in host memory, a checksum) and writing it are one pass, not one after the other. A body of
+// 256 MiB or more is written by several threads at its offsets. head() runs once every chunk was visited and
+// returns the first head_bytes bytes of the file, exactly that many. An in-place target gets every chunk
+// visited first, then the head and the body in order. Atomic as above; visit_chunk's or head()'s exception
+// passes through, the old file left as it was.
+struct BodyThenHead {
+  std::vector<std::string_view> body;
+  size_t head_bytes = 0;
+  std::function<void(size_t index, std::string_view chunk)> visit_chunk;  // may be empty
+  std::function<std::string()> head;                                     // may be empty when head_bytes is 0
+};
+void write_file_atomically(const std::string& path, const BodyThenHead& file,
+                           const std::function<void()>& before_rename = {});
+
 // The whole file; ptrain::Error naming path when it cannot be opened or read.
 std::string read_file_bytes(const std::string& path);
 

@@ -260,7 +260,8 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
     auto& meta = header["__metadata__"];
     const auto stored = meta[kChecksumKey];
     meta.erase(kChecksumKey);
-    const std::string computed = checksum_text(crc_of(header_crc(header.dump()), bytes + data_start, data_bytes));
+    const std::string computed =
+        checksum_text(crc_of_spans(header_crc(header.dump()), {std::string_view(bytes + data_start, data_bytes)}));
     if (!stored.is_string() || stored.get<std::string>() != computed) {
       throw Error(path + ": checksum mismatch (stored " + (stored.is_string() ? stored.get<std::string>() : stored.dump()) +
                   ", contents give " + computed + "): the file is corrupt");
@@ -300,7 +301,8 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata, bool checksum,
-                       const std::function<void()>& before_rename) {
+                       const std::function<void()>& before_rename,
+                       const std::function<void(std::string_view)>& before_reading) {
   check(!checksum || metadata.count(kChecksumKey) == 0,
         "cannot write " + path + ": metadata key '" + std::string(kChecksumKey) + "' is reserved for the checksum");
   OrderedJson header = OrderedJson::object();
@@ -325,22 +327,41 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += size;
     contiguous.push_back(std::move(cpu));
   }
-  // Written from the tensors' own memory: a checkpoint is never held twice in host memory.
+  // Written from the tensors' own memory: a checkpoint is never held twice in host memory. The checksum is
+  // taken chunk by chunk by the threads that write them (one pass over the data, not a checksum pass and then
+  // a write pass), so the header that holds it is written last, at a length laid out before: the checksum's
+  // text has a fixed width.
   std::vector<std::string_view> data;
   for (const auto& tensor : contiguous)
     if (tensor.numel() > 0)
       data.emplace_back(static_cast<const char*>(tensor.data_ptr()), static_cast<size_t>(tensor.numel()) * tensor.element_size());
-  std::string header_text = header.dump();
-  if (checksum) {
-    header["__metadata__"][kChecksumKey] = checksum_text(crc_of_spans(header_crc(header_text), data));
-    header_text = header.dump();
-  }
-  // Padding keeps the data 8-byte aligned for readers that map the file.
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
-  const uint64_t header_length = header_text.size();
-  std::vector<std::string_view> pieces{{reinterpret_cast<const char*>(&header_length), sizeof header_length}, header_text};
-  pieces.insert(pieces.end(), data.begin(), data.end());
-  write_file_atomically(path, pieces, before_rename);
+  const uLong crc_of_header = checksum ? header_crc(header.dump()) : 0;
+  if (checksum) header["__metadata__"][kChecksumKey] = checksum_text(0);
+  const auto header_bytes = [&header] {
+    std::string text = header.dump();
+    // Padding keeps the data 8-byte aligned for readers that map the file.
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const uint64_t length = text.size();
+    return std::string(reinterpret_cast<const char*>(&length), sizeof length) + text;
+  };
+  const std::vector<std::string_view> chunks = chunks_of(data);
+  std::vector<uLong> crcs(chunks.size());
+  BodyThenHead file;
+  file.body = data;
+  file.head_bytes = header_bytes().size();
+  file.visit_chunk = [&](size_t i, std::string_view chunk) {
+    if (before_reading) before_reading(chunk);
+    if (checksum) crcs[i] = crc_of(0L, chunk.data(), chunk.size());
+  };
+  file.head = [&] {
+    if (checksum) {
+      uLong crc = crc_of_header;
+      for (size_t i = 0; i < chunks.size(); ++i) crc = ::crc32_combine(crc, crcs[i], static_cast<z_off_t>(chunks[i].size()));
+      header["__metadata__"][kChecksumKey] = checksum_text(crc);
+    }
+    return header_bytes();
+  };
+  write_file_atomically(path, file, before_rename);
 }
 
 }  // namespace ptrain::io

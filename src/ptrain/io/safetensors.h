@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "ptrain/io/named_tensors.h"
 
@@ -24,9 +25,12 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 // from the CPU; duplicate names and dtypes outside the list above are refused with ptrain::Error.
 // With checksum, the metadata gets "ptrain_checksum": a CRC-32 of the header and the data, which
 // read_safetensors verifies whenever a file has one (a mismatch is a ptrain::Error naming the file).
-// before_rename: write_file_atomically's test seam.
+// before_rename: write_file_atomically's test seam. before_reading, when given, is called with each span of
+// tensor bytes before anything reads it, from the thread that will (possibly several at once): tensors whose
+// bytes are still arriving (a copy from the device in flight) are written as they arrive.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {}, bool checksum = false,
-                       const std::function<void()>& before_rename = {});
+                       const std::function<void()>& before_rename = {},
+                       const std::function<void(std::string_view)>& before_reading = {});
 
 }  // namespace ptrain::io

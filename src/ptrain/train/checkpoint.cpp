@@ -151,7 +151,8 @@ Lineage lineage_of(const std::map<std::string, std::string>& meta, const std::st
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Checkpoint& c, const std::function<void()>& before_rename) {
+void save_checkpoint(const std::string& path, const Checkpoint& c, const std::function<void()>& before_rename,
+                     const std::function<void(std::string_view)>& before_reading) {
   io::NamedTensors all;
   for (const auto& section : kSections) {
     for (const auto& [name, tensor] : *section_of(c, section)) all.emplace_back(section + "/" + name, tensor);
@@ -170,7 +171,7 @@ void save_checkpoint(const std::string& path, const Checkpoint& c, const std::fu
   if (!c.lineage.run_id.empty()) meta["lineage"] = lineage_json(c.lineage).dump();
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
-  io::write_safetensors(path, all, meta, /*checksum=*/true, before_rename);
+  io::write_safetensors(path, all, meta, /*checksum=*/true, before_rename, before_reading);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -235,7 +236,8 @@ std::string shard_path(const std::string& path, int64_t rank) {
 }
 
 void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
-                const nlohmann::json& layout, const std::function<void()>& before_rename) {
+                const nlohmann::json& layout, const std::function<void()>& before_rename,
+                const std::function<void(std::string_view)>& before_reading) {
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   io::write_safetensors(shard_path(path, rank), shards,
@@ -243,7 +245,7 @@ void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::
                          {"rank", std::to_string(rank)},
                          {"ranks", std::to_string(ranks)},
                          {"layout", layout.dump()}},
-                        /*checksum=*/true, before_rename);
+                        /*checksum=*/true, before_rename, before_reading);
 }
 
 ShardFile load_shard(const std::string& path) {

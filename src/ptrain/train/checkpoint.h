@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,8 +50,10 @@ struct Checkpoint {
 };
 
 // before_rename: io::write_file_atomically's test seam (train/checkpointer.h holds writes open with it).
+// before_reading: io::write_safetensors's, for tensors whose bytes are still arriving (an async save's).
 void save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
-                     const std::function<void()>& before_rename = {});
+                     const std::function<void()>& before_rename = {},
+                     const std::function<void(std::string_view)>& before_reading = {});
 // A sharded checkpoint loads whole: the shards' tensors are reassembled into full parameters and
 // optimizer state, so that it loads into any strategy at any world size, as a full one does.
 Checkpoint load_checkpoint(const std::string& path);
@@ -64,7 +67,8 @@ std::string weights_digest(const Checkpoint& checkpoint);
 // and without the sharded tensors. The checkpoint at `path` exists only once every shard does.
 std::string shard_path(const std::string& path, int64_t rank);
 void save_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
-                const nlohmann::json& layout, const std::function<void()>& before_rename = {});
+                const nlohmann::json& layout, const std::function<void()>& before_rename = {},
+                const std::function<void(std::string_view)>& before_reading = {});
 
 // One rank file alone, as `ptrain verify` checks it: a shard file with its checksum (verified), its rank
 // and the ranks; ptrain::Error naming path when it is none. Loading the checkpoint reassembles them all.

@@ -29,24 +29,33 @@ inline constexpr int64_t kSnapshotHeadroomMinBytes = int64_t{1} << 30;
 enum class StagingPlace { host, device };
 const char* to_string(StagingPlace place);
 
-// The copies of one checkpoint's sections: begun by stage_sections() in the training thread, finished by
-// finish() in the writer thread.
+// The copies of one checkpoint's sections: begun by stage_sections() in the training thread, brought to host
+// memory by the writer thread.
 class StagedSections {
  public:
   virtual ~StagedSections() = default;
-  // The sections as host tensors equal to the originals at the moment they were staged, in the order
-  // given. Blocks until the copies are done; call once.
-  virtual std::vector<io::NamedTensors> finish() = 0;
+  // The sections as host tensors, in the order given, whose bytes become equal to the originals at the moment
+  // they were staged as the copies to host memory arrive: read a tensor's bytes only after
+  // wait_until_copied() of them. The file is written while the later tensors are still on their way. Call
+  // once.
+  virtual std::vector<io::NamedTensors> begin_host_copies() = 0;
+  // Blocks until the host bytes at `host_byte` (in a tensor begin_host_copies() returned) hold their copy;
+  // at once for bytes of no copy in flight. Safe from several threads at once.
+  virtual void wait_until_copied(const void* host_byte) const = 0;
   virtual StagingPlace place() const = 0;
   // The bytes staged on devices (0 on the CPU).
   virtual int64_t device_bytes() const = 0;
+
+  // begin_host_copies() with every copy arrived.
+  std::vector<io::NamedTensors> finish();
 };
 
 // Host copies complete when staged: the calling thread made them, or waited for them (both builds' halves).
 class StagedOnHost final : public StagedSections {
  public:
   explicit StagedOnHost(std::vector<io::NamedTensors> sections) : sections_(std::move(sections)) {}
-  std::vector<io::NamedTensors> finish() override { return std::move(sections_); }
+  std::vector<io::NamedTensors> begin_host_copies() override { return std::move(sections_); }
+  void wait_until_copied(const void*) const override {}
   StagingPlace place() const override { return StagingPlace::host; }
   int64_t device_bytes() const override { return 0; }
 

@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "ptrain/io/chunks.h"
 #include "ptrain/metrics/timer.h"
 #include "ptrain/train/checkpoint_staging.h"
 
@@ -31,38 +32,66 @@ class DeviceSnapshot final : public StagedSections {
                  int64_t bytes)
       : sections_(std::move(sections)), taken_(std::move(taken)), bytes_(bytes) {}
 
-  // The writer thread's half: device to pinned host on a stream of its own, ordered after the snapshot,
-  // beside the steps that train meanwhile. The snapshot's memory goes back to the allocator only once these
-  // copies are done, so nothing else can be handed it while they read it.
-  std::vector<io::NamedTensors> finish() override {
+  // The snapshot's memory goes back to the allocator only once every copy that reads it is done, so nothing
+  // else can be handed it while they do: a write that failed half way still waits here.
+  ~DeviceSnapshot() override {
+    for (const auto& arrived : arrivals_) arrived->synchronize();
+  }
+
+  // The writer thread's half: device to pinned host on a stream of each device's own, ordered after the
+  // snapshot, beside the steps that train meanwhile. An event after every io::kChunkBytes or so of copies
+  // tells the writer's threads which bytes have arrived, so that the checksum and the file's writes follow
+  // the copies instead of waiting for the last of them.
+  std::vector<io::NamedTensors> begin_host_copies() override {
     for (const auto& [device, taken] : taken_) {
       const c10::cuda::CUDAGuard on_device(device);
       const auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
       taken->block(stream);
-      at::cuda::CUDAEvent copied;
-      {
-        const c10::cuda::CUDAStreamGuard on_stream(stream);
-        for (auto& section : sections_)
-          for (auto& [name, tensor] : section) {
-            if (!tensor.defined() || !tensor.is_cuda() || tensor.device().index() != device) continue;
-            auto host = empty_pinned_like(tensor);
-            host.copy_(tensor, /*non_blocking=*/true);
-            snapshots_.push_back(std::exchange(tensor, std::move(host)));
-          }
-        copied.record(stream);
-      }
-      copied.synchronize();
-      snapshots_.clear();
+      const c10::cuda::CUDAStreamGuard on_stream(stream);
+      size_t unmarked = 0;
+      const auto mark_arrival = [&] {
+        arrivals_.push_back(std::make_shared<at::cuda::CUDAEvent>());
+        arrivals_.back()->record(stream);
+        unmarked = 0;
+      };
+      for (auto& section : sections_)
+        for (auto& [name, tensor] : section) {
+          if (!tensor.defined() || !tensor.is_cuda() || tensor.device().index() != device) continue;
+          auto host = empty_pinned_like(tensor);
+          host.copy_(tensor, /*non_blocking=*/true);
+          const size_t bytes = static_cast<size_t>(host.numel()) * host.element_size();
+          const auto* begin = static_cast<const char*>(host.data_ptr());
+          if (bytes > 0) arrival_of_.emplace(begin, Arrival{begin + bytes, arrivals_.size()});
+          snapshots_.push_back(std::exchange(tensor, std::move(host)));
+          unmarked += bytes;
+          if (unmarked >= io::kChunkBytes) mark_arrival();
+        }
+      if (unmarked > 0) mark_arrival();
     }
     return std::move(sections_);
   }
+
+  void wait_until_copied(const void* host_byte) const override {
+    const auto* byte = static_cast<const char*>(host_byte);
+    auto it = arrival_of_.upper_bound(byte);
+    if (it == arrival_of_.begin()) return;
+    --it;
+    if (byte < it->second.end) arrivals_.at(it->second.event)->synchronize();
+  }
+
   StagingPlace place() const override { return StagingPlace::device; }
   int64_t device_bytes() const override { return bytes_; }
 
  private:
+  struct Arrival {
+    const char* end;  // of the host tensor's bytes
+    size_t event;     // in arrivals_: recorded once they have arrived
+  };
   std::vector<io::NamedTensors> sections_;
   std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken_;
   std::vector<torch::Tensor> snapshots_;
+  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> arrivals_;
+  std::map<const char*, Arrival> arrival_of_;  // by the first byte of each host tensor
   int64_t bytes_ = 0;
 };
 

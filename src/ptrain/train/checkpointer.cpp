@@ -50,6 +50,11 @@ std::string random_run_id() {
   return text;
 }
 
+// What the writer waits on before it reads a span of a staged checkpoint's bytes.
+std::function<void(std::string_view)> arrived_bytes(const StagedSections& staged) {
+  return [&staged](std::string_view bytes) { staged.wait_until_copied(bytes.data()); };
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
@@ -156,12 +161,12 @@ void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
   const int64_t step = checkpoint.position.global_step;
   start_write(path, step, /*whole=*/true,
               [this, path, staged, checkpoint = std::move(checkpoint), delay = test_delay()]() mutable {
-                auto finished = staged->finish();
-                checkpoint.model = std::move(finished[0]);
-                checkpoint.optimizer = std::move(finished[1]);
-                checkpoint.scaler = std::move(finished[2]);
-                checkpoint.progress = std::move(finished[3]);
-                save_checkpoint(path, checkpoint, delay);
+                auto arriving = staged->begin_host_copies();
+                checkpoint.model = std::move(arriving[0]);
+                checkpoint.optimizer = std::move(arriving[1]);
+                checkpoint.scaler = std::move(arriving[2]);
+                checkpoint.progress = std::move(arriving[3]);
+                save_checkpoint(path, checkpoint, delay, arrived_bytes(*staged));
                 prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
               });
 }
@@ -193,7 +198,7 @@ void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ra
   std::shared_ptr<StagedSections> staged = stage({shards});
   start_write(shard_path(path, rank), -1, /*whole=*/false,
               [path, rank, ranks, staged, layout, delay = test_delay()] {
-                save_shard(path, rank, ranks, staged->finish().at(0), layout, delay);
+                save_shard(path, rank, ranks, staged->begin_host_copies().at(0), layout, delay, arrived_bytes(*staged));
               });
 }
 
@@ -219,6 +224,7 @@ void Checkpointer::wait() {
   if (!worker_.joinable()) return;
   worker_.join();
   write_seconds_ += done_.seconds;
+  writes_seconds_.push_back(done_.seconds);
   if (done_.error) {
     const std::exception_ptr error = std::exchange(done_.error, nullptr);
     try {

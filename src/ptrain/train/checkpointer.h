@@ -78,6 +78,8 @@ class Checkpointer {
   std::optional<StagingPlace> staging() const { return staging_; }
   // Seconds background writes took, those waited for (async only; 0 otherwise).
   double write_seconds() const { return write_seconds_; }
+  // The same, write by write, in order.
+  const std::vector<double>& writes_seconds() const { return writes_seconds_; }
   // The newest checkpoint this run wrote, once its write is done (and, async, waited for); empty before.
   const std::string& last_written() const { return last_written_; }
   int64_t last_written_step() const { return last_written_step_; }
@@ -107,6 +109,7 @@ class Checkpointer {
     std::exception_ptr error;
   } done_;
   double write_seconds_ = 0;
+  std::vector<double> writes_seconds_;
   int64_t test_delay_ms_ = 0;
   std::optional<StagingPlace> staging_;
 };

@@ -156,7 +156,10 @@ double TrainingRun::CheckpointBlocking::total() const {
 void TrainingRun::save(TrainingPosition position) {
   if (!checkpointer_) return;
   const BlockedTime blocked(checkpoint_blocking_.saves.emplace_back(0.0));
-  settle_checkpoint_writes();
+  {
+    const BlockedTime waiting(checkpoint_blocking_.waits.emplace_back(0.0));
+    settle_checkpoint_writes();
+  }
   write_checkpoint(position);
 }
 

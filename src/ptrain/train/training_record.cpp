@@ -43,8 +43,12 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
   if (checkpointer_) {
     record_.checkpoint_blocking_seconds = checkpoint_blocking_.total();
     record_.extra["checkpoint_blocking"] = {{"saves", checkpoint_blocking_.saves},
+                                            {"waits", checkpoint_blocking_.waits},
                                             {"end_wait", checkpoint_blocking_.end_wait}};
-    if (checkpointer_->async()) record_.checkpoint_write_seconds = checkpointer_->write_seconds();
+    if (checkpointer_->async()) {
+      record_.checkpoint_write_seconds = checkpointer_->write_seconds();
+      record_.extra["checkpoint_writes"] = checkpointer_->writes_seconds();
+    }
     if (const auto staging = checkpointer_->staging()) record_.extra["checkpoint_staging"] = to_string(*staging);
   }
   record_.images_per_second = clock_.train_seconds() > 0 ? clock_.images() / clock_.train_seconds() : 0;

@@ -248,6 +248,7 @@ class TrainingRun {
   // The training thread inside each save() and in finish_checkpoint_writes(): what checkpoints cost the steps.
   struct CheckpointBlocking {
     std::vector<double> saves;
+    std::vector<double> waits;  // the part of each save spent waiting for the write before it
     double end_wait = 0;
     double total() const;
   } checkpoint_blocking_;
