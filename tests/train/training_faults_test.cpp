@@ -338,17 +338,25 @@ TEST(TrainingFaults, DivergenceStopsTheRunNamingTheStepAndSavesNothingNonFinite)
   EXPECT_LT(checkpoints, 4) << "the run must stop within the log window it diverged in";
 }
 
+// Under --async-checkpoint the state is staged before the checks (so that its copies run while they wait for
+// the device): one that fails them is dropped, neither written nor left as a temporary file.
 TEST(TrainingFaults, DivergenceWarnTrainsOnRecordsTheStepAndSavesNoNonFiniteCheckpoint) {
-  ptrain::testing::TempDir tmp;
-  auto c = tiny_run(tmp.path());
-  c.optim.lr = 1e6;
-  c.run.epochs = 1;
-  c.run.on_divergence = "warn";
-  const auto record = train(c);
-  EXPECT_EQ(record.steps, 8);
-  ASSERT_TRUE(record.diverged_at_step.has_value());
-  EXPECT_LE(*record.diverged_at_step, 8);
-  EXPECT_EQ(ptrain::train::latest_checkpoint(tmp.path()), "") << "the epoch's end held NaN weights";
+  for (const bool async : {false, true}) {
+    ptrain::testing::TempDir tmp;
+    auto c = tiny_run(tmp.path());
+    c.optim.lr = 1e6;
+    c.run.epochs = 1;
+    c.run.on_divergence = "warn";
+    c.run.checkpoint_every = 3;
+    c.run.async_checkpoint = async;
+    const auto record = train(c);
+    EXPECT_EQ(record.steps, 8);
+    ASSERT_TRUE(record.diverged_at_step.has_value());
+    EXPECT_LE(*record.diverged_at_step, 3) << "async " << async;
+    EXPECT_EQ(ptrain::train::latest_checkpoint(tmp.path()), "") << "async " << async << ": a save held NaN weights";
+    for (const auto& entry : fs::directory_iterator(tmp.path()))
+      EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
 }
 
 // A run that diverges under the default --on-divergence stop ends with its record (for --metrics-out), marked

@@ -140,7 +140,40 @@ void Checkpointer::refuse_or_remove_other_runs_checkpoints() {
   std::cout << "removed " << what << " in " << options_.dir << " (--overwrite-checkpoints)" << std::endl;
 }
 
-void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
+PendingWrite Checkpointer::take(const std::string& path, Checkpoint checkpoint) {
+  PendingWrite pending;
+  pending.path = path;
+  if (options_.async) {
+    wait();
+    std::vector<io::NamedTensors> tensors;
+    for (auto* section : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress})
+      tensors.push_back(std::move(*section));
+    pending.staged = stage(std::move(tensors));
+  }
+  pending.checkpoint = std::move(checkpoint);
+  return pending;
+}
+
+PendingWrite Checkpointer::take_shard(const std::string& path, int64_t rank, int64_t ranks,
+                                      const io::NamedTensors& shards, const nlohmann::json& layout) {
+  PendingWrite pending;
+  pending.path = path;
+  pending.shard = PendingWrite::Shard{rank, ranks, shards, layout};
+  if (options_.async) {
+    wait();
+    pending.staged = stage({shards});
+    pending.shard->tensors.clear();
+  }
+  return pending;
+}
+
+void Checkpointer::write(PendingWrite pending) {
+  if (pending.shard) {
+    write_shard_file(std::move(pending));
+    return;
+  }
+  Checkpoint checkpoint = std::move(*pending.checkpoint);
+  const std::string path = pending.path;
   checkpoint.lineage = lineage_;
   checkpoint.lineage.sequence = lineage_.sequence + 1;
   if (!options_.async) {
@@ -152,15 +185,12 @@ void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
     return;
   }
   wait();
-  const auto sections = {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress};
-  std::vector<io::NamedTensors> tensors;
-  for (auto* section : sections) tensors.push_back(std::move(*section));
-  std::shared_ptr<StagedSections> staged = stage(std::move(tensors));
   // Taken now, in write order: a write that fails leaves a gap in the sequence, which only orders.
   lineage_.sequence = checkpoint.lineage.sequence;
   const int64_t step = checkpoint.position.global_step;
   start_write(path, step, /*whole=*/true,
-              [this, path, staged, checkpoint = std::move(checkpoint), delay = test_delay()]() mutable {
+              [this, path, staged = std::move(pending.staged), checkpoint = std::move(checkpoint),
+               delay = test_delay()]() mutable {
                 auto arriving = staged->begin_host_copies();
                 checkpoint.model = std::move(arriving[0]);
                 checkpoint.optimizer = std::move(arriving[1]);
@@ -170,6 +200,8 @@ void Checkpointer::write(const std::string& path, Checkpoint checkpoint) {
                 prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
               });
 }
+
+void Checkpointer::write(const std::string& path, Checkpoint checkpoint) { write(take(path, std::move(checkpoint))); }
 
 std::shared_ptr<StagedSections> Checkpointer::stage(std::vector<io::NamedTensors> sections) {
   std::shared_ptr<StagedSections> staged = stage_sections(std::move(sections));
@@ -190,14 +222,20 @@ std::shared_ptr<StagedSections> Checkpointer::stage(std::vector<io::NamedTensors
 
 void Checkpointer::write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                                const nlohmann::json& layout) {
+  write(take_shard(path, rank, ranks, shards, layout));
+}
+
+void Checkpointer::write_shard_file(PendingWrite pending) {
+  const std::string& path = pending.path;
+  auto& shard = *pending.shard;
   if (!options_.async) {
-    save_shard(path, rank, ranks, shards, layout);
+    save_shard(path, shard.rank, shard.ranks, shard.tensors, shard.layout);
     return;
   }
   wait();
-  std::shared_ptr<StagedSections> staged = stage({shards});
-  start_write(shard_path(path, rank), -1, /*whole=*/false,
-              [path, rank, ranks, staged, layout, delay = test_delay()] {
+  start_write(shard_path(path, shard.rank), -1, /*whole=*/false,
+              [path, rank = shard.rank, ranks = shard.ranks, staged = std::move(pending.staged),
+               layout = std::move(shard.layout), delay = test_delay()] {
                 save_shard(path, rank, ranks, staged->begin_host_copies().at(0), layout, delay, arrived_bytes(*staged));
               });
 }

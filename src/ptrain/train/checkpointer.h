@@ -48,6 +48,29 @@ io::NamedTensors staged_on_host(const io::NamedTensors& tensors);
 // The name of the lock file in a checkpoint directory.
 inline constexpr const char* kCheckpointLockFile = ".ptrain.lock";
 
+// A checkpoint, or one rank's shard file of one, taken at a step boundary and not yet written. Under
+// --async-checkpoint its tensors are staged already (checkpoint_staging.h: the copies queued on the device),
+// so that the checks before a save can wait for the device while the copies run; one dropped unwritten
+// writes nothing.
+class PendingWrite {
+ public:
+  PendingWrite(PendingWrite&&) = default;
+  PendingWrite& operator=(PendingWrite&&) = default;
+
+ private:
+  friend class Checkpointer;
+  PendingWrite() = default;
+  struct Shard {
+    int64_t rank = 0, ranks = 0;
+    io::NamedTensors tensors;  // synchronous writes only: async ones are staged
+    nlohmann::json layout;
+  };
+  std::string path;
+  std::optional<Checkpoint> checkpoint;  // a checkpoint (async: without its tensors, which are staged)
+  std::optional<Shard> shard;            // or a shard file
+  std::shared_ptr<StagedSections> staged;
+};
+
 class Checkpointer {
  public:
   // Takes the directory (creating it): throws ptrain::Error naming it when another live run holds it
@@ -64,6 +87,12 @@ class Checkpointer {
   // the next sequence of the directory), then applies --keep-checkpoints. Owner only. Async: first waits
   // for the write in flight (throwing its error, as wait() does), then stages and hands the write over.
   void write(const std::string& path, Checkpoint checkpoint);
+  // write() in two halves: take() stages (async: first waiting for the write in flight, as write() does),
+  // write(pending) writes or hands the write over. Between them the caller may still decide not to save.
+  PendingWrite take(const std::string& path, Checkpoint checkpoint);
+  PendingWrite take_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
+                          const nlohmann::json& layout);
+  void write(PendingWrite pending);
   const std::string& run_id() const { return lineage_.run_id; }
   // This rank's shard file of the checkpoint at path (sharded checkpoints; every rank). Async as write().
   void write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
@@ -89,6 +118,7 @@ class Checkpointer {
   void refuse_or_remove_other_runs_checkpoints();
   // Runs job on the background thread, which records what it wrote (or its error) for wait().
   void start_write(const std::string& path, int64_t step, bool whole, std::function<void()> job);
+  void write_shard_file(PendingWrite pending);
   std::function<void()> test_delay() const;
   // Begins staging a write's tensors (the training thread's half) and says where, when that changes.
   std::shared_ptr<StagedSections> stage(std::vector<io::NamedTensors> sections);

@@ -198,41 +198,28 @@ void TrainingRun::settle_checkpoint_writes() {
 }
 
 void TrainingRun::write_checkpoint(TrainingPosition position) {
-  check_divergence();
-  if (!state_is_finite()) {
-    const std::string what = "training diverged at step " + std::to_string(position.global_step) +
-                             ": the weights are not finite; no checkpoint saved";
-    stop_rules_.state_not_finite(what, position.global_step);
-    return;
-  }
+  // The checks read their verdict on the host, so they wait for the device to finish every step queued. A
+  // synchronous save checks first and takes nothing it will not write. An asynchronous one takes (stages) the
+  // state first: its copies are queued behind those steps and run during the checks' wait, where after the
+  // checks they would run with the device otherwise idle. A state that fails the checks is dropped unwritten.
+  const bool check_first = !checkpointer_->async();
+  if (check_first && !fit_to_save(position.global_step)) return;
   const RunningTotals progress_totals = reduced_totals();
   const std::string path = checkpointer_->path_for(position.global_step);
   strategy_->sync_buffers();  // the statistics every rank evaluates with are the ones saved
   Checkpoint ckpt;
   ckpt.model = models::state_dict(*model_);
-  if (plan_.strategy_options.state_dict == strategies::StateDict::sharded) {
-    // Every rank writes its shards; once all have, rank 0 writes the checkpoint that names them. The
-    // sum's value read on the host is the barrier: it exists only once every rank has contributed (an
-    // NCCL wait alone only orders the stream).
-    nlohmann::json layout;
+  const bool sharded = plan_.strategy_options.state_dict == strategies::StateDict::sharded;
+  std::optional<PendingWrite> shard_write;
+  nlohmann::json layout;
+  if (sharded) {
+    // Every rank writes its shards; once all have, rank 0 writes the checkpoint that names them.
     const auto shards = target_->local_shards(optimizer_->state(), &layout);
-    checkpointer_->write_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
-    // Async: the shards are still being written; the ranks agree that they are at the next settle.
-    if (!checkpointer_->async()) strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
-    if (!strategy_->is_main()) return;
-    std::set<std::string> sharded;
-    for (const auto& group : layout)
-      for (const auto& p : group.at("params")) sharded.insert(p.at("name").get<std::string>());
-    io::NamedTensors rest;
-    for (auto& [name, tensor] : ckpt.model)
-      if (!sharded.count(name)) rest.emplace_back(name, tensor);
-    ckpt.model = std::move(rest);
-    ckpt.shards = strategy_->world_size();
+    shard_write = checkpointer_->take_shard(path, strategy_->rank(), strategy_->world_size(), shards, layout);
   } else {
     // Gathering shards is collective: every rank takes part, rank 0 writes.
     const auto params = target_->full_parameters();
     ckpt.optimizer = target_->full_optimizer_state(optimizer_->state());
-    if (!strategy_->is_main()) return;
     std::map<std::string, torch::Tensor> full(params.begin(), params.end());
     for (auto& [name, tensor] : ckpt.model) {
       auto it = full.find(name);
@@ -245,13 +232,43 @@ void TrainingRun::write_checkpoint(TrainingPosition position) {
   if (scaler_) ckpt.scaler = scaler_->state();
   ckpt.progress = progress_totals.named();
   ckpt.run = config::to_json(c_);
-  if (checkpointer_->async() && ckpt.shards > 0) {
+  std::optional<PendingWrite> whole_write;
+  if (!sharded && strategy_->is_main()) whole_write = checkpointer_->take(path, std::move(ckpt));
+  if (!check_first && !fit_to_save(position.global_step)) return;
+  if (!sharded) {
+    if (whole_write) checkpointer_->write(std::move(*whole_write));
+    return;
+  }
+  checkpointer_->write(std::move(*shard_write));
+  // The sum's value read on the host is the barrier: it exists only once every rank has contributed (an
+  // NCCL wait alone only orders the stream). Async: the shards are still being written; the ranks agree
+  // that they are at the next settle.
+  if (!checkpointer_->async()) strategy_->all_reduce_sum(torch::ones({1}, device_)).item<float>();
+  if (!strategy_->is_main()) return;
+  std::set<std::string> in_shards;
+  for (const auto& group : layout)
+    for (const auto& p : group.at("params")) in_shards.insert(p.at("name").get<std::string>());
+  io::NamedTensors rest;
+  for (auto& [name, tensor] : ckpt.model)
+    if (!in_shards.count(name)) rest.emplace_back(name, tensor);
+  ckpt.model = std::move(rest);
+  ckpt.shards = strategy_->world_size();
+  if (checkpointer_->async()) {
     // Staged now: the buffers it holds change with the next step, long before it is written.
     for (auto* section : {&ckpt.model, &ckpt.optimizer, &ckpt.scaler, &ckpt.progress}) *section = staged_on_host(*section);
     pending_checkpoint_.emplace(path, std::move(ckpt));
     return;
   }
   checkpointer_->write(path, std::move(ckpt));
+}
+
+bool TrainingRun::fit_to_save(int64_t global_step) {
+  check_divergence();
+  if (state_is_finite()) return true;
+  stop_rules_.state_not_finite("training diverged at step " + std::to_string(global_step) +
+                                   ": the weights are not finite; no checkpoint saved",
+                               global_step);
+  return false;
 }
 
 bool TrainingRun::state_is_finite() {

@@ -206,6 +206,8 @@ class TrainingRun {
   void check_divergence();
   // Whether every rank's parameters (and masters, shards) and buffers are finite. Collective.
   bool state_is_finite();
+  // The divergence check, then whether the state is finite (collective); false: nothing may be saved (said).
+  bool fit_to_save(int64_t global_step);
   void load_model_state(const io::NamedTensors& saved);
   // Refuses a checkpoint this run has nothing left to train after; warns when the schedule's settings changed.
   void resume_from(Checkpoint ckpt);
