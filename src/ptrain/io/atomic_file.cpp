@@ -80,7 +80,9 @@ void write_body_then_head(int fd, const BodyThenHead& file, const std::string& n
     offset += static_cast<off_t>(chunks[i].size());
   }
   const size_t body_bytes = static_cast<size_t>(offset) - file.head_bytes;
-  const size_t threads = body_bytes < kParallelFrom ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  // At most 8: they saturate a socket's memory bandwidth, and the training thread that launches the steps
+  // beside an --async-checkpoint write needs a core of its own.
+  const size_t threads = body_bytes < kParallelFrom ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   for_each_index_in_parallel(chunks.size(), threads, [&](size_t i) {
     if (file.visit_chunk) file.visit_chunk(i, chunks[i]);
     pwrite_all(fd, chunks[i], offsets[i], name);
