@@ -127,6 +127,23 @@ TEST(TrainOptions, BadYamlValueIsNamedWithItsKey) {
   EXPECT_NE(message2.find("batch-size"), std::string::npos) << message2;
 }
 
+// A number under a switch's key is refused by name (CLI11 alone counts it: 007 would turn CUDA graphs on);
+// YAML's true/false spellings, and channels-last's values, are taken.
+TEST(TrainOptions, ANumberUnderASwitchsYamlKeyIsRefusedByName) {
+  for (const std::string value : {"007", "0", "1", "2", "-1", "1.5", "0x1"}) {
+    const auto path = write_yaml("switchnumber", "augment: " + value + "\n");
+    const std::string message = error_of([&] { parse({"--config", path}); });
+    EXPECT_NE(message.find(path + ": key 'augment': a flag takes true or false, not the number " + value), std::string::npos)
+        << message;
+  }
+  EXPECT_FALSE(parse({"--config", write_yaml("switchno", "augment: no\nnesterov: off\n")}).data.augment);
+  EXPECT_TRUE(parse({"--config", write_yaml("switchyes", "augment: yes\nnesterov: on\n")}).optim.nesterov);
+  EXPECT_TRUE(parse({"--config", write_yaml("switchtrue", "augment: True\n")}).data.augment);
+  EXPECT_EQ(parse({"--config", write_yaml("channels", "channels-last: auto\n")}).model.channels_last, "auto");
+  const std::string message = error_of([&] { parse({"--config", write_yaml("channels1", "channels-last: 1\n")}); });
+  EXPECT_NE(message.find("'channels-last': a flag takes true or false, not the number 1"), std::string::npos) << message;
+}
+
 TEST(TrainOptions, MalformedYamlAndMissingFileAreRefused) {
   const auto path = write_yaml("malformed", "lr: [0.1\n");
   EXPECT_NE(error_of([&] { parse({"--config", path}); }).find("not valid YAML"), std::string::npos);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -395,6 +396,14 @@ std::vector<std::string> values_of(const YAML::Node& node, const std::string& wh
   return values;
 }
 
+// A YAML scalar that reads as a number whole: 007, -2, 1.5, 1e3, 0x10.
+bool is_number(const std::string& text) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+
 std::vector<std::string> known_keys(CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* opt : app.get_options()) {
@@ -459,6 +468,9 @@ void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
     try {
       if (opt->get_expected_min() == 0) {
         check(values.size() == 1, where + ": a flag takes one true/false value");
+        // CLI11 reads a number as a flag's count (007 and 2 are true): in a YAML file that is a value meant for
+        // another key, or a typo, never a way to say true.
+        check(!is_number(values.front()), where + ": a flag takes true or false, not the number " + values.front());
         // Negated aliases (--no-x) share the option; a YAML key always names the positive form.
         opt->add_result(values.front());
       } else {
