@@ -144,6 +144,19 @@ TEST(TrainOptions, ANumberUnderASwitchsYamlKeyIsRefusedByName) {
   EXPECT_NE(message.find("'channels-last': a flag takes true or false, not the number 1"), std::string::npos) << message;
 }
 
+// What ptrain launch reads of a train command's --config before the ranks start: the device key, in either
+// spelling of the flag; nothing for other commands, a file without the key, or one it cannot read.
+TEST(TrainOptions, ALauncherFindsTheDeviceOfATrainCommandsConfig) {
+  const auto path = write_yaml("launchdevice", "model: resnet20\ndevice: cpu\n");
+  using ptrain::config::device_in_train_config;
+  EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", path}), "cpu");
+  EXPECT_EQ(device_in_train_config({"./build/ptrain", "train", "--epochs", "2", "--config=" + path}), "cpu");
+  EXPECT_EQ(device_in_train_config({"python3", "script.py", "--config", path}), "");
+  EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", write_yaml("launchnodevice", "model: resnet20\n")}), "");
+  EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", "/nonexistent/ptrain.yaml"}), "");
+  EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", write_yaml("launchbad", "device: [cpu\n")}), "");
+}
+
 TEST(TrainOptions, MalformedYamlAndMissingFileAreRefused) {
   const auto path = write_yaml("malformed", "lr: [0.1\n");
   EXPECT_NE(error_of([&] { parse({"--config", path}); }).find("not valid YAML"), std::string::npos);

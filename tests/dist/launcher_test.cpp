@@ -339,6 +339,13 @@ TEST(Launcher, RefusesMoreProcessesThanCoresOrGpusUnlessAllowed) {
   o.command = {"true", "--device", "cpu"};
   EXPECT_EQ(node_capacity(o).processes, 64);
   EXPECT_EQ(node_capacity(o).what, "64 cores");
+  // Or by its --config file's device key; a --device in the command wins over the file, as in the ranks.
+  o.command = {"true"};
+  o.config_device = "cpu";
+  EXPECT_EQ(node_capacity(o).what, "64 cores");
+  o.command = {"true", "--device=cuda:0"};
+  EXPECT_EQ(node_capacity(o).what, "2 visible GPUs");
+  o.config_device = "";
 
   o.command = {"true"};
   o.allow_oversubscribe = true;

@@ -247,6 +247,7 @@ void add_launch_command(CLI::App& app, LaunchCommand& command) {
 
 int run_launch(LaunchCommand& command) {
   if (command.accelerate_option->count() > 0) apply_accelerate_config(*command.cmd, command.accelerate_config, command.options);
+  command.options.config_device = config::device_in_train_config(command.options.command);
   return dist::launch(command.options);
 }
 

@@ -483,4 +483,22 @@ void apply_yaml_config(CLI::App& app, const std::string& yaml_path) {
   }
 }
 
+std::string device_in_train_config(const std::vector<std::string>& command) {
+  if (command.size() < 2 || command[1] != "train") return "";
+  std::string path;
+  for (size_t i = 2; i < command.size(); ++i) {
+    if (command[i] == "--config" && i + 1 < command.size()) path = command[i + 1];
+    if (command[i].rfind("--config=", 0) == 0) path = command[i].substr(9);
+  }
+  if (path.empty()) return "";
+  try {
+    const YAML::Node root = YAML::LoadFile(path);
+    if (!root.IsMap()) return "";
+    for (const auto& entry : root)
+      if (entry.first.as<std::string>() == "device" && entry.second.IsScalar()) return entry.second.as<std::string>();
+  } catch (const YAML::Exception&) {
+  }
+  return "";
+}
+
 }  // namespace ptrain::config

@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -30,5 +31,11 @@ std::string usage_message(const CLI::Error& error);
 // line did not set (flags win). Keys are flag names without dashes; '_' and '-' are interchangeable.
 // Unknown keys and bad values throw ptrain::Error naming the file and the key.
 void apply_yaml_config(CLI::App& app, const std::string& yaml_path);
+
+// The `device` key of the YAML file a `ptrain train` command line names with --config (program, "train",
+// arguments), for a launcher that must know whether its ranks train on GPUs before they start; "" when the
+// command is no `ptrain train`, names no file, or the file has no such key or cannot be read (the rank says
+// why when it reads the file itself).
+std::string device_in_train_config(const std::vector<std::string>& command);
 
 }  // namespace ptrain::config

@@ -253,14 +253,15 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
 
 // Whether the ranks train on the CPU as far as the launcher can tell: ptrain train's --device, or its
 // PTRAIN_DEVICE variable (which an accelerate file's use_cpu and MULTI_CPU set).
-bool trains_on_cpu(const std::vector<std::string>& command) {
+bool trains_on_cpu(const LaunchOptions& o) {
   const char* device = std::getenv("PTRAIN_DEVICE");
   if (device != nullptr && starts_with(device, "cpu")) return true;
+  const auto& command = o.command;
   for (size_t i = 0; i < command.size(); ++i) {
-    if (starts_with(command[i], "--device=cpu")) return true;
-    if (command[i] == "--device" && i + 1 < command.size() && starts_with(command[i + 1], "cpu")) return true;
+    if (starts_with(command[i], "--device=")) return starts_with(command[i].substr(9), "cpu");
+    if (command[i] == "--device" && i + 1 < command.size()) return starts_with(command[i + 1], "cpu");
   }
-  return false;
+  return starts_with(o.config_device, "cpu");
 }
 
 std::string counted(int64_t n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
@@ -339,7 +340,7 @@ Variables node_variables(const LaunchOptions& o) {
 }  // namespace
 
 NodeCapacity node_capacity(const LaunchOptions& o) {
-  if (!trains_on_cpu(o.command)) {
+  if (!trains_on_cpu(o)) {
     const int64_t gpus = o.visible_gpus >= 0 ? o.visible_gpus : static_cast<int64_t>(torch::cuda::device_count());
     if (gpus > 0) return {gpus, counted(gpus, "visible GPU")};
   }
