@@ -2,7 +2,7 @@
 # A fourth device call (about 5 minutes; builds unless build-gpu/ptrain is there): the kernel parity tests, then
 # what --async-checkpoint costs GPT-2 large at a checkpoint every 20 steps into /dev/shm (memory), after the
 # writer became one pass (each chunk checksummed and written as its device-to-host copy arrives) and the save
-# began staging before its checks. Two runs of STEPS (default 140) steps: without checkpoints and with
+# began staging before its checks. Two runs of STEPS (default 200) steps: without checkpoints and with
 # --async-checkpoint every 20 steps, keeping one. Carry .gpu-deps/ and .data/ when it builds.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -18,7 +18,7 @@ if [ "${KERNEL_TESTS:-1}" = 1 ]; then
   grep -E "^\[  (FAILED|PASSED) |tests ran|SKIPPED \]" $R/kernel-tests.log | head -n 30
 fi
 df -h /dev/shm | tee $R/shm.txt; free -g | tee -a $R/shm.txt
-GPT=(--model gpt-large --dataset synthetic-tokens --data-path 2400:1024:50257 --batch-size 8 --epochs 1 --max-steps ${STEPS:-140}
+GPT=(--model gpt-large --dataset synthetic-tokens --data-path 2400:1024:50257 --batch-size 8 --epochs 1 --max-steps ${STEPS:-200}
      --test-limit 16 --optimizer adamw --lr 3e-4 --warmup-steps 5 --schedule cosine --precision amp-bf16
      --progress lines --log-every 20)
 CK=/dev/shm/ptrain-ck
@@ -26,7 +26,7 @@ for mode in ${MODES:-none async}; do
   extra=(); rm -rf $CK
   [ $mode != none ] && extra=(--checkpoint-dir $CK --checkpoint-every 20 --keep-checkpoints 1)
   [ $mode = async ] && extra+=(--async-checkpoint)
-  timeout ${RUN_TIMEOUT:-120} build-gpu/ptrain train "${GPT[@]}" "${extra[@]}" --metrics-out $R/gpt-large-$mode.json > $R/gpt-large-$mode.log 2>&1
+  timeout ${RUN_TIMEOUT:-150} build-gpu/ptrain train "${GPT[@]}" "${extra[@]}" --metrics-out $R/gpt-large-$mode.json > $R/gpt-large-$mode.log 2>&1
   echo "$mode rc $? at $(( $(date +%s) - t0 )) s"; tail -n 2 $R/gpt-large-$mode.log
   python3 -c "
 import json,sys; r=json.load(open(sys.argv[1])); x=r.get('extra',{}); b=x.get('checkpoint_blocking') or {}
