@@ -78,7 +78,7 @@ function(ptrain_gtest_entries target)
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/cmake/gtest_entries.py --binary $<TARGET_FILE:${target}>
             --name ${G_NAME} --out ${entries} --working-dir ${CMAKE_CURRENT_BINARY_DIR} ${options}
-            --labels ${G_LABELS} --slow ${G_SLOW} --gpu ${G_GPU}
+            --labels ${G_LABELS} --slow ${G_SLOW} --gpu ${G_GPU} --environment ${PTRAIN_TEST_ENVIRONMENT}
     BYPRODUCTS ${entries} VERBATIM)
   # PTRAIN_TEST_PROCESS_PER_CASE=1 ctest ...: every case in a process of its own, as before the grouping.
   set(include_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_include.cmake)

@@ -2,7 +2,7 @@
 """Writes the ctest entries of one GoogleTest binary (run after each link of it, as gtest_discover_tests is).
 
 Usage: gtest_entries.py --binary B --name N --out FILE [--labels L...] [--slow PATTERN...] [--gpu PATTERN...]
-                        [--per-case] [--case-cost C] [--cuda-build] [--working-dir D]
+                        [--per-case] [--case-cost C] [--cuda-build] [--working-dir D] [--environment VAR=VALUE...]
 
 Starting a test process costs about 0.65 s of CPU (LibTorch's start-up) whatever the case does, so cases are
 grouped into few processes:
@@ -128,6 +128,7 @@ def main():
     parser.add_argument("--cuda-build", action="store_true")
     parser.add_argument("--case-cost", type=float, default=0)
     parser.add_argument("--working-dir", default=os.getcwd())
+    parser.add_argument("--environment", nargs="*", default=[])
     args = parser.parse_args()
 
     cases = listed_cases(args.binary, args.working_dir, 120)
@@ -159,8 +160,9 @@ def main():
 
     def add(lines, name, argv, labels, extra=""):
         lines.append(f"add_test({bracket(name)} {bracket(args.binary)} {' '.join(bracket(a) for a in argv)})")
+        environment = f" ENVIRONMENT {bracket(';'.join(args.environment))}" if args.environment else ""
         lines.append(f"set_tests_properties({bracket(name)} PROPERTIES WORKING_DIRECTORY {bracket(args.working_dir)} "
-                     f"LABELS {bracket(';'.join(dict.fromkeys(labels)))}{extra})")
+                     f"LABELS {bracket(';'.join(dict.fromkeys(labels)))}{environment}{extra})")
 
     def add_case(lines, suite, case, value_param, kind):
         name = case_entry_name(suite, case, value_param)

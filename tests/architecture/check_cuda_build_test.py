@@ -44,7 +44,9 @@ def make_tree(root, files):
         path.write_text(text)
     build = root / "build"
     entries = []
-    for component, sources in (("core", ["core.cpp"]), ("kernels", ["fused_none.cpp"])):
+    cpu_halves = sorted(Path(relative).name for relative in files if relative.startswith("src/ptrain/kernels/")
+                        and relative.endswith("_none.cpp"))
+    for component, sources in (("core", ["core.cpp"]), ("kernels", cpu_halves)):
         folder = build / "src/ptrain" / component
         folder.mkdir(parents=True, exist_ok=True)
         objects = []
@@ -88,6 +90,29 @@ class Checker(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
         self.assertIn("ptrain::kernels::forgotten_on_gpu(): defined by src/ptrain/kernels/fused_none.cpp "
                       "but by no CUDA half or .cu file", result.stdout)
+
+    def test_cpu_halves_compile_in_one_batch_and_a_lacking_function_names_its_own_half(self):
+        two = dict(SMALL)
+        two["src/ptrain/kernels/later_none.cpp"] = "namespace ptrain::kernels { int later() { return 1; } }\n"
+        two["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return 2; } }\n"
+        result = self.check(two)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("1 .cu files, 2 CUDA halves", result.stdout)
+        self.assertIn("4 of 4 compiles run", result.stdout)  # the .cu file, two CUDA halves, one batch
+        two["src/ptrain/kernels/later_none.cpp"] += "namespace ptrain::kernels { int forgotten_on_gpu() { return 1; } }\n"
+        result = self.check(two)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("ptrain::kernels::forgotten_on_gpu(): defined by src/ptrain/kernels/later_none.cpp "
+                      "but by no CUDA half or .cu file", result.stdout)
+        # Two halves that cannot share a batch (a helper of the same name in each) compile one by one.
+        for name in ("fused_none.cpp", "later_none.cpp"):
+            two[f"src/ptrain/kernels/{name}"] = ("namespace { [[maybe_unused]] int helper() { return 1; } }\n" +
+                                                 two[f"src/ptrain/kernels/{name}"])
+        two["src/ptrain/kernels/later_none.cpp"] = two["src/ptrain/kernels/later_none.cpp"].replace(
+            "namespace ptrain::kernels { int forgotten_on_gpu() { return 1; } }\n", "")
+        result = self.check(two)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("6 of 6 compiles run", result.stdout)  # the batch, then each of its two halves alone
 
     def test_a_launcher_the_cu_files_do_not_define_fails(self):
         bad = dict(SMALL)

@@ -5,4 +5,5 @@
 add_test(NAME pytorch_reference
          COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/tests/bench/pytorch_reference_test.py
                  $<TARGET_FILE:ptrain_app>)
-set_tests_properties(pytorch_reference PROPERTIES TIMEOUT 300 LABELS "bench;slow" COST 60)
+set_tests_properties(pytorch_reference PROPERTIES TIMEOUT 300 LABELS "bench;slow" COST 60
+                     ENVIRONMENT "${PTRAIN_TEST_ENVIRONMENT}")

@@ -613,10 +613,10 @@ runs:
 )";
   const std::string suite = " --gpus 0 --no-estimate --suite " + (dir / "suite.yaml").string();
   const auto started = std::chrono::steady_clock::now();
-  const Result slow = run("bench" + suite + " --run-timeout 4 --out " + (dir / "slow").string());
+  const Result slow = run("bench" + suite + " --run-timeout 2 --out " + (dir / "slow").string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_EQ(slow.exit_code, 1) << slow.output;
-  EXPECT_EQ(count_of(slow.output, " s (stopped at the --run-timeout of 4 s"), 2u) << slow.output;
+  EXPECT_EQ(count_of(slow.output, " s (stopped at the --run-timeout of 2 s"), 2u) << slow.output;
   EXPECT_LT(seconds, 60) << "both runs take minutes; the timeout must have stopped them";
   // "[m]" keeps pgrep from finding the shell that runs it.
   const Result left = run_shell("pgrep -f '[m]etrics-out " + (dir / "slow").string() + "' || true");

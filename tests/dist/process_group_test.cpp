@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
@@ -177,6 +183,9 @@ TEST(ProcessGroup, DeadPeerMakesCollectiveFail) {
 TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const int port = testing::free_port();
+  // Rank 0 writes this file once its collective has ended, so that rank 1 stays until then and no longer.
+  const std::string ended = "/tmp/ptrain_hung_peer_" + std::to_string(::getpid());
+  std::remove(ended.c_str());
   const auto start = std::chrono::steady_clock::now();
   const auto outcomes = run_world(
       2,
@@ -184,9 +193,15 @@ TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
         ProcessGroup group(loopback(rank, 2, port), "gloo", 3s);
         group.barrier().wait();
         if (rank == 1) {
-          std::this_thread::sleep_for(8s);  // alive and connected, but never joins: only the timeout helps
+          // Alive and connected, but never joins: only the timeout helps. Gone by 8 s at the latest, past
+          // the 7 s by which rank 0 must have timed out.
+          for (int i = 0; i < 800 && !std::filesystem::exists(ended); ++i) std::this_thread::sleep_for(10ms);
           return;
         }
+        struct Ended {
+          const std::string& path;
+          ~Ended() { std::ofstream(path) << "ended\n"; }
+        } tell_rank_1{ended};
         std::vector<torch::Tensor> t{torch::ones({10})};
         const auto before = std::chrono::steady_clock::now();
         try {
@@ -198,6 +213,7 @@ TEST(ProcessGroup, HungPeerMakesCollectiveTimeOut) {
       },
       20);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::remove(ended.c_str());
   ASSERT_EQ(outcomes[0].exit_code, 1) << "rank 0 should time out, not hang";
   EXPECT_NE(outcomes[0].message.find("all_reduce_sum"), std::string::npos) << outcomes[0].message;
   const auto at = outcomes[0].message.find("[waited ");

@@ -111,24 +111,35 @@ class WarmupCosineLR:
         update_lr(self.optimizer.param_groups, self.get_lr())
 
 
+SCHEDULERS = {"WarmupLR": WarmupLR, "WarmupDecayLR": WarmupDecayLR, "WarmupCosineLR": WarmupCosineLR}
+
 p = argparse.ArgumentParser()
-p.add_argument("--type", choices=["WarmupLR", "WarmupDecayLR", "WarmupCosineLR"], required=True)
+p.add_argument("--type", choices=SCHEDULERS, help="one scheduler (or --case, for several)")
 p.add_argument("--steps", type=int, required=True)
 p.add_argument("--lr", type=float, required=True, help="the optimizer's lr (WarmupCosineLR's and WarmupLR's peak)")
 p.add_argument("--params", default="", help="scheduler params as key=value,key=value (ds_config's scheduler.params)")
+p.add_argument("--case", nargs=2, action="append", metavar=("TYPE", "PARAMS"),
+               help="a scheduler and its params, repeatable: each case's rates in turn, an empty line between two "
+                    "(one process for all, as importing torch costs more than the cases)")
 a = p.parse_args()
+if a.type is None and not a.case:
+    p.error("--type or --case is required")
+cases = a.case or [(a.type, a.params)]
+for number, (kind, params) in enumerate(cases):
+    if kind not in SCHEDULERS:
+        p.error(f"--case: {kind} is not one of {', '.join(SCHEDULERS)}")
+    if number > 0:
+        print()
+    kwargs = {}
+    for item in filter(None, params.split(",")):
+        key, value = item.split("=")
+        kwargs[key] = value if key == "warmup_type" else (int(value) if key.endswith("_steps") else float(value))
 
-kwargs = {}
-for item in filter(None, a.params.split(",")):
-    key, value = item.split("=")
-    kwargs[key] = value if key == "warmup_type" else (int(value) if key.endswith("_steps") else float(value))
-
-weight = torch.nn.Parameter(torch.ones(3))
-optimizer = torch.optim.SGD([weight], lr=a.lr)
-scheduler = {"WarmupLR": WarmupLR, "WarmupDecayLR": WarmupDecayLR, "WarmupCosineLR": WarmupCosineLR}[a.type](
-    optimizer, **kwargs)
-for step in range(a.steps):
-    print(repr(optimizer.param_groups[0]["lr"]))
-    weight.grad = torch.ones(3)
-    optimizer.step()
-    scheduler.step()
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=a.lr)
+    scheduler = SCHEDULERS[kind](optimizer, **kwargs)
+    for step in range(a.steps):
+        print(repr(optimizer.param_groups[0]["lr"]))
+        weight.grad = torch.ones(3)
+        optimizer.step()
+        scheduler.step()
