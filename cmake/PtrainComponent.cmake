@@ -54,7 +54,7 @@ function(ptrain_component)
 endfunction()
 
 # ptrain_gtest_entries(<target> NAME <name> [LABELS <labels...>] [SLOW <patterns...>] [GPU <patterns...>]
-#                      [PER_CASE] [CASE_COST <cost>]): the ctest entries of a GoogleTest binary, written by
+#                      [PER_CASE] [CASE_COST <cost>] [CASE_COSTS <Suite.Case=cost...>]): the ctest entries of a GoogleTest binary, written by
 # cmake/gtest_entries.py after each link. A test process costs about 0.65 s of CPU to start (LibTorch), more than
 # most cases take, so the binary's quick cases run in one entry, <name>.fast (label fast). Cases matching a SLOW
 # pattern (gtest filter syntax: Suite.Case, Suite.*) and those of a source that forks ranks or reads the peak RSS
@@ -63,7 +63,7 @@ endfunction()
 # GPU pattern): a CPU build runs them in one entry, <name>.gpu_only (label gpu), which shows each skip's reason
 # and fails if one of them ran; a CUDA build gives each its own.
 function(ptrain_gtest_entries target)
-  cmake_parse_arguments(G "PER_CASE" "NAME;CASE_COST" "LABELS;SLOW;GPU" ${ARGN})
+  cmake_parse_arguments(G "PER_CASE" "NAME;CASE_COST" "LABELS;SLOW;GPU;CASE_COSTS" ${ARGN})
   set(entries ${CMAKE_CURRENT_BINARY_DIR}/${target}_entries.cmake)
   set(options)
   if(G_PER_CASE)
@@ -74,6 +74,9 @@ function(ptrain_gtest_entries target)
   endif()
   if(G_CASE_COST)
     list(APPEND options --case-cost ${G_CASE_COST})
+  endif()
+  if(G_CASE_COSTS)
+    list(APPEND options --case-costs ${G_CASE_COSTS})
   endif()
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/cmake/gtest_entries.py --binary $<TARGET_FILE:${target}>

@@ -2,7 +2,7 @@
 """Writes the ctest entries of one GoogleTest binary (run after each link of it, as gtest_discover_tests is).
 
 Usage: gtest_entries.py --binary B --name N --out FILE [--labels L...] [--slow PATTERN...] [--gpu PATTERN...]
-                        [--per-case] [--case-cost C] [--cuda-build] [--working-dir D] [--environment VAR=VALUE...]
+                        [--per-case] [--case-cost C] [--case-costs Suite.Case=C...] [--cuda-build] [--working-dir D] [--environment VAR=VALUE...]
 
 Starting a test process costs about 0.65 s of CPU (LibTorch's start-up) whatever the case does, so cases are
 grouped into few processes:
@@ -127,6 +127,8 @@ def main():
     parser.add_argument("--per-case", action="store_true")
     parser.add_argument("--cuda-build", action="store_true")
     parser.add_argument("--case-cost", type=float, default=0)
+    # Cases that take much longer than the others get their own COST, so that a fresh build starts them first.
+    parser.add_argument("--case-costs", nargs="*", default=[])
     parser.add_argument("--working-dir", default=os.getcwd())
     parser.add_argument("--environment", nargs="*", default=[])
     args = parser.parse_args()
@@ -152,7 +154,11 @@ def main():
         else:
             kind = "fast"
         kinds.append((suite, case, value_param, kind))
-    unmatched = [p for p in args.slow + args.gpu if not any(fnmatch.fnmatchcase(f"{s}.{c}", p) for s, c, _, _, _ in cases)]
+    case_costs = {}
+    for item in args.case_costs:
+        pattern, _, cost = item.rpartition("=")
+        case_costs[pattern] = float(cost)
+    unmatched = [p for p in args.slow + args.gpu + list(case_costs) if not any(fnmatch.fnmatchcase(f"{s}.{c}", p) for s, c, _, _, _ in cases)]
     if unmatched:
         sys.exit(f"gtest_entries.py: {args.binary}: no case matches {' '.join(unmatched)} (renamed or removed?)")
 
@@ -170,7 +176,8 @@ def main():
         if kind == "disabled":
             add(lines, name, [f"--gtest_filter={suite}.{case}", "--gtest_also_run_disabled_tests"], labels, " DISABLED TRUE")
             return
-        cost = f" COST {args.case_cost:g}" if args.case_cost else ""
+        own_cost = next((c for p, c in case_costs.items() if matches(f"{suite}.{case}", [p])), args.case_cost)
+        cost = f" COST {own_cost:g}" if own_cost else ""
         # A case that skips (no gloo, no CUDA device) shows as skipped, as under gtest_discover_tests.
         add(lines, name, [f"--gtest_filter={suite}.{case}"], labels, f" SKIP_REGULAR_EXPRESSION {SKIPPED_CASE}{cost}")
 

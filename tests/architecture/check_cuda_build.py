@@ -13,10 +13,14 @@ time is scarce. This checker finds such breakage here:
      precompiled header included) plus PTRAIN_WITH_CUDA=1, against the LibTorch headers installed here
      (Debian's libtorch-dev ships c10/cuda and ATen/cuda); test sources that test PTRAIN_WITH_CUDA are
      checked the same way;
-  3. what the _none halves define in namespace ptrain, the CUDA halves define too (the _none halves of one
-     command compile as one unity batch, whose symbols are theirs; a batch that fails compiles half by half);
+  3. what the _none halves define in namespace ptrain, the CUDA halves define too;
   4. what the CUDA halves and .cu objects call in namespace ptrain is defined by them or by the CPU build's
      other objects (BUILD_DIR/src/ptrain/*/*.a, less the _none halves).
+The C++ sources of one compile command compile as one unity batch (the CUDA halves, the test sources and the
+_none halves each apart), as the CUDA build compiles them (PTRAIN_UNITY_BUILD=ON, the default, batches each
+target's sources), because each compile pays seconds of LibTorch's template instantiations whatever the source
+holds; a batch that fails compiles member by member, so that a broken source is named, and a symbol only a
+_none half defines is named with that half (found by compiling its batch's members alone).
 The LibTorch here is 1.13 and the GPU machines' is 2.x; the few calls that differ between them live in
 core/torch_compat.h, so the halves compile against either.
 
@@ -311,41 +315,44 @@ def check(project, build):
         macros.parent.mkdir(parents=True, exist_ok=True)
         if not macros.exists() or macros.read_text() != GENERATED_MACROS:
             macros.write_text(GENERATED_MACROS)
-        jobs = []  # (sources, command, cwd, object or None): one source, or a batch of _none halves
-        none_jobs = []
+        # A job: (sources, command, cwd, object or None, kind); kind "cu" (an nvcc compile), "cuda" (CUDA halves),
+        # "test" (test sources, checked with -fsyntax-only) or "none" (the _none halves, compiled for their symbols).
+        jobs = []
 
         for index, kernel in enumerate(kernels):
             obj = scratch / f"cu{index}_{kernel.stem}.o"
             jobs.append(([kernel], [str(nvcc), "-std=c++17", *NVCC_OPTIMISATION, "-arch=sm_90", f"-I{project / 'src'}",
-                                    "-c", str(kernel), "-o", str(obj)], project, obj))
+                                    "-c", str(kernel), "-o", str(obj)], project, obj, "cu"))
         cuda_extra = ["-O1", "-DPTRAIN_WITH_CUDA=1", "-DUSE_C10D_NCCL", "-isystem", str(cuda_include),
                       "-isystem", str(generated)]
-        # The _none halves are compiled only for the symbols they define (the CPU build compiles them already),
-        # so those of one command compile as one unity batch: each compile of a source here pays seconds of
-        # LibTorch's template instantiations on top of the precompiled header, whatever the source holds.
-        none_batches = {}  # (compiler, flags, cwd) -> _none halves
-        for index, (none_half, cuda_half) in enumerate(pairs):
+        # The C++ sources of one command (CUDA halves, test sources, _none halves, each kind apart) compile as one
+        # unity batch, as the CUDA build itself compiles them (PTRAIN_UNITY_BUILD=ON, the default, batches each
+        # target's sources): each compile of a source here pays seconds of LibTorch's template instantiations on
+        # top of the precompiled header, whatever the source holds. A batch that fails compiles member by member
+        # (below), so that a broken source is named with its own compiler message.
+        batches = {}  # (kind, compiler, flags, cwd) -> sources
+        for none_half, cuda_half in pairs:
             # The CUDA half compiles with the flags its _none half has in the CPU build (same target).
             entry, in_cpu_build = compile_command_for(none_half, entries)
             compiler, flags = flags_of(entry)
             none_extra = ["-O1"] if in_cpu_build else cuda_extra
-            none_batches.setdefault((compiler, tuple([*flags, *none_extra]), entry["directory"]), []).append(none_half)
-            obj = scratch / f"cuda{index}_{cuda_half.stem}.o"
-            jobs.append(([cuda_half], [compiler, *flags, *cuda_extra, "-c", str(cuda_half), "-o", str(obj)],
-                         entry["directory"], obj))
-        for index, ((compiler, flags, cwd), members) in enumerate(none_batches.items()):
-            source = members[0] if len(members) == 1 else unity_source(cache.folder / "batches" / f"none{index}.cpp", members)
-            obj = scratch / f"none{index}_{source.stem}.o"
-            none_jobs.append((members, [compiler, *flags, "-c", str(source), "-o", str(obj)], cwd, obj))
+            batches.setdefault(("none", compiler, tuple([*flags, *none_extra]), entry["directory"]), []).append(none_half)
+            batches.setdefault(("cuda", compiler, tuple([*flags, *cuda_extra]), entry["directory"]), []).append(cuda_half)
         for test in tests:
             entry, _ = compile_command_for(test, entries)
             compiler, flags = flags_of(entry)
-            jobs.append(([test], [compiler, *flags, *cuda_extra, "-fsyntax-only", str(test)], entry["directory"], None))
-        jobs += none_jobs
+            batches.setdefault(("test", compiler, tuple([*flags, *cuda_extra]), entry["directory"]), []).append(test)
+        for index, ((kind, compiler, flags, cwd), members) in enumerate(batches.items()):
+            source = members[0] if len(members) == 1 else unity_source(cache.folder / "batches" / f"{kind}{index}.cpp", members)
+            if kind == "test":
+                jobs.append((members, [compiler, *flags, "-fsyntax-only", str(source)], cwd, None, kind))
+            else:
+                obj = scratch / f"{kind}{index}_{source.stem}.o"
+                jobs.append((members, [compiler, *flags, "-c", str(source), "-o", str(obj)], cwd, obj, kind))
         compiles, asked = [], []  # the compiles run (not taken from the cache), and all asked for
 
         def compile_job(job):
-            _, command, cwd, obj = job
+            _, command, cwd, obj, _ = job
             key = cache.key(command, cwd, obj)
             asked.append(key)
             if cache.lookup(key, obj):
@@ -359,13 +366,13 @@ def check(project, build):
 
         def alone(job):
             """A batch's compile as one job per member: the batch's command with the member in its place."""
-            members, command, cwd, obj = job
-            batch = command[command.index("-c") + 1]
+            members, command, cwd, obj, kind = job
+            batch = command[command.index("-fsyntax-only" if obj is None else "-c") + 1]
             split = []
             for i, member in enumerate(members):
-                member_obj = obj.with_name(f"{obj.stem}_{i}.o")
+                member_obj = None if obj is None else obj.with_name(f"{obj.stem}_{i}.o")
                 replaced = {batch: str(member), str(obj): str(member_obj)}
-                split.append(([member], [replaced.get(word, word) for word in command], cwd, member_obj))
+                split.append(([member], [replaced.get(word, word) for word in command], cwd, member_obj, kind))
             return split
 
         failures = []
@@ -378,11 +385,9 @@ def check(project, build):
                     members = alone(job)
                     at = jobs.index(job)
                     del jobs[at], results[at]
-                    none_jobs.remove(job)
                     jobs += members
                     results += list(pool.map(compile_job, members))
-                    none_jobs += members
-            for (sources, command, cwd, obj), (code, out) in zip(jobs, results):
+            for (sources, command, cwd, obj, _), (code, out) in zip(jobs, results):
                 if code != 0:
                     failures.append(f"{sources[0].relative_to(project)} does not compile as the CUDA build compiles it:\n"
                                     f"  {shlex.join(command)}\n" + "\n".join("  " + l for l in out.splitlines()[-30:]))
@@ -391,9 +396,10 @@ def check(project, build):
                 print("\n\n".join(failures))
                 return 1
 
-            none_objects = [obj for _, _, _, obj in none_jobs]
-            members_of = {obj: members for members, _, _, obj in none_jobs}
-            cuda_objects = [obj for _, _, _, obj in jobs if obj is not None and obj not in members_of]
+            none_jobs = [job for job in jobs if job[4] == "none"]
+            none_objects = [obj for _, _, _, obj, _ in none_jobs]
+            members_of = {obj: members for members, _, _, obj, _ in none_jobs}
+            cuda_objects = [obj for _, _, _, obj, kind in jobs if kind in ("cu", "cuda")]
 
             def defining_half(symbol, obj):
                 """The _none half defining symbol, which obj (a batch of them, or one) defines."""

@@ -98,7 +98,7 @@ class Checker(unittest.TestCase):
         result = self.check(two)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertIn("1 .cu files, 2 CUDA halves", result.stdout)
-        self.assertIn("4 of 4 compiles run", result.stdout)  # the .cu file, two CUDA halves, one batch
+        self.assertIn("3 of 3 compiles run", result.stdout)  # the .cu file, a batch of CUDA halves, one of CPU halves
         two["src/ptrain/kernels/later_none.cpp"] += "namespace ptrain::kernels { int forgotten_on_gpu() { return 1; } }\n"
         result = self.check(two)
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
@@ -112,7 +112,41 @@ class Checker(unittest.TestCase):
             "namespace ptrain::kernels { int forgotten_on_gpu() { return 1; } }\n", "")
         result = self.check(two)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn("6 of 6 compiles run", result.stdout)  # the batch, then each of its two halves alone
+        self.assertIn("5 of 5 compiles run", result.stdout)  # .cu, CUDA batch, CPU batch, then its two halves alone
+
+    def test_cuda_halves_compile_in_one_batch_and_a_broken_or_lacking_one_is_named(self):
+        two = dict(SMALL)
+        two["src/ptrain/kernels/later_none.cpp"] = "namespace ptrain::kernels { int later() { return 1; } }\n"
+        two["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return 2; } }\n"
+        # A CUDA half that does not compile is named alone (its batch compiled member by member), the other not.
+        broken = dict(two)
+        broken["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return missing; } }\n"
+        result = self.check(broken)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("src/ptrain/kernels/later_cuda.cpp does not compile as the CUDA build compiles it", result.stdout)
+        self.assertIn("missing", result.stdout)
+        self.assertNotIn("fused_cuda.cpp does not compile", result.stdout)
+        # A function one _none half defines and neither CUDA half of the batch does: named with that _none half.
+        lacking = dict(two)
+        lacking["src/ptrain/kernels/fused_none.cpp"] += "namespace ptrain::kernels { int only_on_cpu() { return 1; } }\n"
+        result = self.check(lacking)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("ptrain::kernels::only_on_cpu(): defined by src/ptrain/kernels/fused_none.cpp "
+                      "but by no CUDA half or .cu file", result.stdout)
+        # What one CUDA half calls and only the other defines is defined for the CUDA build, batched or not.
+        calls = dict(two)
+        calls["src/ptrain/kernels/later_cuda.cpp"] = (
+            "namespace ptrain::kernels { int scaled(int x); int later() { return scaled(2); } }\n")
+        result = self.check(calls)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("3 of 3 compiles run", result.stdout)  # the .cu file, the two CUDA halves as one, the CPU halves as one
+        # A function a CUDA half of the batch calls and nobody defines is still found.
+        unresolved = dict(two)
+        unresolved["src/ptrain/kernels/later_cuda.cpp"] = (
+            "namespace ptrain::kernels { int nowhere(int x); int later() { return nowhere(2); } }\n")
+        result = self.check(unresolved)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("ptrain::kernels::nowhere(int): called by the CUDA build's sources, defined nowhere", result.stdout)
 
     def test_a_launcher_the_cu_files_do_not_define_fails(self):
         bad = dict(SMALL)

@@ -15,6 +15,8 @@ reference, from the same seed (the reference draws ptrain's initialisation) and 
 file (.pth, and .safetensors for the reference): every epoch's training and test loss and accuracy must agree
 to float32 rounding, and a control run with another beta2 must not. Plain Python; exits non-zero on failure.
 """
+import contextlib
+import io
 import json
 import math
 import os
@@ -309,6 +311,32 @@ def max_difference(a_path, b_path):
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
+def refused_in_this_process(args, tmp):
+    """(exit status, stderr) of the script's main(args) called here, as its own process in tmp without
+    RANK/WORLD_SIZE/LOCAL_RANK would give them."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import pytorch_reference
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        os.environ.pop(key, None)
+    os.chdir(tmp)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            pytorch_reference.main(args)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except Exception as e:  # noqa: BLE001 -- an uncaught exception: the process would have exited 1
+        err.write(repr(e))
+        code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return code, err.getvalue()
+
+
 def main():
     t0 = time.time()
     ptrain = sys.argv[1] if len(sys.argv) > 1 else None
@@ -351,8 +379,9 @@ def main():
             check(control > 100 * SAME_MODEL_TOLERANCE,
                   f"control: a wrong gradient ends only {control} away; the tolerance cannot tell")
 
-        # The refusals happen before any training; started together, their imports overlap.
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        # The refusals happen before any training. One runs as its own process (the script's exit status and
+        # stderr); the others call the script's main() in this process, which has imported torch and the script
+        # already: a process each would spend about two CPU-seconds importing torch to print one line.
         gpt = ["--dataset", "synthetic-tokens", "--data", GPT_DATA] + GPT_SHAPE
         refusals = {
             "fsdp on the CPU": (COMMON + ["--strategy", "fsdp"], "--strategy fsdp"),
@@ -366,14 +395,16 @@ def main():
         if not hasattr(torch, "compile"):  # Debian's 1.13: neither torch.compile nor fused optimizers
             refusals["compile"] = (COMMON + ["--compile"], "--compile needs torch.compile (PyTorch 2.x)")
             refusals["fused"] = (gpt + ["--fused-optimizer"], "--fused-optimizer: torch")
-        procs = {name: subprocess.Popen([PYTHON, SCRIPT] + args, cwd=tmp, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                 for name, (args, _) in refusals.items()}
-        for name, proc in procs.items():
-            _, err = proc.communicate(timeout=120)
-            want = refusals[name][1]
-            check(proc.returncode == 2 and want in err,
-                  f"{name}: rc {proc.returncode}, expected 2 and a message naming {want}: {err[-300:]!r}")
+        for name, (args, want) in refusals.items():
+            if name == "ddp without torchrun":
+                env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+                proc = subprocess.run([PYTHON, SCRIPT] + args, cwd=tmp, env=env, text=True, capture_output=True,
+                                      timeout=120)
+                code, err = proc.returncode, proc.stderr
+            else:
+                code, err = refused_in_this_process(args, tmp)
+            check(code == 2 and want in err,
+                  f"{name}: rc {code}, expected 2 and a message naming {want}: {err[-300:]!r}")
 
     print(f"{'FAILED' if failures else 'PASSED'}: pytorch_reference, {len(failures)} failure(s), "
           f"{time.time() - t0:.1f}s")
