@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# A fourth device call (about 5 minutes; builds unless build-gpu/ptrain is there): the kernel parity tests, then
-# what --async-checkpoint costs GPT-2 large at a checkpoint every 20 steps into /dev/shm (memory), after the
+# A fourth device call (about 5 minutes; builds unless build-gpu/ptrain is there): what --async-checkpoint costs GPT-2 large at a checkpoint every 20 steps into /dev/shm (memory), after the
 # writer became one pass (each chunk checksummed and written as its device-to-host copy arrives) and the save
 # began staging before its checks. Two runs of STEPS (default 200) steps: without checkpoints and with
-# --async-checkpoint every 20 steps, keeping one. Carry .gpu-deps/ and .data/ when it builds.
+# --async-checkpoint every 20 steps, keeping one; then the kernel parity tests (KERNEL_TESTS=0: not). Carry
+# .gpu-deps/ and .data/ when it builds.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$OUT/r; mkdir -p $R
@@ -13,10 +13,6 @@ if [ ! -x build-gpu/ptrain ] || [ ! -x build-gpu/tests/kernels/test_kernels ]; t
 fi
 export LD_LIBRARY_PATH=$PWD/.gpu-deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $R/gpu.txt
-if [ "${KERNEL_TESTS:-1}" = 1 ]; then
-  timeout 240 ./build-gpu/tests/kernels/test_kernels > $R/kernel-tests.log 2>&1; echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
-  grep -E "^\[  (FAILED|PASSED) |tests ran|SKIPPED \]" $R/kernel-tests.log | head -n 30
-fi
 df -h /dev/shm | tee $R/shm.txt; free -g | tee -a $R/shm.txt
 GPT=(--model gpt-large --dataset synthetic-tokens --data-path 2400:1024:50257 --batch-size 8 --epochs 1 --max-steps ${STEPS:-200}
      --test-limit 16 --optimizer adamw --lr 3e-4 --warmup-steps 5 --schedule cosine --precision amp-bf16
@@ -37,4 +33,8 @@ print(' ', sys.argv[2], 'steady tok/s', r.get('steady_tokens_per_second'), 'tok/
       'staging', x.get('checkpoint_staging'), 'train s', r.get('train_wall_seconds'), 'total s', r.get('total_wall_seconds'))" $R/gpt-large-$mode.json $mode
 done
 rm -rf $CK
+if [ "${KERNEL_TESTS:-1}" = 1 ]; then
+  timeout 240 ./build-gpu/tests/kernels/test_kernels > $R/kernel-tests.log 2>&1; echo "kernel tests rc $? at $(( $(date +%s) - t0 )) s"
+  grep -E "^\[  (FAILED|PASSED) |tests ran|SKIPPED \]" $R/kernel-tests.log | head -n 30
+fi
 tar -czf $OUT/call4.tgz -C $OUT r
