@@ -69,6 +69,14 @@ def run_checker(root, build, env=None):
                           env=env)
 
 
+
+def with_a_second_pair_of_halves():
+    """SMALL with a second _none/_cuda pair beside the first, both defining the same function."""
+    tree = dict(SMALL)
+    tree["src/ptrain/kernels/later_none.cpp"] = "namespace ptrain::kernels { int later() { return 1; } }\n"
+    tree["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return 2; } }\n"
+    return tree
+
 class Checker(unittest.TestCase):
     def check(self, files, env=None):
         with tempfile.TemporaryDirectory() as scratch:
@@ -92,9 +100,7 @@ class Checker(unittest.TestCase):
                       "but by no CUDA half or .cu file", result.stdout)
 
     def test_cpu_halves_compile_in_one_batch_and_a_lacking_function_names_its_own_half(self):
-        two = dict(SMALL)
-        two["src/ptrain/kernels/later_none.cpp"] = "namespace ptrain::kernels { int later() { return 1; } }\n"
-        two["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return 2; } }\n"
+        two = with_a_second_pair_of_halves()
         result = self.check(two)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertIn("1 .cu files, 2 CUDA halves", result.stdout)
@@ -115,9 +121,7 @@ class Checker(unittest.TestCase):
         self.assertIn("5 of 5 compiles run", result.stdout)  # .cu, CUDA batch, CPU batch, then its two halves alone
 
     def test_cuda_halves_compile_in_one_batch_and_a_broken_or_lacking_one_is_named(self):
-        two = dict(SMALL)
-        two["src/ptrain/kernels/later_none.cpp"] = "namespace ptrain::kernels { int later() { return 1; } }\n"
-        two["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return 2; } }\n"
+        two = with_a_second_pair_of_halves()
         # A CUDA half that does not compile is named alone (its batch compiled member by member), the other not.
         broken = dict(two)
         broken["src/ptrain/kernels/later_cuda.cpp"] = "namespace ptrain::kernels { int later() { return missing; } }\n"
