@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 #include <random>
 #include <utility>
 
@@ -158,12 +159,12 @@ PendingWrite Checkpointer::take_shard(const std::string& path, int64_t rank, int
                                       const io::NamedTensors& shards, const nlohmann::json& layout) {
   PendingWrite pending;
   pending.path = path;
-  pending.shard = PendingWrite::Shard{rank, ranks, shards, layout};
   if (options_.async) {
     wait();
     pending.staged = stage({shards});
-    pending.shard->tensors.clear();
   }
+  // Async: the staged copies are what is written, not the tensors the next steps change.
+  pending.shard = PendingWrite::Shard{rank, ranks, options_.async ? io::NamedTensors{} : shards, layout};
   return pending;
 }
 
@@ -258,10 +259,13 @@ void Checkpointer::start_write(const std::string& path, int64_t step, bool whole
   });
 }
 
+double Checkpointer::write_seconds() const {
+  return std::accumulate(writes_seconds_.begin(), writes_seconds_.end(), 0.0);
+}
+
 void Checkpointer::wait() {
   if (!worker_.joinable()) return;
   worker_.join();
-  write_seconds_ += done_.seconds;
   writes_seconds_.push_back(done_.seconds);
   if (done_.error) {
     const std::exception_ptr error = std::exchange(done_.error, nullptr);

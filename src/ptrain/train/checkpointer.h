@@ -106,7 +106,7 @@ class Checkpointer {
   // Where the last async write was staged (checkpoint_staging.h); none before the first.
   std::optional<StagingPlace> staging() const { return staging_; }
   // Seconds background writes took, those waited for (async only; 0 otherwise).
-  double write_seconds() const { return write_seconds_; }
+  double write_seconds() const;
   // The same, write by write, in order.
   const std::vector<double>& writes_seconds() const { return writes_seconds_; }
   // The newest checkpoint this run wrote, once its write is done (and, async, waited for); empty before.
@@ -138,7 +138,6 @@ class Checkpointer {
     double seconds = 0;
     std::exception_ptr error;
   } done_;
-  double write_seconds_ = 0;
   std::vector<double> writes_seconds_;
   int64_t test_delay_ms_ = 0;
   std::optional<StagingPlace> staging_;
