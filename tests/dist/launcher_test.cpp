@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -339,12 +340,20 @@ TEST(Launcher, RefusesMoreProcessesThanCoresOrGpusUnlessAllowed) {
   o.command = {"true", "--device", "cpu"};
   EXPECT_EQ(node_capacity(o).processes, 64);
   EXPECT_EQ(node_capacity(o).what, "64 cores");
-  // Or by its --config file's device key; a --device in the command wins over the file, as in the ranks.
+  // Or by its --config file's device key; a --device in the command or
+  // PTRAIN_DEVICE wins over the file, as in the ranks.
   o.command = {"true"};
   o.config_device = "cpu";
   EXPECT_EQ(node_capacity(o).what, "64 cores");
   o.command = {"true", "--device=cuda:0"};
   EXPECT_EQ(node_capacity(o).what, "2 visible GPUs");
+  // So does PTRAIN_DEVICE, which the ranks read before the file.
+  o.command = {"true"};
+  const char* before = std::getenv("PTRAIN_DEVICE");
+  const std::string saved = before ? before : "";
+  ::setenv("PTRAIN_DEVICE", "cuda", 1);
+  EXPECT_EQ(node_capacity(o).what, "2 visible GPUs");
+  if (before) ::setenv("PTRAIN_DEVICE", saved.c_str(), 1); else ::unsetenv("PTRAIN_DEVICE");
   o.config_device = "";
 
   o.command = {"true"};

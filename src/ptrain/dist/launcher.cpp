@@ -251,8 +251,9 @@ std::string how_it_ended(const Child& c) {
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
-// Whether the ranks train on the CPU as far as the launcher can tell: ptrain train's --device, or its
-// PTRAIN_DEVICE variable (which an accelerate file's use_cpu and MULTI_CPU set).
+// Whether the ranks train on the CPU as far as the launcher can tell: ptrain train's --device, its
+// PTRAIN_DEVICE variable (which an accelerate file's use_cpu and MULTI_CPU set), or its --config file's device
+// key, which the ranks read only where neither of the others is given.
 bool trains_on_cpu(const LaunchOptions& o) {
   const char* device = std::getenv("PTRAIN_DEVICE");
   if (device != nullptr && starts_with(device, "cpu")) return true;
@@ -261,6 +262,7 @@ bool trains_on_cpu(const LaunchOptions& o) {
     if (starts_with(command[i], "--device=")) return starts_with(command[i].substr(9), "cpu");
     if (command[i] == "--device" && i + 1 < command.size()) return starts_with(command[i + 1], "cpu");
   }
+  if (device != nullptr && *device != '\0') return false;
   return starts_with(o.config_device, "cpu");
 }
 

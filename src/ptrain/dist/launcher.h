@@ -54,15 +54,15 @@ struct LaunchOptions {
   unsigned hardware_threads = 0;
   int64_t visible_gpus = -1;
   // The `device` of the YAML file the command's --config names, as the CLI read it (config::
-  // device_in_train_config); "" for none. A --device in the command wins over it, as it does in the ranks.
+  // device_in_train_config); "" for none. A --device in the command or PTRAIN_DEVICE wins over it, as in the
+  // ranks.
   std::string config_device;
 };
 
 // The most processes this node runs without allow_oversubscribe, and what bounds them ("2 cores", "8
 // visible GPUs"). A job trains on GPUs when one is visible and neither the command (--device cpu) nor
-// PTRAIN_DEVICE (what an accelerate file's use_cpu or MULTI_CPU sets) nor its --config file's device key puts it on
-// the CPU; its processes
-// beyond the GPUs would share them. Otherwise the cores bound it: thousands of processes on a few cores
+// PTRAIN_DEVICE (what an accelerate file's use_cpu or MULTI_CPU sets) nor its --config file's device key puts
+// it on the CPU; its processes beyond the GPUs would share them. Otherwise the cores bound it: thousands of processes on a few cores
 // only thrash (and a mistyped count would fork until the machine runs out of processes).
 struct NodeCapacity {
   int64_t processes = 1;
