@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -155,6 +156,12 @@ TEST(TrainOptions, ALauncherFindsTheDeviceOfATrainCommandsConfig) {
   EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", write_yaml("launchnodevice", "model: resnet20\n")}), "");
   EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", "/nonexistent/ptrain.yaml"}), "");
   EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", write_yaml("launchbad", "device: [cpu\n")}), "");
+  // A FIFO is not read (it would block here without a writer, or take what the ranks were to read).
+  const fs::path fifo = fs::temp_directory_path() / "ptrain_config_test_launch.fifo";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(device_in_train_config({"ptrain", "train", "--config", fifo.string()}), "");
+  fs::remove(fifo);
 }
 
 TEST(TrainOptions, MalformedYamlAndMissingFileAreRefused) {

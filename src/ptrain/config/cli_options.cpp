@@ -490,7 +490,10 @@ std::string device_in_train_config(const std::vector<std::string>& command) {
     if (command[i] == "--config" && i + 1 < command.size()) path = command[i + 1];
     if (command[i].rfind("--config=", 0) == 0) path = command[i].substr(9);
   }
-  if (path.empty()) return "";
+  // Only a regular file is read twice safely: a FIFO or a process's stream (--config <(...)) read here would
+  // block, or leave nothing for the ranks.
+  std::error_code error;
+  if (path.empty() || !std::filesystem::is_regular_file(path, error)) return "";
   try {
     const YAML::Node root = YAML::LoadFile(path);
     if (!root.IsMap()) return "";

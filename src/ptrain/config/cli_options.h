@@ -34,8 +34,8 @@ void apply_yaml_config(CLI::App& app, const std::string& yaml_path);
 
 // The `device` key of the YAML file a `ptrain train` command line names with --config (program, "train",
 // arguments), for a launcher that must know whether its ranks train on GPUs before they start; "" when the
-// command is no `ptrain train`, names no file, or the file has no such key or cannot be read (the rank says
-// why when it reads the file itself).
+// command is no `ptrain train`, names no regular file (a FIFO is left to the ranks), or the file has no such
+// key or cannot be read (the rank says why when it reads the file itself).
 std::string device_in_train_config(const std::vector<std::string>& command);
 
 }  // namespace ptrain::config
