@@ -3,6 +3,7 @@
 // fails fails the run naming its file, at the next save or at the run's end.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
 #include "ptrain/train/checkpoint.h"
+#include "ptrain/train/checkpointer.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
 #include "remove_tree.h"
@@ -76,11 +78,28 @@ std::vector<std::string> names_of(const std::vector<std::string>& paths) {
   return names;
 }
 
+// Sets an environment variable for its scope (the runs' checkpointers read the test seams at their start).
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnvironment() { ::unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The asynchronous run writes its checkpoints of about 2 MiB in part files (checkpoint.h), as a large model's
+// are: the same content as the synchronous run's single files, and the run resumed from them the same.
 TEST(AsyncCheckpoint, HoldsWhatASynchronousSaveWritesAndResumesBitForBit) {
   ptrain::testing::TempDir tmp;
   const fs::path dir = tmp.path();
   const auto sync = train(small_run((dir / "sync").string(), false));
+  const ScopedEnvironment in_parts(ptrain::train::kTestPartBytesVariable, "65536");
   const auto async = train(small_run((dir / "async").string(), true));
+  EXPECT_EQ(ptrain::train::load_checkpoint(ptrain::train::checkpoint_path((dir / "async").string(), 5)).parts,
+            ptrain::train::kMaxCheckpointParts);
 
   const auto sync_files = ptrain::train::list_checkpoints((dir / "sync").string());
   const auto async_files = ptrain::train::list_checkpoints((dir / "async").string());

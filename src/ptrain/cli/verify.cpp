@@ -29,6 +29,18 @@ std::string verify_shard(const std::string& file) {
          "checkpoint, " + std::to_string(shard.tensors.size()) + " tensors";
 }
 
+// "FILE: ok, ..." of a part file of a checkpoint, which alone holds some of its tensors and nothing of where
+// the run stood.
+std::string verify_part(const std::string& file) {
+  const train::PartFile part = train::load_part(file);
+  for (const auto& [name, tensor] : part.tensors) {
+    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
+          "tensor '" + name + "' holds NaN or infinite values (a diverged run)");
+  }
+  return "ok, part file " + std::to_string(part.part) + " of " + std::to_string(part.parts) + " of a checkpoint, " +
+         std::to_string(part.tensors.size()) + " tensors";
+}
+
 }  // namespace
 
 int verify_checkpoints(const std::vector<std::string>& files, std::ostream& out) {
@@ -39,12 +51,17 @@ int verify_checkpoints(const std::vector<std::string>& files, std::ostream& out)
         out << file << ": " << verify_shard(file) << std::endl;
         continue;
       }
+      if (train::named_as_part(file)) {
+        out << file << ": " << verify_part(file) << std::endl;
+        continue;
+      }
       const train::Checkpoint c = train::load_checkpoint(file);
       const std::string bad = first_non_finite(c);
       check(bad.empty(), "tensor '" + bad + "' holds NaN or infinite values (a diverged run)");
       out << file << ": ok, step " << c.position.global_step << " (epoch " << c.position.epoch + 1 << ", micro-batch "
           << c.position.micro_batch << "), " << c.model.size() << " model tensors"
-          << (c.shards > 0 ? ", " + std::to_string(c.shards) + " shard files" : "") << ", weights "
+          << (c.shards > 0 ? ", " + std::to_string(c.shards) + " shard files" : "")
+          << (c.parts > 0 ? ", " + std::to_string(c.parts) + " part files" : "") << ", weights "
           << train::weights_digest(c) << std::endl;
     } catch (const std::exception& e) {
       ++failed;

@@ -68,8 +68,8 @@ std::string head_of(const BodyThenHead& file, const std::string& name) {
 
 // The body's chunks, visited and written at their offsets after the head, then the head at the start, into a
 // new regular file (positional writes: no pipe or socket). A body of 256 MiB or more (a checkpoint's tensors)
-// goes on several threads (io/chunks.h): one thread copies into the page cache at a few GB/s, seconds of a
-// ten-gigabyte checkpoint that hold up the next --async-checkpoint save.
+// goes on several threads (io/chunks.h): their writes take turns at the file's lock, but each one's visit (a
+// wait for the bytes to arrive, a checksum) runs beside the others' writes.
 void write_body_then_head(int fd, const BodyThenHead& file, const std::string& name) {
   constexpr size_t kParallelFrom = size_t{256} << 20;
   const std::vector<std::string_view> chunks = chunks_of(file.body);
@@ -82,7 +82,9 @@ void write_body_then_head(int fd, const BodyThenHead& file, const std::string& n
   const size_t body_bytes = static_cast<size_t>(offset) - file.head_bytes;
   // At most 8: they saturate a socket's memory bandwidth, and the training thread that launches the steps
   // beside an --async-checkpoint write needs a core of its own.
-  const size_t threads = body_bytes < kParallelFrom ? 1 : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+  const size_t threads = file.threads > 0          ? file.threads
+                         : body_bytes < kParallelFrom ? 1
+                                                      : std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
   for_each_index_in_parallel(chunks.size(), threads, [&](size_t i) {
     if (file.visit_chunk) file.visit_chunk(i, chunks[i]);
     pwrite_all(fd, chunks[i], offsets[i], name);

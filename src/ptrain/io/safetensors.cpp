@@ -299,10 +299,10 @@ NamedTensors read_safetensors(const std::string& path, std::map<std::string, std
   return tensors;
 }
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata, bool checksum,
-                       const std::function<void()>& before_rename,
-                       const std::function<void(std::string_view)>& before_reading) {
+std::string write_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata, bool checksum,
+                              const std::function<void()>& before_rename,
+                              const std::function<void(std::string_view)>& before_reading, size_t threads) {
   check(!checksum || metadata.count(kChecksumKey) == 0,
         "cannot write " + path + ": metadata key '" + std::string(kChecksumKey) + "' is reserved for the checksum");
   OrderedJson header = OrderedJson::object();
@@ -346,7 +346,9 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   };
   const std::vector<std::string_view> chunks = chunks_of(data);
   std::vector<uLong> crcs(chunks.size());
+  std::string stored_checksum;
   BodyThenHead file;
+  file.threads = threads;
   file.body = data;
   file.head_bytes = header_bytes().size();
   file.visit_chunk = [&](size_t i, std::string_view chunk) {
@@ -357,11 +359,13 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     if (checksum) {
       uLong crc = crc_of_header;
       for (size_t i = 0; i < chunks.size(); ++i) crc = ::crc32_combine(crc, crcs[i], static_cast<z_off_t>(chunks[i].size()));
-      header["__metadata__"][kChecksumKey] = checksum_text(crc);
+      stored_checksum = checksum_text(crc);
+      header["__metadata__"][kChecksumKey] = stored_checksum;
     }
     return header_bytes();
   };
   write_file_atomically(path, file, before_rename);
+  return stored_checksum;
 }
 
 }  // namespace ptrain::io

@@ -27,10 +27,12 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 // read_safetensors verifies whenever a file has one (a mismatch is a ptrain::Error naming the file).
 // before_rename: write_file_atomically's test seam. before_reading, when given, is called with each span of
 // tensor bytes before anything reads it, from the thread that will (possibly several at once): tensors whose
-// bytes are still arriving (a copy from the device in flight) are written as they arrive.
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {}, bool checksum = false,
-                       const std::function<void()>& before_rename = {},
-                       const std::function<void(std::string_view)>& before_reading = {});
+// bytes are still arriving (a copy from the device in flight) are written as they arrive. threads: the
+// threads that write the file (BodyThenHead::threads; 0: by its size). Returns the checksum's text ("crc32:...")
+// as stored, or "" without one.
+std::string write_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata = {}, bool checksum = false,
+                              const std::function<void()>& before_rename = {},
+                              const std::function<void(std::string_view)>& before_reading = {}, size_t threads = 0);
 
 }  // namespace ptrain::io

@@ -5,11 +5,13 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <regex>
 
 #include <zlib.h>
 
 #include "ptrain/core/error.h"
+#include "ptrain/io/chunks.h"
 #include "ptrain/io/safetensors.h"
 
 namespace ptrain::train {
@@ -149,10 +151,119 @@ Lineage lineage_of(const std::map<std::string, std::string>& meta, const std::st
   return l;
 }
 
+constexpr const char* kPartFormatSuffix = "-part";
+
+struct ListedPart {
+  std::string file;      // the part's name, beside the checkpoint
+  std::string checksum;  // its "ptrain_checksum", which binds it to the checkpoint that lists it
+};
+
+// The part files a checkpoint's metadata names, in order. A name that is not a part file of this
+// checkpoint's (a path elsewhere, another step's) is refused: removing a checkpoint removes what it names.
+std::vector<ListedPart> listed_parts(const std::map<std::string, std::string>& meta, const std::string& path) {
+  std::vector<ListedPart> parts;
+  const auto it = meta.find("parts");
+  if (it == meta.end()) return parts;
+  const std::string stem = fs::path(path).stem().string();
+  try {
+    for (const auto& entry : nlohmann::json::parse(it->second)) {
+      ListedPart part{entry.at("file").get<std::string>(), entry.at("checksum").get<std::string>()};
+      check(named_as_part(part.file) && fs::path(part.file).filename() == part.file &&
+                part.file.rfind(stem + ".part-", 0) == 0,
+            path + ": checkpoint metadata 'parts' names '" + part.file + "', which is not one of its part files");
+      parts.push_back(std::move(part));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": checkpoint metadata 'parts' is malformed: " + e.what());
+  }
+  return parts;
+}
+
+// The part files beside path that its header names; none when it has none or cannot be read.
+std::vector<fs::path> part_files_of(const std::string& path) {
+  std::vector<fs::path> files;
+  try {
+    for (const auto& part : listed_parts(io::read_safetensors_metadata(path), path))
+      files.push_back(fs::path(path).parent_path() / part.file);
+  } catch (const Error&) {
+  }
+  return files;
+}
+
+std::string random_tag() {
+  std::random_device random;
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", random());
+  return text;
+}
+
+// The tensors cut into runs of about equal bytes, in order: at most kMaxCheckpointParts of at least
+// part_bytes each. One run: the checkpoint is written as one file.
+std::vector<io::NamedTensors> cut_into_parts(const io::NamedTensors& all, int64_t part_bytes) {
+  int64_t total = 0;
+  for (const auto& [name, tensor] : all) total += tensor.numel() * tensor.element_size();
+  const int64_t parts = std::clamp<int64_t>(total / std::max<int64_t>(part_bytes, 1), 1, kMaxCheckpointParts);
+  std::vector<io::NamedTensors> runs(1);
+  int64_t before = 0;
+  for (const auto& named : all) {
+    // A new run once the bytes before this tensor reach the next run's share.
+    const auto next = static_cast<int64_t>(runs.size());
+    if (!runs.back().empty() && next < parts && before * parts >= total * next) runs.emplace_back();
+    runs.back().push_back(named);
+    before += named.second.numel() * named.second.element_size();
+  }
+  return runs;
+}
+
+// Writes the runs as part files beside path, at once (one thread each), and returns how the checkpoint lists
+// them. A failure removes the parts this call wrote and rethrows.
+nlohmann::json write_parts(const std::string& path, const std::vector<io::NamedTensors>& runs,
+                           const CheckpointWrite& write) {
+  const fs::path file(path);
+  const std::string tag = random_tag();
+  std::vector<std::string> names(runs.size()), checksums(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    names[i] = file.stem().string() + ".part-" + std::to_string(i) + "-" + tag + file.extension().string();
+  try {
+    io::for_each_index_in_parallel(runs.size(), runs.size(), [&](size_t i) {
+      checksums[i] = io::write_safetensors((file.parent_path() / names[i]).string(), runs[i],
+                                           {{"format", std::string(kFormat) + kPartFormatSuffix},
+                                            {"part", std::to_string(i)},
+                                            {"parts", std::to_string(runs.size())},
+                                            {"checkpoint", file.filename().string()}},
+                                           /*checksum=*/true, {}, write.before_reading, /*threads=*/1);
+    });
+  } catch (...) {
+    std::error_code ec;
+    for (const auto& name : names) fs::remove(file.parent_path() / name, ec);
+    throw;
+  }
+  nlohmann::json listed = nlohmann::json::array();
+  for (size_t i = 0; i < runs.size(); ++i) listed.push_back({{"file", names[i]}, {"checksum", checksums[i]}});
+  return listed;
+}
+
+// Reads the parts the checkpoint at path lists (several at once) and appends their tensors to all, in order.
+void read_parts(const std::string& path, const std::vector<ListedPart>& parts, io::NamedTensors& all) {
+  std::vector<io::NamedTensors> read(parts.size());
+  io::for_each_index_in_parallel(parts.size(), std::min<size_t>(parts.size(), 4), [&](size_t i) {
+    const std::string file = (fs::path(path).parent_path() / parts[i].file).string();
+    check(fs::is_regular_file(file), path + ": its part file " + file + " is missing (the checkpoint has " +
+                                         std::to_string(parts.size()) + " part files)");
+    std::map<std::string, std::string> meta;
+    read[i] = io::read_safetensors(file, &meta);
+    check(meta["format"] == std::string(kFormat) + kPartFormatSuffix, file + ": not a ptrain checkpoint part file");
+    check(meta["ptrain_checksum"] == parts[i].checksum,
+          file + ": not the part " + path + " lists (its checksum " + meta["ptrain_checksum"] + ", listed " +
+              parts[i].checksum + "): a part of another write of this step");
+  });
+  for (auto& tensors : read)
+    for (auto& named : tensors) all.push_back(std::move(named));
+}
+
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Checkpoint& c, const std::function<void()>& before_rename,
-                     const std::function<void(std::string_view)>& before_reading) {
+void save_checkpoint(const std::string& path, const Checkpoint& c, const CheckpointWrite& write) {
   io::NamedTensors all;
   for (const auto& section : kSections) {
     for (const auto& [name, tensor] : *section_of(c, section)) all.emplace_back(section + "/" + name, tensor);
@@ -171,7 +282,27 @@ void save_checkpoint(const std::string& path, const Checkpoint& c, const std::fu
   if (!c.lineage.run_id.empty()) meta["lineage"] = lineage_json(c.lineage).dump();
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
-  io::write_safetensors(path, all, meta, /*checksum=*/true, before_rename, before_reading);
+  const std::vector<io::NamedTensors> runs = cut_into_parts(all, write.part_bytes);
+  if (runs.size() == 1) {
+    const auto replaced = part_files_of(path);
+    io::write_safetensors(path, all, meta, /*checksum=*/true, write.before_rename, write.before_reading);
+    std::error_code ec;
+    for (const auto& file : replaced) fs::remove(file, ec);
+    return;
+  }
+  // The parts it replaces (a step written again by a resumed run) stay until the new file has replaced it.
+  const auto replaced = part_files_of(path);
+  const nlohmann::json parts = write_parts(path, runs, write);
+  meta["parts"] = parts.dump();
+  try {
+    io::write_safetensors(path, {}, meta, /*checksum=*/true, write.before_rename);
+  } catch (...) {
+    std::error_code ec;
+    for (const auto& part : parts) fs::remove(parent / part.at("file").get<std::string>(), ec);
+    throw;
+  }
+  std::error_code ec;
+  for (const auto& file : replaced) fs::remove(file, ec);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -191,6 +322,9 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.position.world_size = metadata_int(meta, "world_size", path);
   c.position.batch_size = metadata_int(meta, "batch_size", path);
   c.lineage = lineage_of(meta, path);
+  const std::vector<ListedPart> parts = listed_parts(meta, path);
+  c.parts = static_cast<int64_t>(parts.size());
+  read_parts(path, parts, all);
   try {
     c.run = nlohmann::json::parse(meta["run"]);
   } catch (const nlohmann::json::exception& e) {
@@ -266,6 +400,24 @@ bool named_as_shard(const std::string& path) {
   return std::regex_match(fs::path(path).filename().string(), pattern);
 }
 
+PartFile load_part(const std::string& path) {
+  std::map<std::string, std::string> meta;
+  PartFile part;
+  part.tensors = io::read_safetensors(path, &meta);
+  check(meta["format"] == std::string(kFormat) + kPartFormatSuffix, path + ": not a part file of a ptrain checkpoint");
+  require_checksum(meta, path);
+  part.part = metadata_int(meta, "part", path);
+  part.parts = metadata_int(meta, "parts", path);
+  check(part.part >= 0 && part.part < part.parts,
+        path + ": part " + std::to_string(part.part) + " of " + std::to_string(part.parts) + " is no part");
+  return part;
+}
+
+bool named_as_part(const std::string& path) {
+  static const std::regex pattern(R"(.*\.part-\d+-[0-9a-f]{8}\.safetensors)");
+  return std::regex_match(fs::path(path).filename().string(), pattern);
+}
+
 std::string checkpoint_path(const std::string& dir, int64_t global_step) {
   char name[64];
   std::snprintf(name, sizeof(name), "step-%08lld.safetensors", static_cast<long long>(global_step));
@@ -311,12 +463,15 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 bool remove_checkpoint(const std::string& path) {
   std::error_code ec;
+  const auto parts = part_files_of(path);
   for (int64_t r = 0;; ++r) {
     const std::string shard = shard_path(path, r);
     if (!fs::exists(shard)) break;
     fs::remove(shard, ec);
   }
-  return fs::remove(path, ec);
+  const bool removed = fs::remove(path, ec);
+  for (const auto& part : parts) fs::remove(part, ec);
+  return removed;
 }
 
 CheckpointHeader read_checkpoint_header(const std::string& path) {
@@ -396,12 +551,24 @@ int64_t highest_sequence(const std::string& dir) {
 int64_t remove_stale_temporaries(const std::string& dir) {
   if (!fs::is_directory(dir)) return 0;
   // What io::write_file_atomically leaves behind when killed mid-write: "<file>.tmp.XXXXXX".
-  static const std::regex pattern(R"(step-\d+(\.rank-\d+)?\.safetensors\.tmp\.[A-Za-z0-9]{6})");
+  static const std::regex temporary(
+      R"(step-\d+(\.rank-\d+|\.part-\d+-[0-9a-f]{8})?\.safetensors\.tmp\.[A-Za-z0-9]{6})");
+  static const std::regex part(R"((step-\d+)\.part-\d+-[0-9a-f]{8}\.safetensors)");
+  std::map<std::string, std::vector<fs::path>> named_by;  // a checkpoint's name -> the parts it names
+  const auto named = [&](const std::string& checkpoint, const fs::path& file) {
+    const auto it = named_by.find(checkpoint);
+    const auto& parts = it != named_by.end() ? it->second
+                                             : named_by[checkpoint] = part_files_of((fs::path(dir) / checkpoint).string());
+    return std::any_of(parts.begin(), parts.end(), [&](const fs::path& p) { return p.filename() == file.filename(); });
+  };
   int64_t removed = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     std::error_code ec;
-    if (std::regex_match(name, pattern) && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
+    std::smatch m;
+    const bool stale = std::regex_match(name, temporary) ||
+                       (std::regex_match(name, m, part) && !named(m[1].str() + ".safetensors", entry.path()));
+    if (stale && entry.is_regular_file(ec) && fs::remove(entry.path(), ec)) ++removed;
   }
   return removed;
 }

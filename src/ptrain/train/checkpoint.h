@@ -1,5 +1,6 @@
-// Training checkpoints: one safetensors file holding the model, optimizer and loss-scaler state and
-// where the run stood, written atomically (a crash mid-write leaves the previous checkpoint intact).
+// Training checkpoints: a safetensors file holding the model, optimizer and loss-scaler state and where the
+// run stood, written atomically (a crash mid-write leaves the previous checkpoint intact). A large one keeps
+// its tensors in part files beside it, which it names (CheckpointWrite below).
 #pragma once
 
 #include <cstdint>
@@ -46,14 +47,30 @@ struct Checkpoint {
   io::NamedTensors progress;    // running sums of the epoch in progress, so its metrics survive a resume
   nlohmann::json run;           // the config that produced it, for the record
   int64_t shards = 0;           // sharded: rank files beside this one hold the sharded tensors
+  int64_t parts = 0;            // as loaded: the part files that held its tensors (0: none, all in the one file)
   std::string format_version;   // as loaded ("1": written before checkpoints had checksums)
 };
 
-// before_rename: io::write_file_atomically's test seam (train/checkpointer.h holds writes open with it).
-// before_reading: io::write_safetensors's, for tensors whose bytes are still arriving (an async save's).
-void save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
-                     const std::function<void()>& before_rename = {},
-                     const std::function<void(std::string_view)>& before_reading = {});
+// One file takes about 3 GB/s however many threads write it, even into memory (the kernel's lock on it), and
+// an --async-checkpoint of GPT-2 large (9.4 GB every 2 s) needs more. So a checkpoint of at least two parts'
+// worth of tensor bytes is written as up to kMaxCheckpointParts part files at once, one thread each, as PyTorch
+// DCP's file system writer does: "<stem>.part-<i>-<tag>.safetensors" beside it, each with its own checksum, and
+// then the checkpoint file itself, which names them with their checksums and holds no tensors. The tag is new
+// for every write, so rewriting a step's checkpoint never touches the parts its old file names until the new
+// file has replaced it. Below two parts' worth, the one file holds everything, as before.
+inline constexpr int64_t kCheckpointPartBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxCheckpointParts = 8;
+
+struct CheckpointWrite {
+  // io::write_file_atomically's test seam (train/checkpointer.h holds writes open with it): for the
+  // checkpoint file, written last.
+  std::function<void()> before_rename;
+  // io::write_safetensors's, for tensors whose bytes are still arriving (an async save's).
+  std::function<void(std::string_view)> before_reading;
+  int64_t part_bytes = kCheckpointPartBytes;  // the least a part holds (tests make it small)
+};
+
+void save_checkpoint(const std::string& path, const Checkpoint& checkpoint, const CheckpointWrite& write = {});
 // A sharded checkpoint loads whole: the shards' tensors are reassembled into full parameters and
 // optimizer state, so that it loads into any strategy at any world size, as a full one does.
 Checkpoint load_checkpoint(const std::string& path);
@@ -80,6 +97,16 @@ ShardFile load_shard(const std::string& path);
 // Whether path is named as a rank file (shard_path's "<checkpoint>.rank-NNNNN.safetensors").
 bool named_as_shard(const std::string& path);
 
+// One part file alone, as `ptrain verify` checks it: its checksum (verified), its index and the parts;
+// ptrain::Error naming path when it is none. Loading the checkpoint that names it reads them all.
+struct PartFile {
+  int64_t part = 0, parts = 0;
+  io::NamedTensors tensors;
+};
+PartFile load_part(const std::string& path);
+// Whether path is named as a part file ("<checkpoint stem>.part-<i>-<tag>.safetensors").
+bool named_as_part(const std::string& path);
+
 // A checkpoint's step and lineage, read from its header alone.
 struct CheckpointHeader {
   int64_t global_step = 0;
@@ -103,15 +130,17 @@ std::string latest_checkpoint(const std::string& dir);  // find_latest_checkpoin
 // The highest sequence of the checkpoints in dir (0 when none has lineage): the next one written gets more.
 int64_t highest_sequence(const std::string& dir);
 
-// The checkpoints in dir ("step-N.safetensors", not their rank files), oldest first.
+// The checkpoints in dir ("step-N.safetensors", not their rank or part files), oldest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
-// Removes a checkpoint and its rank files (the rank files first: a checkpoint whose shards are gone must
-// not stay behind looking whole). Returns whether the checkpoint itself was removed.
+// Removes a checkpoint with its rank and part files: the rank files first (a checkpoint whose shards are gone
+// must not stay behind looking whole), the part files last (a removal cut short leaves parts that no
+// checkpoint names, which remove_stale_temporaries takes). Returns whether the checkpoint itself was removed.
 bool remove_checkpoint(const std::string& path);
 
-// Removes the temporary files of checkpoint writes that were killed before their rename
-// ("step-N[.rank-R].safetensors.tmp.XXXXXX") and returns how many. Call it only while nothing writes
-// into dir: the run holding its lock (train/checkpointer.h), at its start.
+// Removes what interrupted checkpoint writes and removals leave and returns how many files it removed: the
+// temporary files of writes killed before their rename ("step-N[.rank-R|.part-I-TAG].safetensors.tmp.XXXXXX")
+// and part files that no checkpoint in dir names. Call it only while nothing writes into dir: the run holding
+// its lock (train/checkpointer.h), at its start.
 int64_t remove_stale_temporaries(const std::string& dir);
 
 // --keep-checkpoints: removes all but the `keep` checkpoints in dir written last (with their rank files;

@@ -65,6 +65,12 @@ Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(opt
     check(*delay != '\0' && *end == '\0' && test_delay_ms_ >= 0,
           std::string(kTestWriteDelayVariable) + "=" + delay + ": expected milliseconds, a whole number >= 0");
   }
+  if (const char* bytes = std::getenv(kTestPartBytesVariable)) {
+    char* end = nullptr;
+    part_bytes_ = std::strtoll(bytes, &end, 10);
+    check(*bytes != '\0' && *end == '\0' && part_bytes_ > 0,
+          std::string(kTestPartBytesVariable) + "=" + bytes + ": expected bytes, a whole number > 0");
+  }
   if (!options_.owner) return;
   fs::create_directories(options_.dir);
   lock();
@@ -83,7 +89,7 @@ Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(opt
     // would be in a directory that run holds.
     const int64_t stale = remove_stale_temporaries(options_.dir);
     if (stale > 0)
-      std::cout << "removed " << stale << " temporary file(s) of interrupted checkpoint writes in " << options_.dir
+      std::cout << "removed " << stale << " file(s) left by interrupted checkpoint writes in " << options_.dir
                 << std::endl;
   } catch (...) {
     ::close(lock_fd_);
@@ -178,7 +184,7 @@ void Checkpointer::write(PendingWrite pending) {
   checkpoint.lineage = lineage_;
   checkpoint.lineage.sequence = lineage_.sequence + 1;
   if (!options_.async) {
-    save_checkpoint(path, checkpoint);
+    save_checkpoint(path, checkpoint, {{}, {}, part_bytes_});
     lineage_.sequence = checkpoint.lineage.sequence;
     last_written_ = path;
     last_written_step_ = checkpoint.position.global_step;
@@ -191,13 +197,13 @@ void Checkpointer::write(PendingWrite pending) {
   const int64_t step = checkpoint.position.global_step;
   start_write(path, step, /*whole=*/true,
               [this, path, staged = std::move(pending.staged), checkpoint = std::move(checkpoint),
-               delay = test_delay()]() mutable {
+               delay = test_delay(), part_bytes = part_bytes_]() mutable {
                 auto arriving = staged->begin_host_copies();
                 checkpoint.model = std::move(arriving[0]);
                 checkpoint.optimizer = std::move(arriving[1]);
                 checkpoint.scaler = std::move(arriving[2]);
                 checkpoint.progress = std::move(arriving[3]);
-                save_checkpoint(path, checkpoint, delay, arrived_bytes(*staged));
+                save_checkpoint(path, checkpoint, {delay, arrived_bytes(*staged), part_bytes});
                 prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
               });
 }

@@ -40,6 +40,9 @@ struct CheckpointerOptions {
 // milliseconds before its rename, so that a test can SIGKILL (or SIGTERM) the run while the write is in
 // flight, found by its temporary file. Unset in real runs.
 inline constexpr const char* kTestWriteDelayVariable = "PTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS";
+// Test seam of the part files (checkpoint.h): the least a part holds, in bytes, instead of
+// kCheckpointPartBytes, so that a small run's checkpoints are written in parts. Unset in real runs.
+inline constexpr const char* kTestPartBytesVariable = "PTRAIN_TEST_CHECKPOINT_PART_BYTES";
 
 // A copy of tensors in host memory that later in-place updates of the originals cannot reach, complete when
 // it returns (checkpoint_staging.h's copies, finished in the calling thread).
@@ -140,6 +143,7 @@ class Checkpointer {
   } done_;
   std::vector<double> writes_seconds_;
   int64_t test_delay_ms_ = 0;
+  int64_t part_bytes_ = kCheckpointPartBytes;
   std::optional<StagingPlace> staging_;
 };
 
