@@ -315,14 +315,20 @@ TEST(UserData, NormalizeIsAYamlKeyToo) {
 }
 
 // The Python snippet of docs/your-model-and-data.md, as written there, on what ptrain saved: the weights into
-// torchvision's resnet18 with torch.load(weights_only=True), a checkpoint read and loaded too.
+// torchvision's resnet18 with torch.load(weights_only=True), a checkpoint read and loaded too. The checkpoint
+// (90 MB) is written in part files, as a large model's is (the part size's test seam, train/checkpointer.h).
 TEST(UserModel, DocsPythonSnippetLoadsTheWeightsAndACheckpoint) {
   Scratch scratch("python");
-  const Result trained = run("train --model resnet18-imagenet --dataset synthetic --data-path 32:3x32x32:10 "
-                             "--batch-size 16 --device cpu --threads 2 --progress none --max-steps 2 --epochs 1 "
-                             "--save-weights " + scratch.file("trained.pt") + " --checkpoint-dir " +
-                             scratch.file("checkpoints"));
+  const Result trained = ptrain::testing::run_command(
+      "env PTRAIN_TEST_CHECKPOINT_PART_BYTES=8000000 " + std::string(PTRAIN_EXECUTABLE) +
+      " train --model resnet18-imagenet --dataset synthetic --data-path 32:3x32x32:10 "
+      "--batch-size 16 --device cpu --threads 2 --progress none --max-steps 2 --epochs 1 "
+      "--save-weights " + scratch.file("trained.pt") + " --checkpoint-dir " + scratch.file("checkpoints"));
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  int parts = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(scratch.file("checkpoints")))
+    parts += entry.path().filename().string().rfind("step-00000002.part-", 0) == 0;
+  ASSERT_EQ(parts, 8) << "the checkpoint was not written in parts";
 
   std::ifstream doc(std::string(PTRAIN_SOURCE_DIR) + "/docs/your-model-and-data.md");
   const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
