@@ -1,6 +1,7 @@
 #include "ptrain/train/checkpoint_staging.h"
 
 #include <algorithm>
+#include <exception>
 
 namespace ptrain::train {
 
@@ -12,6 +13,50 @@ std::vector<io::NamedTensors> StagedSections::finish() {
     for (const auto& [name, tensor] : section)
       if (tensor.defined() && tensor.numel() > 0) wait_until_copied(tensor.data_ptr());
   return sections;
+}
+
+int64_t staging_bytes(const std::vector<io::NamedTensors>& sections) {
+  int64_t bytes = 0;
+  for (const auto& section : sections)
+    for (const auto& [name, tensor] : section)
+      if (tensor.defined() && tensor.is_cuda())
+        bytes += (tensor.numel() * tensor.element_size() + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+  return bytes;
+}
+
+HostStagingArea::~HostStagingArea() {
+  if (pinning_.valid()) pinning_.wait();
+}
+
+void HostStagingArea::reserve(const std::vector<io::NamedTensors>& sections) {
+  const int64_t bytes = staging_bytes(sections);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes == 0 || bytes <= bytes_ || (pinning_.valid() && bytes <= pinning_bytes_)) return;
+  if (pinning_.valid()) pinning_.wait();
+  pinning_bytes_ = bytes;
+  pinning_ = std::async(std::launch::async, [bytes] { return pin_host_bytes(bytes); });
+}
+
+std::shared_ptr<char> HostStagingArea::block(int64_t bytes) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (pinning_.valid()) {
+    // A pinning that failed is not the save's failure: the block is pinned again below, and its error, if it
+    // is the memory's, comes from there.
+    try {
+      auto pinned = pinning_.get();
+      if (pinning_bytes_ > bytes_) {
+        block_ = std::move(pinned);
+        bytes_ = pinning_bytes_;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  if (bytes > bytes_) {
+    block_.reset();  // unpinned before the larger one is pinned
+    block_ = pin_host_bytes(bytes);
+    bytes_ = bytes;
+  }
+  return block_;
 }
 
 bool device_snapshot_fits(int64_t snapshot_bytes, int64_t free_bytes, int64_t total_bytes) {

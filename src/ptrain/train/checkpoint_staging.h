@@ -10,7 +10,9 @@
 // are in.
 #pragma once
 
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,9 +65,46 @@ class StagedOnHost final : public StagedSections {
   std::vector<io::NamedTensors> sections_;
 };
 
+// Pinned host memory that device snapshots are copied into, kept from one save to the next. Pinning takes
+// seconds for gigabytes (docs/results/2026-12-06-gpu-async-checkpoint.md: the first background write of GPT-2
+// large's 9.4 GB took 6 s longer than the next ones), which the first write would pay while the next save
+// waits for it; reserve() pays it in the background before the first save. One block for the whole state:
+// PyTorch's caching host allocator would round each tensor up to a power of two, up to twice the memory.
+class HostStagingArea {
+ public:
+  HostStagingArea() = default;
+  ~HostStagingArea();
+  HostStagingArea(const HostStagingArea&) = delete;
+  HostStagingArea& operator=(const HostStagingArea&) = delete;
+
+  // Begins pinning a block for sections like these (their tensors on CUDA devices), on a thread of its own.
+  // Nothing when none is on a CUDA device (CPU runs, CPU builds).
+  void reserve(const std::vector<io::NamedTensors>& sections);
+  // A pinned block of at least bytes: reserve()'s once pinned, or a larger one pinned now. Its memory is
+  // reused by the next call: views of it must be done with by then (one checkpoint write at a time).
+  std::shared_ptr<char> block(int64_t bytes);
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<char> block_;
+  int64_t bytes_ = 0;
+  std::future<std::shared_ptr<char>> pinning_;
+  int64_t pinning_bytes_ = 0;
+};
+
+// The bytes a HostStagingArea block needs for the CUDA tensors of sections: each at an offset aligned to
+// kStagingAlignment, in order.
+inline constexpr int64_t kStagingAlignment = 256;
+int64_t staging_bytes(const std::vector<io::NamedTensors>& sections);
+// `bytes` of pinned host memory (the CUDA build's cudaHostAlloc, portable to every device); the CPU build has
+// none to give and throws.
+std::shared_ptr<char> pin_host_bytes(int64_t bytes);
+
 // Begins copying sections. Later in-place updates of the originals, queued on the devices' current streams
-// after this returns, never reach the copies.
-std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections);
+// after this returns, never reach the copies. A device snapshot is copied into area's block when one is given,
+// else into pinned memory of PyTorch's caching host allocator.
+std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections,
+                                               std::shared_ptr<HostStagingArea> area = nullptr);
 
 // Whether a device snapshot of snapshot_bytes fits beside what the device holds: free_bytes (the driver's)
 // less the headroom of a device of total_bytes.

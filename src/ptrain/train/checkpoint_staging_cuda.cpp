@@ -6,8 +6,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include <torch/torch.h>
@@ -24,13 +26,32 @@ torch::Tensor empty_pinned_like(const torch::Tensor& tensor) {
   return torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
 }
 
+// Host tensors for the CUDA tensors of sections, in order: views of one HostStagingArea block, each at an
+// offset aligned as staging_bytes() counts, each holding the block.
+class BlockViews {
+ public:
+  BlockViews(HostStagingArea& area, const std::vector<io::NamedTensors>& sections)
+      : block_(area.block(staging_bytes(sections))) {}
+  torch::Tensor like(const torch::Tensor& tensor) {
+    const int64_t bytes = tensor.numel() * tensor.element_size();
+    auto view = torch::from_blob(block_.get() + offset_, tensor.sizes(), [keep = block_](void*) {},
+                                 tensor.options().device(torch::kCPU));
+    offset_ += (bytes + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+    return view;
+  }
+
+ private:
+  std::shared_ptr<char> block_;
+  int64_t offset_ = 0;
+};
+
 // Device clones, taken on each device's current stream (so after every step queued before, before every
 // update queued after), and the event each device recorded after them.
 class DeviceSnapshot final : public StagedSections {
  public:
   DeviceSnapshot(std::vector<io::NamedTensors> sections, std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken,
-                 int64_t bytes)
-      : sections_(std::move(sections)), taken_(std::move(taken)), bytes_(bytes) {}
+                 int64_t bytes, std::shared_ptr<HostStagingArea> area)
+      : sections_(std::move(sections)), taken_(std::move(taken)), bytes_(bytes), area_(std::move(area)) {}
 
   // The snapshot's memory goes back to the allocator only once every copy that reads it is done, so nothing
   // else can be handed it while they do: a write that failed half way still waits here.
@@ -43,6 +64,8 @@ class DeviceSnapshot final : public StagedSections {
   // tells the writer's threads which bytes have arrived, so that the checksum and the file's writes follow
   // the copies instead of waiting for the last of them.
   std::vector<io::NamedTensors> begin_host_copies() override {
+    std::optional<BlockViews> in_block;
+    if (area_) in_block.emplace(*area_, sections_);
     for (const auto& [device, taken] : taken_) {
       const c10::cuda::CUDAGuard on_device(device);
       const auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
@@ -57,7 +80,7 @@ class DeviceSnapshot final : public StagedSections {
       for (auto& section : sections_)
         for (auto& [name, tensor] : section) {
           if (!tensor.defined() || !tensor.is_cuda() || tensor.device().index() != device) continue;
-          auto host = empty_pinned_like(tensor);
+          auto host = in_block ? in_block->like(tensor) : empty_pinned_like(tensor);
           host.copy_(tensor, /*non_blocking=*/true);
           const size_t bytes = static_cast<size_t>(host.numel()) * host.element_size();
           const auto* begin = static_cast<const char*>(host.data_ptr());
@@ -93,6 +116,7 @@ class DeviceSnapshot final : public StagedSections {
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> arrivals_;
   std::map<const char*, Arrival> arrival_of_;  // by the first byte of each host tensor
   int64_t bytes_ = 0;
+  std::shared_ptr<HostStagingArea> area_;
 };
 
 std::map<c10::DeviceIndex, int64_t> bytes_by_device(const std::vector<io::NamedTensors>& sections) {
@@ -116,7 +140,15 @@ bool snapshot_fits(const std::map<c10::DeviceIndex, int64_t>& bytes) {
 
 }  // namespace
 
-std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections) {
+std::shared_ptr<char> pin_host_bytes(int64_t bytes) {
+  void* pinned = nullptr;
+  // Portable: pinned for every device's context, so that each device of a dp process copies into it by DMA.
+  C10_CUDA_CHECK(cudaHostAlloc(&pinned, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocPortable));
+  return std::shared_ptr<char>(static_cast<char*>(pinned), [](char* p) { cudaFreeHost(p); });
+}
+
+std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections,
+                                               std::shared_ptr<HostStagingArea> area) {
   const auto bytes = bytes_by_device(sections);
   const bool on_device = !bytes.empty() && snapshot_fits(bytes);
   int64_t device_bytes = 0;
@@ -144,7 +176,7 @@ std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sec
     taken.emplace(device, std::move(event));
     device_bytes += size;
   }
-  return std::make_unique<DeviceSnapshot>(std::move(sections), std::move(taken), device_bytes);
+  return std::make_unique<DeviceSnapshot>(std::move(sections), std::move(taken), device_bytes, std::move(area));
 }
 
 }  // namespace ptrain::train

@@ -4,7 +4,11 @@
 
 namespace ptrain::train {
 
-std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections) {
+std::shared_ptr<char> pin_host_bytes(int64_t) {
+  throw Error("pinned host memory needs a ptrain built with CUDA");
+}
+
+std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections, std::shared_ptr<HostStagingArea>) {
   for (auto& section : sections)
     for (auto& [name, tensor] : section) {
       if (!tensor.defined()) continue;

@@ -210,8 +210,12 @@ void Checkpointer::write(PendingWrite pending) {
 
 void Checkpointer::write(const std::string& path, Checkpoint checkpoint) { write(take(path, std::move(checkpoint))); }
 
+void Checkpointer::reserve_host_memory(const std::vector<io::NamedTensors>& sections) {
+  if (options_.async) host_area_->reserve(sections);
+}
+
 std::shared_ptr<StagedSections> Checkpointer::stage(std::vector<io::NamedTensors> sections) {
-  std::shared_ptr<StagedSections> staged = stage_sections(std::move(sections));
+  std::shared_ptr<StagedSections> staged = stage_sections(std::move(sections), host_area_);
   if (staging_ != staged->place() && options_.owner) {
     if (staged->place() == StagingPlace::device)
       std::cout << "--async-checkpoint: checkpoints are staged on the device (a snapshot of "

@@ -101,6 +101,10 @@ class Checkpointer {
   void write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                    const nlohmann::json& layout);
   bool async() const { return options_.async; }
+  // --async-checkpoint on a GPU: begins pinning the host memory that checkpoints of a state like this one are
+  // copied into (checkpoint_staging.h's HostStagingArea), in the background, so that the first save does not
+  // pay for it. Nothing otherwise.
+  void reserve_host_memory(const std::vector<io::NamedTensors>& sections);
   // Returns once no write is in flight. A background write that failed throws here (once): a ptrain::Error
   // naming the checkpoint, as a synchronous write's failure would have thrown from write().
   void wait();
@@ -144,6 +148,7 @@ class Checkpointer {
   std::vector<double> writes_seconds_;
   int64_t test_delay_ms_ = 0;
   int64_t part_bytes_ = kCheckpointPartBytes;
+  std::shared_ptr<HostStagingArea> host_area_ = std::make_shared<HostStagingArea>();
   std::optional<StagingPlace> staging_;
 };
 

@@ -87,6 +87,7 @@ metrics::RunRecord TrainingRun::run() {
   build_model();
   build_optimizer();
   resume();
+  reserve_checkpoint_staging();
   open_scalar_log();
   divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
   Progress progress(progress_style_, epochs_, steps_per_epoch_);

@@ -64,6 +64,14 @@ void TrainingRun::resume() {
   stop_rules_.check_pause_point(global_step_, total_steps_, run_length_source(), plan_.resume_path);
 }
 
+void TrainingRun::reserve_checkpoint_staging() {
+  if (!checkpointer_ || !checkpointer_->async()) return;
+  // The state a save stages: the whole checkpoint's on the rank that writes it, each rank's shards when
+  // sharded (a block too small for a later save is pinned again by that save's write).
+  const bool sharded = plan_.strategy_options.state_dict == strategies::StateDict::sharded;
+  if (sharded || strategy_->is_main()) checkpointer_->reserve_host_memory({models::state_dict(*model_), optimizer_->state()});
+}
+
 void TrainingRun::resume_from(Checkpoint ckpt) {
   load_model_state(ckpt.model);
   optimizer_->load_state(target_->local_optimizer_state(ckpt.optimizer), plan_.resume_path);

@@ -120,6 +120,9 @@ class TrainingRun {
   void resume();
   // What the run will do, printed before the first step: the plan, CUDA graphs, the data.
   void announce(Progress& progress);
+  // --async-checkpoint on a GPU: the host memory its saves copy the state into, pinned in the background
+  // while the run warms up rather than by the first save's write (checkpoint_staging.h).
+  void reserve_checkpoint_staging();
   // --tensorboard and --log-jsonl opened by rank 0, after resume() knows the step the run continues from.
   void open_scalar_log();
   void start_gpu_sampler();
