@@ -161,4 +161,34 @@ TEST(CheckpointStaging, HostCopiesArriveInPiecesAndEachWaitedForHoldsTheSave) {
   dropped.reset();
 }
 
+// A HostStagingArea's block, pinned in the background by reserve(), takes every save's copies, each tensor at
+// its own aligned offset: the second save reuses the first's block and holds the second state.
+TEST(CheckpointStaging, SavesCopyIntoOnePinnedBlockReservedBeforeTheFirst) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, 0);
+  ptrain::io::NamedTensors section = {{"w", torch::full({3, 1000}, 1.0f, on_gpu)},
+                                      {"b", torch::full({7}, 2.0, on_gpu.dtype(torch::kDouble))},
+                                      {"host", torch::full({2}, 5.0f)}};
+  auto area = std::make_shared<ptrain::train::HostStagingArea>();
+  area->reserve({section});
+  const char* first_block = nullptr;
+  for (float save : {1.0f, 2.0f}) {
+    for (auto& [name, tensor] : section)
+      if (tensor.is_cuda()) tensor.fill_(save * (name == "w" ? 1 : 2));
+    auto copies = ptrain::train::stage_sections({section}, area)->finish().at(0);
+    ASSERT_EQ(copies.size(), 3u);
+    const auto& w = copies[0].second;
+    const auto& b = copies[1].second;
+    EXPECT_TRUE(w.is_pinned());
+    EXPECT_TRUE(torch::equal(w, torch::full({3, 1000}, save)));
+    EXPECT_TRUE(torch::equal(b, torch::full({7}, 2.0 * save, torch::kDouble)));
+    EXPECT_EQ(static_cast<const char*>(b.data_ptr()) - static_cast<const char*>(w.data_ptr()),
+              (3000 * 4 + ptrain::train::kStagingAlignment - 1) / ptrain::train::kStagingAlignment *
+                  ptrain::train::kStagingAlignment);
+    EXPECT_EQ(copies[2].second.item<float>(), 5.0f);
+    if (first_block == nullptr) first_block = static_cast<const char*>(w.data_ptr());
+    EXPECT_EQ(static_cast<const char*>(w.data_ptr()), first_block) << "save " << save << " pinned a block of its own";
+  }
+}
+
 }  // namespace
