@@ -117,6 +117,15 @@ TEST(AsyncCheckpoint, HoldsWhatASynchronousSaveWritesAndResumesBitForBit) {
   ASSERT_TRUE(async.checkpoint_blocking_seconds.has_value());
   ASSERT_TRUE(async.checkpoint_write_seconds.has_value());
   EXPECT_GT(*async.checkpoint_write_seconds, 0);
+  const auto& writes = async.extra["checkpoint_writes"];
+  const auto& phases = async.extra["checkpoint_write_phases"];
+  ASSERT_EQ(phases.size(), writes.size());
+  ASSERT_EQ(phases.size(), 6u);
+  for (size_t i = 0; i < phases.size(); ++i) {
+    EXPECT_GT(phases[i]["files"].get<double>(), 0) << phases.dump();
+    EXPECT_LE(phases[i]["files"].get<double>() + phases[i]["pruning"].get<double>(), writes[i].get<double>()) << phases.dump();
+    EXPECT_GE(phases[i]["copies_waited"].get<double>(), 0) << phases.dump();
+  }
   EXPECT_EQ(async.extra["run_end"]["checkpoint"], async_files.back());
 
   // Resumed from the asynchronous checkpoint of step 5 (mid-epoch), asynchronously: the synchronous run's end.

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -51,9 +52,15 @@ std::string random_run_id() {
   return text;
 }
 
-// What the writer waits on before it reads a span of a staged checkpoint's bytes.
-std::function<void(std::string_view)> arrived_bytes(const StagedSections& staged) {
-  return [&staged](std::string_view bytes) { staged.wait_until_copied(bytes.data()); };
+// What the writer waits on before it reads a span of a staged checkpoint's bytes, its waits added to waited
+// (thread-seconds, from several threads at once).
+std::function<void(std::string_view)> arrived_bytes(const StagedSections& staged, std::atomic<double>& waited) {
+  return [&staged, &waited](std::string_view bytes) {
+    const metrics::Stopwatch clock;
+    staged.wait_until_copied(bytes.data());
+    for (double seen = waited.load(); !waited.compare_exchange_weak(seen, seen + clock.elapsed_seconds());) {
+    }
+  };
 }
 
 }  // namespace
@@ -198,13 +205,18 @@ void Checkpointer::write(PendingWrite pending) {
   start_write(path, step, /*whole=*/true,
               [this, path, staged = std::move(pending.staged), checkpoint = std::move(checkpoint),
                delay = test_delay(), part_bytes = part_bytes_]() mutable {
+                const metrics::Stopwatch clock;
                 auto arriving = staged->begin_host_copies();
                 checkpoint.model = std::move(arriving[0]);
                 checkpoint.optimizer = std::move(arriving[1]);
                 checkpoint.scaler = std::move(arriving[2]);
                 checkpoint.progress = std::move(arriving[3]);
-                save_checkpoint(path, checkpoint, {delay, arrived_bytes(*staged), part_bytes});
+                std::atomic<double> waited{0};
+                save_checkpoint(path, checkpoint, {delay, arrived_bytes(*staged, waited), part_bytes});
+                done_.phases.files = clock.elapsed_seconds();
+                done_.phases.copies_waited = waited;
                 prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+                done_.phases.pruning = clock.elapsed_seconds() - done_.phases.files;
               });
 }
 
@@ -245,9 +257,14 @@ void Checkpointer::write_shard_file(PendingWrite pending) {
   }
   wait();
   start_write(shard_path(path, shard.rank), -1, /*whole=*/false,
-              [path, rank = shard.rank, ranks = shard.ranks, staged = std::move(pending.staged),
+              [this, path, rank = shard.rank, ranks = shard.ranks, staged = std::move(pending.staged),
                layout = std::move(shard.layout), delay = test_delay()] {
-                save_shard(path, rank, ranks, staged->begin_host_copies().at(0), layout, delay, arrived_bytes(*staged));
+                const metrics::Stopwatch clock;
+                std::atomic<double> waited{0};
+                save_shard(path, rank, ranks, staged->begin_host_copies().at(0), layout, delay,
+                           arrived_bytes(*staged, waited));
+                done_.phases.files = clock.elapsed_seconds();
+                done_.phases.copies_waited = waited;
               });
 }
 
@@ -257,7 +274,7 @@ std::function<void()> Checkpointer::test_delay() const {
 }
 
 void Checkpointer::start_write(const std::string& path, int64_t step, bool whole, std::function<void()> job) {
-  done_ = Done{path, step, whole, 0, nullptr};
+  done_ = Done{path, step, whole, 0, {}, nullptr};
   worker_ = std::thread([this, job = std::move(job)] {
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -277,6 +294,7 @@ void Checkpointer::wait() {
   if (!worker_.joinable()) return;
   worker_.join();
   writes_seconds_.push_back(done_.seconds);
+  writes_phases_.push_back(done_.phases);
   if (done_.error) {
     const std::exception_ptr error = std::exchange(done_.error, nullptr);
     try {

@@ -74,6 +74,17 @@ class PendingWrite {
   std::shared_ptr<StagedSections> staged;
 };
 
+// Where a background write's seconds went: the same write as writes_seconds()' entry.
+struct WritePhases {
+  // Until every file of it was written and renamed, from the write's start.
+  double files = 0;
+  // Of those, summed over the threads that write the files: waiting for bytes still being copied from the
+  // device (checkpoint_staging.h). Thread-seconds: up to kMaxCheckpointParts threads wait at once.
+  double copies_waited = 0;
+  // --keep-checkpoints' removals after it.
+  double pruning = 0;
+};
+
 class Checkpointer {
  public:
   // Takes the directory (creating it): throws ptrain::Error naming it when another live run holds it
@@ -116,6 +127,7 @@ class Checkpointer {
   double write_seconds() const;
   // The same, write by write, in order.
   const std::vector<double>& writes_seconds() const { return writes_seconds_; }
+  const std::vector<WritePhases>& writes_phases() const { return writes_phases_; }
   // The newest checkpoint this run wrote, once its write is done (and, async, waited for); empty before.
   const std::string& last_written() const { return last_written_; }
   int64_t last_written_step() const { return last_written_step_; }
@@ -143,9 +155,11 @@ class Checkpointer {
     int64_t step = -1;
     bool whole = false;  // a checkpoint (not a shard file): the newest this run wrote, once done
     double seconds = 0;
+    WritePhases phases;
     std::exception_ptr error;
   } done_;
   std::vector<double> writes_seconds_;
+  std::vector<WritePhases> writes_phases_;
   int64_t test_delay_ms_ = 0;
   int64_t part_bytes_ = kCheckpointPartBytes;
   std::shared_ptr<HostStagingArea> host_area_ = std::make_shared<HostStagingArea>();
