@@ -23,7 +23,7 @@ for mode in ${MODES:-async async-passive}; do
   [ $mode = async-passive ] && env=(OMP_WAIT_POLICY=PASSIVE)
   env "${env[@]}" timeout ${RUN_TIMEOUT:-120} build-gpu/ptrain train "${GPT[@]}" --metrics-out $R/gpt-large-$mode.json > $R/gpt-large-$mode.log 2>&1 &
   pid=$!
-  if [ $mode = async ]; then sleep 25; top -H -b -n 1 -d 1 -p $(pgrep -f "build-gpu/ptrain train" | head -n 1) | head -n 40 > $R/top-$mode.txt; fi
+  if [ $mode = async ]; then sleep 25; top -H -b -n 1 -d 1 -p $(pgrep -x ptrain | head -n 1) | head -n 40 > $R/top-$mode.txt; fi
   wait $pid; echo "$mode rc $? at $(( $(date +%s) - t0 )) s"
   [ -f $R/top-$mode.txt ] && head -n 30 $R/top-$mode.txt
   python3 -c "
