@@ -17,14 +17,19 @@ std::string first_non_finite(const train::Checkpoint& c) {
   return "";
 }
 
+// A rank or part file alone: every floating-point tensor it holds is finite.
+void require_finite(const io::NamedTensors& tensors) {
+  for (const auto& [name, tensor] : tensors) {
+    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
+          "tensor '" + name + "' holds NaN or infinite values (a diverged run)");
+  }
+}
+
 // "FILE: ok, ..." of a rank file of a sharded checkpoint, checked for what it is: a shard file alone holds
 // no step or model, which only the checkpoint beside it and every rank file together make up.
 std::string verify_shard(const std::string& file) {
   const train::ShardFile shard = train::load_shard(file);
-  for (const auto& [name, tensor] : shard.tensors) {
-    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
-          "tensor '" + name + "' holds NaN or infinite values (a diverged run)");
-  }
+  require_finite(shard.tensors);
   return "ok, rank file " + std::to_string(shard.rank) + " of " + std::to_string(shard.ranks) + " of a sharded " +
          "checkpoint, " + std::to_string(shard.tensors.size()) + " tensors";
 }
@@ -33,10 +38,7 @@ std::string verify_shard(const std::string& file) {
 // the run stood.
 std::string verify_part(const std::string& file) {
   const train::PartFile part = train::load_part(file);
-  for (const auto& [name, tensor] : part.tensors) {
-    check(!tensor.is_floating_point() || torch::isfinite(tensor).all().item<bool>(),
-          "tensor '" + name + "' holds NaN or infinite values (a diverged run)");
-  }
+  require_finite(part.tensors);
   return "ok, part file " + std::to_string(part.part) + " of " + std::to_string(part.parts) + " of a checkpoint, " +
          std::to_string(part.tensors.size()) + " tensors";
 }
