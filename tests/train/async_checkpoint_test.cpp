@@ -125,6 +125,8 @@ TEST(AsyncCheckpoint, HoldsWhatASynchronousSaveWritesAndResumesBitForBit) {
     EXPECT_GT(phases[i]["files"].get<double>(), 0) << phases.dump();
     EXPECT_LE(phases[i]["files"].get<double>() + phases[i]["pruning"].get<double>(), writes[i].get<double>()) << phases.dump();
     EXPECT_GE(phases[i]["copies_waited"].get<double>(), 0) << phases.dump();
+    EXPECT_GE(phases[i]["copies_queued"].get<double>(), 0) << phases.dump();
+    EXPECT_LE(phases[i]["copies_queued"].get<double>(), phases[i]["files"].get<double>()) << phases.dump();
   }
   EXPECT_EQ(async.extra["run_end"]["checkpoint"], async_files.back());
 

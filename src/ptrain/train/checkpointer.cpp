@@ -207,6 +207,7 @@ void Checkpointer::write(PendingWrite pending) {
                delay = test_delay(), part_bytes = part_bytes_]() mutable {
                 const metrics::Stopwatch clock;
                 auto arriving = staged->begin_host_copies();
+                done_.phases.copies_queued = clock.elapsed_seconds();
                 checkpoint.model = std::move(arriving[0]);
                 checkpoint.optimizer = std::move(arriving[1]);
                 checkpoint.scaler = std::move(arriving[2]);
@@ -261,8 +262,9 @@ void Checkpointer::write_shard_file(PendingWrite pending) {
                layout = std::move(shard.layout), delay = test_delay()] {
                 const metrics::Stopwatch clock;
                 std::atomic<double> waited{0};
-                save_shard(path, rank, ranks, staged->begin_host_copies().at(0), layout, delay,
-                           arrived_bytes(*staged, waited));
+                auto arriving = staged->begin_host_copies();
+                done_.phases.copies_queued = clock.elapsed_seconds();
+                save_shard(path, rank, ranks, arriving.at(0), layout, delay, arrived_bytes(*staged, waited));
                 done_.phases.files = clock.elapsed_seconds();
                 done_.phases.copies_waited = waited;
               });

@@ -78,6 +78,9 @@ class PendingWrite {
 struct WritePhases {
   // Until every file of it was written and renamed, from the write's start.
   double files = 0;
+  // Of those, queueing the copies from the device to host memory (begin_host_copies: a call to the driver for
+  // each tensor) before any file is written.
+  double copies_queued = 0;
   // Of those, summed over the threads that write the files: waiting for bytes still being copied from the
   // device (checkpoint_staging.h). Thread-seconds: up to kMaxCheckpointParts threads wait at once.
   double copies_waited = 0;

@@ -50,7 +50,10 @@ void TrainingRun::record_what_ran_and_how_fast(const metrics::Stopwatch& run_clo
       record_.extra["checkpoint_writes"] = checkpointer_->writes_seconds();
       nlohmann::json phases = nlohmann::json::array();
       for (const auto& p : checkpointer_->writes_phases())
-        phases.push_back({{"files", p.files}, {"copies_waited", p.copies_waited}, {"pruning", p.pruning}});
+        phases.push_back({{"files", p.files},
+                          {"copies_queued", p.copies_queued},
+                          {"copies_waited", p.copies_waited},
+                          {"pruning", p.pruning}});
       record_.extra["checkpoint_write_phases"] = std::move(phases);
     }
     if (const auto staging = checkpointer_->staging()) record_.extra["checkpoint_staging"] = to_string(*staging);
