@@ -9,23 +9,28 @@
 
 namespace ptrain::train {
 
-RunSteps run_steps(const config::TrainConfig& c, int64_t micro_batches_per_epoch) {
-  const int64_t accum = c.optim.grad_accum;
+RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch) {
+  const int64_t accum = length.grad_accum;
   check(micro_batches_per_epoch >= accum, "--grad-accum " + std::to_string(accum) + " x --batch-size " +
-                                              std::to_string(c.run.batch_size) + " is more than one epoch of data");
+                                              std::to_string(length.batch_size) + " is more than one epoch of data");
   RunSteps steps;
   steps.steps_per_epoch = (micro_batches_per_epoch + accum - 1) / accum;
-  if (c.run.max_steps > 0) {
-    steps.total_steps = c.run.max_steps;
-    steps.epochs = (c.run.max_steps + steps.steps_per_epoch - 1) / steps.steps_per_epoch;
+  if (length.max_steps > 0) {
+    steps.total_steps = length.max_steps;
+    steps.epochs = (length.max_steps + steps.steps_per_epoch - 1) / steps.steps_per_epoch;
     return steps;
   }
-  check(c.run.epochs <= std::numeric_limits<int64_t>::max() / steps.steps_per_epoch,
-        "--epochs " + std::to_string(c.run.epochs) + " x " + std::to_string(steps.steps_per_epoch) +
+  check(length.epochs <= std::numeric_limits<int64_t>::max() / steps.steps_per_epoch,
+        "--epochs " + std::to_string(length.epochs) + " x " + std::to_string(steps.steps_per_epoch) +
             " steps an epoch overflows the step count");
-  steps.epochs = c.run.epochs;
-  steps.total_steps = steps.steps_per_epoch * c.run.epochs;
+  steps.epochs = length.epochs;
+  steps.total_steps = steps.steps_per_epoch * length.epochs;
   return steps;
+}
+
+RunSteps run_steps(const config::TrainConfig& c, int64_t micro_batches_per_epoch) {
+  return run_steps(RunLength{c.run.epochs, c.run.max_steps, c.optim.grad_accum, c.run.batch_size},
+                   micro_batches_per_epoch);
 }
 
 LrSchedule::LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps)

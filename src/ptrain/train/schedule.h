@@ -17,6 +17,11 @@ struct RunSteps {
   int64_t epochs = 0;
   int64_t total_steps = 0;
 };
+// The flags that set a run's length, as run_steps reads them (batch_size only names the flag in its errors).
+struct RunLength {
+  int64_t epochs = 1, max_steps = 0, grad_accum = 1, batch_size = 1;
+};
+RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch);
 RunSteps run_steps(const config::TrainConfig& config, int64_t micro_batches_per_epoch);
 
 class LrSchedule {

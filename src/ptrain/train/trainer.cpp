@@ -61,49 +61,91 @@ std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_recor
   return line;
 }
 
+RunCheckpoints::Options checkpoint_options(const Plan& plan, strategies::Strategy& strategy) {
+  const config::TrainConfig& c = plan.config;
+  RunCheckpoints::Options options;
+  options.dir = c.run.checkpoint_dir;
+  options.keep = c.run.keep_checkpoints;
+  options.overwrite = c.run.overwrite_checkpoints;
+  options.async = c.run.async_checkpoint;
+  options.sharded = plan.strategy_options.state_dict == strategies::StateDict::sharded;
+  options.resume_path = plan.resume_path;
+  options.save_weights = c.model.save_weights;
+  options.run_config = config::to_json(c);
+  options.devices = strategy.world_size() * strategy.replicas();
+  options.batch_size = c.run.batch_size;
+  options.device = plan.device;
+  options.rank = strategy.rank();
+  options.world_size = strategy.world_size();
+  options.is_main = strategy.is_main();
+  options.sum_over_ranks = [&strategy](torch::Tensor& t) { strategy.all_reduce_sum(t); };
+  return options;
+}
+
+RunMonitor::Options monitor_options(const Plan& plan, const TrainHooks& hooks, bool is_main) {
+  const config::TrainConfig& c = plan.config;
+  RunMonitor::Options options;
+  options.device = plan.device;
+  options.is_main = is_main;
+  options.progress_style = Progress::style_from(c.run.progress);
+  options.tensorboard = c.run.tensorboard;
+  options.log_jsonl = c.run.log_jsonl;
+  options.profile_out = c.run.profile_out;
+  options.profile_first_step = plan.profile_first_step;
+  options.profile_last_step = plan.profile_last_step;
+  if (hooks.on_step) {
+    options.on_step = [on_step = hooks.on_step](int64_t epoch, int64_t step, double loss) {
+      on_step({epoch, step, loss});
+    };
+  }
+  if (hooks.on_step_memory) {
+    options.on_step_memory = [on_step_memory = hooks.on_step_memory](int64_t step, int64_t forward_backward_bytes,
+                                                                      int64_t update_bytes) {
+      on_step_memory({step, forward_backward_bytes, update_bytes});
+    };
+  }
+  return options;
+}
+
 }  // namespace
 
 TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
-    : plan_(plan), c_(plan.config), device_(plan.device), policy_(plan.precision), hooks_(hooks),
-      strategy_(make_strategy_on_device(plan)),
-      stop_rules_({plan.on_divergence, c_.run.stop_at_step, hooks.stop_signal, strategy_->is_main()}, device_,
-                  strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
-      progress_style_(Progress::style_from(c_.run.progress)), phases_(device_),
-      profiler_(c_.run.profile_out, plan.profile_first_step, plan.profile_last_step, device_, strategy_->is_main()) {
+    : plan_(plan), strategy_(make_strategy_on_device(plan)),
+      stop_rules_({plan.on_divergence, plan.config.run.stop_at_step, hooks.stop_signal, strategy_->is_main()},
+                  plan.device, strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
+      checkpoints_(checkpoint_options(plan, *strategy_), *this, stop_rules_),
+      monitor_(monitor_options(plan, hooks, strategy_->is_main())), recorder_(command_line) {
   check_ranks_agree(plan_, *strategy_);  // before any collective moves model data
-  record_.command_line = command_line;
 }
 
 metrics::RunRecord TrainingRun::run() {
-  open_checkpoint_dir();
-  const auto run_stream = use_run_stream(device_);
+  checkpoints_.open();
+  const auto run_stream = use_run_stream(device());
   set_up_device();
   load_data_or_explain();
-  if (device_.is_cpu()) {
-    metrics::reset_cpu_allocator_peak();
-    cpu_bytes_before_model_ = metrics::cpu_allocated_bytes();
+  if (device().is_cpu()) {
+    recorder_.count_cpu_from_here();
   }
-  if (hooks_.on_step_memory) phase_peaks_.emplace(device_.is_cuda() ? device_.index() : -1, cpu_bytes_before_model_);
-  build_model();
-  build_optimizer();
+  monitor_.track_phase_memory(recorder_.cpu_bytes_before_model());
+  build_step_engine();
   resume();
-  reserve_checkpoint_staging();
+  checkpoints_.reserve_staging();
   open_scalar_log();
-  divergence_ = std::make_unique<DivergenceWatch>(device_, global_step_, scaler_ ? &*scaler_ : nullptr);
-  Progress progress(progress_style_, epochs_, steps_per_epoch_);
-  progress.count_tokens(sequence_length());
+  engine_->watch_divergence(position_.global_step);
+  Progress progress = monitor_.progress(data_->epochs(), data_->steps_per_epoch());
+  progress.count_tokens(data_->sequence_length());
   announce(progress);
-  start_gpu_sampler();
+  monitor_.start_gpu_sampler(local_devices());
   std::optional<Evaluation> last_eval;
   try {
     last_eval = train_epochs(progress);
-    finish_checkpoint_writes();  // a paused run's checkpoint; the last epoch's waited already
+    checkpoints_.finish_writes();  // a paused run's checkpoint; the last epoch's waited already
     // A paused run's weights are not the trained ones: its resume writes them.
-    if (!trained_ && !stop_rules_.paused()) export_weights();
-    trained_ = true;
-    if (sampler_) sampler_->stop();
-    profiler_.finish(global_step_);
-    fill_record(run_clock_, last_eval);
+    if (!position_.trained && !stop_rules_.paused()) checkpoints_.export_weights(position_.global_step);
+    position_.trained = true;
+    monitor_.stop_gpu_sampler();
+    monitor_.finish_trace(position_.global_step);
+    fill_record(last_eval);
   } catch (const RunStopped&) {
     throw;
   } catch (const std::exception& e) {
@@ -111,269 +153,268 @@ metrics::RunRecord TrainingRun::run() {
     if (stop_rules_.stopping_on_divergence()) stop_diverged(e);
     // A failure in a step may leave the state half updated: only what was saved before it counts, and the
     // error passes on as it is. Once the state is written, the failure must not hide it.
-    if (!evaluating_ && !trained_) throw;
+    if (!position_.evaluating && !position_.trained) throw;
     fail_keeping_trained_state(e);
   }
   // Under --on-divergence warn the run trains to its end, and its record must not read as a good one.
-  record_.extra["run_end"] =
-      run_end(stop_rules_.paused() ? "paused" : stop_rules_.diverged_at_step() ? "diverged" : "completed", "");
-  return record_;
+  recorder_.note_run_end(
+      run_end(stop_rules_.paused() ? "paused" : stop_rules_.diverged_at_step() ? "diverged" : "completed", ""));
+  return recorder_.record();
 }
 
 void TrainingRun::set_up_device() {
   torch::set_num_threads(static_cast<int>(
-      dist::intra_op_threads(c_.run.threads, plan_.launch.local_world_size, std::thread::hardware_concurrency())));
+      dist::intra_op_threads(config().run.threads, plan_.launch.local_world_size,
+                             std::thread::hardware_concurrency())));
   if (!plan_.threads_warning.empty() && plan_.launch.rank == 0)
     std::cerr << "ptrain: warning: " << plan_.threads_warning << std::endl;
-  precision::apply_global_math_mode(policy_);
-  if (device_.is_cuda()) {
+  precision::apply_global_math_mode(policy());
+  if (device().is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does,
     // unless --no-cudnn-benchmark trades that search (about 30 s of a ResNet-50 run in fp32) for its heuristics.
-    at::globalContext().setBenchmarkCuDNN(c_.run.cudnn_benchmark);
+    at::globalContext().setBenchmarkCuDNN(config().run.cudnn_benchmark);
   }
-  if (device_.is_cpu()) metrics::install_cpu_allocation_counter();
+  if (device().is_cpu()) metrics::install_cpu_allocation_counter();
 }
 
-void TrainingRun::build_model() {
-  torch::manual_seed(c_.run.seed);
-  const models::ModelSpec spec = model_spec(c_, train_set_, test_set_);
-  classes_ = spec.num_classes;
-  model_ = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
-  if (!c_.model.weights.empty()) models::load_weights(*model_, c_.model.weights);
-  model_->to(device_);
+std::shared_ptr<models::Model> TrainingRun::build_model(const models::ModelSpec& spec) {
+  std::shared_ptr<models::Model> model = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
+  if (!config().model.weights.empty()) models::load_weights(*model, config().model.weights);
+  model->to(device());
   // As PyTorch's model.half(): floating-point tensors only. LibTorch's Module::to(dtype) casts every one, and a
   // bf16 num_batches_tracked stops counting at 256 (the momentum-less batch norms' 1/count with it).
-  if (policy_.param_dtype != torch::kFloat) models::to_floating_point(*model_, c10::nullopt, policy_.param_dtype);
-  if (plan_.channels_last) convert_to_channels_last(*model_);
-  model_->set_activation_checkpointing(c_.model.activation_checkpointing);
-  model_->set_fused_kernels(c_.run.fused_kernels);
-  model_->set_relu_recompute(c_.run.relu_recompute);
-  model_->set_conv_bn_fusion(c_.run.conv_bn_fusion);
-  model_->set_fusions(models::fusions_skipping(c_.run.skip_fusions));
-  const std::vector<std::string> has = model_->fusions();
-  for (const auto& fusion : c_.run.skip_fusions) {
+  if (policy().param_dtype != torch::kFloat) models::to_floating_point(*model, c10::nullopt, policy().param_dtype);
+  if (plan_.channels_last) convert_to_channels_last(*model);
+  model->set_activation_checkpointing(config().model.activation_checkpointing);
+  model->set_fused_kernels(config().run.fused_kernels);
+  model->set_relu_recompute(config().run.relu_recompute);
+  model->set_conv_bn_fusion(config().run.conv_bn_fusion);
+  model->set_fusions(models::fusions_skipping(config().run.skip_fusions));
+  const std::vector<std::string> has = model->fusions();
+  for (const auto& fusion : config().run.skip_fusions) {
     check(std::find(has.begin(), has.end(), fusion) != has.end(),
-          "--skip-fusions " + fusion + ": --model " + c_.model.name + " has no such fusion in this run (its fusions: " +
+          "--skip-fusions " + fusion + ": --model " + config().model.name +
+              " has no such fusion in this run (its fusions: " +
               (has.empty() ? std::string("none") : join(has, ", ")) + ")");
   }
-  if (policy_.fp8_matmuls) {
-    const models::Fp8Options options = fp8_options(c_.precision);
-    models::Fp8Layers fp8 = model_->set_fp8_linear(true, options);
-    const int64_t rows = c_.run.batch_size * spec.seq_len;
+  if (policy().fp8_matmuls) {
+    const models::Fp8Options options = fp8_options(config().precision);
+    models::Fp8Layers fp8 = model->set_fp8_linear(true, options);
+    const int64_t rows = config().run.batch_size * spec.seq_len;
     // cuBLASLt's FP8 GEMMs take rows in multiples of 16: a micro-batch of other rows runs every layer in bf16.
     if (fp8.fp8 > 0 && spec.seq_len > 0 && rows % 16 != 0)
       fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
                  " rows (batch x tokens) are not a multiple of 16: every layer falls back to bf16";
-    record_.extra["fp8_layers"] = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
-                                   {"head_in_fp8", fp8.head_in_fp8},
-                                   {"scaling", options.delayed_scaling
-                                                   ? "delayed (amax history of " +
-                                                         std::to_string(kernels::kFp8AmaxHistory) + ")"
-                                                   : "dynamic"},
-                                   {"casts", c_.run.fused_kernels && kernels::fused_kernels_available(device_)
-                                                 ? "fused"
-                                                 : "reference"}};
-    fp8_summary_ = "fp8: " + models::describe_fp8_layers(fp8);
+    nlohmann::json layers = {{"fp8", fp8.fp8}, {"kept_in_bf16", fp8.kept}, {"why", fp8.why},
+                             {"head_in_fp8", fp8.head_in_fp8},
+                             {"scaling", options.delayed_scaling
+                                             ? "delayed (amax history of " +
+                                                   std::to_string(kernels::kFp8AmaxHistory) + ")"
+                                             : "dynamic"},
+                             {"casts", config().run.fused_kernels && kernels::fused_kernels_available(device())
+                                           ? "fused"
+                                           : "reference"}};
+    recorder_.note_fp8("fp8: " + models::describe_fp8_layers(fp8), std::move(layers));
   }
-  if (models::is_torchscript_path(c_.model.name)) {
+  if (models::is_torchscript_path(config().model.name)) {
     const bool tokens = spec.image_size == 0 && spec.seq_len > 0;
-    const auto probe = tokens ? torch::zeros({2, spec.seq_len}, torch::TensorOptions().dtype(torch::kInt64).device(device_))
+    const auto probe = tokens ? torch::zeros({2, spec.seq_len},
+                                             torch::TensorOptions().dtype(torch::kInt64).device(device()))
                               : torch::zeros({2, spec.in_channels, spec.image_size, spec.image_size},
-                                             torch::TensorOptions().dtype(policy_.compute_dtype).device(device_));
-    probe_as_trained(*model_, c_.model.name,
-                     plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe, policy_,
-                     device_);
+                                             torch::TensorOptions().dtype(policy().compute_dtype).device(device()));
+    probe_as_trained(*model, config().model.name,
+                     plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe,
+                     policy(), device());
   }
-  if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model_.get())) {
+  if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {
     if (!scripted->recorded_mode_warning().empty() && strategy_->is_main())
       std::cerr << "ptrain: warning: " << scripted->recorded_mode_warning() << std::endl;
   }
-  model_->train();
-  const auto summary = models::summarize_model(*model_);
-  model_summary_ = "model " + model_->name() + ": " + models::describe_model_summary(summary);
+  model->train();
+  const auto summary = models::summarize_model(*model);
   nlohmann::json parts = nlohmann::json::array();
   for (const auto& part : summary.parts)
     parts.push_back({{"name", part.name}, {"parameters", part.parameters}, {"trainable", part.trainable}});
   nlohmann::json dtypes = nlohmann::json::object();
   for (const auto& [dtype, count] : summary.dtypes) dtypes[dtype] = count;
-  record_.extra["model_summary"] = {{"parameters", summary.parameters},       {"trainable", summary.trainable},
-                                    {"parameter_bytes", summary.parameter_bytes}, {"buffers", summary.buffers},
-                                    {"buffer_bytes", summary.buffer_bytes},     {"dtypes", dtypes},
-                                    {"modules", parts}};
-  strategy_->prepare(*model_);
+  recorder_.note_model("model " + model->name() + ": " + models::describe_model_summary(summary),
+                       {{"parameters", summary.parameters},
+                        {"trainable", summary.trainable},
+                        {"parameter_bytes", summary.parameter_bytes},
+                        {"buffers", summary.buffers},
+                        {"buffer_bytes", summary.buffer_bytes},
+                        {"dtypes", dtypes},
+                        {"modules", parts}});
+  strategy_->prepare(*model);
+  return model;
 }
 
 std::vector<torch::Device> TrainingRun::local_devices() const {
-  std::vector<torch::Device> devices{device_};
-  for (int64_t i = 1; i < strategy_->replicas() && device_.is_cuda(); ++i)
-    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(device_.index() + i));
+  std::vector<torch::Device> devices{device()};
+  for (int64_t i = 1; i < strategy_->replicas() && device().is_cuda(); ++i)
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(device().index() + i));
   return devices;
 }
 
-void TrainingRun::build_optimizer() {
-  target_ = strategy_->update_target(*model_, policy_.master_weights);
-  optimizer_ = make_optimizer(c_.optim, target_->params(), target_->names(), kOptimizerBatchElements,
-                              c_.run.fused_kernels);
-  const auto state_bytes = target_->model_state_bytes(optimizer_->state());
-  record_.model_state_param_bytes = state_bytes.params;
-  record_.model_state_grad_bytes = state_bytes.grads;
-  record_.model_state_optimizer_bytes = state_bytes.optimizer;
-  if (policy_.loss_scaling) scaler_.emplace(precision::loss_scaler_options(policy_), device_);
-  schedule_ = std::make_unique<LrSchedule>(c_.optim, steps_per_epoch_, std::max<int64_t>(total_steps_, 1));
-  totals_ = std::make_unique<RunningTotals>(device_);
-  step_loss_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+void TrainingRun::build_step_engine() {
+  torch::manual_seed(config().run.seed);
+  const models::ModelSpec spec = model_spec(config(), data_->train_set(), data_->test_set());
+  std::shared_ptr<models::Model> model = build_model(spec);
+  auto target = strategy_->update_target(*model, policy().master_weights);
+  auto optimizer =
+      make_optimizer(config().optim, target->params(), target->names(), kOptimizerBatchElements,
+                     config().run.fused_kernels);
+  const auto state_bytes = target->model_state_bytes(optimizer->state());
+  recorder_.note_model_states(state_bytes.params, state_bytes.grads, state_bytes.optimizer);
+  auto schedule = std::make_unique<LrSchedule>(config().optim, data_->steps_per_epoch(),
+                                               std::max<int64_t>(data_->total_steps(), 1));
+  StepEngine::Options options;
+  options.device = device();
+  options.policy = policy();
+  options.grad_accum = config().optim.grad_accum;
+  options.clip_grad_norm = config().optim.clip_grad_norm;
+  options.optimizer_name = config().optim.name;
+  options.fused_kernels = config().run.fused_kernels;
+  options.cuda_graphs = config().run.cuda_graphs;
+  options.classes = spec.num_classes;
+  options.report_step_loss = monitor_.follows_steps();
+  options.on_step_memory = monitor_.step_memory_hook();
+  engine_ = std::make_unique<StepEngine>(std::move(options), *strategy_, monitor_.phases(), monitor_.phase_peaks(),
+                                         std::move(model), std::move(target), std::move(optimizer),
+                                         std::move(schedule));
 }
 
 void TrainingRun::announce(Progress& progress) {
   progress.message(describe(plan_));
-  progress.message(model_summary_);
-  if (record_.model_state_param_bytes) {
-    const int64_t params = *record_.model_state_param_bytes, grads = record_.model_state_grad_bytes.value_or(0),
-                  optimizer = record_.model_state_optimizer_bytes.value_or(0);
+  progress.message(recorder_.model_summary());
+  const metrics::RunRecord& record = recorder_.record();
+  if (record.model_state_param_bytes) {
+    const int64_t params = *record.model_state_param_bytes, grads = record.model_state_grad_bytes.value_or(0),
+                  optimizer = record.model_state_optimizer_bytes.value_or(0);
     progress.message("model state" + std::string(strategy_->world_size() > 1 ? " on this rank" : "") +
                      ": parameters " + models::byte_text(params) + ", gradients " + models::byte_text(grads) +
                      ", optimizer " + models::byte_text(optimizer) + " = " +
                      models::byte_text(params + grads + optimizer));
   }
   if (plan_.profile_first_step > 0) {
-    check(plan_.profile_first_step <= total_steps_,
-          "--profile-steps " + c_.run.profile_steps + ": the run trains " + std::to_string(total_steps_) +
+    check(plan_.profile_first_step <= data_->total_steps(),
+          "--profile-steps " + config().run.profile_steps + ": the run trains " + std::to_string(data_->total_steps()) +
               " steps, so step " + std::to_string(plan_.profile_first_step) + " never comes");
   }
-  record_.cuda_graphs_note = capture_obstacle();
+  std::string cuda_graphs_note = engine_->capture_obstacle();
   std::unique_ptr<CapturedStep> graph;
-  if (record_.cuda_graphs_note.empty()) {
-    graph = make_captured_step(device_);
-    if (!graph) record_.cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
+  if (cuda_graphs_note.empty()) {
+    graph = make_captured_step(device());
+    if (!graph) cuda_graphs_note = "off: this ptrain was built without CUDA graphs";
   }
-  steps_ = std::make_unique<StepRunner>(std::move(graph), phases_,
-                                        [this](const StepRunner::Batches& images, const StepRunner::Batches& labels) {
-                                          device_step(images, labels);
-                                        });
-  if (device_.is_cuda()) {
-    progress.message("CUDA graphs: " + (record_.cuda_graphs_note.empty()
+  recorder_.note_cuda_graphs(cuda_graphs_note);
+  engine_->make_runner(std::move(graph));
+  if (device().is_cuda()) {
+    progress.message("CUDA graphs: " + (cuda_graphs_note.empty()
                                             ? "the whole step is captured after " +
                                                   std::to_string(StepRunner::kEagerStepsBeforeCapture) + " eager steps"
-                                            : record_.cuda_graphs_note));
+                                            : cuda_graphs_note));
   }
-  if (!fp8_summary_.empty()) progress.message(fp8_summary_);
-  flops_ = count_run_flops(*model_, sample_shape(), device_, policy_.mode,
-                           c_.run.batch_size * c_.optim.grad_accum * devices(), devices());
-  progress.message(flops_.describe());
-  progress.message("data " + train_set_.description + ": " + std::to_string(train_set_.size()) + " train, " +
-                   std::to_string(test_set_.size()) + " test; " + std::to_string(steps_per_epoch_) +
-                   " steps per epoch, " + std::to_string(total_steps_) + " in all");
-  const auto& transforms = record_.extra["data_transforms"];
+  if (!recorder_.fp8_summary().empty()) progress.message(recorder_.fp8_summary());
+  monitor_.set_flops(count_run_flops(engine_->model(), data_->sample_shape(), device(), policy().mode,
+                                     config().run.batch_size * config().optim.grad_accum * devices(), devices()));
+  progress.message(monitor_.flops().describe());
+  const data::Dataset& train_set = data_->train_set();
+  progress.message("data " + train_set.description + ": " + std::to_string(train_set.size()) + " train, " +
+                   std::to_string(data_->test_set().size()) + " test; " + std::to_string(data_->steps_per_epoch()) +
+                   " steps per epoch, " + std::to_string(data_->total_steps()) + " in all");
+  const auto& transforms = data_->transforms();
   progress.message("transforms: train " + transforms.at("train").get<std::string>() + "; test " +
                    transforms.at("test").get<std::string>());
 }
 
-std::vector<int64_t> TrainingRun::sample_shape() const {
-  if (train_set_.is_tokens()) return {train_set_.images.size(1)};
-  const int64_t size = c_.data.image_size;
-  return {train_set_.channels(), size > 0 ? size : train_set_.height(), size > 0 ? size : train_set_.width()};
-}
-
-void TrainingRun::start_gpu_sampler() {
-  if (device_.is_cuda()) {
-    std::vector<int> nvml_indices;
-    for (const auto& device : local_devices()) {
-      metrics::reset_cuda_allocator_peak(device.index());
-      const int nvml_index = metrics::nvml_index_for_cuda_device(device.index());
-      if (nvml_index >= 0) nvml_indices.push_back(nvml_index);
-    }
-    if (!nvml_indices.empty()) {
-      sampler_.emplace(nvml_indices);
-      sampler_->start();
-    }
-  }
-}
-
 std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
-  clock_.plan_steady(global_step_, total_steps_);
+  monitor_.clock().plan_steady(position_.global_step, data_->total_steps());
 
   std::optional<Evaluation> last_eval;
-  if (plan_.restart.count > 0 && !plan_.resume_path.empty() && global_step_ == total_steps_) {
+  if (plan_.restart.count > 0 && !plan_.resume_path.empty() && position_.global_step == data_->total_steps()) {
     // Resumed at the run's end (resume_from allows it to a restarted job only): nothing to train, the
     // weights, evaluation and record of the run's end still to write.
-    export_weights();
-    trained_ = true;
-    evaluating_ = true;
-    last_eval = evaluate();
-    evaluating_ = false;
+    checkpoints_.export_weights(position_.global_step);
+    position_.trained = true;
+    position_.evaluating = true;
+    last_eval = engine_->evaluate(data_->test_loader());
+    position_.evaluating = false;
     return last_eval;
   }
-  for (int64_t epoch = start_.epoch; epoch < epochs_ && global_step_ < total_steps_ && !stop_rules_.paused(); ++epoch) {
+  for (int64_t epoch = position_.start.epoch;
+       epoch < data_->epochs() && position_.global_step < data_->total_steps() && !stop_rules_.paused(); ++epoch) {
     int64_t steps_done = 0;
     metrics::EpochRecord epoch_record = timed_epoch(epoch, progress, steps_done);
     if (stop_rules_.signal()) {
-      record_.epochs_detail.push_back(epoch_record);
-      stop_at_signal({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
+      recorder_.add_epoch(epoch_record);
+      stop_at_signal({epoch, data_->micro_batches_of(steps_done), position_.global_step, 0, 0});
     }
-    const bool last_epoch = epoch + 1 == epochs_ || global_step_ >= total_steps_;
+    const bool last_epoch = epoch + 1 == data_->epochs() || position_.global_step >= data_->total_steps();
     if (stop_rules_.paused()) {
       // A pause evaluates nothing and saves its place in the epoch, even at the epoch's end: the resumed run
       // evaluates that epoch as the run never paused does.
-      record_.epochs_detail.push_back(epoch_record);
-      save({epoch, micro_batches_of(steps_done), global_step_, 0, 0});
-      progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
+      recorder_.add_epoch(epoch_record);
+      checkpoints_.save({epoch, data_->micro_batches_of(steps_done), position_.global_step, 0, 0});
+      progress.end_epoch(epoch_summary(epoch, epoch_record, data_->sequence_length()));
       if (strategy_->is_main())
-        std::cout << "paused after step " << global_step_ << " of " << total_steps_
-                  << " (--stop-at-step): continue with --resume latest --checkpoint-dir " << c_.run.checkpoint_dir
+        std::cout << "paused after step " << position_.global_step << " of " << data_->total_steps()
+                  << " (--stop-at-step): continue with --resume latest --checkpoint-dir " << config().run.checkpoint_dir
                   << std::endl;
       break;
     }
     // Saved before the evaluation: an evaluation that fails (a model that cannot run in eval mode, memory
     // that runs out at the evaluation's batch size) must not take the trained state with it. A run stopped
     // inside the epoch (--max-steps) saves where it stopped, so that a resume continues it.
-    save(steps_done < steps_per_epoch_ ? TrainingPosition{epoch, micro_batches_of(steps_done), global_step_, 0, 0}
-                                       : TrainingPosition{epoch + 1, 0, global_step_, 0, 0});
+    checkpoints_.save(steps_done < data_->steps_per_epoch()
+                          ? TrainingPosition{epoch, data_->micro_batches_of(steps_done), position_.global_step, 0, 0}
+                          : TrainingPosition{epoch + 1, 0, position_.global_step, 0, 0});
     if (last_epoch) {
       // Trained only once the last checkpoint is on disk: its write failing fails the run as a synchronous
       // save's would, and --save-weights and the record come after it.
-      finish_checkpoint_writes();
-      export_weights();
-      trained_ = true;
+      checkpoints_.finish_writes();
+      checkpoints_.export_weights(position_.global_step);
+      position_.trained = true;
       // Nothing is replayed after the last step: the final evaluation's activations take the memory the graph's
       // pool held instead of adding to it (ResNet-50 amp-bf16 on one H200: 8.33 GiB on the device at the
       // evaluation against 7.27 while training, docs/results 2026-12-03 memory side by side).
-      if (steps_) steps_->release_graph();
+      engine_->release_graph();
     }
-    if (c_.run.eval_each_epoch || last_epoch) {
-      evaluating_ = true;
-      last_eval = evaluate();
-      evaluating_ = false;
+    if (config().run.eval_each_epoch || last_epoch) {
+      position_.evaluating = true;
+      last_eval = engine_->evaluate(data_->test_loader());
+      position_.evaluating = false;
       epoch_record.test_loss = last_eval->loss;
       epoch_record.test_accuracy = last_eval->accuracy;
     }
-    record_.epochs_detail.push_back(epoch_record);
-    if (scalar_log_) log_epoch(epoch_record);
-    progress.end_epoch(epoch_summary(epoch, epoch_record, sequence_length()));
+    recorder_.add_epoch(epoch_record);
+    if (monitor_.logging()) monitor_.log_epoch(position_.global_step, epochs_done(), epoch_record);
+    progress.end_epoch(epoch_summary(epoch, epoch_record, data_->sequence_length()));
   }
   return last_eval;
 }
 
 metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress, int64_t& steps_done) {
-  const int64_t first = epoch == start_.epoch ? start_.micro_batch : 0;
-  if (first == 0) totals_->reset();
-  metrics::synchronize(device_);
+  const int64_t first = epoch == position_.start.epoch ? position_.start.micro_batch : 0;
+  if (first == 0) engine_->totals().reset();
+  metrics::synchronize(device());
   metrics::Stopwatch epoch_clock;
   const auto epoch_start = std::chrono::steady_clock::now();
-  const int64_t step_before = global_step_;
-  clock_.begin_epoch(step_before);
+  const int64_t step_before = position_.global_step;
+  monitor_.clock().begin_epoch(step_before);
   steps_done = train_epoch(epoch, first, progress);
-  const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device_);
-  collect_step_phases();
+  const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device());
+  monitor_.collect_step_phases(engine_->runner());
   check_divergence();
-  const int64_t images = (micro_batches_of(steps_done) - first) * c_.run.batch_size * devices();
-  clock_.add_epoch(epoch_start, epoch_seconds, step_before, global_step_, images);
+  const int64_t images = (data_->micro_batches_of(steps_done) - first) * config().run.batch_size * devices();
+  monitor_.clock().add_epoch(epoch_start, epoch_seconds, step_before, position_.global_step, images);
 
   metrics::EpochRecord epoch_record;
   epoch_record.epoch = epoch;
   epoch_record.wall_seconds = epoch_seconds;
   epoch_record.images = images;
   epoch_record.images_per_second = epoch_seconds > 0 ? images / epoch_seconds : 0;
-  const RunningTotals epoch_totals = reduced_totals();
+  const RunningTotals epoch_totals = engine_->reduced_totals();
   const double samples = std::max(1.0, epoch_totals.samples.item<double>());
   epoch_record.train_loss = epoch_totals.loss_sum.item<double>() / samples;
   epoch_record.train_accuracy = epoch_totals.correct.item<double>() / samples;
@@ -381,37 +422,38 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
 }
 
 int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
-  const int64_t accum = c_.optim.grad_accum;
-  train_loader_->start_epoch(epoch, first_micro_batch);
+  const int64_t accum = config().optim.grad_accum;
+  data_->train_loader().start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
   // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
   int64_t step_in_epoch = (first_micro_batch + accum - 1) / accum;
   ProgressWindow window;
-  totals_->window_loss.zero_();
+  engine_->totals().window_loss.zero_();
   StepBatches batches;
-  while (step_in_epoch < steps_per_epoch_ && global_step_ < total_steps_) {
-    profiler_.before_step(global_step_ + 1);
+  while (step_in_epoch < data_->steps_per_epoch() && position_.global_step < data_->total_steps()) {
+    monitor_.trace_before_step(position_.global_step + 1);
     load_step_batches(step_in_epoch, batches, window);
     run_step(batches);
-    profiler_.after_step(global_step_);
+    monitor_.trace_after_step(position_.global_step);
     after_step(epoch, batches);
     ++step_in_epoch;
     save_on_cadence(epoch, step_in_epoch);
-    const bool progress_read = step_in_epoch % c_.run.log_every == 0 || step_in_epoch == steps_per_epoch_;
+    const bool progress_read = step_in_epoch % config().run.log_every == 0 || step_in_epoch == data_->steps_per_epoch();
     if (progress_read) read_progress(step_in_epoch, window, progress);
-    if (stop_rules_.stop_after(global_step_, total_steps_, progress_read)) break;
+    if (stop_rules_.stop_after(position_.global_step, data_->total_steps(), progress_read)) break;
   }
   return step_in_epoch;
 }
 
 void TrainingRun::load_step_batches(int64_t step_in_epoch, StepBatches& batches, ProgressWindow& window) {
-  const int64_t step_micro_batches = micro_batches_of(step_in_epoch + 1) - micro_batches_of(step_in_epoch);
+  const int64_t step_micro_batches =
+      data_->micro_batches_of(step_in_epoch + 1) - data_->micro_batches_of(step_in_epoch);
   batches.images.resize(static_cast<size_t>(step_micro_batches));
   batches.labels.resize(static_cast<size_t>(step_micro_batches));
   for (int64_t micro = 0; micro < step_micro_batches; ++micro) {
     const metrics::Stopwatch waiting;
-    auto batch = train_loader_->next();
-    phases_.add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
+    auto batch = data_->train_loader().next();
+    monitor_.phases().add_host_seconds(metrics::StepPhase::kData, waiting.elapsed_seconds());
     check(batch.has_value(), "data loader ended before the epoch's last step");
     batches.images[micro] = batch->images;
     batches.labels[micro] = batch->labels;
@@ -421,106 +463,47 @@ void TrainingRun::load_step_batches(int64_t step_in_epoch, StepBatches& batches,
 }
 
 void TrainingRun::run_step(const StepBatches& batches) {
-  optimizer_->set_learning_rate(schedule_->lr(global_step_));
-  // The shorter last window of an epoch runs eagerly: a captured step replays accum micro-batches.
-  if (batches.micro_batches() < c_.optim.grad_accum) {
-    steps_->run_eagerly(batches.images, batches.labels);
-  } else {
-    steps_->run(batches.images, batches.labels);
-  }
-  ++global_step_;
+  engine_->step(position_.global_step, batches.images, batches.labels);
+  ++position_.global_step;
 }
 
 void TrainingRun::after_step(int64_t epoch, const StepBatches& batches) {
-  if (hooks_.on_step)
-    hooks_.on_step({epoch, global_step_, step_loss_.item<double>() / static_cast<double>(batches.micro_batches())});
-  if (clock_.steady_starts_after(global_step_)) {
-    metrics::synchronize(device_);
-    clock_.start_steady();
-    phases_.start_counting();
-    steps_->take_replays();
+  if (monitor_.follows_steps()) {
+    const double mean_loss = engine_->step_loss() / static_cast<double>(batches.micro_batches());
+    monitor_.report_step(epoch, position_.global_step, mean_loss);
   }
-  // On the CPU the step's work is done when it returns, so the host's clock times each step; on CUDA only the
-  // progress reads wait for the device, and a stretch of steps ends there.
-  if (!device_.is_cuda()) clock_.mark(global_step_);
+  monitor_.after_step(position_.global_step, engine_->runner());
 }
 
 void TrainingRun::save_on_cadence(int64_t epoch, int64_t step_in_epoch) {
   // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
   // here too would write the same state twice, the second write waiting for the first.
-  const bool epoch_ends = step_in_epoch == steps_per_epoch_ || global_step_ >= total_steps_;
-  if (c_.run.checkpoint_every > 0 && global_step_ % c_.run.checkpoint_every == 0 && !epoch_ends)
-    save({epoch, micro_batches_of(step_in_epoch), global_step_, 0, 0});
+  const bool epoch_ends = step_in_epoch == data_->steps_per_epoch() || position_.global_step >= data_->total_steps();
+  if (config().run.checkpoint_every > 0 && position_.global_step % config().run.checkpoint_every == 0 && !epoch_ends)
+    checkpoints_.save({epoch, data_->micro_batches_of(step_in_epoch), position_.global_step, 0, 0});
 }
 
 void TrainingRun::read_progress(int64_t step_in_epoch, ProgressWindow& window, Progress& progress) {
-  const double mean_loss = totals_->window_loss.item<double>() / static_cast<double>(window.predictions);
-  collect_step_phases();  // the read above waited for the device
-  clock_.mark(global_step_);
+  const double mean_loss = engine_->totals().window_loss.item<double>() / static_cast<double>(window.predictions);
+  monitor_.collect_step_phases(engine_->runner());  // the read above waited for the device
+  monitor_.clock().mark(position_.global_step);
   const double seconds = window.clock.elapsed_seconds();
   const double samples_per_second = seconds > 0 ? window.images / seconds : 0;
-  if (scalar_log_) {  // before the divergence check, which may end the run: the log shows the window that diverged
+  // Before the divergence check, which may end the run: the log shows the window that diverged.
+  if (monitor_.logging()) {
     const double predictions = static_cast<double>(window.predictions * strategy_->world_size());
     log_progress(mean_loss, samples_per_second, seconds > 0 ? predictions / seconds : 0);
   }
   check_divergence();
-  const auto utilisation = flops_.at(samples_per_second);
+  const auto utilisation = monitor_.flops().at(samples_per_second);
   progress.update(step_in_epoch, samples_per_second, mean_loss, utilisation ? utilisation->mfu : std::nullopt);
-  totals_->window_loss.zero_();
+  engine_->totals().window_loss.zero_();
   window = ProgressWindow{};
 }
 
-int64_t TrainingRun::sequence_length() const { return train_set_.is_tokens() ? train_set_.images.size(1) : 0; }
-
-int64_t TrainingRun::micro_batches_of(int64_t steps) const {
-  return std::min(steps * c_.optim.grad_accum, micro_batches_per_epoch_);
-}
-
-Evaluation TrainingRun::evaluate() {
-  torch::NoGradGuard no_grad;
-  // Each rank evaluates its share of the test split: all with rank 0's statistics, which checkpoints keep.
-  strategy_->sync_buffers();
-  model_->eval();
-  test_loader_->start_epoch(0);
-  auto options = torch::TensorOptions().dtype(torch::kDouble).device(device_);
-  auto loss_sum = torch::zeros({}, options), correct = torch::zeros({}, options);
-  int64_t seen = 0;
-  while (auto batch = test_loader_->next()) {
-    torch::Tensor logits;
-    {
-      precision::AutocastGuard autocast(device_.type(), policy_.autocast, policy_.autocast_dtype);
-      logits = strategy_->forward(*model_, batch->images);
-    }
-    const auto predictions = prediction_logits(logits);
-    const auto labels = prediction_labels(batch->labels);
-    const auto [batch_loss, batch_correct] =
-        kernels::cross_entropy(predictions, labels, kernels::Reduction::kSum, c_.run.fused_kernels, classes_);
-    loss_sum.add_(batch_loss);
-    correct.add_(batch_correct);
-    seen += labels.size(0);
-  }
-  model_->train();
-  strategy_->all_reduce_sum(loss_sum);
-  strategy_->all_reduce_sum(correct);
-  const double total = static_cast<double>(seen * strategy_->world_size());
-  return {loss_sum.item<double>() / total, correct.item<double>() / total};
-}
-
-RunningTotals TrainingRun::reduced_totals() const {
-  RunningTotals sum(device_);
-  sum.loss_sum.copy_(totals_->loss_sum);
-  sum.correct.copy_(totals_->correct);
-  sum.samples.copy_(totals_->samples);
-  strategy_->all_reduce_sum(sum.loss_sum);
-  strategy_->all_reduce_sum(sum.correct);
-  strategy_->all_reduce_sum(sum.samples);
-  return sum;
-}
-
 void TrainingRun::check_divergence() {
-  const auto status = divergence_->read([&](torch::Tensor& t) { strategy_->all_reduce_sum(t); });
-  if (!status.diverged()) return;
-  stop_rules_.diverged(divergence_->describe(status, global_step_), status.first_step.value_or(global_step_));
+  if (const auto divergence = engine_->read_divergence(position_.global_step))
+    stop_rules_.diverged(divergence->what, divergence->first_step);
 }
 
 namespace {
