@@ -250,12 +250,11 @@ void read_parts(const std::string& path, const std::vector<ListedPart>& parts, i
     const std::string file = (fs::path(path).parent_path() / parts[i].file).string();
     check(fs::is_regular_file(file), path + ": its part file " + file + " is missing (the checkpoint has " +
                                          std::to_string(parts.size()) + " part files)");
-    std::map<std::string, std::string> meta;
-    read[i] = io::read_safetensors(file, &meta);
-    check(meta["format"] == std::string(kFormat) + kPartFormatSuffix, file + ": not a ptrain checkpoint part file");
-    check(meta["ptrain_checksum"] == parts[i].checksum,
-          file + ": not the part " + path + " lists (its checksum " + meta["ptrain_checksum"] + ", listed " +
-              parts[i].checksum + "): a part of another write of this step");
+    PartFile part = load_part(file);
+    check(part.checksum == parts[i].checksum,
+          file + ": not the part " + path + " lists (its checksum " + part.checksum + ", listed " + parts[i].checksum +
+              "): a part of another write of this step");
+    read[i] = std::move(part.tensors);
   });
   for (auto& tensors : read)
     for (auto& named : tensors) all.push_back(std::move(named));
@@ -282,24 +281,22 @@ void save_checkpoint(const std::string& path, const Checkpoint& c, const Checkpo
   if (!c.lineage.run_id.empty()) meta["lineage"] = lineage_json(c.lineage).dump();
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
+  // The parts a file already at path names (a step written again by a resumed run) stay until the new file
+  // has replaced it.
+  const auto replaced = part_files_of(path);
   const std::vector<io::NamedTensors> runs = cut_into_parts(all, write.part_bytes);
   if (runs.size() == 1) {
-    const auto replaced = part_files_of(path);
     io::write_safetensors(path, all, meta, /*checksum=*/true, write.before_rename, write.before_reading);
-    std::error_code ec;
-    for (const auto& file : replaced) fs::remove(file, ec);
-    return;
-  }
-  // The parts it replaces (a step written again by a resumed run) stay until the new file has replaced it.
-  const auto replaced = part_files_of(path);
-  const nlohmann::json parts = write_parts(path, runs, write);
-  meta["parts"] = parts.dump();
-  try {
-    io::write_safetensors(path, {}, meta, /*checksum=*/true, write.before_rename);
-  } catch (...) {
-    std::error_code ec;
-    for (const auto& part : parts) fs::remove(parent / part.at("file").get<std::string>(), ec);
-    throw;
+  } else {
+    const nlohmann::json parts = write_parts(path, runs, write);
+    meta["parts"] = parts.dump();
+    try {
+      io::write_safetensors(path, {}, meta, /*checksum=*/true, write.before_rename);
+    } catch (...) {
+      std::error_code ec;
+      for (const auto& part : parts) fs::remove(parent / part.at("file").get<std::string>(), ec);
+      throw;
+    }
   }
   std::error_code ec;
   for (const auto& file : replaced) fs::remove(file, ec);
@@ -406,6 +403,7 @@ PartFile load_part(const std::string& path) {
   part.tensors = io::read_safetensors(path, &meta);
   check(meta["format"] == std::string(kFormat) + kPartFormatSuffix, path + ": not a part file of a ptrain checkpoint");
   require_checksum(meta, path);
+  part.checksum = meta["ptrain_checksum"];
   part.part = metadata_int(meta, "part", path);
   part.parts = metadata_int(meta, "parts", path);
   check(part.part >= 0 && part.part < part.parts,

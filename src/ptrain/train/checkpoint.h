@@ -101,6 +101,7 @@ bool named_as_shard(const std::string& path);
 // ptrain::Error naming path when it is none. Loading the checkpoint that names it reads them all.
 struct PartFile {
   int64_t part = 0, parts = 0;
+  std::string checksum;  // its "ptrain_checksum", which the checkpoint that names it lists
   io::NamedTensors tensors;
 };
 PartFile load_part(const std::string& path);

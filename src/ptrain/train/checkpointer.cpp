@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -63,21 +64,23 @@ std::function<void(std::string_view)> arrived_bytes(const StagedSections& staged
   };
 }
 
+// A test seam's whole number from the environment, at least minimum; none when unset. Refused naming the
+// variable otherwise.
+std::optional<int64_t> test_seam(const char* variable, int64_t minimum, const std::string& unit) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr) return std::nullopt;
+  char* end = nullptr;
+  const int64_t value = std::strtoll(text, &end, 10);
+  check(*text != '\0' && *end == '\0' && value >= minimum, std::string(variable) + "=" + text + ": expected " + unit +
+                                                             ", a whole number >= " + std::to_string(minimum));
+  return value;
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(options)) {
-  if (const char* delay = std::getenv(kTestWriteDelayVariable); delay && options_.async) {
-    char* end = nullptr;
-    test_delay_ms_ = std::strtoll(delay, &end, 10);
-    check(*delay != '\0' && *end == '\0' && test_delay_ms_ >= 0,
-          std::string(kTestWriteDelayVariable) + "=" + delay + ": expected milliseconds, a whole number >= 0");
-  }
-  if (const char* bytes = std::getenv(kTestPartBytesVariable)) {
-    char* end = nullptr;
-    part_bytes_ = std::strtoll(bytes, &end, 10);
-    check(*bytes != '\0' && *end == '\0' && part_bytes_ > 0,
-          std::string(kTestPartBytesVariable) + "=" + bytes + ": expected bytes, a whole number > 0");
-  }
+  if (options_.async) test_delay_ms_ = test_seam(kTestWriteDelayVariable, 0, "milliseconds").value_or(0);
+  part_bytes_ = test_seam(kTestPartBytesVariable, 1, "bytes").value_or(kCheckpointPartBytes);
   if (!options_.owner) return;
   fs::create_directories(options_.dir);
   lock();
