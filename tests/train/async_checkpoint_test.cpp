@@ -123,7 +123,8 @@ TEST(AsyncCheckpoint, HoldsWhatASynchronousSaveWritesAndResumesBitForBit) {
   ASSERT_EQ(phases.size(), 6u);
   for (size_t i = 0; i < phases.size(); ++i) {
     EXPECT_GT(phases[i]["files"].get<double>(), 0) << phases.dump();
-    EXPECT_LE(phases[i]["files"].get<double>() + phases[i]["pruning"].get<double>(), writes[i].get<double>()) << phases.dump();
+    EXPECT_LE(phases[i]["files"].get<double>() + phases[i]["pruning_waited"].get<double>(), writes[i].get<double>())
+        << phases.dump();
     EXPECT_GE(phases[i]["copies_waited"].get<double>(), 0) << phases.dump();
     EXPECT_GE(phases[i]["copies_queued"].get<double>(), 0) << phases.dump();
     EXPECT_LE(phases[i]["copies_queued"].get<double>(), phases[i]["files"].get<double>()) << phases.dump();
@@ -137,6 +138,43 @@ TEST(AsyncCheckpoint, HoldsWhatASynchronousSaveWritesAndResumesBitForBit) {
   EXPECT_EQ(resumed.steps, 24);
   expect_same_content(sync_files.back(), ptrain::train::checkpoint_path((dir / "resumed").string(), 24));
   EXPECT_DOUBLE_EQ(*resumed.final_test_accuracy, *sync.final_test_accuracy);
+}
+
+// --keep-checkpoints under --async-checkpoint: each write's removals run beside the steps after it, and the next
+// write waits for them before its files; the run's end waits for the last ones. What is left is what a
+// synchronous run keeps, every checkpoint in its part files (removed a thread each) and nothing else.
+TEST(AsyncCheckpoint, KeepCheckpointsRemovesOldOnesBesideTheStepsAndLeavesWhatASynchronousRunKeeps) {
+  ptrain::testing::TempDir tmp;
+  const ScopedEnvironment in_parts(ptrain::train::kTestPartBytesVariable, "65536");
+  std::map<bool, std::vector<std::string>> kept;
+  for (const bool async : {false, true}) {
+    const std::string dir = tmp.file(async ? "async" : "sync");
+    auto c = small_run(dir, async);
+    c.run.keep_checkpoints = 2;
+    const auto record = train(c);
+    kept[async] = names_of(ptrain::train::list_checkpoints(dir));
+    const std::string step_20 = fs::path(ptrain::train::checkpoint_path(dir, 20)).stem().string();
+    const std::string step_24 = fs::path(ptrain::train::checkpoint_path(dir, 24)).stem().string();
+    size_t parts = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name == ptrain::train::kCheckpointLockFile) continue;
+      const bool of_a_kept_checkpoint = name.rfind(step_20 + ".", 0) == 0 || name.rfind(step_24 + ".", 0) == 0;
+      EXPECT_TRUE(of_a_kept_checkpoint) << "async " << async << ": " << name << " was left";
+      parts += name.find(".part-") != std::string::npos;
+    }
+    EXPECT_EQ(parts, 2 * static_cast<size_t>(ptrain::train::kMaxCheckpointParts)) << "async " << async;
+    if (!async) continue;
+    // Saves at steps 5, 10, 12, 15, 20 and 24: from the second write on, each waited for the removals after the
+    // write before it, which it records.
+    const auto& phases = record.extra.at("checkpoint_write_phases");
+    ASSERT_EQ(phases.size(), 6u) << phases.dump();
+    EXPECT_EQ(phases[0]["pruning"].get<double>(), 0) << phases.dump();
+    for (size_t i = 1; i < phases.size(); ++i) EXPECT_GT(phases[i]["pruning"].get<double>(), 0) << phases.dump();
+  }
+  EXPECT_EQ(kept[true], kept[false]);
+  EXPECT_EQ(kept[true], names_of({ptrain::train::checkpoint_path(tmp.file("async"), 20),
+                                   ptrain::train::checkpoint_path(tmp.file("async"), 24)}));
 }
 
 // A regular file where the directory was: the write's temporary file cannot be created there.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "ptrain/metrics/timer.h"
+
 namespace ptrain::train {
 
 const char* to_string(StagingPlace place) { return place == StagingPlace::device ? "device" : "host"; }
@@ -29,12 +31,18 @@ HostStagingArea::~HostStagingArea() {
 }
 
 void HostStagingArea::reserve(const std::vector<io::NamedTensors>& sections) {
-  const int64_t bytes = staging_bytes(sections);
+  const int64_t bytes = staging_bytes(sections) + kStagingSlackBytes;
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (bytes == 0 || bytes <= bytes_ || (pinning_.valid() && bytes <= pinning_bytes_)) return;
+  if (bytes == kStagingSlackBytes || bytes <= bytes_ || (pinning_.valid() && bytes <= pinning_bytes_)) return;
   if (pinning_.valid()) pinning_.wait();
   pinning_bytes_ = bytes;
-  pinning_ = std::async(std::launch::async, [bytes] { return pin_host_bytes(bytes); });
+  pinning_ = std::async(std::launch::async, [this, bytes] {
+    const metrics::Stopwatch clock;
+    auto pinned = pin_host_bytes(bytes);
+    const std::lock_guard<std::mutex> lock(pinnings_mutex_);  // not mutex_: block() holds it while it waits here
+    pinnings_.push_back({bytes, clock.elapsed_seconds(), true});
+    return pinned;
+  });
 }
 
 std::shared_ptr<char> HostStagingArea::block(int64_t bytes) {
@@ -53,10 +61,18 @@ std::shared_ptr<char> HostStagingArea::block(int64_t bytes) {
   }
   if (bytes > bytes_) {
     block_.reset();  // unpinned before the larger one is pinned
+    const metrics::Stopwatch clock;
     block_ = pin_host_bytes(bytes);
     bytes_ = bytes;
+    const std::lock_guard<std::mutex> pinnings_lock(pinnings_mutex_);
+    pinnings_.push_back({bytes, clock.elapsed_seconds(), false});
   }
   return block_;
+}
+
+std::vector<HostStagingArea::Pinning> HostStagingArea::pinnings() {
+  const std::lock_guard<std::mutex> lock(pinnings_mutex_);
+  return pinnings_;
 }
 
 bool device_snapshot_fits(int64_t snapshot_bytes, int64_t free_bytes, int64_t total_bytes) {

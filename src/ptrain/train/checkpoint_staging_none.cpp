@@ -8,6 +8,10 @@ std::shared_ptr<char> pin_host_bytes(int64_t) {
   throw Error("pinned host memory needs a ptrain built with CUDA");
 }
 
+std::vector<io::NamedTensors> copy_to_pinned_host(std::vector<io::NamedTensors> sections, HostStagingArea&) {
+  return sections;  // no tensor of a CPU build is on a device
+}
+
 std::unique_ptr<StagedSections> stage_sections(std::vector<io::NamedTensors> sections, std::shared_ptr<HostStagingArea>) {
   for (auto& section : sections)
     for (auto& [name, tensor] : section) {

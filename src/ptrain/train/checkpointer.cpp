@@ -113,6 +113,7 @@ Checkpointer::~Checkpointer() {
   // process that exits with it half written would leave only the previous checkpoint. Its own error, if
   // any, comes second to the one ending the run.
   if (worker_.joinable()) worker_.join();
+  if (pruner_.joinable()) pruner_.join();
   // Closing releases the lock. The file stays: removing it would let a run that opened it a moment before
   // lock a file no longer in the directory while a third run creates and locks a new one.
   if (lock_fd_ >= 0) ::close(lock_fd_);
@@ -157,15 +158,31 @@ void Checkpointer::refuse_or_remove_other_runs_checkpoints() {
   std::cout << "removed " << what << " in " << options_.dir << " (--overwrite-checkpoints)" << std::endl;
 }
 
+namespace {
+
+// A checkpoint's tensors, section by section, in the order put_sections() takes them back.
+std::vector<io::NamedTensors> take_sections(Checkpoint& checkpoint) {
+  std::vector<io::NamedTensors> sections;
+  for (auto* section : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress})
+    sections.push_back(std::move(*section));
+  return sections;
+}
+
+void put_sections(Checkpoint& checkpoint, std::vector<io::NamedTensors> sections) {
+  checkpoint.model = std::move(sections.at(0));
+  checkpoint.optimizer = std::move(sections.at(1));
+  checkpoint.scaler = std::move(sections.at(2));
+  checkpoint.progress = std::move(sections.at(3));
+}
+
+}  // namespace
+
 PendingWrite Checkpointer::take(const std::string& path, Checkpoint checkpoint) {
   PendingWrite pending;
   pending.path = path;
   if (options_.async) {
     wait();
-    std::vector<io::NamedTensors> tensors;
-    for (auto* section : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scaler, &checkpoint.progress})
-      tensors.push_back(std::move(*section));
-    pending.staged = stage(std::move(tensors));
+    pending.staged = stage(take_sections(checkpoint));
   }
   pending.checkpoint = std::move(checkpoint);
   return pending;
@@ -194,6 +211,7 @@ void Checkpointer::write(PendingWrite pending) {
   checkpoint.lineage = lineage_;
   checkpoint.lineage.sequence = lineage_.sequence + 1;
   if (!options_.async) {
+    put_sections(checkpoint, copy_to_pinned_host(take_sections(checkpoint), *host_area_));
     save_checkpoint(path, checkpoint, {{}, {}, part_bytes_});
     lineage_.sequence = checkpoint.lineage.sequence;
     last_written_ = path;
@@ -208,26 +226,32 @@ void Checkpointer::write(PendingWrite pending) {
   start_write(path, step, /*whole=*/true,
               [this, path, staged = std::move(pending.staged), checkpoint = std::move(checkpoint),
                delay = test_delay(), part_bytes = part_bytes_]() mutable {
+                const metrics::Stopwatch pruning;
+                // Its failure is this write's, but only once the files are written: they hold a state that trained.
+                std::exception_ptr pruning_error;
+                try {
+                  join_pruner();
+                } catch (...) {
+                  pruning_error = std::current_exception();
+                }
+                done_.phases.pruning = pruner_seconds_;
+                done_.phases.pruning_waited = pruning.elapsed_seconds();
                 const metrics::Stopwatch clock;
-                auto arriving = staged->begin_host_copies();
+                put_sections(checkpoint, staged->begin_host_copies());
                 done_.phases.copies_queued = clock.elapsed_seconds();
-                checkpoint.model = std::move(arriving[0]);
-                checkpoint.optimizer = std::move(arriving[1]);
-                checkpoint.scaler = std::move(arriving[2]);
-                checkpoint.progress = std::move(arriving[3]);
                 std::atomic<double> waited{0};
                 save_checkpoint(path, checkpoint, {delay, arrived_bytes(*staged, waited), part_bytes});
                 done_.phases.files = clock.elapsed_seconds();
                 done_.phases.copies_waited = waited;
-                prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
-                done_.phases.pruning = clock.elapsed_seconds() - done_.phases.files;
+                if (pruning_error) std::rethrow_exception(pruning_error);
+                prune_in_background();
               });
 }
 
 void Checkpointer::write(const std::string& path, Checkpoint checkpoint) { write(take(path, std::move(checkpoint))); }
 
 void Checkpointer::reserve_host_memory(const std::vector<io::NamedTensors>& sections) {
-  if (options_.async) host_area_->reserve(sections);
+  host_area_->reserve(sections);
 }
 
 std::shared_ptr<StagedSections> Checkpointer::stage(std::vector<io::NamedTensors> sections) {
@@ -256,7 +280,7 @@ void Checkpointer::write_shard_file(PendingWrite pending) {
   const std::string& path = pending.path;
   auto& shard = *pending.shard;
   if (!options_.async) {
-    save_shard(path, shard.rank, shard.ranks, shard.tensors, shard.layout);
+    save_shard(path, shard.rank, shard.ranks, copy_to_pinned_host({shard.tensors}, *host_area_).at(0), shard.layout);
     return;
   }
   wait();
@@ -311,6 +335,35 @@ void Checkpointer::wait() {
   if (done_.whole) {
     last_written_ = done_.path;
     last_written_step_ = done_.step;
+  }
+}
+
+void Checkpointer::wait_all() {
+  wait();
+  join_pruner();
+}
+
+void Checkpointer::prune_in_background() {
+  pruner_ = std::thread([this] {
+    const metrics::Stopwatch clock;
+    try {
+      prune_checkpoints(options_.dir, options_.keep, options_.resumed_from);
+    } catch (...) {
+      pruner_error_ = std::current_exception();
+    }
+    pruner_seconds_ = clock.elapsed_seconds();
+  });
+}
+
+void Checkpointer::join_pruner() {
+  if (!pruner_.joinable()) return;
+  pruner_.join();
+  if (!pruner_error_) return;
+  const std::exception_ptr error = std::exchange(pruner_error_, nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    throw Error("--keep-checkpoints: removing old checkpoints in " + options_.dir + " failed: " + e.what());
   }
 }
 

@@ -84,8 +84,11 @@ struct WritePhases {
   // Of those, summed over the threads that write the files: waiting for bytes still being copied from the
   // device (checkpoint_staging.h). Thread-seconds: up to kMaxCheckpointParts threads wait at once.
   double copies_waited = 0;
-  // --keep-checkpoints' removals after it.
+  // The previous write's --keep-checkpoints removals, which run beside the steps once that write is done: how
+  // long they took, and how long this write's thread waited for them before its files (so that no more
+  // checkpoints are ever on disk than with the removals inline).
   double pruning = 0;
+  double pruning_waited = 0;
 };
 
 class Checkpointer {
@@ -115,17 +118,22 @@ class Checkpointer {
   void write_shard(const std::string& path, int64_t rank, int64_t ranks, const io::NamedTensors& shards,
                    const nlohmann::json& layout);
   bool async() const { return options_.async; }
-  // --async-checkpoint on a GPU: begins pinning the host memory that checkpoints of a state like this one are
-  // copied into (checkpoint_staging.h's HostStagingArea), in the background, so that the first save does not
-  // pay for it. Nothing otherwise.
+  // On a GPU: begins pinning the host memory that checkpoints of a state like this one are copied into
+  // (checkpoint_staging.h's HostStagingArea: every save's, synchronous or not), in the background, so that the
+  // first save does not pay for it. Nothing otherwise.
   void reserve_host_memory(const std::vector<io::NamedTensors>& sections);
   // Returns once no write is in flight. A background write that failed throws here (once): a ptrain::Error
   // naming the checkpoint, as a synchronous write's failure would have thrown from write().
   void wait();
+  // wait(), then also for the last write's --keep-checkpoints removals, which otherwise run beside the steps
+  // until the next write begins: at the run's end, so that what it keeps is what it leaves.
+  void wait_all();
   // Whether a background write is in flight (or done and not yet waited for).
   bool writing() const { return worker_.joinable(); }
   // Where the last async write was staged (checkpoint_staging.h); none before the first.
   std::optional<StagingPlace> staging() const { return staging_; }
+  // The pinned host blocks saves copied into (checkpoint_staging.h), in order: none on a CPU.
+  std::vector<HostStagingArea::Pinning> staging_pinnings() const { return host_area_->pinnings(); }
   // Seconds background writes took, those waited for (async only; 0 otherwise).
   double write_seconds() const;
   // The same, write by write, in order.
@@ -161,6 +169,13 @@ class Checkpointer {
     WritePhases phases;
     std::exception_ptr error;
   } done_;
+  // The --keep-checkpoints removals after the last write, beside the steps: started by that write's thread at
+  // its end, joined by the next write's thread (or wait_all()); only those threads touch these.
+  std::thread pruner_;
+  double pruner_seconds_ = 0;
+  std::exception_ptr pruner_error_;
+  void prune_in_background();
+  void join_pruner();
   std::vector<double> writes_seconds_;
   std::vector<WritePhases> writes_phases_;
   int64_t test_delay_ms_ = 0;

@@ -112,11 +112,12 @@ TrainingPosition RunCheckpoints::resume(const RunShape& shape) {
 }
 
 void RunCheckpoints::reserve_staging() {
-  if (!checkpointer_ || !checkpointer_->async()) return;
+  if (!checkpointer_) return;
   // The state a save stages: the whole checkpoint's on the rank that writes it, each rank's shards when
-  // sharded (a block too small for a later save is pinned again by that save's write).
+  // sharded (a block too small for a later save is pinned again by that save's write). Not the progress
+  // totals: reading them is collective; the block's slack holds them.
   if (options_.sharded || options_.is_main)
-    checkpointer_->reserve_host_memory({state_.model_state(), state_.optimizer_state()});
+    checkpointer_->reserve_host_memory({state_.model_state(), state_.optimizer_state(), state_.scaler_state()});
 }
 
 double RunCheckpoints::Blocking::total() const { return std::accumulate(saves.begin(), saves.end(), end_wait); }
@@ -135,13 +136,13 @@ void RunCheckpoints::finish_writes() {
   if (!checkpointer_ || !checkpointer_->async()) return;
   const BlockedTime blocked(blocking_.end_wait);
   settle_writes();
-  checkpointer_->wait();
+  checkpointer_->wait_all();
 }
 
 std::string RunCheckpoints::wait_quietly() {
   if (!checkpointer_) return "";
   try {
-    checkpointer_->wait();  // what it holds counts as kept only once written
+    checkpointer_->wait_all();  // what it holds counts as kept only once written
   } catch (const std::exception& write_error) {
     return write_error.what();
   }
@@ -324,10 +325,15 @@ void RunCheckpoints::record(metrics::RunRecord& record) const {
       phases.push_back({{"files", p.files},
                         {"copies_queued", p.copies_queued},
                         {"copies_waited", p.copies_waited},
-                        {"pruning", p.pruning}});
+                        {"pruning", p.pruning},
+                        {"pruning_waited", p.pruning_waited}});
     record.extra["checkpoint_write_phases"] = std::move(phases);
   }
   if (const auto staging = checkpointer_->staging()) record.extra["checkpoint_staging"] = to_string(*staging);
+  nlohmann::json pinnings = nlohmann::json::array();
+  for (const auto& p : checkpointer_->staging_pinnings())
+    pinnings.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}, {"reserved", p.reserved}});
+  if (!pinnings.empty()) record.extra["checkpoint_pinned_blocks"] = std::move(pinnings);
 }
 
 }  // namespace ptrain::train
