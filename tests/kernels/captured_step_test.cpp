@@ -6,8 +6,10 @@
 #include <thread>
 
 #include "gpu.h"
+#include "temp_dir.h"
 #include "ptrain/dist/ports.h"
 #include "ptrain/dist/process_group.h"
+#include "ptrain/train/checkpoint.h"
 #include "ptrain/train/checkpoint_staging.h"
 #include "ptrain/train/plan.h"
 #include "ptrain/train/trainer.h"
@@ -189,6 +191,66 @@ TEST(CheckpointStaging, SavesCopyIntoOnePinnedBlockReservedBeforeTheFirst) {
     if (first_block == nullptr) first_block = static_cast<const char*>(w.data_ptr());
     EXPECT_EQ(static_cast<const char*>(w.data_ptr()), first_block) << "save " << save << " pinned a block of its own";
   }
+}
+
+// A synchronous save's copy: each CUDA tensor into the area's pinned block (a transposed one in its logical
+// order, a bf16 one of an odd size at its aligned offset), the host tensors as they are; the next save reuses
+// the block. A device snapshot of the same sections holds the same values.
+TEST(CheckpointStaging, ASynchronousSaveCopiesIntoThePinnedBlockAndMatchesTheSnapshot) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA, 0);
+  const auto base = torch::arange(12, on_gpu.dtype(torch::kFloat)).reshape({3, 4});
+  ptrain::io::NamedTensors section = {{"t", base.t()},
+                                      {"h", torch::arange(5, on_gpu.dtype(torch::kBFloat16))},
+                                      {"host", torch::full({2}, 5.0f)}};
+  ptrain::train::HostStagingArea area;
+  const char* first_block = nullptr;
+  for (int save = 0; save < 2; ++save) {
+    if (save == 1) section[1].second.add_(1);
+    const auto copies = ptrain::train::copy_to_pinned_host({section}, area).at(0);
+    ASSERT_EQ(copies.size(), 3u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(copies[i].second.device().is_cpu()) << copies[i].first;
+      EXPECT_TRUE(copies[i].second.is_pinned()) << copies[i].first;
+      EXPECT_TRUE(torch::equal(copies[i].second, section[i].second.cpu())) << copies[i].first << " save " << save;
+    }
+    EXPECT_EQ(copies[2].second.data_ptr(), section[2].second.data_ptr());
+    if (first_block == nullptr) first_block = static_cast<const char*>(copies[0].second.data_ptr());
+    EXPECT_EQ(static_cast<const char*>(copies[0].second.data_ptr()), first_block) << "save " << save;
+  }
+  const auto snapshot = ptrain::train::stage_sections({section})->finish().at(0);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(snapshot[i].second, section[i].second.cpu())) << snapshot[i].first;
+}
+
+// The check before every save, on a GPU (StepEngine::finite's fused path), with fp32 and with bf16 parameters,
+// saving synchronously and not: a run that trains well saves every checkpoint it is asked for; one whose
+// learning rate of 1e6 turns its weights non-finite saves none that is not finite, and says where it diverged.
+TEST(CheckpointStaging, OnAGpuADivergedStateIsNeverSavedAndAFiniteOneIs) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  for (const std::string precision : {"fp32", "bf16"})
+    for (const bool async : {false, true})
+      for (const double lr : {1e-3, 1e6}) {
+        const std::string what = precision + (async ? " async" : " sync") + " lr " + std::to_string(lr);
+        ptrain::testing::TempDir tmp;
+        auto c = small_run(/*graphs=*/true, precision, "resnet20");
+        c.optim.lr = lr;
+        c.run.checkpoint_dir = tmp.path();
+        c.run.checkpoint_every = 4;
+        c.run.keep_checkpoints = 0;
+        c.run.on_divergence = "warn";
+        c.run.async_checkpoint = async;
+        const auto record = ptrain::train::train(ptrain::train::make_plan(c), "test");
+        const auto saved = ptrain::train::list_checkpoints(tmp.path());
+        if (lr < 1) {
+          EXPECT_FALSE(record.diverged_at_step.has_value()) << what;
+          EXPECT_EQ(saved.size(), 3u) << what;
+        } else {
+          EXPECT_TRUE(record.diverged_at_step.has_value()) << what;
+        }
+        for (const auto& path : saved)
+          for (const auto& [name, tensor] : ptrain::train::load_checkpoint(path).model)
+            if (tensor.is_floating_point()) EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>()) << what << " " << path << " " << name;
+      }
 }
 
 }  // namespace
