@@ -13,7 +13,8 @@ Usage: check_component_includes.py ROOT (the directory holding src/ptrain). Prin
 (file, line, the included header, its component, and the DEPS) and exits 1 when there is any; exits 2 when the
 CMake files cannot be read as ptrain_component calls.
 
-Some folders below a component may not include a component its DEPS name: FOLDERS_WITHOUT lists them.
+Some folders below a component may not include a component its DEPS name, directly or through the headers they
+include: FOLDERS_WITHOUT lists them.
 """
 
 import re
@@ -25,9 +26,10 @@ SET_CALL = re.compile(r"\bset\s*\(\s*(\w+)\s+([^)]*)\)", re.S)
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](ptrain/[^">]+)[">]')
 KEYWORDS = ("NAME", "SOURCES", "DEPS", "LIBS")
 SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cu", ".cuh")
-# Folders below src/ptrain whose files may not include the components named, whatever their component's DEPS say.
-# The run's parts (train/run/) are built from the Plan's resolved sections, never from the config they came from:
-# a part that read the config could decide again what make_plan decided.
+# Folders below src/ptrain whose files may not include the components named, whatever their component's DEPS say,
+# nor any header that includes one of them (at any depth): a header that brings the config along lets a file use it
+# without naming it. The run's parts (train/run/) are built from the Plan's resolved sections, never from the config
+# they came from: a part that read the config could decide again what make_plan decided.
 FOLDERS_WITHOUT = {"train/run": ("config",)}
 
 
@@ -104,32 +106,67 @@ def owner(relative, by_folder):
     return own[0] if own else (components[0] if len(components) == 1 else None)
 
 
+def includes_of(path):
+    """(line number, header) of each #include "ptrain/..." of a file."""
+    found = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        match = INCLUDE.match(line)
+        if match:
+            found.append((number, match.group(1)))
+    return found
+
+
+def chain_to_refused(header, refused, library, by_folder, memo, visiting=frozenset()):
+    """The headers from `header` to the first one (at any depth of its includes) of a component in refused, as a
+    list ending with it; None when there is none."""
+    if header in memo:
+        return memo[header]
+    included = owner(Path(header).relative_to("ptrain"), by_folder)
+    if included is not None and included.name in refused:
+        return [header]
+    path = library / Path(header).relative_to("ptrain")
+    chain = None
+    if path.is_file() and header not in visiting:
+        for _, inner in includes_of(path):
+            rest = chain_to_refused(inner, refused, library, by_folder, memo, visiting | {header})
+            if rest:
+                chain = [header] + rest
+                break
+    memo[header] = chain
+    return chain
+
+
 def violations(root):
     library, by_folder, by_name = load(root)
     for name, c in by_name.items():
         for dep in c.deps:
             if dep not in by_name:
                 yield f"src/ptrain/{c.folder}/CMakeLists.txt: component {name} names DEPS {dep}, which no ptrain_component declares"
+    refused_chains = {}  # folder -> header -> its chain_to_refused
     for path in sorted(p for p in library.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()):
         relative = path.relative_to(library)
         including = owner(relative, by_folder)
         if including is None:
             continue
         allowed = {including.name, *including.deps}
-        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            match = INCLUDE.match(line)
-            if not match:
-                continue
-            header = match.group(1)
+        for number, header in includes_of(path):
             included = owner(Path(header).relative_to("ptrain"), by_folder)
             shown = f"src/ptrain/{relative}:{number}: includes {header}"
+            for folder, refused in FOLDERS_WITHOUT.items():
+                if not relative.is_relative_to(folder):
+                    continue
+                if included is not None and included.name in refused:
+                    yield f"{shown} (component {included.name}): no file under src/ptrain/{folder}/ may include it"
+                    continue
+                chain = chain_to_refused(header, refused, library, by_folder, refused_chains.setdefault(folder, {}))
+                if chain:
+                    reached = owner(Path(chain[-1]).relative_to("ptrain"), by_folder).name
+                    yield (f"{shown}, which includes {' -> '.join(chain[1:])} (component {reached}): no file under "
+                           f"src/ptrain/{folder}/ may include it, directly or through the headers it includes")
             if included is None:
                 if (library / Path(header).relative_to("ptrain")).exists():
                     yield f"{shown}, which belongs to no ptrain_component"
                 continue
-            for folder, refused in FOLDERS_WITHOUT.items():
-                if relative.is_relative_to(folder) and included.name in refused:
-                    yield f"{shown} (component {included.name}): no file under src/ptrain/{folder}/ may include it"
             if included.name not in allowed:
                 yield (f"{shown} (component {included.name}), but the DEPS of component {including.name} name only: "
                        f"{' '.join(including.deps) or 'nothing'}")

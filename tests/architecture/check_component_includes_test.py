@@ -112,6 +112,29 @@ class Checker(unittest.TestCase):
         self.assertIn("src/ptrain/train/run/part.cpp:2: includes ptrain/config/config.h", result.stdout)
         self.assertIn("no file under src/ptrain/train/run/ may include it", result.stdout)
 
+    def test_the_runs_parts_may_not_reach_the_config_through_the_headers_they_include(self):
+        tree = {
+            "src/ptrain/config/CMakeLists.txt": "ptrain_component(NAME config SOURCES config.cpp)\n",
+            "src/ptrain/config/config.h": "#pragma once\n",
+            "src/ptrain/config/config.cpp": '#include "ptrain/config/config.h"\n',
+            "src/ptrain/train/CMakeLists.txt": (
+                "ptrain_component(NAME train SOURCES plan.cpp schedule.cpp run/part.cpp DEPS config)\n"),
+            "src/ptrain/train/plan.h": '#include "ptrain/train/schedule.h"\n',
+            "src/ptrain/train/plan.cpp": '#include "ptrain/train/plan.h"\n#include "ptrain/config/config.h"\n',
+            "src/ptrain/train/schedule.h": '#pragma once\n#include "ptrain/train/schedule.h"\n',
+            "src/ptrain/train/schedule.cpp": '#include "ptrain/train/schedule.h"\n#include "ptrain/config/config.h"\n',
+            "src/ptrain/train/run/part.cpp": '#include "ptrain/train/plan.h"\n',
+        }
+        result = self.check(tree)
+        self.assertEqual(result.returncode, 0, result.stdout)  # a header including itself ends the search
+        tree["src/ptrain/train/schedule.h"] = '#pragma once\n#include "ptrain/config/config.h"\n'
+        result = self.check(tree)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stdout.splitlines(), [
+            "src/ptrain/train/run/part.cpp:1: includes ptrain/train/plan.h, which includes ptrain/train/schedule.h -> "
+            "ptrain/config/config.h (component config): no file under src/ptrain/train/run/ may include it, directly "
+            "or through the headers it includes"])
+
     def test_ptrain_itself_includes_only_what_its_deps_name(self):
         result = run_checker(PROJECT_ROOT)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)

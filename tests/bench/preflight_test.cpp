@@ -63,7 +63,7 @@ TEST(RunLength, CountsTheStepsTheTrainerTrains) {
     arguments.insert(arguments.end(), shape.flags.begin(), shape.flags.end());
     const config::TrainConfig config = train_config_of(arguments, 1);
     const train::Plan plan = train::make_plan(config);
-    const RunLength predicted = run_length(plan.config, 100, 1, shape.replicas);
+    const RunLength predicted = run_length(plan.length, plan.optimization.schedule, 100, 1, shape.replicas);
     const metrics::RunRecord trained = train::train(plan, "preflight_test");
     EXPECT_EQ(predicted.total_steps, trained.steps) << ::testing::PrintToString(shape.flags);
   }
@@ -79,14 +79,17 @@ TEST(RunLength, TheStandardWarmUpIsLongerThanSixtySteps) {
   for (const auto& [key, value] : standard.workload) workload << key << ": " << value << "\n";
   workload.close();
   config::TrainConfig c = train_config_of({"--config", dir.file("workload.yaml"), "--max-steps", "60"}, 1);
-  const std::string why = error_of([&] { run_length(c, 50000, 1, 1); });
+  const auto length_on = [&c](int64_t samples) {
+    return run_length(train::run_length_of(c), train::schedule_options(c.optim), samples, 1, 1);
+  };
+  const std::string why = error_of([&] { length_on(50000); });
   EXPECT_TRUE(has(why, "--warmup-epochs 0.5 is 195 optimizer steps (390 an epoch)")) << why;
   EXPECT_TRUE(has(why, "longer than the whole run of 60 steps (--max-steps 60)")) << why;
   c.run.max_steps = 0;
-  const RunLength full = run_length(c, 50000, 1, 1);
+  const RunLength full = length_on(50000);
   EXPECT_EQ(full.total_steps, 5 * 390) << "the suite as written trains its 5 epochs";
   EXPECT_EQ(full.warmup_steps, 195);
-  EXPECT_TRUE(has(error_of([&] { run_length(c, 100, 1, 1); }), "larger than the 100 training samples"));
+  EXPECT_TRUE(has(error_of([&] { length_on(100); }), "larger than the 100 training samples"));
 }
 
 TEST(Preflight, AnImpossibleWorkloadStopsTheBenchBeforeItsFirstRunNamingRunAndKey) {

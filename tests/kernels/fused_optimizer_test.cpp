@@ -10,8 +10,8 @@ namespace {
 
 void compare(const std::string& name, torch::ScalarType dtype) {
   const torch::Device cuda(torch::kCUDA, 0);
-  ptrain::config::OptimizerConfig c;
-  c.name = name;
+  ptrain::train::OptimizerOptions c;
+  c.kind = name == "adamw" ? ptrain::train::OptimizerKind::adamw : ptrain::train::OptimizerKind::sgd;
   c.lr = name == "adamw" ? 1e-2 : 0.1;
   c.weight_decay = name == "adamw" ? 0.01 : 5e-4;
   c.nesterov = name == "sgd";
@@ -65,7 +65,7 @@ TEST(FusedOptimizers, MatchTheForeachPath) {
 }
 
 TEST(FusedOptimizers, CpuParametersUseTheForeachPath) {
-  ptrain::config::OptimizerConfig c;
+  ptrain::train::OptimizerOptions c;
   auto p = torch::randn({4});
   auto opt = ptrain::train::make_optimizer(c, {p}, {"p"}, ptrain::train::kOptimizerBatchElements, true);
   EXPECT_EQ(opt->implementation(), "foreach");

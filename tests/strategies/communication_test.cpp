@@ -278,7 +278,7 @@ TEST(FsdpCommunication, ReduceDtypeBf16OverGlooSumsInBf16) {
       const auto sum = part(0) + part(1);
       params[i].mutable_grad() = bf16 ? sum.to(torch::kBFloat16).to(torch::kFloat) : sum;
     }
-    auto optimizer = train::make_optimizer(optimizer_config(s), params, names_of(*model));
+    auto optimizer = train::make_optimizer(optimizer_options_of(s), params, names_of(*model));
     optimizer->step(lr_of(s), nullptr);
     return state_of(*model);
   };

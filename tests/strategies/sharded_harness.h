@@ -79,9 +79,9 @@ std::shared_ptr<models::Model> make_zero_model(const ZeroSetup& s, int seed) {
   return std::make_shared<Mlp>();
 }
 
-config::OptimizerConfig optimizer_config(const ZeroSetup& s) {
-  config::OptimizerConfig c;
-  c.name = s.optimizer;
+train::OptimizerOptions optimizer_options_of(const ZeroSetup& s) {
+  train::OptimizerOptions c;
+  c.kind = s.optimizer == "adamw" ? train::OptimizerKind::adamw : train::OptimizerKind::sgd;
   c.momentum = 0.9;
   c.weight_decay = 1e-3;
   return c;
@@ -102,7 +102,7 @@ std::vector<torch::Tensor> train_zero_reference(const ZeroSetup& s, int steps, s
                                                 int* clipped_steps = nullptr, int64_t rows = kGlobalBatch) {
   auto model = make_zero_model(s, 100);
   model->train();
-  auto optimizer = train::make_optimizer(optimizer_config(s), model->parameters(), names_of(*model));
+  auto optimizer = train::make_optimizer(optimizer_options_of(s), model->parameters(), names_of(*model));
   int clipped = 0;
   for (int step = 0; step < steps; ++step) {
     const auto batch = global_batch(step, false);
@@ -154,7 +154,7 @@ void train_rank(const ZeroSetup& s, int rank, int world, int port, const std::st
   auto strategy = make_rank_strategy(s, group);
   strategy->prepare(*model);
   auto target = strategy->update_target(*model, /*master_weights=*/s.bf16_masters);
-  auto optimizer = train::make_optimizer(optimizer_config(s), target->params(), target->names());
+  auto optimizer = train::make_optimizer(optimizer_options_of(s), target->params(), target->names());
   if (!resume_from.empty()) {
     const auto ckpt = train::load_checkpoint(resume_from);
     target->load_full_parameters(ckpt.model, resume_from);

@@ -274,7 +274,7 @@ TEST(ModelStateBytes, ReplicatedStrategiesHoldEverything) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   Mlp model;
   auto target = replicated_update_target(model, /*master_weights=*/false);
-  config::OptimizerConfig c;
+  train::OptimizerOptions c;
   auto optimizer = train::make_optimizer(c, target->params(), target->names());
   const auto bytes = target->model_state_bytes(optimizer->state());
   EXPECT_EQ(bytes.params, parameter_bytes());

@@ -24,14 +24,14 @@ std::map<std::string, torch::Tensor> load_reference(const std::string& optimizer
   return by_name;
 }
 
-ptrain::config::OptimizerConfig config_for(const std::string& optimizer) {
-  ptrain::config::OptimizerConfig c;
+ptrain::train::OptimizerOptions config_for(const std::string& optimizer) {
+  ptrain::train::OptimizerOptions c;
   if (optimizer == "adamw") {
-    c.name = "adamw";
+    c.kind = ptrain::train::OptimizerKind::adamw;
     c.lr = 1e-2;
     c.weight_decay = 0.01;
   } else {
-    c.name = "sgd";
+    c.kind = ptrain::train::OptimizerKind::sgd;
     c.lr = 0.1;
     c.momentum = 0.9;
     c.nesterov = optimizer == "sgd-nesterov";

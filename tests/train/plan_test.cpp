@@ -230,4 +230,31 @@ TEST(Plan, StopAtStepNeedsACheckpointDirectory) {
   EXPECT_NE(plan_error(c).find("--stop-at-step needs --checkpoint-dir"), std::string::npos) << plan_error(c);
 }
 
+// The run reads the plan's sections, the record and the ranks' agreement its settings: both hold the config as
+// make_plan resolved it (here --global-batch-size over --grad-accum, and the threads), not as it was given.
+TEST(Plan, SectionsAndSettingsHoldTheResolvedConfig) {
+  auto c = cpu_config();
+  c.run.global_batch_size = 64;
+  c.optim.grad_accum = 4;
+  c.optim.name = "adamw";
+  c.run.threads = 2;
+  const auto plan = ptrain::train::make_plan(c);
+  const auto resolved = ptrain::train::resolve_config(c);
+  EXPECT_EQ(resolved.run.batch_size, 16);
+  EXPECT_EQ(plan.length.batch_size, 16);
+  EXPECT_EQ(plan.length.grad_accum, 4);
+  EXPECT_EQ(plan.device_setup.threads, 2);
+  EXPECT_EQ(plan.optimization.optimizer.kind, ptrain::train::OptimizerKind::adamw);
+  EXPECT_EQ(plan.optimization.optimizer.slots(), 2);
+  EXPECT_EQ(plan.settings, ptrain::config::to_json(resolved));
+}
+
+// An optimizer the run cannot build is refused with the rest of the plan, so that --dry-run and estimate refuse it too.
+TEST(Plan, AnUnknownOptimizerIsRefusedByName) {
+  auto c = cpu_config();
+  c.optim.name = "adam";
+  EXPECT_NE(plan_error(c).find("--optimizer: unknown optimizer 'adam' (known: sgd, adamw)"), std::string::npos)
+      << plan_error(c);
+}
+
 }  // namespace

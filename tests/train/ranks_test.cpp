@@ -107,21 +107,21 @@ TEST(CpuThreads, PlanTakesFlagThenOmpNumThreadsThenTheNodesShareOfCores) {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   {
     const ScopedEnvironment plain(no_launcher());
-    EXPECT_EQ(ptrain::train::make_plan(cpu_config()).config.run.threads, cores);
+    EXPECT_EQ(ptrain::train::make_plan(cpu_config()).device_setup.threads, cores);
     auto c = cpu_config();
     c.run.threads = 5;
-    EXPECT_EQ(ptrain::train::make_plan(c).config.run.threads, 5);
+    EXPECT_EQ(ptrain::train::make_plan(c).device_setup.threads, 5);
     EXPECT_NE(ptrain::train::describe(ptrain::train::make_plan(c)).find("device cpu (5 threads)"), std::string::npos);
   }
   {
     const ScopedEnvironment omp(with(no_launcher(), {{"OMP_NUM_THREADS", "3"}}));
-    EXPECT_EQ(ptrain::train::make_plan(cpu_config()).config.run.threads, 3);
+    EXPECT_EQ(ptrain::train::make_plan(cpu_config()).device_setup.threads, 3);
   }
   {
     // Four ranks on this node share its cores.
     const ScopedEnvironment four(
         with(no_launcher(), {{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}}));
-    EXPECT_EQ(ptrain::train::make_plan(cpu_config("ddp")).config.run.threads, std::max<int64_t>(1, cores / 4));
+    EXPECT_EQ(ptrain::train::make_plan(cpu_config("ddp")).device_setup.threads, std::max<int64_t>(1, cores / 4));
   }
   const ScopedEnvironment bad(with(no_launcher(), {{"OMP_NUM_THREADS", "lots"}}));
   EXPECT_NE(plan_error(cpu_config()).find("OMP_NUM_THREADS='lots'"), std::string::npos) << plan_error(cpu_config());

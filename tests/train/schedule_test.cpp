@@ -22,7 +22,7 @@ TEST(LrSchedule, CosineStartsAtPeakAndEndsAtFloor) {
   auto c = base();
   c.schedule = "cosine";
   c.min_lr = 0.0;
-  ptrain::train::LrSchedule s(c, 10, 100);
+  ptrain::train::LrSchedule s(ptrain::train::schedule_options(c), 10, 100);
   EXPECT_DOUBLE_EQ(s.lr(0), 0.4);
   EXPECT_NEAR(s.lr(50), 0.2, 1e-12);
   EXPECT_NEAR(s.lr(100), 0.0, 1e-12);
@@ -33,7 +33,7 @@ TEST(LrSchedule, WarmupRisesLinearlyThenHandsOver) {
   auto c = base();
   c.schedule = "constant";
   c.warmup_epochs = 0.5;  // 5 of 10 steps per epoch
-  ptrain::train::LrSchedule s(c, 10, 100);
+  ptrain::train::LrSchedule s(ptrain::train::schedule_options(c), 10, 100);
   EXPECT_NEAR(s.lr(0), 0.4 * 1 / 5, 1e-12);
   EXPECT_NEAR(s.lr(4), 0.4, 1e-12);
   EXPECT_NEAR(s.lr(5), 0.4, 1e-12);
@@ -43,7 +43,7 @@ TEST(LrSchedule, WarmupInStepsAsDeepSpeedCountsIt) {
   auto c = base();
   c.schedule = "cosine";
   c.warmup_steps = 4;  // independent of the epoch length
-  ptrain::train::LrSchedule s(c, 1000, 104);
+  ptrain::train::LrSchedule s(ptrain::train::schedule_options(c), 1000, 104);
   EXPECT_NEAR(s.lr(0), 0.1, 1e-12);
   EXPECT_NEAR(s.lr(3), 0.4, 1e-12);
   EXPECT_NEAR(s.lr(54), 0.2, 1e-12);  // half-way through the 100 cosine steps
@@ -54,7 +54,7 @@ TEST(LrSchedule, StepDecaysAtMilestoneEpochs) {
   c.schedule = "step";
   c.milestones = {2, 4};
   c.gamma = 0.1;
-  ptrain::train::LrSchedule s(c, 10, 60);
+  ptrain::train::LrSchedule s(ptrain::train::schedule_options(c), 10, 60);
   EXPECT_NEAR(s.lr(19), 0.4, 1e-12);
   EXPECT_NEAR(s.lr(20), 0.04, 1e-12);
   EXPECT_NEAR(s.lr(40), 0.004, 1e-12);
@@ -63,7 +63,7 @@ TEST(LrSchedule, StepDecaysAtMilestoneEpochs) {
 TEST(LrSchedule, RefusesWarmupLongerThanTheRun) {
   auto c = base();
   c.warmup_epochs = 20;
-  EXPECT_THROW(ptrain::train::LrSchedule(c, 10, 100), std::exception);
+  EXPECT_THROW(ptrain::train::LrSchedule(ptrain::train::schedule_options(c), 10, 100), std::exception);
 }
 
 // A ds_config.json's scheduler, read as `ptrain train --deepspeed-config` reads it, against DeepSpeed's own
@@ -138,7 +138,7 @@ TEST(LrSchedule, DeepSpeedsSchedulersGiveEveryStepDeepSpeedsRate) {
     EXPECT_EQ(config.optim.schedule, c.type);
     const int64_t total = config.run.max_steps > 0 ? config.run.max_steps : kSteps;
     EXPECT_EQ(total, kSteps);
-    const ptrain::train::LrSchedule schedule(config.optim, 10, total);
+    const ptrain::train::LrSchedule schedule(ptrain::train::schedule_options(config.optim), 10, total);
     for (int64_t step = 0; step < kSteps; ++step) {
       const double want = expected[static_cast<size_t>(step)];
       EXPECT_NEAR(schedule.lr(step), want, 1e-15 + 1e-12 * std::abs(want)) << "optimizer step " << step;
@@ -164,7 +164,7 @@ TEST(LrSchedule, DsConfigsWithEachSchedulerArePlannedAsTheyAre) {
     EXPECT_EQ(config.optim.warmup_type, "log");  // DeepSpeed's default, no longer refused
     EXPECT_EQ(config.optim.warmup_steps, 10);
     EXPECT_NO_THROW(ptrain::train::make_plan(config));
-    const ptrain::train::LrSchedule schedule(config.optim, 10, config.run.max_steps > 0 ? config.run.max_steps : 40);
+    const ptrain::train::LrSchedule schedule(ptrain::train::schedule_options(config.optim), 10, config.run.max_steps > 0 ? config.run.max_steps : 40);
     EXPECT_GT(schedule.lr(10), 0.0);
   }
 }
@@ -173,10 +173,10 @@ TEST(LrSchedule, WarmupTypeAndFloorBelongToTheDeepSpeedSchedules) {
   auto c = base();
   c.schedule = "WarmupDecayLR";
   c.warmup_min_lr = 0.5;  // above lr 0.4
-  EXPECT_THROW(ptrain::train::LrSchedule(c, 10, 100), std::exception);
+  EXPECT_THROW(ptrain::train::LrSchedule(ptrain::train::schedule_options(c), 10, 100), std::exception);
   c.warmup_min_lr = 0.1;
   c.warmup_type = "exponential";
-  EXPECT_THROW(ptrain::train::LrSchedule(c, 10, 100), std::exception);
+  EXPECT_THROW(ptrain::train::LrSchedule(ptrain::train::schedule_options(c), 10, 100), std::exception);
 }
 
 }  // namespace

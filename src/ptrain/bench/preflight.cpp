@@ -72,7 +72,7 @@ int64_t Preflight::train_samples(const config::TrainConfig& c) {
   if (found == samples_.end()) {
     std::pair<int64_t, std::string> counted{0, ""};
     try {
-      counted.first = estimate::training_samples(c);
+      counted.first = estimate::training_samples(train::data_spec(c.data), train::data_options(c.data));
     } catch (const std::exception& e) {
       counted.second = e.what();
     }
@@ -87,9 +87,10 @@ std::string Preflight::refusal(const BenchJob& job, estimate::RunLength* length)
     config::TrainConfig c = train_config_of(job.train_arguments, job.processes);
     if (job.framework == metrics::kFrameworkPtrain) {
       const AsRankZeroOf rank_zero(job.processes);
-      c = train::make_plan(c).config;  // e.g. a global batch resolved over the world
+      c = train::resolve_config(c);  // e.g. a global batch resolved over the world
     }
-    const estimate::RunLength counted = estimate::run_length(c, train_samples(c), job.processes, job.replicas);
+    const estimate::RunLength counted = estimate::run_length(train::run_length_of(c), train::schedule_options(c.optim),
+                                                             train_samples(c), job.processes, job.replicas);
     if (length) *length = counted;
     return "";
   } catch (const std::exception& e) {

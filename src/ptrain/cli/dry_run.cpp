@@ -28,7 +28,7 @@ std::string mib(int64_t bytes) {
 // The buckets ddp all-reduces and ZeRO-1/2 reduce (and shard), made as the strategies make them, in the
 // order backward fills them.
 std::string describe_buckets(models::Model& model, const train::Plan& plan, int64_t ranks) {
-  const auto& c = plan.config;
+  const strategies::StrategyOptions& o = plan.strategy_options;
   std::vector<torch::Tensor> params;
   for (const auto& p : model.parameters())
     if (p.requires_grad()) params.push_back(p);
@@ -36,14 +36,14 @@ std::string describe_buckets(models::Model& model, const train::Plan& plan, int6
   std::ostringstream out;
   std::vector<std::vector<size_t>> groups;
   if (sharded) {
-    groups = strategies::group_by_size(params, strategies::megabytes_to_bytes(c.sharding.reduce_bucket_mb));
-    out << groups.size() << " buckets of at most " << c.sharding.reduce_bucket_mb << " MiB, each sharded over "
+    groups = strategies::group_by_size(params, strategies::megabytes_to_bytes(o.reduce_bucket_mb));
+    out << groups.size() << " buckets of at most " << o.reduce_bucket_mb << " MiB, each sharded over "
         << ranks << " ranks";
   } else {
     const double first_mb = strategies::DdpOptions{}.first_bucket_mb;
     groups = strategies::ddp_buckets(params, strategies::megabytes_to_bytes(first_mb),
-                                     strategies::megabytes_to_bytes(c.dist.bucket_cap_mb));
-    out << groups.size() << " buckets, each closed once it reaches " << c.dist.bucket_cap_mb << " MiB (the first at "
+                                     strategies::megabytes_to_bytes(o.bucket_cap_mb));
+    out << groups.size() << " buckets, each closed once it reaches " << o.bucket_cap_mb << " MiB (the first at "
         << first_mb << " MiB)";
   }
   out << ", in the order backward fills them\n";
@@ -64,7 +64,7 @@ constexpr int64_t kLargestListedModel = 1000000000;
 
 std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t parameters) {
   const auto states = estimate::model_states(estimate::configured_layout(plan, ranks), parameters, plan.precision,
-                                          plan.config.optim, !plan.device.is_cuda());
+                                          plan.optimization.optimizer, !plan.device.is_cuda());
   std::ostringstream out;
   out << "model states per rank (ZeRO arithmetic): parameters " << mib(states.params) << ", gradients "
       << mib(states.grads) << ", optimizer " << mib(states.optimizer) << ", fp32 masters " << mib(states.masters)
@@ -75,24 +75,26 @@ std::string model_states_line(const train::Plan& plan, int64_t ranks, int64_t pa
 }  // namespace
 
 void check_plan_on_data(const train::Plan& plan) {
-  const int64_t replicas = std::max<int64_t>(plan.strategy.drives_several_devices() ? plan.config.dist.replicas : 1, 1);
+  const int64_t replicas =
+      std::max<int64_t>(plan.strategy.drives_several_devices() ? plan.strategy_options.replicas : 1, 1);
   const train::Splits splits = train::check_before_training(plan, replicas);
-  estimate::run_length(plan.config, splits.train.size(), std::max<int64_t>(plan.launch.world_size, 1), replicas);
+  estimate::run_length(plan.length, plan.optimization.schedule, splits.train.size(),
+                       std::max<int64_t>(plan.launch.world_size, 1), replicas);
 }
 
 std::string describe_layout(const train::Plan& plan) {
-  const auto& c = plan.config;
   const std::string strategy = plan.strategy.name();
   const int64_t ranks = std::max<int64_t>(plan.launch.world_size, 1);
   if (!plan.strategy.multi_process()) return "";
   // The model as the trainer builds it: its shape comes from the data (the test split stands for both).
-  const auto test_split = data::open_dataset(plan.data, /*train=*/false, static_cast<int>(c.data.loader_threads));
-  const models::ModelSpec spec = train::model_spec(c, test_split, test_split);
+  const auto test_split =
+      data::open_dataset(plan.data, /*train=*/false, static_cast<int>(plan.data_options.loader_threads));
+  const models::ModelSpec spec = train::model_spec(plan, test_split, test_split);
   std::ostringstream out;
   // A model too big to build in host memory just for this listing is counted, not built.
   const auto counted = models::parameters_without_building(spec);
   if (counted && *counted > kLargestListedModel) {
-    out << "\n" << c.model.name << " has " << *counted << " parameters: too many to build on the host for a listing "
+    out << "\n" << plan.model.name << " has " << *counted << " parameters: too many to build on the host for a listing "
         << "of its units (" << mib(*counted * 4) << " in fp32)\n";
     return out.str() + model_states_line(plan, ranks, *counted);
   }
@@ -102,14 +104,14 @@ std::string describe_layout(const train::Plan& plan) {
   const auto summary = models::summarize_model(*model);
   const int64_t parameters = summary.parameters;
 
-  out << "\nmodel " << c.model.name << ": " << models::describe_model_summary(summary) << "\n";
+  out << "\nmodel " << plan.model.name << ": " << models::describe_model_summary(summary) << "\n";
   if (plan.precision.fp8_matmuls)
-    out << "fp8: " << models::describe_fp8_layers(model->set_fp8_linear(true, train::fp8_options(c.precision))) << "\n";
-  out << "\nlayout of " << c.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
+    out << "fp8: " << models::describe_fp8_layers(model->set_fp8_linear(true, plan.model.fp8)) << "\n";
+  out << "\nlayout of " << plan.model.name << " (" << parameters << " parameters) under " << strategy << " on " << ranks
       << " rank" << (ranks > 1 ? "s" : "") << ":\n";
   if (const auto* scripted = dynamic_cast<const models::TorchScriptModel*>(model.get())) {
     if (!scripted->units_note().empty()) out << scripted->units_note() << "\n";
-    if (c.model.activation_checkpointing && !scripted->checkpointing_note().empty())
+    if (plan.model.activation_checkpointing && !scripted->checkpointing_note().empty())
       out << "activation checkpointing, " << scripted->checkpointing_note() << "\n";
   }
   if (plan.strategy.takes_fsdp_options()) {

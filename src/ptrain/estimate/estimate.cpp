@@ -41,41 +41,33 @@ struct ProbeRun {
 
 // One short real training run (two optimizer steps, so the optimizer state exists at the second step's
 // peak) at `batch` per device on one device, in the plan's precision, its steps read phase by phase;
-// allocator peak checked present.
+// allocator peak checked present. The probe's plan is the user's, resolved already, on one process and device,
+// keeping and writing nothing.
 ProbeRun probe(const train::Plan& plan, int64_t batch) {
-  config::TrainConfig probe = plan.config;
-  probe.run.strategy = strategies::StrategySpec().name();
-  probe.sharding = config::ShardingConfig{};
-  probe.dist = config::DistributedConfig{};
-  probe.run.batch_size = batch;
-  probe.run.global_batch_size = 0;
-  probe.run.epochs = 1;
-  probe.run.max_steps = 2;
-  probe.run.stop_at_step = 0;
+  train::Plan probe_plan = plan;
+  probe_plan.strategy = strategies::StrategySpec();
+  probe_plan.strategy_options = strategies::StrategyOptions{};
+  probe_plan.launch = dist::LaunchEnvironment{};
+  probe_plan.length = {/*epochs=*/1, /*max_steps=*/2, plan.length.grad_accum, batch};
   // The user's plan is checked against its own length (estimate_for); a schedule sized for it (a warm-up of 10
   // steps, milestones) would not fit the probes' two steps, and the learning rate changes no memory.
-  probe.optim.schedule = "constant";
-  probe.optim.warmup_epochs = 0;
-  probe.optim.warmup_steps = 0;
-  probe.optim.milestones.clear();
-  probe.run.eval_each_epoch = false;
-  probe.run.checkpoint_dir.clear();
-  probe.run.checkpoint_every = 0;
-  probe.run.async_checkpoint = false;
-  probe.run.keep_checkpoints = 0;
-  probe.run.resume.clear();
-  probe.run.metrics_out.clear();
-  probe.run.profile_out.clear();
-  probe.run.tensorboard.clear();
-  probe.run.log_jsonl.clear();
-  probe.run.progress = "none";
-  probe.run.dry_run = false;
-  probe.model.save_weights.clear();
-  probe.data.train_limit = 2 * batch * probe.optim.grad_accum;
-  probe.data.test_limit = batch;
-  train::Plan probe_plan = train::make_plan(probe);
-  // The precision as the plan resolved it (fsdp's --param-dtype, for one, is not in the precision flags).
-  probe_plan.precision = plan.precision;
+  auto& schedule = probe_plan.optimization.schedule;
+  schedule.name = "constant";
+  schedule.warmup_epochs = 0;
+  schedule.warmup_steps = 0;
+  schedule.milestones.clear();
+  probe_plan.cadence.eval_each_epoch = false;
+  probe_plan.cadence.stop_at_step = 0;
+  probe_plan.checkpoints = train::CheckpointOptions{};
+  probe_plan.reporting = train::Reporting{};
+  probe_plan.reporting.progress = "none";
+  probe_plan.model.save_weights.clear();
+  probe_plan.resume_path.clear();
+  probe_plan.resume_note.clear();
+  probe_plan.restart = dist::RestartInfo{};
+  probe_plan.restart_note.clear();
+  probe_plan.data_options.train_limit = 2 * batch * plan.length.grad_accum;
+  probe_plan.data_options.test_limit = batch;
   ProbeRun run;
   run.memory.batch = batch;
   train::TrainHooks hooks;
@@ -116,19 +108,19 @@ std::optional<int64_t> device_capacity(const torch::Device& device) {
 }  // namespace
 
 StateLayout configured_layout(const train::Plan& plan, int64_t devices) {
-  const auto& h = plan.config.sharding;
+  const strategies::StrategyOptions& o = plan.strategy_options;
   StateLayout layout;
   layout.strategy = plan.strategy;
   layout.devices = plan.strategy.multi_process() || plan.strategy.drives_several_devices() ? devices : 1;
-  layout.offload_optimizer = plan.strategy.can_offload_optimizer() && h.offload_optimizer;
-  layout.offload_params = plan.strategy.can_offload_params() && h.offload_params;
-  layout.shard_group = plan.strategy.hybrid() ? h.hybrid_group_size : 0;
+  layout.offload_optimizer = plan.strategy.can_offload_optimizer() && o.offload_optimizer;
+  layout.offload_params = plan.strategy.can_offload_params() && o.offload_params;
+  layout.shard_group = plan.strategy.hybrid() ? o.hybrid_group_size : 0;
   return layout;
 }
 
 ModelStates model_states(const StateLayout& layout, int64_t parameters, const precision::PrecisionPolicy& policy,
-                         const config::OptimizerConfig& optimizer, bool cpu) {
-  return strategies::predicted_model_states(layout, parameters, policy, optimizer, cpu);
+                         const train::OptimizerOptions& optimizer, bool cpu) {
+  return strategies::predicted_model_states(layout, parameters, policy, optimizer.slots(), cpu);
 }
 
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,
@@ -146,7 +138,7 @@ ModelStates model_states(const std::string& strategy, int64_t devices, int64_t p
   const auto policy = precision::resolve_precision(config.precision.precision, config.precision.master_weights,
                                                    cpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA,
                                                    config.precision.loss_scale);
-  return model_states(layout, parameters, policy, config.optim, cpu);
+  return model_states(layout, parameters, policy, train::optimizer_options(config.optim), cpu);
 }
 
 namespace {
@@ -198,19 +190,19 @@ namespace {
 MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_target) {
   using strategies::StrategySpec;
   check(devices >= 1, "ptrain estimate: --devices must be at least 1");
-  const auto& config = plan.config;
   const bool cpu = !cuda_target;
+  const train::OptimizerOptions& optimizer = plan.optimization.optimizer;
   const StateLayout configured = configured_layout(plan, devices);
   // The user's run, not the probes': one that cannot train on its data (a batch larger than it, a warm-up
   // longer than the run) has no memory to predict.
-  run_length(config, training_samples(config), plan.strategy.multi_process() ? devices : 1,
-             plan.strategy.drives_several_devices() ? devices : 1);
+  run_length(plan.length, plan.optimization.schedule, training_samples(plan.data, plan.data_options),
+             plan.strategy.multi_process() ? devices : 1, plan.strategy.drives_several_devices() ? devices : 1);
 
   MemoryEstimate e;
-  e.model = config.model.name;
+  e.model = plan.model.name;
   e.precision = precision::record_name(plan.precision);
   e.device = plan.device.str();
-  e.batch_size = config.run.batch_size;
+  e.batch_size = plan.length.batch_size;
   e.configured_strategy = configured.label();
   if (cuda_target == plan.device.is_cuda()) e.capacity_bytes = device_capacity(plan.device);
 
@@ -221,8 +213,8 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
   // and 32 predicted 83% of batch 256's peak. The second probe at a quarter of the run's batch keeps the
   // extrapolation short at a cost of half a step of the run; the first stays small to be quick. The first
   // probe's model states also count the trainable parameters, in their training dtype.
-  const int64_t small = std::max<int64_t>(2, std::min<int64_t>(config.run.batch_size / 8, 16));
-  for (const int64_t batch : {small, std::max(2 * small, config.run.batch_size / 4)}) {
+  const int64_t small = std::max<int64_t>(2, std::min<int64_t>(plan.length.batch_size / 8, 16));
+  for (const int64_t batch : {small, std::max(2 * small, plan.length.batch_size / 4)}) {
     const ProbeRun run = probe(plan, batch);
     if (e.probes.empty())
       e.parameters = *run.record.model_state_param_bytes / element_size(plan.precision.param_dtype);
@@ -231,7 +223,7 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
   const auto& [b1, peak1, fb1, update1] = e.probes[0];
   const auto& [b2, peak2, fb2, update2] = e.probes[1];
   e.bytes_per_sample = std::max<int64_t>(0, (fb2 - fb1) / (b2 - b1));
-  const ModelStates single = model_states(StateLayout{}, e.parameters, plan.precision, config.optim, cpu);
+  const ModelStates single = model_states(StateLayout{}, e.parameters, plan.precision, optimizer, cpu);
   e.fixed_bytes = std::max<int64_t>(0, fb1 - e.bytes_per_sample * b1 - single.total());
   e.update_bytes = std::max<int64_t>(0, std::max(update1, update2) - single.total());
 
@@ -244,8 +236,8 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
     StateLayout l;
     l.strategy = spec;
     l.devices = spec.multi_process() || spec.drives_several_devices() ? n : 1;
-    l.offload_params = spec.offloads_optimizer_with_params() && config.sharding.offload_params;
-    l.shard_group = spec.hybrid() ? config.sharding.hybrid_group_size : 0;
+    l.offload_params = spec.offloads_optimizer_with_params() && plan.strategy_options.offload_params;
+    l.shard_group = spec.hybrid() ? plan.strategy_options.hybrid_group_size : 0;
     layouts.push_back(l);
     if (strategies::descriptor(spec).estimate_offloaded) {
       l.offload_optimizer = true;
@@ -258,9 +250,9 @@ MemoryEstimate estimate_for(const train::Plan& plan, int64_t devices, bool cuda_
     StrategyEstimate s;
     s.strategy = l.label();
     s.devices = l.devices;
-    s.states = model_states(l, e.parameters, plan.precision, config.optim, cpu);
+    s.states = model_states(l, e.parameters, plan.precision, optimizer, cpu);
     const int64_t replicas_here = (cpu && l.strategy.drives_several_devices()) ? l.devices : 1;
-    s.activations = e.bytes_per_sample * config.run.batch_size * replicas_here;
+    s.activations = e.bytes_per_sample * plan.length.batch_size * replicas_here;
     s.fixed = e.fixed_bytes;
     s.update = static_cast<int64_t>(static_cast<double>(e.update_bytes) * update_share(s.states, single));
     s.total = s.states.total() + std::max(s.activations + s.fixed, s.update);

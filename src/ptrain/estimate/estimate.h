@@ -67,10 +67,10 @@ struct MemoryEstimate {
 };
 
 // The model states one device holds under `layout` (the arithmetic alone). parameters: the model's
-// parameter count; dtype sizes from the precision policy; the optimizer's slots from its name (sgd with
+// parameter count; dtype sizes from the precision policy; the optimizer's slots from its kind (sgd with
 // momentum: 1, adamw: 2). cpu: dp's replicas share the host's memory.
 ModelStates model_states(const StateLayout& layout, int64_t parameters, const precision::PrecisionPolicy& precision,
-                         const config::OptimizerConfig& optimizer, bool cpu);
+                         const train::OptimizerOptions& optimizer, bool cpu);
 // The same for a row name of the estimate ("zero3+offload"), the precision and fsdp's sharding from the
 // config as --precision and --fsdp-sharding give them.
 ModelStates model_states(const std::string& strategy, int64_t devices, int64_t parameters,

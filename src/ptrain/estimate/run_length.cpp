@@ -22,49 +22,47 @@ std::string number_text(double value) {
 
 }  // namespace
 
-RunLength run_length(const config::TrainConfig& c, int64_t train_samples, int64_t processes, int64_t replicas) {
+RunLength run_length(const train::RunLength& run, const train::ScheduleOptions& schedule, int64_t train_samples,
+                     int64_t processes, int64_t replicas) {
   // The trainer's load_data: each process's loader takes batch x replicas samples a step from its share.
-  const int64_t loader_batch = c.run.batch_size * replicas;
-  check(train_samples >= loader_batch, "--batch-size " + std::to_string(c.run.batch_size) + " x " +
+  const int64_t loader_batch = run.batch_size * replicas;
+  check(train_samples >= loader_batch, "--batch-size " + std::to_string(run.batch_size) + " x " +
                                            std::to_string(replicas) + " replicas is larger than the " +
                                            std::to_string(train_samples) + " training samples");
   const data::DistributedSampler share(train_samples, 0, processes, /*shuffle=*/false, 0, /*drop_last=*/true);
   RunLength length;
   const int64_t micro_batches = share.num_samples() / loader_batch;
-  check(micro_batches >= c.optim.grad_accum, "--grad-accum " + std::to_string(c.optim.grad_accum) + " x --batch-size " +
-                                                 std::to_string(c.run.batch_size) + " is more than one epoch of data (" +
-                                                 std::to_string(share.num_samples()) + " samples per process)");
-  const train::RunSteps steps = train::run_steps(c, micro_batches);
+  check(micro_batches >= run.grad_accum, "--grad-accum " + std::to_string(run.grad_accum) + " x --batch-size " +
+                                             std::to_string(run.batch_size) + " is more than one epoch of data (" +
+                                             std::to_string(share.num_samples()) + " samples per process)");
+  const train::RunSteps steps = train::run_steps(run, micro_batches);
   length.steps_per_epoch = steps.steps_per_epoch;
   length.total_steps = steps.total_steps;
-  length.warmup_steps = c.optim.warmup_steps > 0
-                            ? c.optim.warmup_steps
-                            : static_cast<int64_t>(std::llround(c.optim.warmup_epochs *
+  length.warmup_steps = schedule.warmup_steps > 0
+                            ? schedule.warmup_steps
+                            : static_cast<int64_t>(std::llround(schedule.warmup_epochs *
                                                                 static_cast<double>(length.steps_per_epoch)));
   if (length.warmup_steps > length.total_steps) {
-    const std::string warmup = c.optim.warmup_steps > 0
-                                   ? "--warmup-steps " + std::to_string(c.optim.warmup_steps)
-                                   : "--warmup-epochs " + number_text(c.optim.warmup_epochs) + " is " +
+    const std::string warmup = schedule.warmup_steps > 0
+                                   ? "--warmup-steps " + std::to_string(schedule.warmup_steps)
+                                   : "--warmup-epochs " + number_text(schedule.warmup_epochs) + " is " +
                                          std::to_string(length.warmup_steps) + " optimizer steps (" +
                                          std::to_string(length.steps_per_epoch) + " an epoch), which";
-    const bool capped = c.run.max_steps > 0;
+    const bool capped = run.max_steps > 0;
     throw Error(warmup + " is longer than the whole run of " + std::to_string(length.total_steps) + " steps (" +
-                (capped ? "--max-steps " + std::to_string(c.run.max_steps)
-                        : "--epochs " + std::to_string(c.run.epochs)) +
+                (capped ? "--max-steps " + std::to_string(run.max_steps)
+                        : "--epochs " + std::to_string(run.epochs)) +
                 "): shorten the warm-up (warmup-epochs, or warmup-steps with warmup-epochs 0) or lengthen the run");
   }
   // The schedule has the last word: whatever else it refuses, the run would refuse too.
-  const train::LrSchedule schedule(c.optim, length.steps_per_epoch, std::max<int64_t>(length.total_steps, 1));
-  (void)schedule;
+  const train::LrSchedule lr_schedule(schedule, length.steps_per_epoch, std::max<int64_t>(length.total_steps, 1));
+  (void)lr_schedule;
   return length;
 }
 
-int64_t training_samples(const config::TrainConfig& c) {
-  data::DataSpec spec{c.data.dataset, c.data.path, c.data.seq_len};
-  spec.image_loading = c.data.image_loading;
-  spec.image_size = c.data.image_size;
-  spec = data::resolve_image_loading(spec);
-  const int threads = static_cast<int>(std::max<int64_t>(1, c.data.loader_threads));
+int64_t training_samples(const data::DataSpec& data, const train::DataOptions& options) {
+  const data::DataSpec spec = data::resolve_image_loading(data);
+  const int threads = static_cast<int>(std::max<int64_t>(1, options.loader_threads));
   std::optional<int64_t> n;
   if (spec.image_loading == "memory") {
     // An image folder loaded whole holds the images its listing names; listing it, as streaming opens it,
@@ -78,7 +76,7 @@ int64_t training_samples(const config::TrainConfig& c) {
     }
   }
   if (!n) n = data::open_dataset(spec, /*train=*/true, threads).size();
-  return c.data.train_limit > 0 ? std::min(*n, c.data.train_limit) : *n;
+  return options.train_limit > 0 ? std::min(*n, options.train_limit) : *n;
 }
 
 }  // namespace ptrain::estimate

@@ -9,7 +9,6 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "ptrain/config/train_config.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategy_spec/strategy_spec.h"
 
@@ -32,16 +31,12 @@ struct StateLayout {
   std::string label() const { return strategy.name() + (offload_optimizer ? "+offload" : ""); }
 };
 
-// Optimizer slots a parameter has: adamw two moments, sgd with momentum one, plain sgd none.
-inline int64_t optimizer_slots(const config::OptimizerConfig& optimizer) {
-  return optimizer.name == "adamw" ? 2 : (optimizer.momentum > 0 ? 1 : 0);
-}
-
 // The model states one device holds under `layout` for `parameters` parameters, dtype sizes from the
-// precision policy. cpu: dp's replicas share the host's memory.
+// precision policy; optimizer_slots: the optimizer's state tensors a parameter has (train::OptimizerOptions::slots).
+// cpu: dp's replicas share the host's memory.
 inline ModelStates predicted_model_states(const StateLayout& layout, int64_t parameters,
                                           const precision::PrecisionPolicy& policy,
-                                          const config::OptimizerConfig& optimizer, bool cpu) {
+                                          int64_t optimizer_slots, bool cpu) {
   const auto size = [](c10::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); };
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const auto& strategy = layout.strategy;
@@ -53,7 +48,7 @@ inline ModelStates predicted_model_states(const StateLayout& layout, int64_t par
   ModelStates full;
   full.params = param_bytes;
   full.grads = param_bytes;
-  full.optimizer = optimizer_slots(optimizer) * optimized_bytes;
+  full.optimizer = optimizer_slots * optimized_bytes;
   full.masters = policy.master_weights ? 2 * optimized_bytes : 0;  // the copy and its gradient
 
   ModelStates s = full;
@@ -79,7 +74,7 @@ inline ModelStates predicted_model_states(const StateLayout& layout, int64_t par
     zero3.strategy = StrategySpec(StrategyKind::zero3);
     zero3.devices = layout.shard_group > 0 ? layout.shard_group : n;
     zero3.offload_optimizer = layout.offload_params;
-    s = predicted_model_states(zero3, parameters, policy, optimizer, cpu);
+    s = predicted_model_states(zero3, parameters, policy, optimizer_slots, cpu);
     if (layout.offload_params) s.params = s.grads = 0;
     if (!strategy.reshards_after_forward()) s.buffers = full.params;
     return s;

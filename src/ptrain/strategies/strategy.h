@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "ptrain/config/train_config.h"
 #include "ptrain/dist/launch_environment.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"

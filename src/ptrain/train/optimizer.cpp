@@ -132,7 +132,7 @@ class BatchedOrFusedOptimizer : public Optimizer {
 
 class Sgd final : public BatchedOrFusedOptimizer {
  public:
-  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
+  Sgd(std::vector<torch::Tensor> params, std::vector<std::string> names, const OptimizerOptions& c,
       int64_t batch_elements, bool allow_fused)
       : BatchedOrFusedOptimizer(std::move(params), std::move(names), batch_elements, allow_fused),
         momentum_(c.momentum), nesterov_(c.nesterov), weight_decay_(c.weight_decay) {
@@ -200,7 +200,7 @@ class Sgd final : public BatchedOrFusedOptimizer {
 
 class AdamW final : public BatchedOrFusedOptimizer {
  public:
-  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const config::OptimizerConfig& c,
+  AdamW(std::vector<torch::Tensor> params, std::vector<std::string> names, const OptimizerOptions& c,
         int64_t batch_elements, bool allow_fused)
       : BatchedOrFusedOptimizer(std::move(params), std::move(names), batch_elements, allow_fused), beta1_(c.beta1),
         beta2_(c.beta2), eps_(c.eps), weight_decay_(c.weight_decay) {
@@ -301,16 +301,14 @@ void Optimizer::zero_grad() {
   for (auto& p : params_) p.mutable_grad().reset();
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
+std::string optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::adamw ? "adamw" : "sgd"; }
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> params,
                                           std::vector<std::string> names, int64_t batch_elements, bool allow_fused) {
   check(batch_elements > 0, "optimizer: batch_elements must be positive");
-  if (config.name == "sgd") {
-    return std::make_unique<Sgd>(std::move(params), std::move(names), config, batch_elements, allow_fused);
-  }
-  if (config.name == "adamw") {
-    return std::make_unique<AdamW>(std::move(params), std::move(names), config, batch_elements, allow_fused);
-  }
-  throw Error("--optimizer: unknown optimizer '" + config.name + "' (known: sgd, adamw)");
+  if (options.kind == OptimizerKind::adamw)
+    return std::make_unique<AdamW>(std::move(params), std::move(names), options, batch_elements, allow_fused);
+  return std::make_unique<Sgd>(std::move(params), std::move(names), options, batch_elements, allow_fused);
 }
 
 }  // namespace ptrain::train

@@ -11,10 +11,27 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/config/train_config.h"
 #include "ptrain/io/named_tensors.h"
 
 namespace ptrain::train {
+
+enum class OptimizerKind { sgd, adamw };
+
+// "sgd" or "adamw", as --optimizer names it.
+std::string optimizer_name(OptimizerKind kind);
+
+// The optimizer's flags as train/plan.h's optimizer_options resolves them (--optimizer parsed into its kind): what
+// make_optimizer builds from, so that the run (train/run/) needs no config to build it.
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double lr = 0.1;
+  double momentum = 0.9;      // sgd
+  bool nesterov = false;      // sgd
+  double weight_decay = 5e-4;  // sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  // The state tensors a parameter has: adamw two moments, sgd with momentum one, plain sgd none.
+  int64_t slots() const { return kind == OptimizerKind::adamw ? 2 : (momentum > 0 ? 1 : 0); }
+};
 
 class Optimizer {
  public:
@@ -57,7 +74,7 @@ constexpr int64_t kOptimizerBatchElements = int64_t{1} << 26;
 // them in the state. Weight decay applies to every parameter, as torchvision's reference recipes do.
 // allow_fused: use the fused kernels where LibTorch has them for these parameters (CUDA, 2.4+); the
 // foreach path is the reference they are tested against (tests/kernels).
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, std::vector<torch::Tensor> params,
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, std::vector<torch::Tensor> params,
                                           std::vector<std::string> names,
                                           int64_t batch_elements = kOptimizerBatchElements, bool allow_fused = false);
 

@@ -230,15 +230,57 @@ void check_outputs(const config::TrainConfig& c) {
 
 }  // namespace
 
-Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
-  Plan plan;
-  plan.config = config;
-  auto& c = plan.config;
+OptimizerOptions optimizer_options(const config::OptimizerConfig& o) {
+  check(o.name == "sgd" || o.name == "adamw", "--optimizer: unknown optimizer '" + o.name + "' (known: sgd, adamw)");
+  OptimizerOptions options;
+  options.kind = o.name == "adamw" ? OptimizerKind::adamw : OptimizerKind::sgd;
+  options.lr = o.lr;
+  options.momentum = o.momentum;
+  options.nesterov = o.nesterov;
+  options.weight_decay = o.weight_decay;
+  options.beta1 = o.beta1;
+  options.beta2 = o.beta2;
+  options.eps = o.eps;
+  return options;
+}
+
+ScheduleOptions schedule_options(const config::OptimizerConfig& o) {
+  ScheduleOptions options;
+  options.name = o.schedule;
+  options.lr = o.lr;
+  options.milestones = o.milestones;
+  options.gamma = o.gamma;
+  options.min_lr = o.min_lr;
+  options.warmup_epochs = o.warmup_epochs;
+  options.warmup_steps = o.warmup_steps;
+  options.warmup_type = o.warmup_type;
+  options.warmup_min_lr = o.warmup_min_lr;
+  return options;
+}
+
+RunLength run_length_of(const config::TrainConfig& c) {
+  return RunLength{c.run.epochs, c.run.max_steps, c.optim.grad_accum, c.run.batch_size};
+}
+
+data::DataSpec data_spec(const config::DataConfig& d) {
+  data::DataSpec spec{d.dataset, d.path, d.seq_len};
+  spec.image_loading = d.image_loading;
+  spec.image_size = d.image_size;
+  return spec;
+}
+
+DataOptions data_options(const config::DataConfig& d) {
+  return DataOptions{d.loader_threads, d.prefetch, d.train_limit, d.test_limit, d.augment};
+}
+
+namespace {
+
+// A restarted job continues from the newest checkpoint of the attempts before it, whatever --resume and
+// --overwrite-checkpoints told its first attempt (which would start it over, or from an older state).
+// Before the first checkpoint there is none: the attempt starts from where the first one did.
+void resolve_restart(config::TrainConfig& c, Plan& plan) {
   plan.restart = dist::detect_restart();
   if (plan.restart.count > 0 && !c.run.checkpoint_dir.empty()) {
-    // A restarted job continues from the newest checkpoint of the attempts before it, whatever --resume and
-    // --overwrite-checkpoints told its first attempt (which would start it over, or from an older state).
-    // Before the first checkpoint there is none: the attempt starts from where the first one did.
     const std::string latest = std::filesystem::is_directory(c.run.checkpoint_dir)
                                    ? find_latest_checkpoint(c.run.checkpoint_dir).path : std::string();
     if (!latest.empty()) {
@@ -254,6 +296,10 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     const std::string cause = plan.restart.causes.empty() ? std::string() : " (" + plan.restart.causes.back() + ")";
     plan.restart_note = "restart " + std::to_string(plan.restart.count) + " of the job" + cause + ": " + plan.restart_note;
   }
+}
+
+// --strategy and the flags that only some strategies take, refused by name where the strategy takes none of them.
+void resolve_strategy(const config::TrainConfig& c, Plan& plan) {
   plan.strategy = strategies::StrategySpec::parse(c.run.strategy, c.sharding.fsdp_sharding);
   const strategies::StrategySpec& s = plan.strategy;
   const std::string strategy = s.name();
@@ -295,6 +341,13 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   }
   resolve_strategy_options(c, plan.strategy_options);
   check(s.hybrid() || c.sharding.hybrid_group_size == 0, "--hybrid-group-size applies to --fsdp-sharding hybrid-shard only");
+}
+
+// The processes and devices the run trains on: the launch environment, the device (a launched process's own
+// GPU), dp's replicas, the threads, and --global-batch-size's batch per device.
+void resolve_processes(config::TrainConfig& c, Plan& plan) {
+  const strategies::StrategySpec& s = plan.strategy;
+  const std::string strategy = s.name();
   if (s.multi_process()) {
     plan.launch = dist::detect_environment();
     const dist::LaunchEnvironment& env = plan.launch;
@@ -343,6 +396,9 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
               std::to_string(devices) + " devices x --grad-accum " + std::to_string(c.optim.grad_accum));
     c.run.batch_size = c.run.global_batch_size / per_step;
   }
+}
+
+void resolve_precision(const config::TrainConfig& c, Plan& plan) {
   plan.precision = precision::resolve_precision(c.precision.precision, c.precision.master_weights,
                                                 plan.device.type(), c.precision.loss_scale);
   precision::require_fp8_device(plan.precision, plan.device);
@@ -352,11 +408,14 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
         "--fp8-scaling " + c.precision.fp8_scaling + " applies to --precision fp8 only, not to --precision " +
             plan.precision.name);
   apply_loss_scaling_rules(c.precision, plan.precision);
-  if (s.takes_fsdp_options()) apply_fsdp_mixed_precision(c, plan);
+  if (plan.strategy.takes_fsdp_options()) apply_fsdp_mixed_precision(c, plan);
   // Gradients travel in --reduce-dtype where the strategy takes it, else in the parameters' dtype.
   plan.precision.reduce_dtype = c.sharding.reduce_dtype.empty() ? plan.precision.param_dtype
                                                                 : precision::dtype_named(c.sharding.reduce_dtype);
+}
 
+// --model and the flags that apply to some models or datasets only.
+void check_model(const config::TrainConfig& c, bool model_from_caller) {
   const auto names = models::model_names();
   const bool scripted = models::is_torchscript_path(c.model.name);
   if (scripted) {
@@ -388,26 +447,30 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
     check(ext == ".pt" || ext == ".pth" || ext == ".safetensors",
           "--save-weights " + c.model.save_weights + ": use a .pt or .pth (torch.load) or .safetensors file name");
   }
+}
 
-  plan.data = data::DataSpec{c.data.dataset, c.data.path, c.data.seq_len};
+// The data, the layout it reaches the model in, the fusions the run leaves out and the steps it traces.
+void resolve_data(const config::TrainConfig& c, Plan& plan) {
+  plan.data = data_spec(c.data);
   plan.channels_last = resolve_channels_last(c, plan.device);
   check_skipped_fusions(c, plan);
+  plan.reporting.profile_steps = c.run.profile_steps;
   if (!c.run.profile_out.empty()) {
     const auto [first, last] = parse_step_range(c.run.profile_steps, "--profile-steps");
-    plan.profile_first_step = first;
-    plan.profile_last_step = last;
+    plan.reporting.profile_first_step = first;
+    plan.reporting.profile_last_step = last;
   }
-  plan.data.image_loading = c.data.image_loading;
-  plan.data.image_size = c.data.image_size;
   check(c.data.normalize.empty() || !data::is_token_dataset(c.data.dataset),
         "--normalize applies to image datasets, not to the token dataset " + c.data.dataset);
   plan.normalization =
       c.data.normalize.empty() ? data::default_normalization(c.data.dataset) : data::parse_normalization(c.data.normalize);
+}
 
+// Checked here, not first when the schedule and the optimizer are built, so that --dry-run and estimate refuse
+// what train refuses.
+void check_optimization(const config::TrainConfig& c) {
   check(c.optim.milestones.empty() || c.optim.schedule == "step", "--milestones needs --schedule step");
   check(c.optim.warmup_steps == 0 || c.optim.warmup_epochs == 0, "--warmup-steps and --warmup-epochs exclude each other");
-  // Checked here, not first when the schedule and the optimizer are built, so that --dry-run and estimate
-  // refuse what train refuses.
   check(c.optim.min_lr <= c.optim.lr, "--min-lr " + config::exact_number_text(c.optim.min_lr) +
                                           " must not exceed --lr " + config::exact_number_text(c.optim.lr));
   check(std::is_sorted(c.optim.milestones.begin(), c.optim.milestones.end()), "--milestones must be increasing");
@@ -415,6 +478,10 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
   check(c.run.max_steps == 0 || c.optim.warmup_steps <= c.run.max_steps,
         "--warmup-steps " + std::to_string(c.optim.warmup_steps) + " is longer than the whole run (--max-steps " +
             std::to_string(c.run.max_steps) + ")");
+}
+
+// The checkpoints, the pause, --on-divergence and every output path.
+void resolve_run_rules(const config::TrainConfig& c, Plan& plan) {
   check(c.run.checkpoint_every == 0 || !c.run.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
   check(c.run.keep_checkpoints == 0 || !c.run.checkpoint_dir.empty(), "--keep-checkpoints needs --checkpoint-dir");
   check(!c.run.overwrite_checkpoints || !c.run.checkpoint_dir.empty(), "--overwrite-checkpoints needs --checkpoint-dir");
@@ -430,6 +497,9 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
         "the steps trained until the pause would be lost");
   // Outputs are checked now, not when the run first writes them after minutes or hours of training.
   check_outputs(c);
+}
+
+void resolve_resume(const config::TrainConfig& c, Plan& plan) {
   if (!c.run.resume.empty()) {
     if (c.run.resume == "latest") {
       check(!c.run.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir");
@@ -451,57 +521,124 @@ Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
       plan.resume_path = c.run.resume;
     }
   }
-  return plan;
 }
 
-models::Fp8Options fp8_options(const config::PrecisionConfig& precision) {
-  return {precision.fp8_head, precision.fp8_scaling == "delayed"};
+// The sections the run reads, once every value in the config is resolved.
+void fill_sections(const config::TrainConfig& c, Plan& plan) {
+  plan.settings = config::to_json(c);
+  auto& m = plan.model;
+  m.name = c.model.name;
+  m.weights = c.model.weights;
+  m.save_weights = c.model.save_weights;
+  m.activation_checkpointing = c.model.activation_checkpointing;
+  m.gpt_layers = c.model.gpt_layers;
+  m.gpt_width = c.model.gpt_width;
+  m.gpt_heads = c.model.gpt_heads;
+  m.vocab_size = c.model.vocab_size;
+  m.fused_kernels = c.run.fused_kernels;
+  m.relu_recompute = c.run.relu_recompute;
+  m.conv_bn_fusion = c.run.conv_bn_fusion;
+  m.skip_fusions = c.run.skip_fusions;
+  m.fp8 = {c.precision.fp8_head, c.precision.fp8_scaling == "delayed"};
+  plan.data_options = data_options(c.data);
+  plan.length = run_length_of(c);
+  plan.optimization = {optimizer_options(c.optim), schedule_options(c.optim), c.optim.clip_grad_norm};
+  plan.cadence = {c.run.seed, c.run.eval_batch_size, c.run.eval_each_epoch, c.run.log_every, c.run.stop_at_step};
+  plan.checkpoints = {c.run.checkpoint_dir, c.run.checkpoint_every, c.run.keep_checkpoints,
+                      c.run.overwrite_checkpoints, c.run.async_checkpoint};
+  auto& r = plan.reporting;
+  r.progress = c.run.progress;
+  r.tensorboard = c.run.tensorboard;
+  r.log_jsonl = c.run.log_jsonl;
+  r.profile_out = c.run.profile_out;
+  plan.device_setup = {c.run.threads, c.run.cudnn_benchmark, c.run.cuda_graphs};
+  plan.precision_flags = {c.precision.loss_scale, c.sharding.param_dtype};
 }
+
+struct Resolved {
+  config::TrainConfig config;
+  Plan plan;
+};
+
+// make_plan's steps in order: each resolves what the next ones read (the strategy, then the device it trains on,
+// then the precision on that device, ...) and refuses what it resolves by the flag's name.
+Resolved resolve(const config::TrainConfig& given, bool model_from_caller) {
+  Resolved resolved{given, Plan{}};
+  config::TrainConfig& c = resolved.config;
+  Plan& plan = resolved.plan;
+  resolve_restart(c, plan);
+  resolve_strategy(c, plan);
+  resolve_processes(c, plan);
+  resolve_precision(c, plan);
+  check_model(c, model_from_caller);
+  resolve_data(c, plan);
+  check_optimization(c);
+  resolve_run_rules(c, plan);
+  resolve_resume(c, plan);
+  fill_sections(c, plan);
+  return resolved;
+}
+
+}  // namespace
+
+Plan make_plan(const config::TrainConfig& config, bool model_from_caller) {
+  return resolve(config, model_from_caller).plan;
+}
+
+config::TrainConfig resolve_config(const config::TrainConfig& config) { return resolve(config, false).config; }
 
 std::string describe(const Plan& plan) {
-  const auto& c = plan.config;
+  const ModelSetup& m = plan.model;
+  const data::DataSpec& d = plan.data;
+  const RunLength& length = plan.length;
+  const OptimizerOptions& optimizer = plan.optimization.optimizer;
+  const int64_t replica_count = plan.strategy_options.replicas;
   const bool replicas = plan.strategy.drives_several_devices();
-  const int64_t devices = plan.launch.world_size * (replicas ? c.dist.replicas : 1);
+  const int64_t devices = plan.launch.world_size * (replicas ? replica_count : 1);
   std::ostringstream out;
-  const bool tokens = models::is_language_model(c.model.name);
+  const bool tokens = models::is_language_model(m.name);
   std::string shape;
-  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"layers", c.model.gpt_layers},
-                                    {"width", c.model.gpt_width},
-                                    {"heads", c.model.gpt_heads},
-                                    {"vocabulary", c.model.vocab_size}}) {
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"layers", m.gpt_layers},
+                                    {"width", m.gpt_width},
+                                    {"heads", m.gpt_heads},
+                                    {"vocabulary", m.vocab_size}}) {
     if (value > 0) shape += (shape.empty() ? " " : ", ") + std::string(flag) + " " + std::to_string(value);
   }
-  out << "model " << c.model.name << shape << (c.model.activation_checkpointing ? " (activation checkpointing)" : "")
+  const std::string& param_dtype = plan.precision_flags.fsdp_param_dtype;
+  out << "model " << m.name << shape << (m.activation_checkpointing ? " (activation checkpointing)" : "")
       << (plan.channels_last ? " channels-last" : "") << "\n"
-      << "data " << c.data.dataset << (c.data.path.empty() ? "" : " from " + c.data.path)
-      << (c.data.image_size > 0 ? " resized to " + std::to_string(c.data.image_size) : "")
-      << (c.data.seq_len > 0 ? ", " + std::to_string(c.data.seq_len) + " tokens a sample" : "")
-      << (c.data.augment && !tokens ? ", augmented" : "")
-      << (data::is_token_dataset(c.data.dataset) ? "" : ", normalised " + data::describe_normalization(plan.normalization))
+      << "data " << d.name << (d.path.empty() ? "" : " from " + d.path)
+      << (d.image_size > 0 ? " resized to " + std::to_string(d.image_size) : "")
+      << (d.seq_len > 0 ? ", " + std::to_string(d.seq_len) + " tokens a sample" : "")
+      << (plan.data_options.augment && !tokens ? ", augmented" : "")
+      << (data::is_token_dataset(d.name) ? "" : ", normalised " + data::describe_normalization(plan.normalization))
       << "\n"
       << "precision " << plan.precision.name
-      << (plan.strategy.takes_fsdp_options() && !c.sharding.param_dtype.empty() &&
-                  precision::dtype_named(c.sharding.param_dtype) != torch::kFloat
-              ? " (fsdp param_dtype " + c.sharding.param_dtype + ")"
+      << (plan.strategy.takes_fsdp_options() && !param_dtype.empty() &&
+                  precision::dtype_named(param_dtype) != torch::kFloat
+              ? " (fsdp param_dtype " + param_dtype + ")"
               : "")
       << (plan.precision.master_weights ? " with fp32 master weights" : "")
-      << (plan.precision.loss_scaling ? ", loss scaling " + c.precision.loss_scale : "") << loss_scale_rules(plan.precision)
-      << "\n"
-      << "device " << plan.device.str() << (plan.device.is_cpu() ? " (" + std::to_string(c.run.threads) + " threads)" : "")
-      << (replicas && plan.device.is_cuda() && c.dist.replicas > 1
-              ? " to cuda:" + std::to_string(plan.device.index() + c.dist.replicas - 1)
+      << (plan.precision.loss_scaling ? ", loss scaling " + plan.precision_flags.loss_scale : "")
+      << loss_scale_rules(plan.precision) << "\n"
+      << "device " << plan.device.str()
+      << (plan.device.is_cpu() ? " (" + std::to_string(plan.device_setup.threads) + " threads)" : "")
+      << (replicas && plan.device.is_cuda() && replica_count > 1
+              ? " to cuda:" + std::to_string(plan.device.index() + replica_count - 1)
               : "")
       << ", strategy " << plan.strategy.name() << ", LibTorch "
       << compat::torch_version() << "\n"
-      << "batch " << c.run.batch_size << " per device x " << c.optim.grad_accum << " accumulation x "
+      << "batch " << length.batch_size << " per device x " << length.grad_accum << " accumulation x "
       << devices << (plan.launch.world_size > 1 ? " processes" : replicas ? " replicas" : " device")
-      << " = global batch " << c.run.batch_size * c.optim.grad_accum * devices << " per optimizer step\n"
-      << "optimizer " << c.optim.name << " lr " << c.optim.lr << " (" << c.optim.schedule << ")"
-      << ", weight decay " << c.optim.weight_decay
-      << (c.optim.clip_grad_norm > 0 ? ", clip norm " + std::to_string(c.optim.clip_grad_norm) : "") << "\n"
-      << (c.run.max_steps > 0 ? std::to_string(c.run.max_steps) + " steps (--max-steps: the epochs they take)"
-                              : "epochs " + std::to_string(c.run.epochs))
-      << ", seed " << c.run.seed;
+      << " = global batch " << length.batch_size * length.grad_accum * devices << " per optimizer step\n"
+      << "optimizer " << optimizer_name(optimizer.kind) << " lr " << optimizer.lr << " ("
+      << plan.optimization.schedule.name << ")"
+      << ", weight decay " << optimizer.weight_decay
+      << (plan.optimization.clip_grad_norm > 0 ? ", clip norm " + std::to_string(plan.optimization.clip_grad_norm) : "")
+      << "\n"
+      << (length.max_steps > 0 ? std::to_string(length.max_steps) + " steps (--max-steps: the epochs they take)"
+                               : "epochs " + std::to_string(length.epochs))
+      << ", seed " << plan.cadence.seed;
   if (!plan.resume_path.empty()) out << "\nresume from " << plan.resume_path;
   return out.str();
 }

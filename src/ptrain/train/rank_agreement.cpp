@@ -78,7 +78,7 @@ Settings settings_from_json(const std::string& text, size_t rank) {
 
 Settings settings_to_agree(const Plan& plan) {
   Settings settings;
-  flatten_settings(config::to_json(plan.config), "", settings);
+  flatten_settings(plan.settings, "", settings);
   settings.emplace_back("device type", plan.device.is_cuda() ? "cuda" : plan.device.str());
   settings.emplace_back("strategy and sharding", plan.strategy.name());
   settings.emplace_back("precision policy", policy_text(plan.precision));

@@ -28,23 +28,18 @@ RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch) {
   return steps;
 }
 
-RunSteps run_steps(const config::TrainConfig& c, int64_t micro_batches_per_epoch) {
-  return run_steps(RunLength{c.run.epochs, c.run.max_steps, c.optim.grad_accum, c.run.batch_size},
-                   micro_batches_per_epoch);
-}
-
-LrSchedule::LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps)
-    : config_(config), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps),
-      warmup_steps_(config.warmup_steps > 0
-                        ? config.warmup_steps
-                        : static_cast<int64_t>(std::llround(config.warmup_epochs * static_cast<double>(steps_per_epoch)))) {
+LrSchedule::LrSchedule(const ScheduleOptions& options, int64_t steps_per_epoch, int64_t total_steps)
+    : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps),
+      warmup_steps_(options.warmup_steps > 0
+                        ? options.warmup_steps
+                        : static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)))) {
   check(steps_per_epoch > 0, "schedule: an epoch has no optimizer step (is --batch-size larger than the data?)");
   check(warmup_steps_ <= total_steps_, "--warmup-epochs (or --warmup-steps) is longer than the whole run");
-  check(config.min_lr <= config.lr, "--min-lr must not exceed --lr");
-  check(config.warmup_min_lr <= config.lr, "--warmup-min-lr must not exceed --lr");
-  check(config.warmup_type == "linear" || config.warmup_type == "log",
-        "--warmup-type: unknown warm-up '" + config.warmup_type + "' (known: linear, log)");
-  check(std::is_sorted(config.milestones.begin(), config.milestones.end()), "--milestones must be increasing");
+  check(options.min_lr <= options.lr, "--min-lr must not exceed --lr");
+  check(options.warmup_min_lr <= options.lr, "--warmup-min-lr must not exceed --lr");
+  check(options.warmup_type == "linear" || options.warmup_type == "log",
+        "--warmup-type: unknown warm-up '" + options.warmup_type + "' (known: linear, log)");
+  check(std::is_sorted(options.milestones.begin(), options.milestones.end()), "--milestones must be increasing");
 }
 
 // DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR as deepspeed/runtime/lr_schedules.py computes them
@@ -55,21 +50,21 @@ LrSchedule::LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_
 // skipped steps included: under a dynamic loss scale, ptrain runs ahead of DeepSpeed by the steps skipped so far.
 double LrSchedule::deepspeed_lr(int64_t step) const {
   const int64_t iteration = step - 1;
-  const bool cosine = config_.schedule == "WarmupCosineLR";
-  const double max_lr = config_.lr, min_lr = config_.warmup_min_lr;
+  const bool cosine = options_.name == "WarmupCosineLR";
+  const double max_lr = options_.lr, min_lr = options_.warmup_min_lr;
   if (iteration < 0) return cosine ? 0.0 : min_lr;
   // DeepSpeed warms up over at least 2 iterations (log(1) would divide by zero).
   const int64_t warmup = std::max<int64_t>(2, warmup_steps_);
   if (iteration < warmup) {
-    const double gamma = config_.warmup_type == "log"
+    const double gamma = options_.warmup_type == "log"
                              ? 1.0 / std::log(static_cast<double>(warmup)) * std::log(static_cast<double>(iteration + 1))
                              : static_cast<double>(iteration) / static_cast<double>(warmup);
     // WarmupCosineLR's warmup_min_ratio is the floor over lr (config::deepspeed reads it into warmup_min_lr).
     return min_lr + (max_lr - min_lr) * gamma;
   }
-  if (config_.schedule == "WarmupLR") return max_lr;
+  if (options_.name == "WarmupLR") return max_lr;
   const int64_t total = total_steps_;
-  if (config_.schedule == "WarmupDecayLR") {
+  if (options_.name == "WarmupDecayLR") {
     const double gamma = std::max(0.0, static_cast<double>(total - iteration) /
                                            std::max(1.0, static_cast<double>(total - warmup)));
     return min_lr + (max_lr - min_lr) * gamma;
@@ -78,26 +73,26 @@ double LrSchedule::deepspeed_lr(int64_t step) const {
   // stopped letting the cosine rise again past total_num_steps.
   const double progress = std::min(1.0, static_cast<double>(iteration - warmup + 1) /
                                             static_cast<double>(std::max<int64_t>(1, total - warmup)));
-  return std::max(0.0, config_.min_lr + (max_lr - config_.min_lr) * (1.0 + std::cos(M_PI * progress)) / 2.0);
+  return std::max(0.0, options_.min_lr + (max_lr - options_.min_lr) * (1.0 + std::cos(M_PI * progress)) / 2.0);
 }
 
 double LrSchedule::lr(int64_t step) const {
-  if (config_.schedule == "WarmupLR" || config_.schedule == "WarmupDecayLR" || config_.schedule == "WarmupCosineLR")
+  if (options_.name == "WarmupLR" || options_.name == "WarmupDecayLR" || options_.name == "WarmupCosineLR")
     return deepspeed_lr(step);
-  if (step < warmup_steps_) return config_.lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
-  if (config_.schedule == "constant") return config_.lr;
-  if (config_.schedule == "step") {
+  if (step < warmup_steps_) return options_.lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
+  if (options_.name == "constant") return options_.lr;
+  if (options_.name == "step") {
     const int64_t epoch = step / steps_per_epoch_;
-    const auto passed = std::upper_bound(config_.milestones.begin(), config_.milestones.end(), epoch) -
-                        config_.milestones.begin();
-    return config_.lr * std::pow(config_.gamma, static_cast<double>(passed));
+    const auto passed = std::upper_bound(options_.milestones.begin(), options_.milestones.end(), epoch) -
+                        options_.milestones.begin();
+    return options_.lr * std::pow(options_.gamma, static_cast<double>(passed));
   }
-  if (config_.schedule == "cosine") {
+  if (options_.name == "cosine") {
     const int64_t span = std::max<int64_t>(1, total_steps_ - warmup_steps_);
     const double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / static_cast<double>(span));
-    return config_.min_lr + 0.5 * (config_.lr - config_.min_lr) * (1.0 + std::cos(M_PI * progress));
+    return options_.min_lr + 0.5 * (options_.lr - options_.min_lr) * (1.0 + std::cos(M_PI * progress));
   }
-  throw Error("--schedule: unknown schedule '" + config_.schedule + "' (known: constant, step, cosine, WarmupLR, WarmupDecayLR, WarmupCosineLR)");
+  throw Error("--schedule: unknown schedule '" + options_.name + "' (known: constant, step, cosine, WarmupLR, WarmupDecayLR, WarmupCosineLR)");
 }
 
 }  // namespace ptrain::train

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <cstdint>
-
-#include "ptrain/config/train_config.h"
+#include <string>
+#include <vector>
 
 namespace ptrain::train {
 
@@ -22,12 +22,26 @@ struct RunLength {
   int64_t epochs = 1, max_steps = 0, grad_accum = 1, batch_size = 1;
 };
 RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch);
-RunSteps run_steps(const config::TrainConfig& config, int64_t micro_batches_per_epoch);
+
+// The schedule's flags as train/plan.h's schedule_options resolves them: what the schedule is built from, so that
+// the run (train/run/) needs no config to build it.
+struct ScheduleOptions {
+  // constant | step | cosine, or DeepSpeed's WarmupLR | WarmupDecayLR | WarmupCosineLR step for step
+  std::string name = "cosine";
+  double lr = 0.1;
+  std::vector<int64_t> milestones;  // step: epochs at which lr *= gamma
+  double gamma = 0.1;
+  double min_lr = 0.0;              // cosine's floor (WarmupCosineLR's too)
+  double warmup_epochs = 0.0;       // linear warm-up from 0, in (fractional) epochs
+  int64_t warmup_steps = 0;         // the same in optimizer steps, instead of warmup_epochs; 0: off
+  std::string warmup_type = "linear";  // the Warmup* schedules' rise: linear | log
+  double warmup_min_lr = 0.0;       // the Warmup* schedules' first rate (WarmupDecayLR's last)
+};
 
 class LrSchedule {
  public:
   // steps_per_epoch: optimizer steps in one epoch; total_steps: in the whole run.
-  LrSchedule(const config::OptimizerConfig& config, int64_t steps_per_epoch, int64_t total_steps);
+  LrSchedule(const ScheduleOptions& options, int64_t steps_per_epoch, int64_t total_steps);
 
   // The rate for optimizer step `step` (0-based): linear warm-up from 0 to lr, then constant, step
   // decay at epoch milestones, or a half cosine from lr to min_lr over the steps after warm-up. The
@@ -38,7 +52,7 @@ class LrSchedule {
  private:
   double deepspeed_lr(int64_t step) const;
 
-  config::OptimizerConfig config_;
+  ScheduleOptions options_;
   int64_t steps_per_epoch_;
   int64_t total_steps_;
   int64_t warmup_steps_;

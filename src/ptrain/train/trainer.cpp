@@ -62,18 +62,17 @@ std::string epoch_summary(int64_t epoch, const metrics::EpochRecord& epoch_recor
 }
 
 RunCheckpoints::Options checkpoint_options(const Plan& plan, strategies::Strategy& strategy) {
-  const config::TrainConfig& c = plan.config;
   RunCheckpoints::Options options;
-  options.dir = c.run.checkpoint_dir;
-  options.keep = c.run.keep_checkpoints;
-  options.overwrite = c.run.overwrite_checkpoints;
-  options.async = c.run.async_checkpoint;
+  options.dir = plan.checkpoints.dir;
+  options.keep = plan.checkpoints.keep;
+  options.overwrite = plan.checkpoints.overwrite;
+  options.async = plan.checkpoints.async;
   options.sharded = plan.strategy_options.state_dict == strategies::StateDict::sharded;
   options.resume_path = plan.resume_path;
-  options.save_weights = c.model.save_weights;
-  options.run_config = config::to_json(c);
+  options.save_weights = plan.model.save_weights;
+  options.run_config = plan.settings;
   options.devices = strategy.world_size() * strategy.replicas();
-  options.batch_size = c.run.batch_size;
+  options.batch_size = plan.length.batch_size;
   options.device = plan.device;
   options.rank = strategy.rank();
   options.world_size = strategy.world_size();
@@ -83,16 +82,15 @@ RunCheckpoints::Options checkpoint_options(const Plan& plan, strategies::Strateg
 }
 
 RunMonitor::Options monitor_options(const Plan& plan, const TrainHooks& hooks, bool is_main) {
-  const config::TrainConfig& c = plan.config;
   RunMonitor::Options options;
   options.device = plan.device;
   options.is_main = is_main;
-  options.progress_style = Progress::style_from(c.run.progress);
-  options.tensorboard = c.run.tensorboard;
-  options.log_jsonl = c.run.log_jsonl;
-  options.profile_out = c.run.profile_out;
-  options.profile_first_step = plan.profile_first_step;
-  options.profile_last_step = plan.profile_last_step;
+  options.progress_style = Progress::style_from(plan.reporting.progress);
+  options.tensorboard = plan.reporting.tensorboard;
+  options.log_jsonl = plan.reporting.log_jsonl;
+  options.profile_out = plan.reporting.profile_out;
+  options.profile_first_step = plan.reporting.profile_first_step;
+  options.profile_last_step = plan.reporting.profile_last_step;
   if (hooks.on_step) {
     options.on_step = [on_step = hooks.on_step](int64_t epoch, int64_t step, double loss) {
       on_step({epoch, step, loss});
@@ -111,7 +109,7 @@ RunMonitor::Options monitor_options(const Plan& plan, const TrainHooks& hooks, b
 
 TrainingRun::TrainingRun(const Plan& plan, const std::string& command_line, const TrainHooks& hooks)
     : plan_(plan), strategy_(make_strategy_on_device(plan)),
-      stop_rules_({plan.on_divergence, plan.config.run.stop_at_step, hooks.stop_signal, strategy_->is_main()},
+      stop_rules_({plan.on_divergence, plan.cadence.stop_at_step, hooks.stop_signal, strategy_->is_main()},
                   plan.device, strategy_->world_size(), [this](torch::Tensor& t) { strategy_->all_reduce_sum(t); }),
       checkpoints_(checkpoint_options(plan, *strategy_), *this, stop_rules_),
       monitor_(monitor_options(plan, hooks, strategy_->is_main())), recorder_(command_line) {
@@ -164,7 +162,7 @@ metrics::RunRecord TrainingRun::run() {
 
 void TrainingRun::set_up_device() {
   torch::set_num_threads(static_cast<int>(
-      dist::intra_op_threads(config().run.threads, plan_.launch.local_world_size,
+      dist::intra_op_threads(plan_.device_setup.threads, plan_.launch.local_world_size,
                              std::thread::hardware_concurrency())));
   if (!plan_.threads_warning.empty() && plan_.launch.rank == 0)
     std::cerr << "ptrain: warning: " << plan_.threads_warning << std::endl;
@@ -172,35 +170,35 @@ void TrainingRun::set_up_device() {
   if (device().is_cuda()) {
     // cuDNN picks the fastest kernels for the fixed shapes of a training run, as the PyTorch reference does,
     // unless --no-cudnn-benchmark trades that search (about 30 s of a ResNet-50 run in fp32) for its heuristics.
-    at::globalContext().setBenchmarkCuDNN(config().run.cudnn_benchmark);
+    at::globalContext().setBenchmarkCuDNN(plan_.device_setup.cudnn_benchmark);
   }
   if (device().is_cpu()) metrics::install_cpu_allocation_counter();
 }
 
 std::shared_ptr<models::Model> TrainingRun::build_model(const models::ModelSpec& spec) {
   std::shared_ptr<models::Model> model = plan_.make_model ? plan_.make_model(spec) : models::make_model(spec);
-  if (!config().model.weights.empty()) models::load_weights(*model, config().model.weights);
+  if (!plan_.model.weights.empty()) models::load_weights(*model, plan_.model.weights);
   model->to(device());
   // As PyTorch's model.half(): floating-point tensors only. LibTorch's Module::to(dtype) casts every one, and a
   // bf16 num_batches_tracked stops counting at 256 (the momentum-less batch norms' 1/count with it).
   if (policy().param_dtype != torch::kFloat) models::to_floating_point(*model, c10::nullopt, policy().param_dtype);
   if (plan_.channels_last) convert_to_channels_last(*model);
-  model->set_activation_checkpointing(config().model.activation_checkpointing);
-  model->set_fused_kernels(config().run.fused_kernels);
-  model->set_relu_recompute(config().run.relu_recompute);
-  model->set_conv_bn_fusion(config().run.conv_bn_fusion);
-  model->set_fusions(models::fusions_skipping(config().run.skip_fusions));
+  model->set_activation_checkpointing(plan_.model.activation_checkpointing);
+  model->set_fused_kernels(plan_.model.fused_kernels);
+  model->set_relu_recompute(plan_.model.relu_recompute);
+  model->set_conv_bn_fusion(plan_.model.conv_bn_fusion);
+  model->set_fusions(models::fusions_skipping(plan_.model.skip_fusions));
   const std::vector<std::string> has = model->fusions();
-  for (const auto& fusion : config().run.skip_fusions) {
+  for (const auto& fusion : plan_.model.skip_fusions) {
     check(std::find(has.begin(), has.end(), fusion) != has.end(),
-          "--skip-fusions " + fusion + ": --model " + config().model.name +
+          "--skip-fusions " + fusion + ": --model " + plan_.model.name +
               " has no such fusion in this run (its fusions: " +
               (has.empty() ? std::string("none") : join(has, ", ")) + ")");
   }
   if (policy().fp8_matmuls) {
-    const models::Fp8Options options = fp8_options(config().precision);
+    const models::Fp8Options& options = plan_.model.fp8;
     models::Fp8Layers fp8 = model->set_fp8_linear(true, options);
-    const int64_t rows = config().run.batch_size * spec.seq_len;
+    const int64_t rows = plan_.length.batch_size * spec.seq_len;
     // cuBLASLt's FP8 GEMMs take rows in multiples of 16: a micro-batch of other rows runs every layer in bf16.
     if (fp8.fp8 > 0 && spec.seq_len > 0 && rows % 16 != 0)
       fp8.why += std::string(fp8.why.empty() ? "" : "; ") + "a micro-batch's " + std::to_string(rows) +
@@ -211,18 +209,18 @@ std::shared_ptr<models::Model> TrainingRun::build_model(const models::ModelSpec&
                                              ? "delayed (amax history of " +
                                                    std::to_string(kernels::kFp8AmaxHistory) + ")"
                                              : "dynamic"},
-                             {"casts", config().run.fused_kernels && kernels::fused_kernels_available(device())
+                             {"casts", plan_.model.fused_kernels && kernels::fused_kernels_available(device())
                                            ? "fused"
                                            : "reference"}};
     recorder_.note_fp8("fp8: " + models::describe_fp8_layers(fp8), std::move(layers));
   }
-  if (models::is_torchscript_path(config().model.name)) {
+  if (models::is_torchscript_path(plan_.model.name)) {
     const bool tokens = spec.image_size == 0 && spec.seq_len > 0;
     const auto probe = tokens ? torch::zeros({2, spec.seq_len},
                                              torch::TensorOptions().dtype(torch::kInt64).device(device()))
                               : torch::zeros({2, spec.in_channels, spec.image_size, spec.image_size},
                                              torch::TensorOptions().dtype(policy().compute_dtype).device(device()));
-    probe_as_trained(*model, config().model.name,
+    probe_as_trained(*model, plan_.model.name,
                      plan_.channels_last && !tokens ? probe.contiguous(at::MemoryFormat::ChannelsLast) : probe,
                      policy(), device());
   }
@@ -257,25 +255,25 @@ std::vector<torch::Device> TrainingRun::local_devices() const {
 }
 
 void TrainingRun::build_step_engine() {
-  torch::manual_seed(config().run.seed);
-  const models::ModelSpec spec = model_spec(config(), data_->train_set(), data_->test_set());
+  torch::manual_seed(plan_.cadence.seed);
+  const models::ModelSpec spec = model_spec(plan_, data_->train_set(), data_->test_set());
   std::shared_ptr<models::Model> model = build_model(spec);
   auto target = strategy_->update_target(*model, policy().master_weights);
   auto optimizer =
-      make_optimizer(config().optim, target->params(), target->names(), kOptimizerBatchElements,
-                     config().run.fused_kernels);
+      make_optimizer(plan_.optimization.optimizer, target->params(), target->names(), kOptimizerBatchElements,
+                     plan_.model.fused_kernels);
   const auto state_bytes = target->model_state_bytes(optimizer->state());
   recorder_.note_model_states(state_bytes.params, state_bytes.grads, state_bytes.optimizer);
-  auto schedule = std::make_unique<LrSchedule>(config().optim, data_->steps_per_epoch(),
+  auto schedule = std::make_unique<LrSchedule>(plan_.optimization.schedule, data_->steps_per_epoch(),
                                                std::max<int64_t>(data_->total_steps(), 1));
   StepEngine::Options options;
   options.device = device();
   options.policy = policy();
-  options.grad_accum = config().optim.grad_accum;
-  options.clip_grad_norm = config().optim.clip_grad_norm;
-  options.optimizer_name = config().optim.name;
-  options.fused_kernels = config().run.fused_kernels;
-  options.cuda_graphs = config().run.cuda_graphs;
+  options.grad_accum = plan_.length.grad_accum;
+  options.clip_grad_norm = plan_.optimization.clip_grad_norm;
+  options.optimizer_name = optimizer_name(plan_.optimization.optimizer.kind);
+  options.fused_kernels = plan_.model.fused_kernels;
+  options.cuda_graphs = plan_.device_setup.cuda_graphs;
   options.classes = spec.num_classes;
   options.report_step_loss = monitor_.follows_steps();
   options.on_step_memory = monitor_.step_memory_hook();
@@ -296,10 +294,10 @@ void TrainingRun::announce(Progress& progress) {
                      ", optimizer " + models::byte_text(optimizer) + " = " +
                      models::byte_text(params + grads + optimizer));
   }
-  if (plan_.profile_first_step > 0) {
-    check(plan_.profile_first_step <= data_->total_steps(),
-          "--profile-steps " + config().run.profile_steps + ": the run trains " + std::to_string(data_->total_steps()) +
-              " steps, so step " + std::to_string(plan_.profile_first_step) + " never comes");
+  if (plan_.reporting.profile_first_step > 0) {
+    check(plan_.reporting.profile_first_step <= data_->total_steps(),
+          "--profile-steps " + plan_.reporting.profile_steps + ": the run trains " + std::to_string(data_->total_steps()) +
+              " steps, so step " + std::to_string(plan_.reporting.profile_first_step) + " never comes");
   }
   std::string cuda_graphs_note = engine_->capture_obstacle();
   std::unique_ptr<CapturedStep> graph;
@@ -317,7 +315,7 @@ void TrainingRun::announce(Progress& progress) {
   }
   if (!recorder_.fp8_summary().empty()) progress.message(recorder_.fp8_summary());
   monitor_.set_flops(count_run_flops(engine_->model(), data_->sample_shape(), device(), policy().mode,
-                                     config().run.batch_size * config().optim.grad_accum * devices(), devices()));
+                                     plan_.length.batch_size * plan_.length.grad_accum * devices(), devices()));
   progress.message(monitor_.flops().describe());
   const data::Dataset& train_set = data_->train_set();
   progress.message("data " + train_set.description + ": " + std::to_string(train_set.size()) + " train, " +
@@ -359,7 +357,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       progress.end_epoch(epoch_summary(epoch, epoch_record, data_->sequence_length()));
       if (strategy_->is_main())
         std::cout << "paused after step " << position_.global_step << " of " << data_->total_steps()
-                  << " (--stop-at-step): continue with --resume latest --checkpoint-dir " << config().run.checkpoint_dir
+                  << " (--stop-at-step): continue with --resume latest --checkpoint-dir " << plan_.checkpoints.dir
                   << std::endl;
       break;
     }
@@ -380,7 +378,7 @@ std::optional<Evaluation> TrainingRun::train_epochs(Progress& progress) {
       // evaluation against 7.27 while training, docs/results 2026-12-03 memory side by side).
       engine_->release_graph();
     }
-    if (config().run.eval_each_epoch || last_epoch) {
+    if (plan_.cadence.eval_each_epoch || last_epoch) {
       position_.evaluating = true;
       last_eval = engine_->evaluate(data_->test_loader());
       position_.evaluating = false;
@@ -406,7 +404,7 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
   const double epoch_seconds = epoch_clock.elapsed_seconds_after_sync(device());
   monitor_.collect_step_phases(engine_->runner());
   check_divergence();
-  const int64_t images = (data_->micro_batches_of(steps_done) - first) * config().run.batch_size * devices();
+  const int64_t images = (data_->micro_batches_of(steps_done) - first) * plan_.length.batch_size * devices();
   monitor_.clock().add_epoch(epoch_start, epoch_seconds, step_before, position_.global_step, images);
 
   metrics::EpochRecord epoch_record;
@@ -422,7 +420,7 @@ metrics::EpochRecord TrainingRun::timed_epoch(int64_t epoch, Progress& progress,
 }
 
 int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progress& progress) {
-  const int64_t accum = config().optim.grad_accum;
+  const int64_t accum = plan_.length.grad_accum;
   data_->train_loader().start_epoch(epoch, first_micro_batch);
   progress.start_epoch(epoch);
   // A position is at a window's end: a multiple of accum, or the epoch's end after a shorter last window.
@@ -438,7 +436,7 @@ int64_t TrainingRun::train_epoch(int64_t epoch, int64_t first_micro_batch, Progr
     after_step(epoch, batches);
     ++step_in_epoch;
     save_on_cadence(epoch, step_in_epoch);
-    const bool progress_read = step_in_epoch % config().run.log_every == 0 || step_in_epoch == data_->steps_per_epoch();
+    const bool progress_read = step_in_epoch % plan_.cadence.log_every == 0 || step_in_epoch == data_->steps_per_epoch();
     if (progress_read) read_progress(step_in_epoch, window, progress);
     if (stop_rules_.stop_after(position_.global_step, data_->total_steps(), progress_read)) break;
   }
@@ -479,7 +477,7 @@ void TrainingRun::save_on_cadence(int64_t epoch, int64_t step_in_epoch) {
   // A step that ends the epoch (or the run) is saved once, by the epoch's closing save right after: saving it
   // here too would write the same state twice, the second write waiting for the first.
   const bool epoch_ends = step_in_epoch == data_->steps_per_epoch() || position_.global_step >= data_->total_steps();
-  if (config().run.checkpoint_every > 0 && position_.global_step % config().run.checkpoint_every == 0 && !epoch_ends)
+  if (plan_.checkpoints.every > 0 && position_.global_step % plan_.checkpoints.every == 0 && !epoch_ends)
     checkpoints_.save({epoch, data_->micro_batches_of(step_in_epoch), position_.global_step, 0, 0});
 }
 
@@ -511,17 +509,18 @@ namespace {
 // What a device that ran out of memory held and how to make the run fit: the model states' bytes per
 // parameter under this strategy, and the strategies and flags that shrink them or the activations.
 std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
-  const auto& c = plan.config;
   const auto& p = plan.precision;
+  const OptimizerOptions& optimizer = plan.optimization.optimizer;
   // One parameter's model states on one device, by the arithmetic `ptrain estimate` uses.
   const int64_t per_param =
-      strategies::predicted_model_states(strategies::StateLayout{}, 1, p, c.optim, !plan.device.is_cuda()).total();
+      strategies::predicted_model_states(strategies::StateLayout{}, 1, p, optimizer.slots(), !plan.device.is_cuda())
+          .total();
   const bool sharded = plan.strategy.shards_optimizer_state();
   std::ostringstream out;
   const auto newline = what.find('\n');
   out << "out of memory on " << plan.device.str() << " under --strategy " << plan.strategy.name() << " ("
       << what.substr(0, newline) << ").\n"
-      << "Model states take " << per_param << " bytes a parameter (" << p.name << ", " << c.optim.name << ")"
+      << "Model states take " << per_param << " bytes a parameter (" << p.name << ", " << optimizer_name(optimizer.kind) << ")"
       << (sharded ? ", divided among the ranks as the strategy shards them" : " on every rank, whole") << ". ";
   if (plan.strategy.shards_parameters()) {
     out << "To fit: more ranks, --offload-optimizer (zero3) or --offload-params, --activation-checkpointing, or a "
@@ -537,32 +536,33 @@ std::string out_of_memory_advice(const Plan& plan, const std::string& what) {
 
 }  // namespace
 
-models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test) {
+models::ModelSpec model_spec(const Plan& plan, const data::Dataset& train, const data::Dataset& test) {
   // A model outside the zoo (a TorchScript file, a module of the library API's caller) takes what its data
   // holds; TorchScriptModel::load checks that the module fits it.
+  const ModelSetup& m = plan.model;
   const auto zoo = models::model_names();
-  const bool from_zoo = std::find(zoo.begin(), zoo.end(), c.model.name) != zoo.end();
-  const bool language_model = from_zoo ? models::is_language_model(c.model.name) : train.is_tokens();
+  const bool from_zoo = std::find(zoo.begin(), zoo.end(), m.name) != zoo.end();
+  const bool language_model = from_zoo ? models::is_language_model(m.name) : train.is_tokens();
   check(language_model == train.is_tokens(),
-        language_model ? "--model " + c.model.name + " is a language model: it needs a token dataset "
-                             "(--dataset synthetic-tokens or text), not " + c.data.dataset
-                       : "--model " + c.model.name + " is an image model: it cannot train on the token dataset " +
-                             c.data.dataset);
-  models::ModelSpec spec{c.model.name, 0, 0, 0};
+        language_model ? "--model " + m.name + " is a language model: it needs a token dataset "
+                             "(--dataset synthetic-tokens or text), not " + plan.data.name
+                       : "--model " + m.name + " is an image model: it cannot train on the token dataset " +
+                             plan.data.name);
+  models::ModelSpec spec{m.name, 0, 0, 0};
   spec.data = train.description;
   if (language_model) {
-    check(c.model.vocab_size == 0 || c.model.vocab_size >= train.vocab_size,
-          "--vocab-size " + std::to_string(c.model.vocab_size) + " is smaller than the " +
+    check(m.vocab_size == 0 || m.vocab_size >= train.vocab_size,
+          "--vocab-size " + std::to_string(m.vocab_size) + " is smaller than the " +
               std::to_string(train.vocab_size) + " tokens of " + train.description);
-    spec.num_classes = c.model.vocab_size > 0 ? c.model.vocab_size : train.vocab_size;
+    spec.num_classes = m.vocab_size > 0 ? m.vocab_size : train.vocab_size;
     spec.seq_len = std::max(train.images.size(1), test.images.size(1));
-    spec.layers = c.model.gpt_layers;
-    spec.width = c.model.gpt_width;
-    spec.heads = c.model.gpt_heads;
+    spec.layers = m.gpt_layers;
+    spec.width = m.gpt_width;
+    spec.heads = m.gpt_heads;
   } else {
     spec.num_classes = static_cast<int64_t>(train.classes.size());
     spec.in_channels = train.channels();
-    spec.image_size = c.data.image_size > 0 ? c.data.image_size : train.height();
+    spec.image_size = plan.data.image_size > 0 ? plan.data.image_size : train.height();
   }
   return spec;
 }

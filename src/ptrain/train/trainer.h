@@ -7,7 +7,6 @@
 #include <string>
 #include <utility>
 
-#include "ptrain/config/train_config.h"
 #include "ptrain/core/error.h"
 #include "ptrain/data/dataset.h"
 #include "ptrain/metrics/run_record.h"
@@ -63,7 +62,7 @@ metrics::RunRecord train(const Plan& plan, const std::string& command_line, cons
 
 // The model the run's data asks for: an image model's classes and input shape, or a language model's
 // vocabulary and longest sequence. Refuses a model that does not match its data, naming the flags.
-models::ModelSpec model_spec(const config::TrainConfig& c, const data::Dataset& train, const data::Dataset& test);
+models::ModelSpec model_spec(const Plan& plan, const data::Dataset& train, const data::Dataset& test);
 
 // The run's two splits as train opens them (--train-limit and --test-limit applied), refused where train refuses
 // them: an empty split, classes that differ between them, --normalize values for another channel count, a loader

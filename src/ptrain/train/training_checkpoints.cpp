@@ -13,10 +13,10 @@
 namespace ptrain::train {
 
 std::string TrainingRun::run_length_source() const {
-  if (config().run.max_steps > 0) return "--max-steps " + std::to_string(config().run.max_steps);
+  if (plan_.length.max_steps > 0) return "--max-steps " + std::to_string(plan_.length.max_steps);
   std::string source =
-      "--epochs " + std::to_string(config().run.epochs) + " of " + std::to_string(data_->steps_per_epoch()) + " steps";
-  if (config().data.train_limit > 0) source += " at --train-limit " + std::to_string(config().data.train_limit);
+      "--epochs " + std::to_string(plan_.length.epochs) + " of " + std::to_string(data_->steps_per_epoch()) + " steps";
+  if (plan_.data_options.train_limit > 0) source += " at --train-limit " + std::to_string(plan_.data_options.train_limit);
   return source;
 }
 
@@ -24,7 +24,7 @@ void TrainingRun::resume() {
   if (!plan_.restart_note.empty() && strategy_->is_main()) std::cout << "ptrain: " << plan_.restart_note << std::endl;
   if (!plan_.resume_note.empty() && strategy_->is_main()) std::cout << plan_.resume_note << std::endl;
   if (!plan_.resume_path.empty()) {
-    position_.start = checkpoints_.resume({config().optim.grad_accum, data_->steps_per_epoch(),
+    position_.start = checkpoints_.resume({plan_.length.grad_accum, data_->steps_per_epoch(),
                                            data_->total_steps(), data_->micro_batches_per_epoch(),
                                            plan_.restart.count > 0, run_length_source()});
     position_.global_step = position_.start.global_step;

@@ -19,14 +19,13 @@ std::string source_of(const data::Dataset& set) { return set.description.substr(
 }  // namespace
 
 Splits open_splits(const Plan& plan, int64_t replicas) {
-  const auto& c = plan.config;
-  const int threads = static_cast<int>(c.data.loader_threads);
+  const int threads = static_cast<int>(plan.data_options.loader_threads);
   const data::DataSpec spec = plan.open_data ? plan.data : data::resolve_image_loading(plan.data);
   const auto open = [&](bool train) {
     return plan.open_data ? plan.open_data(train) : data::open_dataset(spec, train, threads);
   };
-  Splits splits{data::spread_subset(open(/*train=*/true), c.data.train_limit),
-                data::spread_subset(open(/*train=*/false), c.data.test_limit)};
+  Splits splits{data::spread_subset(open(/*train=*/true), plan.data_options.train_limit),
+                data::spread_subset(open(/*train=*/false), plan.data_options.test_limit)};
   const auto& train_set = splits.train;
   const auto& test_set = splits.test;
   // Any source (a reader, a caller's open_data): an empty split trains nothing or evaluates to 0/0.
@@ -34,9 +33,9 @@ Splits open_splits(const Plan& plan, int64_t replicas) {
   check(test_set.size() > 0, source_of(test_set) + ": the test split holds no samples (nothing to evaluate)");
   if (!train_set.is_tokens())
     data::check_same_classes(source_of(train_set), train_set.classes, source_of(test_set), test_set.classes);
-  const int64_t loader_batch = c.run.batch_size * replicas;
+  const int64_t loader_batch = plan.length.batch_size * replicas;
   check(train_set.size() >= loader_batch,
-        "--batch-size " + std::to_string(c.run.batch_size) + " x " + std::to_string(replicas) +
+        "--batch-size " + std::to_string(plan.length.batch_size) + " x " + std::to_string(replicas) +
             " replicas is larger than the " + std::to_string(train_set.size()) + " training samples");
   const auto& norm = plan.normalization;
   if (!train_set.is_tokens()) {
@@ -51,7 +50,7 @@ Splits open_splits(const Plan& plan, int64_t replicas) {
 
 Splits check_before_training(const Plan& plan, int64_t replicas) {
   Splits splits = open_splits(plan, replicas);
-  const models::ModelSpec spec = model_spec(plan.config, splits.train, splits.test);
+  const models::ModelSpec spec = model_spec(plan, splits.train, splits.test);
   // A zoo model fits any data model_spec accepts; a TorchScript model is checked by loading it (on the host).
   if (!plan.make_model && models::is_torchscript_path(spec.name)) models::make_model(spec);
   return splits;
@@ -61,21 +60,21 @@ void TrainingRun::load_data() {
   Splits splits = open_splits(plan_, strategy_->replicas());
   RunData::Options options;
   options.device = device();
-  options.batch_size = config().run.batch_size;
-  options.eval_batch_size = config().run.eval_batch_size > 0 ? config().run.eval_batch_size : config().run.batch_size;
+  options.batch_size = plan_.length.batch_size;
+  options.eval_batch_size = plan_.cadence.eval_batch_size > 0 ? plan_.cadence.eval_batch_size : plan_.length.batch_size;
   options.replicas = strategy_->replicas();
   options.rank = strategy_->rank();
   options.world_size = strategy_->world_size();
-  options.seed = config().run.seed;
-  options.prefetch = config().data.prefetch;
-  options.image_size = config().data.image_size;
-  options.augment = config().data.augment;
+  options.seed = plan_.cadence.seed;
+  options.prefetch = plan_.data_options.prefetch;
+  options.image_size = plan_.data.image_size;
+  options.augment = plan_.data_options.augment;
   options.normalization = plan_.normalization;
   options.compute_dtype = policy().compute_dtype;
   options.channels_last = plan_.channels_last;
-  options.grad_accum = config().optim.grad_accum;
-  options.epochs = config().run.epochs;
-  options.max_steps = config().run.max_steps;
+  options.grad_accum = plan_.length.grad_accum;
+  options.epochs = plan_.length.epochs;
+  options.max_steps = plan_.length.max_steps;
   data_ = std::make_unique<RunData>(std::move(splits.train), std::move(splits.test), options);
   recorder_.note_data_transforms(data_->transforms());
 }
@@ -89,9 +88,9 @@ void TrainingRun::load_data_or_explain() {
   const auto advice = [&](const std::string& what) {
     const auto newline = what.find('\n');
     return Error("out of host memory while loading the data (" + what.substr(0, newline) + "): --dataset " +
-                 config().data.dataset + " is held in memory whole, every sample at its decoded size" +
-                 (config().data.image_size > 0
-                      ? " (resized to --image-size " + std::to_string(config().data.image_size) + ")"
+                 plan_.data.name + " is held in memory whole, every sample at its decoded size" +
+                 (plan_.data.image_size > 0
+                      ? " (resized to --image-size " + std::to_string(plan_.data.image_size) + ")"
                       : "") +
                  ". To fit: fewer samples (--train-limit, --test-limit), a smaller --image-size or --seq-len, or "
                  "more host memory; the model and its batch size are not the cause");

@@ -7,16 +7,16 @@ namespace ptrain::train {
 
 void TrainingRun::fill_record(const std::optional<Evaluation>& last_eval) {
   RunRecorder::Facts facts;
-  facts.model = config().model.name;
-  facts.dataset = config().data.dataset;
+  facts.model = plan_.model.name;
+  facts.dataset = plan_.data.name;
   facts.precision = precision::record_name(policy());
   facts.strategy = strategy_->name();
   facts.device = device();
   facts.local_devices = local_devices();
   facts.world_size = strategy_->world_size();
   facts.devices = devices();
-  facts.batch_size = config().run.batch_size;
-  facts.grad_accum = config().optim.grad_accum;
+  facts.batch_size = plan_.length.batch_size;
+  facts.grad_accum = plan_.length.grad_accum;
   facts.epochs = data_->epochs();
   facts.steps = position_.global_step;
   facts.steps_per_epoch = data_->steps_per_epoch();
@@ -36,15 +36,15 @@ void TrainingRun::fill_record(const std::optional<Evaluation>& last_eval) {
   facts.channels_last = plan_.channels_last;
   facts.cuda_graphs = engine_->captured();
   facts.optimizer_implementation = engine_->optimizer().implementation();
-  facts.fused_kernels = config().run.fused_kernels;
-  facts.fused_available = config().run.fused_kernels && kernels::fused_kernels_available(device());
-  facts.relu_recompute = config().run.relu_recompute;
-  facts.skip_fusions = config().run.skip_fusions;
+  facts.fused_kernels = plan_.model.fused_kernels;
+  facts.fused_available = plan_.model.fused_kernels && kernels::fused_kernels_available(device());
+  facts.relu_recompute = plan_.model.relu_recompute;
+  facts.skip_fusions = plan_.model.skip_fusions;
   facts.step_phase_seconds = monitor_.phases().means().to_json();
-  facts.config = config::to_json(config());
+  facts.config = plan_.settings;
   facts.diverged_at_step = stop_rules_.diverged_at_step();
   facts.streamed_data = data_->train_set().is_streamed();
-  facts.loader_threads = config().data.loader_threads;
+  facts.loader_threads = plan_.data_options.loader_threads;
   facts.loader_wait_seconds = data_->train_loader().wait_seconds();
   facts.warns = strategy_->is_main();
   recorder_.fill(facts);

@@ -1,6 +1,6 @@
 // One training run, as train() (trainer.h) drives it. Its parts live by what they do:
-//   trainer.cpp                  the run's phases in order (the step engine built from the config among
-//                                them), the epoch loop, and train() with its advice when a device runs
+//   trainer.cpp                  the run's phases in order (the step engine built from the Plan's sections
+//                                among them), the epoch loop, and train() with its advice when a device runs
 //                                out of memory
 //   training_data.cpp            the splits opened for the run's data, and what running out of host memory
 //                                while loading them means
@@ -8,8 +8,8 @@
 //                                and how a run that stops early or fails after training ends
 //   training_record.cpp          the facts the run's record is filled with once training ends
 //   training_log.cpp             the run's scalars for --tensorboard and --log-jsonl, as progress is read
-// and the parts it owns, each with its own state, under run/ (built from the Plan's resolved values, never
-// the config): stop_rules.h (whether and why the run ends early), run_data.h (the splits, their loaders and
+// and the parts it owns, each with its own state, under run/ (built from the Plan's sections, plan_sections.h,
+// never the config): stop_rules.h (whether and why the run ends early), run_data.h (the splits, their loaders and
 // the steps they make), step_engine.h (the model, its optimizer and schedule, the loss scaler, the step runner
 // that captures the step as a CUDA graph, the running totals, the divergence watch), run_checkpoints.h (resume,
 // the saves and their writes in flight, --save-weights, what was kept), run_monitor.h (the clocks, FLOPs,
@@ -28,7 +28,6 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/config/train_config.h"
 #include "ptrain/data/dataset.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/metrics/run_record.h"
@@ -136,8 +135,7 @@ class TrainingRun : private CheckpointedState {
   void load(const Checkpoint& checkpoint, const std::string& source) override;
   // Which flag set the run's last step: "--max-steps 40", or "--epochs 2 of 8 steps at --train-limit 64".
   std::string run_length_source() const;
-  // The Plan's config, device and precision policy, which the phases read throughout.
-  const config::TrainConfig& config() const { return plan_.config; }
+  // The Plan's device and precision policy, which the phases read throughout.
   const torch::Device& device() const { return plan_.device; }
   const precision::PrecisionPolicy& policy() const { return plan_.precision; }
   // Devices sharing each step: processes x the replicas each drives. --batch-size counts per device.
