@@ -7,8 +7,8 @@
 
 #include "gpu.h"
 #include "temp_dir.h"
-#include "ptrain/dist/ports.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/ports.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/train/checkpoint.h"
 #include "ptrain/train/checkpoint_staging.h"
 #include "ptrain/train/plan.h"
@@ -77,12 +77,12 @@ TEST(CapturedStep, TrainsLikeTheEagerStep) {
 // loss scaler's found-inf all-reduce recorded in the graph: each trains as its eager step does.
 TEST(CapturedStep, StrategiesOverNcclTrainLikeTheirEagerStep) {
   PTRAIN_REQUIRE_CUDA_KERNELS();
-  if (!ptrain::dist::ProcessGroup::backend_available("nccl")) GTEST_SKIP() << "this build has no NCCL";
+  if (!ptrain::distributed::ProcessGroup::backend_available("nccl")) GTEST_SKIP() << "this build has no NCCL";
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   for (const std::string strategy : {"ddp", "zero1", "zero2", "zero3", "fsdp"}) {
-    setenv("MASTER_PORT", std::to_string(ptrain::dist::free_tcp_port()).c_str(), 1);
+    setenv("MASTER_PORT", std::to_string(ptrain::distributed::free_tcp_port()).c_str(), 1);
     compare("amp-fp16", "resnet20", strategy);
-    setenv("MASTER_PORT", std::to_string(ptrain::dist::free_tcp_port()).c_str(), 1);
+    setenv("MASTER_PORT", std::to_string(ptrain::distributed::free_tcp_port()).c_str(), 1);
     compare("amp-bf16", "gpt-tiny", strategy);
   }
 }

@@ -31,7 +31,7 @@ torch::Tensor rank_rows(const torch::Tensor& t, int rank) { return t.narrow(0, r
 // gradients in float32 and, last, how many buckets had started their all-reduce before finish_backward.
 void ddp_rank(int rank, int port, const std::string& dir, DdpOptions options, torch::ScalarType dtype) {
   torch::set_num_threads(1);
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
   torch::manual_seed(100 + rank);
   auto model = std::make_shared<Chain>();
   model->to(dtype);
@@ -137,7 +137,7 @@ TEST(DdpCommunication, NoOverlapHoldsEveryReductionUntilBackwardEnds) {
 // into it. Rank 0 saves: per step the gradients, then whether each check held.
 void bucket_view_rank(int rank, int port, const std::string& dir) {
   torch::set_num_threads(1);
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
   torch::manual_seed(100 + rank);
   auto model = std::make_shared<Chain>();
   DdpOptions options;
@@ -215,7 +215,7 @@ TEST(DdpCommunication, GradientsAreViewsOfTheirBuckets) {
 }
 
 void zero_rank(int rank, int port, const std::string& dir, bool overlap) {
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, kWorld, port), "gloo", 20s);
   torch::manual_seed(100);
   auto model = std::make_shared<Chain>();
   ZeroOptions options;

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 using namespace parity;
 
 void train_rank(const RunSetup& s, int rank, int world, int port, const std::string& out) {
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, world, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, world, port), "gloo", 20s);
   // Ranks start from different weights: prepare() must copy rank 0's.
   auto model = make_model(s, 100 + rank);
   model->train();
@@ -136,7 +136,7 @@ TEST(Ddp, BucketsFollowReverseRegistrationOrderAndCaps) {
   const auto outcomes = testing::run_world(
       1,
       [&](int rank) {
-        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
+        auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
         Mlp model;  // parameters: fc1.w (96 floats), fc1.b (16), fc2.w (48), fc2.b (3), unused.w (4), unused.b (2)
         DdpOptions options;
         options.first_bucket_mb = 20.0 / (1 << 20);  // 20 bytes: closes after unused.b + unused.w (24 bytes)
@@ -155,7 +155,7 @@ TEST(Ddp, SyncBatchNormRefusesModelsThatBypassTheSwap) {
   const auto outcomes = testing::run_world(
       1,
       [&](int rank) {
-        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
+        auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, 1, testing::free_port()), "gloo", 5s);
         MemberBnNet model;
         DdpOptions options;
         options.sync_batchnorm = true;

@@ -51,7 +51,7 @@ void set_grads(std::vector<torch::Tensor>& params, int rank) {
 
 // The group as the only slot of a gradient reducer, reduced at once.
 void reduce_alone(FlatParamGroup& group, std::optional<torch::ScalarType> reduce_dtype) {
-  GradientReducer reducer({reduce_dtype, true}, dist::make_comm_streams(torch::kCPU));
+  GradientReducer reducer({reduce_dtype, true}, distributed::make_comm_streams(torch::kCPU));
   reducer.add_slot(group.reduction());
   reducer.mark_ready(0);
   reducer.finish();
@@ -63,7 +63,7 @@ void run_two_ranks(const std::function<void(int, const ShardMesh&)>& body) {
   const auto outcomes = testing::run_world(
       2,
       [&](int rank) {
-        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 2, port), "gloo", 20s);
+        auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, 2, port), "gloo", 20s);
         body(rank, ShardMesh::of(group, 0, "test"));
       },
       60);
@@ -74,7 +74,7 @@ TEST(FlatParamGroup, ShardedParametersAreSplitGatheredReleasedAndTheirGradientsR
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero3));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, distributed::make_comm_streams(torch::kCPU));
     // The initial split keeps this rank's 4 of the 8 padded elements and frees the buffer.
     expect_true(!group.gathered(), "the buffer is freed after the split", rank);
     expect_values(group.param_shard(), rank == 0 ? std::vector<float>{1, 2, 3, 4} : std::vector<float>{15, 16, 17, 0},
@@ -107,7 +107,7 @@ TEST(FlatParamGroup, ReplicatedParametersAreAllReducedAndGatheredAfterTheStep) {
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero1));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, distributed::make_comm_streams(torch::kCPU));
     expect_true(group.gathered(), "replicated parameters stay whole", rank);
     group.release();
     expect_true(group.gathered(), "release leaves replicated parameters alone", rank);
@@ -131,7 +131,7 @@ TEST(FlatParamGroup, NoShardKeepsOneShardOfEverythingAndSumsInTheReduceDtype) {
   run_two_ranks([](int rank, const ShardMesh& mesh) {
     auto params = rank_params(rank);
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::fsdp, FsdpSharding::no_shard));
-    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, dist::make_comm_streams(torch::kCPU));
+    FlatParamGroup group(params, {"a", "b"}, policy, mesh, torch::kCPU, torch::kCPU, distributed::make_comm_streams(torch::kCPU));
     expect_true(group.shard_index() == 0 && group.shard_count() == 1, "one shard", rank);
     set_grads(params, rank);
     // float16 holds 1.5 * [1 .. 7] exactly; the sum comes back in the parameters' float32.
@@ -155,7 +155,7 @@ TEST(FlatParamGroup, GradientsOfEveryLayoutAreTakenIntoTheirPlaces) {
         values(3, 24).requires_grad_()};                                                  // f: contiguous
     const auto policy = ShardingPolicy::of(StrategySpec(StrategyKind::zero2));
     FlatParamGroup group(params, {"a", "b", "c", "d", "e", "f"}, policy, mesh, torch::kCPU, torch::kCPU,
-                         dist::make_comm_streams(torch::kCPU));
+                         distributed::make_comm_streams(torch::kCPU));
     expect_true(params[2].is_contiguous(torch::MemoryFormat::ChannelsLast), "c stays channels-last", rank);
     const float times = static_cast<float>(rank + 1);
     std::vector<torch::Tensor> wanted;  // the average over both ranks: 1.5 times rank 0's

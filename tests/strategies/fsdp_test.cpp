@@ -74,7 +74,7 @@ TEST(Fsdp, ShardGradOpKeepsGatheredParametersUntilBackward) {
       2,
       [&](int rank) {
         for (const std::string sharding : {"full-shard", "shard-grad-op"}) {
-          auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 2, port + (sharding == "full-shard" ? 0 : 1)),
+          auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, 2, port + (sharding == "full-shard" ? 0 : 1)),
                                                             "gloo", 20s);
           UnitMlp model;
           model.train();

@@ -12,11 +12,11 @@ namespace {
 
 // Lanes that are no-ops, as the CPU's, but that say waiting orders streams: the reducer then takes back held
 // memory as it does under NCCL (its waits block the host here).
-class StreamOrderedForTest final : public dist::CommStreams {
+class StreamOrderedForTest final : public distributed::CommStreams {
  public:
-  std::shared_ptr<void> after_compute(dist::CommLane) override { return nullptr; }
-  std::shared_ptr<void> on(dist::CommLane) override { return nullptr; }
-  void compute_waits(dist::CommLane) override {}
+  std::shared_ptr<void> after_compute(distributed::CommLane) override { return nullptr; }
+  std::shared_ptr<void> on(distributed::CommLane) override { return nullptr; }
+  void compute_waits(distributed::CommLane) override {}
   bool orders_streams() const override { return true; }
 };
 
@@ -28,8 +28,8 @@ struct HeldMemory {
   std::vector<float> sums;                        // the slots' outputs
 };
 
-HeldMemory reduce_two_slots(std::shared_ptr<dist::CommStreams> streams, int port) {
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(0, 1, port), "gloo", 20s);
+HeldMemory reduce_two_slots(std::shared_ptr<distributed::CommStreams> streams, int port) {
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(0, 1, port), "gloo", 20s);
   GradientReducer reducer({std::nullopt, true}, std::move(streams));
   std::vector<std::optional<WeakStorage>> held(2);  // weak pointers have no empty state
   std::vector<torch::Tensor> outputs(2);
@@ -65,7 +65,7 @@ TEST(GradientReducer, GivesBackWhatAReductionHeldOneSlotLaterWhereWaitsOrderStre
   EXPECT_FALSE(ordered.first_held_after_finish);
   EXPECT_EQ(ordered.sums, (std::vector<float>{4, 8}));
   // Where the host waits (gloo's lanes), nothing is waited on before finish(): the memory stays held till then.
-  const auto host = reduce_two_slots(dist::make_comm_streams(torch::kCPU), testing::free_port());
+  const auto host = reduce_two_slots(distributed::make_comm_streams(torch::kCPU), testing::free_port());
   EXPECT_TRUE(host.first_held_after_second_launched);
   EXPECT_FALSE(host.first_held_after_finish);
   EXPECT_EQ(host.sums, (std::vector<float>{4, 8}));
@@ -84,7 +84,7 @@ struct StepMemory {
 };
 
 StepMemory two_steps(const std::string& strategy, int port) {
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(0, 1, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(0, 1, port), "gloo", 20s);
   torch::manual_seed(7);
   auto model = std::make_shared<UnitMlp>();
   ZeroOptions options;

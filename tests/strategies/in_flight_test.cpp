@@ -49,7 +49,7 @@ struct InFlight {
   int64_t slots = -1;      // how many reductions a step has
 };
 
-std::unique_ptr<Strategy> make_strategy(Kind kind, std::shared_ptr<dist::ProcessGroup> group) {
+std::unique_ptr<Strategy> make_strategy(Kind kind, std::shared_ptr<distributed::ProcessGroup> group) {
   if (kind == Kind::ddp) {
     DdpOptions options;
     options.first_bucket_mb = options.bucket_cap_mb = kTinyMb;
@@ -87,7 +87,7 @@ bool has_units(Kind kind) { return kind == Kind::fsdp_shard_grad_op; }
 // backward returned and the whole parameters after the step.
 void rank_body(Kind kind, int rank, int port, const std::string& dir) {
   torch::set_num_threads(1);
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, kRanks, port), "gloo", 60s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, kRanks, port), "gloo", 60s);
   torch::manual_seed(100);
   auto model = std::make_shared<TwoLayers>(has_units(kind));
   auto strategy = make_strategy(kind, group);

@@ -122,7 +122,7 @@ std::vector<torch::Tensor> train_zero_reference(const ZeroSetup& s, int steps, s
   return state_of(*model);
 }
 
-std::unique_ptr<Strategy> make_rank_strategy(const ZeroSetup& s, std::shared_ptr<dist::ProcessGroup> group) {
+std::unique_ptr<Strategy> make_rank_strategy(const ZeroSetup& s, std::shared_ptr<distributed::ProcessGroup> group) {
   if (s.strategy == "ddp") return std::make_unique<DistributedDataParallel>(std::move(group), torch::kCPU);
   if (s.strategy == "fsdp") {
     auto options = s.fsdp;
@@ -146,7 +146,7 @@ std::string rank_file(const std::string& dir, const std::string& what, int rank)
 // resume_from, starts from that checkpoint; with save_to, rank 0 writes one at the end.
 void train_rank(const ZeroSetup& s, int rank, int world, int port, const std::string& dir, int first, int last,
                 const std::string& resume_from = "", const std::string& save_to = "") {
-  auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, world, port), "gloo", 20s);
+  auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, world, port), "gloo", 20s);
   // Ranks start from different weights: prepare() must copy rank 0's.
   auto model = make_zero_model(s, 100 + rank);
   model->train();

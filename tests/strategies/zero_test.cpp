@@ -218,7 +218,7 @@ TEST(Zero2, FoundInfOfOneRankReachesEveryRank) {
   const auto outcomes = testing::run_world(
       3,
       [&](int rank) {
-        auto group = std::make_shared<dist::ProcessGroup>(testing::loopback(rank, 3, port), "gloo", 20s);
+        auto group = std::make_shared<distributed::ProcessGroup>(testing::loopback(rank, 3, port), "gloo", 20s);
         Mlp model;
         Zero zero(group, torch::kCPU, StrategySpec(StrategyKind::zero2), ZeroOptions{});
         zero.prepare(model);

@@ -20,14 +20,14 @@
 #include <thread>
 #include <vector>
 
-#include "ptrain/dist/launch_environment.h"
-#include "ptrain/dist/ports.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/launch_environment.h"
+#include "ptrain/distributed/ports.h"
+#include "ptrain/distributed/process_group.h"
 
 // The CPU process groups of these tests need gloo; a build against a LibTorch without gloo's headers
 // (PyTorch's wheels, on the GPU machine) skips them instead of failing each one.
 #define PTRAIN_SKIP_WITHOUT_GLOO()                                    \
-  if (!::ptrain::dist::ProcessGroup::backend_available("gloo"))        \
+  if (!::ptrain::distributed::ProcessGroup::backend_available("gloo"))        \
   GTEST_SKIP() << "this LibTorch has no gloo headers: no CPU process groups"
 
 namespace ptrain::testing {
@@ -45,13 +45,13 @@ inline int free_port() {
   static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
   for (int attempt = 0; attempt < 500; ++attempt) {
     const int port = first + static_cast<int>(rng() % static_cast<unsigned>(span));
-    if (!dist::tcp_port_in_use(port)) return port;
+    if (!distributed::tcp_port_in_use(port)) return port;
   }
   throw std::runtime_error("free_port: no port below " + std::to_string(ephemeral_low) + " binds");
 }
 
-inline dist::LaunchEnvironment loopback(int64_t rank, int64_t world, int port) {
-  dist::LaunchEnvironment env;
+inline distributed::LaunchEnvironment loopback(int64_t rank, int64_t world, int port) {
+  distributed::LaunchEnvironment env;
   env.rank = rank;
   env.world_size = world;
   env.local_rank = rank;

@@ -26,8 +26,8 @@
 #include "ptrain/config/number_checks.h"
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
-#include "ptrain/dist/launch_environment.h"
-#include "ptrain/dist/launcher.h"
+#include "ptrain/distributed/launch_environment.h"
+#include "ptrain/distributed/launcher.h"
 #include "ptrain/estimate/estimate.h"
 #include "ptrain/io/atomic_file.h"
 #include "ptrain/io/output_path.h"
@@ -69,7 +69,7 @@ std::string percent(std::optional<double> value) {
 
 // Fills the launcher options the command line left unset, and exports the environment the started
 // processes read.
-void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist::LaunchOptions& options) {
+void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, distributed::LaunchOptions& options) {
   const config::AccelerateLaunch launch = config::read_accelerate_config(path);
   const auto unset = [&](const char* flag) { return launch_cmd.get_option(flag)->count() == 0; };
   if (unset("--nproc-per-node")) {
@@ -89,10 +89,10 @@ void apply_accelerate_config(CLI::App& launch_cmd, const std::string& path, dist
 // left unset. job: the processes the job runs (a ds_config's batch keys count them), asked only when a
 // ds_config is given; rank 0 prints the warnings.
 void apply_config_sources(CLI::App& cmd, CLI::Option* config_file, config::TrainConfig& config,
-                          const std::function<dist::LaunchEnvironment()>& job) {
+                          const std::function<distributed::LaunchEnvironment()>& job) {
   if (config_file->count() > 0) config::apply_yaml_config(cmd, config_file->as<std::string>());
   if (config.run.deepspeed_config.empty()) return;
-  const dist::LaunchEnvironment env = job();
+  const distributed::LaunchEnvironment env = job();
   const auto warnings = config::apply_deepspeed_config(cmd, config, config.run.deepspeed_config, env.world_size);
   if (env.rank == 0) {
     for (const auto& warning : warnings) std::cerr << "ptrain: warning: " << warning << std::endl;
@@ -163,7 +163,7 @@ void add_train_command(CLI::App& app, TrainCommand& command) {
 
 int run_train(TrainCommand& command, const std::string& command_line) {
   config::TrainConfig& train_config = command.config;
-  apply_config_sources(*command.cmd, command.config_file, train_config, [] { return dist::detect_environment(); });
+  apply_config_sources(*command.cmd, command.config_file, train_config, [] { return distributed::detect_environment(); });
   const train::Plan plan = train::make_plan(train_config);
   // Errors any rank finds after this still show, prefixed by its rank under ptrain launch.
   const RankOutput output(plan.launch.rank != 0 && !train_config.run.log_all_ranks);
@@ -205,14 +205,14 @@ int run_train(TrainCommand& command, const std::string& command_line) {
 }
 
 struct LaunchCommand {
-  dist::LaunchOptions options;
+  distributed::LaunchOptions options;
   std::string accelerate_config;
   CLI::App* cmd = nullptr;
   CLI::Option* accelerate_option = nullptr;
 };
 
 void add_launch_command(CLI::App& app, LaunchCommand& command) {
-  dist::LaunchOptions& launch_options = command.options;
+  distributed::LaunchOptions& launch_options = command.options;
   CLI::App* launch_cmd = app.add_subcommand(
       "launch", "Start one process per device on this node with torchrun's variables (RANK, WORLD_SIZE, ...)");
   command.cmd = launch_cmd;
@@ -248,7 +248,7 @@ void add_launch_command(CLI::App& app, LaunchCommand& command) {
 int run_launch(LaunchCommand& command) {
   if (command.accelerate_option->count() > 0) apply_accelerate_config(*command.cmd, command.accelerate_config, command.options);
   command.options.config_device = config::device_in_train_config(command.options.command);
-  return dist::launch(command.options);
+  return distributed::launch(command.options);
 }
 
 struct ReportCommand {
@@ -392,7 +392,7 @@ int run_estimate(EstimateCommand& command) {
   if (devices == 0) devices = torch::cuda::is_available() ? std::max<int64_t>(1, torch::cuda::device_count()) : 2;
   // The estimate is of the job over `devices` devices: a ds_config's batch keys count them.
   apply_config_sources(*command.cmd, command.config_file, command.config, [devices] {
-    dist::LaunchEnvironment job;
+    distributed::LaunchEnvironment job;
     job.world_size = devices;
     return job;
   });

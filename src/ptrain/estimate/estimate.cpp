@@ -47,7 +47,7 @@ ProbeRun probe(const train::Plan& plan, int64_t batch) {
   train::Plan probe_plan = plan;
   probe_plan.strategy = strategies::StrategySpec();
   probe_plan.strategy_options = strategies::StrategyOptions{};
-  probe_plan.launch = dist::LaunchEnvironment{};
+  probe_plan.launch = distributed::LaunchEnvironment{};
   probe_plan.length = {/*epochs=*/1, /*max_steps=*/2, plan.length.grad_accum, batch};
   // The user's plan is checked against its own length (estimate_for); a schedule sized for it (a warm-up of 10
   // steps, milestones) would not fit the probes' two steps, and the learning rate changes no memory.
@@ -64,7 +64,7 @@ ProbeRun probe(const train::Plan& plan, int64_t batch) {
   probe_plan.model.save_weights.clear();
   probe_plan.resume_path.clear();
   probe_plan.resume_note.clear();
-  probe_plan.restart = dist::RestartInfo{};
+  probe_plan.restart = distributed::RestartInfo{};
   probe_plan.restart_note.clear();
   probe_plan.data_options.train_limit = 2 * batch * plan.length.grad_accum;
   probe_plan.data_options.test_limit = batch;

@@ -21,13 +21,13 @@ struct DistributedDataParallel::Reducer {
     size_t pending = 0;
   };
 
-  Reducer(std::shared_ptr<dist::ProcessGroup> g, const DdpOptions& o, torch::Device device)
+  Reducer(std::shared_ptr<distributed::ProcessGroup> g, const DdpOptions& o, torch::Device device)
       : group(std::move(g)),
-        streams(dist::make_comm_streams(*group, device)),
+        streams(distributed::make_comm_streams(*group, device)),
         reducer({o.reduce_dtype, o.overlap}, streams) {}
 
-  std::shared_ptr<dist::ProcessGroup> group;
-  std::shared_ptr<dist::CommStreams> streams;
+  std::shared_ptr<distributed::ProcessGroup> group;
+  std::shared_ptr<distributed::CommStreams> streams;
   GradientReducer reducer;  // one slot per bucket, in bucket order
   std::mutex mutex;
   std::vector<torch::Tensor> params;
@@ -127,7 +127,7 @@ struct DistributedDataParallel::Reducer {
   }
 };
 
-DistributedDataParallel::DistributedDataParallel(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device,
                                                  DdpOptions options)
     : group_(std::move(group)), device_(device), options_(options) {
   check(group_ != nullptr, "ddp: needs a process group");

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/strategies/sync_batchnorm.h"
 
@@ -38,7 +38,7 @@ struct DdpOptions {
 
 class DistributedDataParallel final : public Strategy {
  public:
-  DistributedDataParallel(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, DdpOptions options = {});
+  DistributedDataParallel(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device, DdpOptions options = {});
   ~DistributedDataParallel() override;
 
   std::string name() const override { return "ddp"; }
@@ -77,12 +77,12 @@ class DistributedDataParallel final : public Strategy {
   // Buckets the strategy holds memory of: from their first gradient of a step to the end of its reduction, after
   // which they live only in the gradients (tests: nothing held between steps).
   size_t buckets_held() const;
-  dist::ProcessGroup& group() { return *group_; }
+  distributed::ProcessGroup& group() { return *group_; }
 
   struct Reducer;
 
  private:
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
   torch::Device device_;
   DdpOptions options_;
   std::shared_ptr<Reducer> reducer_;

@@ -2,7 +2,7 @@
 #include <optional>
 
 #include "ptrain/core/error.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/precision/policy.h"
 #include "ptrain/strategies/data_parallel.h"
 #include "ptrain/strategies/ddp.h"
@@ -15,10 +15,10 @@ namespace ptrain::strategies {
 
 std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const StrategyOptions& options,
                                         const precision::PrecisionPolicy& precision, torch::Device device,
-                                        const dist::LaunchEnvironment& launch) {
+                                        const distributed::LaunchEnvironment& launch) {
   const auto make_group = [&] {
     const std::string backend = !options.backend.empty() ? options.backend : device.is_cuda() ? "nccl" : "gloo";
-    return std::make_shared<dist::ProcessGroup>(
+    return std::make_shared<distributed::ProcessGroup>(
         launch, backend, std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
   };
   // Gradients travel in the policy's reduce dtype; unset where that is the parameters' own.

@@ -16,7 +16,7 @@ ShardingPolicy ShardingPolicy::of(const StrategySpec& spec) {
   return policy;
 }
 
-ShardMesh ShardMesh::of(std::shared_ptr<dist::ProcessGroup> group, int64_t hybrid_group_size, const std::string& who) {
+ShardMesh ShardMesh::of(std::shared_ptr<distributed::ProcessGroup> group, int64_t hybrid_group_size, const std::string& who) {
   ShardMesh mesh;
   mesh.all = std::move(group);
   mesh.shard = mesh.all;
@@ -36,7 +36,7 @@ ShardMesh ShardMesh::of(std::shared_ptr<dist::ProcessGroup> group, int64_t hybri
 
 FlatParamGroup::FlatParamGroup(std::vector<torch::Tensor> params, std::vector<std::string> names,
                                const ShardingPolicy& policy, ShardMesh mesh, torch::Device device,
-                               torch::Device comm_device, std::shared_ptr<dist::CommStreams> streams)
+                               torch::Device comm_device, std::shared_ptr<distributed::CommStreams> streams)
     : policy_(policy), mesh_(std::move(mesh)), device_(device), comm_device_(comm_device), streams_(std::move(streams)) {
   check(streams_ != nullptr, "flat parameter group: needs the communication streams");
   torch::NoGradGuard no_grad;
@@ -64,7 +64,7 @@ void FlatParamGroup::start_gather() {
   // that the copy does not hold the compute stream: a lane costs two more stream hops per unit, which inside a
   // captured step split the graph into a branch per unit (zero3 on GPT-2 small, one H200, each against single
   // in the same call: 0.88x through the lane, both traced; 0.95x without; docs/results, 2026-12-03 strategies).
-  const auto on_gather_stream = policy_.offload_params ? streams_->after_compute(dist::CommLane::gather) : nullptr;
+  const auto on_gather_stream = policy_.offload_params ? streams_->after_compute(distributed::CommLane::gather) : nullptr;
   // Out of place, from the shard itself. FSDP2's way, the shard copied into its slot of the buffer on the issuing
   // stream and gathered in place, measured slower: the copy then holds the compute stream (zero3 on GPT-2 small,
   // world size 1, one H200: 420.4 against 427.8 sequences/s, one call; docs/results, 2026-12-04 strategies).
@@ -79,7 +79,7 @@ void FlatParamGroup::gather() {
   // and for what the gather stream did before it (the shard's copy from the CPU with --offload-params),
   // which also joins that stream back into a CUDA graph being captured.
   gather_work_.wait();
-  if (policy_.offload_params) streams_->compute_waits(dist::CommLane::gather);
+  if (policy_.offload_params) streams_->compute_waits(distributed::CommLane::gather);
   gather_source_ = torch::Tensor();
 }
 

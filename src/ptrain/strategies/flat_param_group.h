@@ -16,8 +16,8 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/comm_streams.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/comm_streams.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/strategies/gradient_reducer.h"
 #include "ptrain/strategies/sharding.h"
 #include "ptrain/strategy_spec/strategy_spec.h"
@@ -55,13 +55,13 @@ struct ShardingPolicy {
 
 // The process groups one shard layout lives in (FSDP2's mesh info).
 struct ShardMesh {
-  std::shared_ptr<dist::ProcessGroup> all;      // every rank: gradients are averaged over it
-  std::shared_ptr<dist::ProcessGroup> shard;    // the ranks one shard layout spans: all, or a hybrid part
-  std::shared_ptr<dist::ProcessGroup> replica;  // hybrid: the ranks holding this rank's shard; else null
+  std::shared_ptr<distributed::ProcessGroup> all;      // every rank: gradients are averaged over it
+  std::shared_ptr<distributed::ProcessGroup> shard;    // the ranks one shard layout spans: all, or a hybrid part
+  std::shared_ptr<distributed::ProcessGroup> replica;  // hybrid: the ranks holding this rank's shard; else null
 
   // hybrid_group_size 0 (or the world size or more): one layout over every rank. Else consecutive groups
   // of that many ranks; the world size must be a multiple of it (`who` names the strategy in the error).
-  static ShardMesh of(std::shared_ptr<dist::ProcessGroup> group, int64_t hybrid_group_size, const std::string& who);
+  static ShardMesh of(std::shared_ptr<distributed::ProcessGroup> group, int64_t hybrid_group_size, const std::string& who);
 };
 
 class FlatParamGroup {
@@ -72,7 +72,7 @@ class FlatParamGroup {
   // collectives move tensors (the device for NCCL, the CPU for gloo); streams: where all-gathers run.
   FlatParamGroup(std::vector<torch::Tensor> params, std::vector<std::string> names, const ShardingPolicy& policy,
                  ShardMesh mesh, torch::Device device, torch::Device comm_device,
-                 std::shared_ptr<dist::CommStreams> streams);
+                 std::shared_ptr<distributed::CommStreams> streams);
 
   const FlatParams& flat() const { return *flat_; }
   const std::vector<std::string>& names() const { return flat_->names(); }
@@ -133,13 +133,13 @@ class FlatParamGroup {
   ShardingPolicy policy_;
   ShardMesh mesh_;
   torch::Device device_, comm_device_;
-  std::shared_ptr<dist::CommStreams> streams_;
+  std::shared_ptr<distributed::CommStreams> streams_;
   std::unique_ptr<FlatParams> flat_;
   torch::TensorOptions grad_options_;  // the gradients' dtype and device: the parameters'
   torch::Tensor grad_full_;    // !shards_gradients: the flat gradients, all-reduced in place (during a step)
   torch::Tensor grad_shard_;   // shards_gradients: this rank's shard of the reduced gradients (during a step)
   torch::Tensor param_shard_;  // shards_parameters: this rank's shard of the parameters, kept between uses
-  dist::Work gather_work_;     // an all-gather in flight (prefetch)
+  distributed::Work gather_work_;     // an all-gather in flight (prefetch)
   torch::Tensor gather_source_;  // what it sends, alive until it is done
 };
 

@@ -174,7 +174,7 @@ ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_
   return z;
 }
 
-std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device,
                                     const FsdpOptions& options, int64_t local_world_size) {
   return std::make_unique<Zero>(std::move(group), device, StrategySpec(StrategyKind::fsdp, options.sharding),
                                 fsdp_engine_options(options, local_world_size));

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/models/model.h"
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/strategies/zero.h"
@@ -61,7 +61,7 @@ std::string describe_fsdp_units(models::Model& model, const FsdpOptions& options
 // StrategySpec: fsdp with options.sharding). local_world_size: ranks per node.
 ZeroOptions fsdp_engine_options(const FsdpOptions& options, int64_t local_world_size);
 
-std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<dist::ProcessGroup> group, torch::Device device,
+std::unique_ptr<Strategy> make_fsdp(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device,
                                     const FsdpOptions& options, int64_t local_world_size);
 
 }  // namespace ptrain::strategies

@@ -5,7 +5,7 @@
 
 namespace ptrain::strategies {
 
-GradientReducer::GradientReducer(Options options, std::shared_ptr<dist::CommStreams> streams)
+GradientReducer::GradientReducer(Options options, std::shared_ptr<distributed::CommStreams> streams)
     : options_(options), streams_(std::move(streams)) {
   check(streams_ != nullptr, "gradient reducer: needs the communication streams");
 }
@@ -39,7 +39,7 @@ void GradientReducer::give_back_held_memory() {
   // The compute stream waits for their collectives (the backend lets go of their inputs, which the reduce
   // stream prepared before them), then for the reduce stream's work so far.
   for (Slot* slot : holding) slot->work.wait();
-  streams_->compute_waits(dist::CommLane::reduce);
+  streams_->compute_waits(distributed::CommLane::reduce);
   for (Slot* slot : holding) slot->hold.clear();
 }
 
@@ -52,7 +52,7 @@ void GradientReducer::launch(Slot& slot) {
   const ReductionBuffers buffers = spec.buffers();
   check(buffers.input.defined() && buffers.output.defined(), "gradient reducer: a slot gave no buffers");
   slot.output = buffers.output;
-  const auto on_reduce_stream = streams_->after_compute(dist::CommLane::reduce);
+  const auto on_reduce_stream = streams_->after_compute(distributed::CommLane::reduce);
   const auto& input = buffers.input;
   spec.fill(input, &slot.hold);
   if (!input.is_same(slot.output)) slot.hold.push_back(input);
@@ -79,7 +79,7 @@ void GradientReducer::finish() {
   launch_ready();
   {
     // gloo: the host blocks here; NCCL: the reduce stream is ordered after each collective.
-    const auto on_reduce_stream = streams_->on(dist::CommLane::reduce);
+    const auto on_reduce_stream = streams_->on(distributed::CommLane::reduce);
     torch::NoGradGuard no_grad;
     for (auto& slot : slots_) slot.work.wait();
     // Hybrid sharding: every replica reduced its own part of the batch into its shard; the replicas of a
@@ -98,10 +98,10 @@ void GradientReducer::finish() {
       slot.hold.push_back(rounded);
     }
   }
-  streams_->compute_waits(dist::CommLane::reduce);
+  streams_->compute_waits(distributed::CommLane::reduce);
   for (auto& slot : slots_) {
     slot.ready = false;
-    slot.work = dist::Work();  // the backend's work holds its tensors: the step's buffers would outlive it
+    slot.work = distributed::Work();  // the backend's work holds its tensors: the step's buffers would outlive it
     slot.output = torch::Tensor();
     slot.result = torch::Tensor();
     slot.hold.clear();

@@ -8,7 +8,7 @@
 // hooks fire in. Nothing waits for a result before finish(), which runs once at the end of backward: it
 // launches what is left, waits for every slot and copies the averages out. On CUDA the preparation (copy into
 // the flat buffer, division, dtype casts), the collective and the copy-back run on the reduce stream
-// (dist/comm_streams.h) after an event of the compute stream, and finish() makes the compute stream wait
+// (distributed/comm_streams.h) after an event of the compute stream, and finish() makes the compute stream wait
 // on the reduce stream, once. What a launched reduction reads beside the gradients' own storage (a
 // reduce-scatter's transient flat buffer, the gradients copied into it) is given back one slot later, as
 // FSDP2 frees each reduce-scatter's input at the next: the compute stream waits for that slot's collective,
@@ -22,8 +22,8 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/comm_streams.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/comm_streams.h"
+#include "ptrain/distributed/process_group.h"
 
 namespace ptrain::strategies {
 
@@ -37,9 +37,9 @@ struct ReductionBuffers {
 struct ReductionSlot {
   // Gradients are averaged over these ranks (divided by its world size) and, without a scatter group,
   // all-reduced over it.
-  std::shared_ptr<dist::ProcessGroup> all;
-  std::shared_ptr<dist::ProcessGroup> scatter;   // set: reduce-scattered over it into this rank's shard
-  std::shared_ptr<dist::ProcessGroup> replicas;  // set: the shard then all-reduced across these ranks
+  std::shared_ptr<distributed::ProcessGroup> all;
+  std::shared_ptr<distributed::ProcessGroup> scatter;   // set: reduce-scattered over it into this rank's shard
+  std::shared_ptr<distributed::ProcessGroup> replicas;  // set: the shard then all-reduced across these ranks
   // On the compute stream, when the slot launches: its buffers, allocated there when they are new, so that their
   // memory goes back to the compute stream (and, inside a CUDA graph capture, to the step's own pool) once it
   // has waited for the reduction.
@@ -62,7 +62,7 @@ class GradientReducer {
     bool overlap = true;
   };
 
-  GradientReducer(Options options, std::shared_ptr<dist::CommStreams> streams);
+  GradientReducer(Options options, std::shared_ptr<distributed::CommStreams> streams);
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
@@ -85,7 +85,7 @@ class GradientReducer {
   struct Slot {
     ReductionSlot spec;
     bool ready = false;
-    dist::Work work;            // the collective in flight
+    distributed::Work work;            // the collective in flight
     torch::Tensor output;       // this step's: where the average lands
     torch::Tensor result;       // what it reduces into: the output itself, or a tensor in the travel dtype
     torch::ScalarType wire = torch::kFloat;  // the dtype the sum is rounded to before the copy-out
@@ -98,7 +98,7 @@ class GradientReducer {
   void give_back_held_memory();
 
   Options options_;
-  std::shared_ptr<dist::CommStreams> streams_;
+  std::shared_ptr<distributed::CommStreams> streams_;
   std::vector<Slot> slots_;
   size_t next_to_launch_ = 0;
 };

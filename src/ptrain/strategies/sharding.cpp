@@ -257,15 +257,15 @@ std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& te
   return flats;
 }
 
-torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t) {
+torch::Tensor as_movable(const distributed::ProcessGroup& group, const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 && !group.supports_bf16() ? t.view(torch::kHalf) : t;
 }
 
-torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype) {
+torch::ScalarType reduction_dtype(const distributed::ProcessGroup& group, torch::ScalarType dtype) {
   return dtype == torch::kBFloat16 && !group.supports_bf16() ? torch::kFloat : dtype;
 }
 
-void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
+void check_and_broadcast(distributed::ProcessGroup& group, const std::vector<torch::Tensor>& params,
                          const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who,
                          bool broadcast) {
   int64_t total = 0;

@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 
 namespace ptrain::models {
 class Model;
@@ -108,13 +108,13 @@ int64_t megabytes_to_bytes(double mb);
 
 // gloo in LibTorch 1.13 moves no bfloat16. For collectives that only copy (broadcast, all-gather), a
 // bfloat16 tensor travels as the same bits viewed as float16; other tensors as they are.
-torch::Tensor as_movable(const dist::ProcessGroup& group, const torch::Tensor& t);
+torch::Tensor as_movable(const distributed::ProcessGroup& group, const torch::Tensor& t);
 // The dtype gradients of `dtype` are summed in: float32 for bfloat16 over gloo, else their own.
-torch::ScalarType reduction_dtype(const dist::ProcessGroup& group, torch::ScalarType dtype);
+torch::ScalarType reduction_dtype(const distributed::ProcessGroup& group, torch::ScalarType dtype);
 
 // Checks that every rank holds the same parameter shapes (or names `who` and the rank that differs),
 // then, with broadcast, copies rank 0's parameters and buffers to all ranks.
-void check_and_broadcast(dist::ProcessGroup& group, const std::vector<torch::Tensor>& params,
+void check_and_broadcast(distributed::ProcessGroup& group, const std::vector<torch::Tensor>& params,
                          const std::vector<torch::Tensor>& buffers, const torch::Device& device, const std::string& who,
                          bool broadcast = true);
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "ptrain/dist/launch_environment.h"
+#include "ptrain/distributed/launch_environment.h"
 #include "ptrain/io/named_tensors.h"
 #include "ptrain/models/model.h"
 #include "ptrain/precision/policy.h"
@@ -135,6 +135,6 @@ std::unique_ptr<UpdateTarget> replicated_update_target(models::Model& model, boo
 // precision.reduce_dtype.
 std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec, const StrategyOptions& options,
                                         const precision::PrecisionPolicy& precision, torch::Device device,
-                                        const dist::LaunchEnvironment& launch);
+                                        const distributed::LaunchEnvironment& launch);
 
 }  // namespace ptrain::strategies

@@ -11,7 +11,7 @@ using torch::autograd::variable_list;
 
 torch::Tensor per_channel(const torch::Tensor& t) { return t.view({1, -1, 1, 1}); }
 
-void all_reduce(dist::ProcessGroup& group, torch::Tensor& t) {
+void all_reduce(distributed::ProcessGroup& group, torch::Tensor& t) {
   std::vector<torch::Tensor> one{t};
   group.all_reduce_sum(one).wait();
 }
@@ -26,7 +26,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::Tensor weight, torch::Tensor bias,
                                torch::Tensor running_mean, torch::Tensor running_var, double momentum, double eps,
                                int64_t group_address) {
-    auto& group = *reinterpret_cast<dist::ProcessGroup*>(group_address);
+    auto& group = *reinterpret_cast<distributed::ProcessGroup*>(group_address);
     const std::vector<int64_t> dims{0, 2, 3};
     const int64_t channels = x.size(1);
     const auto xs = x.to(stats_dtype(x));
@@ -62,7 +62,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const auto& mean = saved[2];
     const auto& invstd = saved[3];
     const double count = ctx->saved_data["count"].toDouble();
-    auto& group = *reinterpret_cast<dist::ProcessGroup*>(ctx->saved_data["group"].toInt());
+    auto& group = *reinterpret_cast<distributed::ProcessGroup*>(ctx->saved_data["group"].toInt());
     const std::vector<int64_t> dims{0, 2, 3};
     const int64_t channels = x.size(1);
     const auto dy = grad_outputs[0].to(mean.scalar_type());
@@ -92,14 +92,14 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
 
 torch::Tensor sync_batch_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
-                              double eps, dist::ProcessGroup& group) {
+                              double eps, distributed::ProcessGroup& group) {
   check(x.dim() == 4, "sync batch norm: expected a 4-D input (N, C, H, W), got " + std::to_string(x.dim()) + "-D");
   return SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, momentum, eps,
                                       reinterpret_cast<int64_t>(&group));
 }
 
 SyncBatchNorm2dImpl::SyncBatchNorm2dImpl(const torch::nn::BatchNorm2dImpl& original,
-                                         std::shared_ptr<dist::ProcessGroup> group)
+                                         std::shared_ptr<distributed::ProcessGroup> group)
     : options_(original.options), group_(std::move(group)) {
   if (original.weight.defined()) {
     weight = register_parameter("weight", original.weight, original.weight.requires_grad());
@@ -137,7 +137,7 @@ namespace {
 
 // ptrain's own BatchNorm2d stays in place and hands its normalisation over; the group outlives the model's
 // training (the strategy holds both).
-void take_over(models::BatchNorm2dImpl& norm, const std::shared_ptr<dist::ProcessGroup>& group) {
+void take_over(models::BatchNorm2dImpl& norm, const std::shared_ptr<distributed::ProcessGroup>& group) {
   norm.take_over([group](models::BatchNorm2dImpl& bn, const torch::Tensor& x) {
     const bool tracking = bn.tracks_running_stats();
     if (!bn.is_training() && tracking) return bn.local_forward(x);
@@ -147,7 +147,7 @@ void take_over(models::BatchNorm2dImpl& norm, const std::shared_ptr<dist::Proces
   });
 }
 
-void convert_under(torch::nn::Module& parent, const std::string& prefix, const std::shared_ptr<dist::ProcessGroup>& group,
+void convert_under(torch::nn::Module& parent, const std::string& prefix, const std::shared_ptr<distributed::ProcessGroup>& group,
                    std::vector<ConvertedNorm>& converted) {
   for (const auto& item : parent.named_children()) {
     const std::string name = prefix.empty() ? item.key() : prefix + "." + item.key();
@@ -165,7 +165,7 @@ void convert_under(torch::nn::Module& parent, const std::string& prefix, const s
 
 }  // namespace
 
-std::vector<ConvertedNorm> convert_sync_batchnorm(torch::nn::Module& root, std::shared_ptr<dist::ProcessGroup> group) {
+std::vector<ConvertedNorm> convert_sync_batchnorm(torch::nn::Module& root, std::shared_ptr<distributed::ProcessGroup> group) {
   check(group != nullptr, "sync batch norm needs a process group");
   std::vector<ConvertedNorm> converted;
   convert_under(root, "", group, converted);

@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 
 namespace ptrain::strategies {
 
@@ -24,13 +24,13 @@ namespace ptrain::strategies {
 // undefined (affine=false); running_mean / running_var may be undefined (track_running_stats=false).
 torch::Tensor sync_batch_norm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               const torch::Tensor& running_mean, const torch::Tensor& running_var, double momentum,
-                              double eps, dist::ProcessGroup& group);
+                              double eps, distributed::ProcessGroup& group);
 
 // Takes the place of a torch::nn::BatchNorm2d, holding the very same parameter and buffer tensors under
 // the same names, so optimizers, checkpoints and state dicts do not notice the swap.
 class SyncBatchNorm2dImpl : public torch::nn::Module {
  public:
-  SyncBatchNorm2dImpl(const torch::nn::BatchNorm2dImpl& original, std::shared_ptr<dist::ProcessGroup> group);
+  SyncBatchNorm2dImpl(const torch::nn::BatchNorm2dImpl& original, std::shared_ptr<distributed::ProcessGroup> group);
   torch::Tensor forward(const torch::Tensor& x);
   int64_t calls() const { return calls_; }
 
@@ -38,7 +38,7 @@ class SyncBatchNorm2dImpl : public torch::nn::Module {
 
  private:
   torch::nn::BatchNormOptions options_;
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<distributed::ProcessGroup> group_;
   int64_t calls_ = 0;
 };
 
@@ -49,6 +49,6 @@ struct ConvertedNorm {
 
 // Makes every models::BatchNorm2d under root (recursively) normalise over the group, and replaces every
 // registered torch::nn::BatchNorm2d by a SyncBatchNorm2dImpl (returned, so their use can be checked).
-std::vector<ConvertedNorm> convert_sync_batchnorm(torch::nn::Module& root, std::shared_ptr<dist::ProcessGroup> group);
+std::vector<ConvertedNorm> convert_sync_batchnorm(torch::nn::Module& root, std::shared_ptr<distributed::ProcessGroup> group);
 
 }  // namespace ptrain::strategies

@@ -13,20 +13,20 @@
 namespace ptrain::strategies {
 
 struct Zero::State {
-  State(std::shared_ptr<dist::ProcessGroup> g, torch::Device d, ZeroOptions o, ShardingPolicy p)
+  State(std::shared_ptr<distributed::ProcessGroup> g, torch::Device d, ZeroOptions o, ShardingPolicy p)
       : group(std::move(g)),
         device(d),
         options(std::move(o)),
         policy(p),
-        streams(dist::make_comm_streams(*group, device)),
+        streams(distributed::make_comm_streams(*group, device)),
         reducer({options.reduce_dtype, options.overlap_comm}, streams) {}
 
-  std::shared_ptr<dist::ProcessGroup> group;  // every rank
+  std::shared_ptr<distributed::ProcessGroup> group;  // every rank
   ShardMesh mesh;                             // group, or its hybrid shard and replica parts
   torch::Device device;
   ZeroOptions options;
   ShardingPolicy policy;
-  std::shared_ptr<dist::CommStreams> streams;  // the reduce and gather streams beside the compute stream
+  std::shared_ptr<distributed::CommStreams> streams;  // the reduce and gather streams beside the compute stream
   // One slot per group, in the order of groups.
   GradientReducer reducer;
   std::mutex mutex;
@@ -118,7 +118,7 @@ ShardingPolicy policy_of(const StrategySpec& spec, const ZeroOptions& options) {
 
 }  // namespace
 
-Zero::Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options)
+Zero::Zero(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options)
     : options_(std::move(options)), spec_(spec) {
   check(group != nullptr, "zero: needs a process group");
   check(spec_.uses_flat_groups(), "zero: --strategy " + spec_.name() + " does not run on flat parameter groups");

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 #include "ptrain/strategies/flat_param_group.h"
 #include "ptrain/strategies/strategy.h"
 #include "ptrain/strategy_spec/strategy_spec.h"
@@ -55,7 +55,7 @@ struct ZeroOptions {
 class Zero final : public Strategy {
  public:
   // spec: zero1-3 or fsdp with its sharding.
-  Zero(std::shared_ptr<dist::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options);
+  Zero(std::shared_ptr<distributed::ProcessGroup> group, torch::Device device, StrategySpec spec, ZeroOptions options);
   ~Zero() override;
 
   std::string name() const override { return spec_.name(); }

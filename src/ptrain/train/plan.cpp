@@ -13,7 +13,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
-#include "ptrain/dist/cpu_threads.h"
+#include "ptrain/distributed/cpu_threads.h"
 #include "ptrain/io/output_path.h"
 #include "ptrain/models/torchscript_model.h"
 #include "ptrain/models/zoo.h"
@@ -279,7 +279,7 @@ namespace {
 // --overwrite-checkpoints told its first attempt (which would start it over, or from an older state).
 // Before the first checkpoint there is none: the attempt starts from where the first one did.
 void resolve_restart(config::TrainConfig& c, Plan& plan) {
-  plan.restart = dist::detect_restart();
+  plan.restart = distributed::detect_restart();
   if (plan.restart.count > 0 && !c.run.checkpoint_dir.empty()) {
     const std::string latest = std::filesystem::is_directory(c.run.checkpoint_dir)
                                    ? find_latest_checkpoint(c.run.checkpoint_dir).path : std::string();
@@ -349,16 +349,16 @@ void resolve_processes(config::TrainConfig& c, Plan& plan) {
   const strategies::StrategySpec& s = plan.strategy;
   const std::string strategy = s.name();
   if (s.multi_process()) {
-    plan.launch = dist::detect_environment();
-    const dist::LaunchEnvironment& env = plan.launch;
+    plan.launch = distributed::detect_environment();
+    const distributed::LaunchEnvironment& env = plan.launch;
     // One process a GPU: an unindexed CUDA device means this process's local rank, as torchrun arranges it.
     if ((c.run.device == "auto" && torch::cuda::is_available()) || c.run.device == "cuda")
       c.run.device = "cuda:" + std::to_string(env.local_rank);
     check(c.dist.backend != "nccl" || c.run.device.rfind("cuda", 0) == 0, "--backend nccl needs a CUDA --device");
   } else {
     // Under a launcher every process would train the same run alone, and each would report it as the job's.
-    const dist::LaunchEnvironment env = dist::detect_environment();
-    check(env.world_size == 1, "--strategy " + strategy + " trains in one process, but " + dist::rank_variables(env) +
+    const distributed::LaunchEnvironment env = distributed::detect_environment();
+    check(env.world_size == 1, "--strategy " + strategy + " trains in one process, but " + distributed::rank_variables(env) +
                                    " make this one of " + std::to_string(env.world_size) +
                                    " processes, each of which would train the same run alone: choose --strategy " +
                                    multi_process_strategies() + ", or start one process");
@@ -385,8 +385,8 @@ void resolve_processes(config::TrainConfig& c, Plan& plan) {
                                      : omp_threads != nullptr && *omp_threads != '\0'
                                          ? "OMP_NUM_THREADS=" + std::string(omp_threads)
                                          : "1 thread";
-  c.run.threads = dist::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
-  plan.threads_warning = dist::oversubscription_warning(c.run.threads, threads_source, plan.launch.local_world_size,
+  c.run.threads = distributed::intra_op_threads(c.run.threads, plan.launch.local_world_size, std::thread::hardware_concurrency());
+  plan.threads_warning = distributed::oversubscription_warning(c.run.threads, threads_source, plan.launch.local_world_size,
                                                         std::thread::hardware_concurrency());
   if (c.run.global_batch_size > 0) {
     const int64_t devices = plan.launch.world_size * replicas;

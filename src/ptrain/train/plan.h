@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "ptrain/config/train_config.h"
-#include "ptrain/dist/launch_environment.h"
+#include "ptrain/distributed/launch_environment.h"
 #include "ptrain/data/registry.h"
 #include "ptrain/models/zoo.h"
 #include "ptrain/precision/policy.h"
@@ -51,12 +51,12 @@ struct Plan {
   std::string resume_note;
   // ptrain launch --max-restarts: the restarts of the job before this attempt and their causes (none on a
   // first attempt), and the line rank 0 prints about where this attempt starts ("" on a first attempt).
-  dist::RestartInfo restart;
+  distributed::RestartInfo restart;
   std::string restart_note;
-  // The threads of this node's processes exceed its cores (dist::oversubscription_warning); "" when not.
+  // The threads of this node's processes exceed its cores (distributed::oversubscription_warning); "" when not.
   std::string threads_warning;
   // The processes training together: detected from the launch environment under ddp, one otherwise.
-  dist::LaunchEnvironment launch;
+  distributed::LaunchEnvironment launch;
   // --on-divergence resolved.
   OnDivergence on_divergence = OnDivergence::kStop;
   // --channels-last resolved: auto means on for convolutional models on CUDA.

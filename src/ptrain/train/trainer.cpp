@@ -10,7 +10,7 @@
 #include "ptrain/core/error.h"
 #include "ptrain/core/text.h"
 #include "ptrain/core/torch_compat.h"
-#include "ptrain/dist/cpu_threads.h"
+#include "ptrain/distributed/cpu_threads.h"
 #include "ptrain/kernels/cross_entropy.h"
 #include "ptrain/kernels/fp8_linear.h"
 #include "ptrain/metrics/cpu_allocator.h"
@@ -162,7 +162,7 @@ metrics::RunRecord TrainingRun::run() {
 
 void TrainingRun::set_up_device() {
   torch::set_num_threads(static_cast<int>(
-      dist::intra_op_threads(plan_.device_setup.threads, plan_.launch.local_world_size,
+      distributed::intra_op_threads(plan_.device_setup.threads, plan_.launch.local_world_size,
                              std::thread::hardware_concurrency())));
   if (!plan_.threads_warning.empty() && plan_.launch.rank == 0)
     std::cerr << "ptrain: warning: " << plan_.threads_warning << std::endl;

@@ -1,8 +1,8 @@
 // CPU builds: no NCCL.
 #include "ptrain/core/error.h"
-#include "ptrain/dist/nccl_group.h"
+#include "ptrain/distributed/nccl_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 bool nccl_group_available() { return false; }
 
@@ -11,4 +11,4 @@ c10::intrusive_ptr<compat::C10dBackend> make_nccl_group(const c10::intrusive_ptr
   throw Error("--backend nccl needs a CUDA build of LibTorch; this one is CPU-only (use gloo)");
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

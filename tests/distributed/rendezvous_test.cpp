@@ -14,12 +14,12 @@
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
-#include "ptrain/dist/cpu_threads.h"
-#include "ptrain/dist/launcher.h"
-#include "ptrain/dist/ports.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/cpu_threads.h"
+#include "ptrain/distributed/launcher.h"
+#include "ptrain/distributed/ports.h"
+#include "ptrain/distributed/process_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 using namespace std::chrono_literals;
@@ -274,4 +274,4 @@ TEST(Rendezvous, RanksExchangeTextThroughTheStore) {
 }
 
 }  // namespace
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -12,9 +12,9 @@
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/launch_environment.h"
+#include "ptrain/distributed/launch_environment.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 class ProcessGroup;
 
@@ -114,4 +114,4 @@ class ProcessGroup {
   std::unique_ptr<Backend> impl_;
 };
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -1,4 +1,4 @@
-#include "ptrain/dist/launch_environment.h"
+#include "ptrain/distributed/launch_environment.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,7 +6,7 @@
 
 #include "ptrain/core/error.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 using Getenv = std::function<const char*(const char*)>;
@@ -202,4 +202,4 @@ RestartInfo detect_restart(const Getenv& getenv) {
   return info;
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -1,4 +1,4 @@
-#include "ptrain/dist/ports.h"
+#include "ptrain/distributed/ports.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 
 #include "ptrain/core/error.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 namespace {
 
@@ -69,4 +69,4 @@ bool tcp_port_in_use(int port) {
   return false;
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

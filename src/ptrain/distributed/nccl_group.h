@@ -9,7 +9,7 @@
 
 #include "ptrain/core/torch_compat.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 // Whether this build can form NCCL groups (CUDA builds).
 bool nccl_group_available();
@@ -19,4 +19,4 @@ bool nccl_group_available();
 c10::intrusive_ptr<compat::C10dBackend> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                         int world_size, std::chrono::milliseconds timeout);
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

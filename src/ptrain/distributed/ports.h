@@ -1,7 +1,7 @@
 // TCP ports for a job's rendezvous on this host.
 #pragma once
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 // A port no socket holds on this host right now: the kernel's pick for a bind to port 0, as torchrun
 // --standalone takes one. Another process may still take it before rank 0 binds it; the run id of each
@@ -12,4 +12,4 @@ int free_tcp_port();
 // rendezvous store there. Connections left in TIME_WAIT do not count: the store binds past them.
 bool tcp_port_in_use(int port);
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -3,9 +3,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-#include "ptrain/dist/nccl_group.h"
+#include "ptrain/distributed/nccl_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 bool nccl_group_available() { return true; }
 
@@ -28,4 +28,4 @@ c10::intrusive_ptr<compat::C10dBackend> make_nccl_group(const c10::intrusive_ptr
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

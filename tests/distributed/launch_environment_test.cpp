@@ -3,9 +3,9 @@
 #include <map>
 
 #include "ptrain/core/error.h"
-#include "ptrain/dist/launch_environment.h"
+#include "ptrain/distributed/launch_environment.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 struct FakeEnv {
@@ -151,4 +151,4 @@ TEST(LaunchEnvironment, InconsistentValuesNameTheVariable) {
 }
 
 }  // namespace
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 struct LaunchEnvironment {
   int64_t rank = 0;
@@ -48,4 +48,4 @@ std::string first_slurm_host(const std::string& nodelist);
 // Tasks on node `node_index` from SLURM_TASKS_PER_NODE such as "4(x2),3".
 int64_t slurm_tasks_on_node(const std::string& tasks_per_node, int64_t node_index);
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <vector>
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 // ptrain's exit code for an error it named (a bad flag, config or input: the README's "Exit codes"), as
 // argparse's for a bad argument: a restart would meet it again, so --max-restarts does not retry it.
@@ -79,4 +79,4 @@ NodeCapacity node_capacity(const LaunchOptions& options);
 // processes than node_capacity, naming nproc_source and the bound) or a command that cannot be started.
 int launch(const LaunchOptions& options);
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -1,4 +1,4 @@
-#include "ptrain/dist/cpu_threads.h"
+#include "ptrain/distributed/cpu_threads.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,7 +6,7 @@
 
 #include "ptrain/core/error.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 int64_t threads_per_process(int64_t processes_on_node, unsigned hardware_threads) {
   const int64_t cores = std::max<int64_t>(1, hardware_threads);
@@ -41,4 +41,4 @@ std::string oversubscription_warning(int64_t threads, const std::string& source,
          " thread(s) each fit (leave --threads and OMP_NUM_THREADS unset to get that share)";
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

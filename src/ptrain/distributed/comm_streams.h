@@ -2,18 +2,18 @@
 // NCCL stream: a reduce lane (gradient reductions: their preparation, the collective, its copy-back) and a
 // gather lane (parameter all-gathers). Work enters a lane after an event recorded on the compute stream,
 // and the compute stream waits on the lane only where it needs the result: once at the end of backward for
-// the reductions, at a unit's use for its all-gather (there by waiting on the gather's dist::Work).
+// the reductions, at a unit's use for its all-gather (there by waiting on the gather's distributed::Work).
 // Events recorded and waited inside a CUDA graph capture are captured with it; nothing here syncs the host.
-// On the CPU (gloo) every call is a no-op: the host waits where a dist::Work is waited on.
+// On the CPU (gloo) every call is a no-op: the host waits where a distributed::Work is waited on.
 #pragma once
 
 #include <memory>
 
 #include <torch/torch.h>
 
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 enum class CommLane { reduce, gather };
 
@@ -51,4 +51,4 @@ inline std::shared_ptr<CommStreams> make_comm_streams(const ProcessGroup& group,
   return make_comm_streams(group.stream_ordered() ? device : torch::Device(torch::kCPU));
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -10,9 +10,9 @@
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 using namespace std::chrono_literals;
@@ -239,4 +239,4 @@ TEST(ProcessGroup, RejectsUnknownBackendAndNcclWithoutCuda) {
 }
 
 }  // namespace
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

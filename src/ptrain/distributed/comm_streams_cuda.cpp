@@ -4,9 +4,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "ptrain/dist/comm_streams.h"
+#include "ptrain/distributed/comm_streams.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 namespace {
 
@@ -45,4 +45,4 @@ std::shared_ptr<CommStreams> make_comm_streams(const torch::Device& device) {
   return std::make_shared<CudaCommStreams>(device.has_index() ? device.index() : c10::cuda::current_device());
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -14,10 +14,10 @@
 
 #include "multiprocess.h"
 #include "ptrain/core/error.h"
-#include "ptrain/dist/cpu_threads.h"
-#include "ptrain/dist/launcher.h"
+#include "ptrain/distributed/cpu_threads.h"
+#include "ptrain/distributed/launcher.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 struct Captured {
@@ -447,4 +447,4 @@ TEST(Launcher, RanksDieWithAKilledLauncher) {
 }
 
 }  // namespace
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 // The cores divided among the processes of one node, at least 1.
 int64_t threads_per_process(int64_t processes_on_node, unsigned hardware_threads);
@@ -24,4 +24,4 @@ int64_t intra_op_threads(int64_t requested, int64_t processes_on_node, unsigned 
 std::string oversubscription_warning(int64_t threads, const std::string& source, int64_t processes_on_node,
                                      unsigned hardware_threads);
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

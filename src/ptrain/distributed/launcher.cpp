@@ -1,4 +1,4 @@
-#include "ptrain/dist/launcher.h"
+#include "ptrain/distributed/launcher.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -20,12 +20,12 @@
 #include <torch/cuda.h>
 
 #include "ptrain/core/error.h"
-#include "ptrain/dist/cpu_threads.h"
-#include "ptrain/dist/ports.h"
+#include "ptrain/distributed/cpu_threads.h"
+#include "ptrain/distributed/ports.h"
 
 extern char** environ;
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 namespace {
 
 volatile sig_atomic_t received_signal = 0;
@@ -582,4 +582,4 @@ int launch(const LaunchOptions& requested) {
   }
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed

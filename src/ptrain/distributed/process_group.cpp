@@ -1,4 +1,4 @@
-#include "ptrain/dist/process_group.h"
+#include "ptrain/distributed/process_group.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,9 +10,9 @@
 
 #include "ptrain/core/error.h"
 #include "ptrain/core/torch_compat.h"
-#include "ptrain/dist/nccl_group.h"
+#include "ptrain/distributed/nccl_group.h"
 
-namespace ptrain::dist {
+namespace ptrain::distributed {
 
 struct ProcessGroup::Backend {
   c10::intrusive_ptr<c10d::Store> store;
@@ -431,4 +431,4 @@ Work ProcessGroup::reduce_scatter_sum(const torch::Tensor& output_shard, const t
       });
 }
 
-}  // namespace ptrain::dist
+}  // namespace ptrain::distributed
