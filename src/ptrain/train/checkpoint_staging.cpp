@@ -21,9 +21,12 @@ int64_t staging_bytes(const std::vector<io::NamedTensors>& sections) {
   int64_t bytes = 0;
   for (const auto& section : sections)
     for (const auto& [name, tensor] : section)
-      if (tensor.defined() && tensor.is_cuda())
-        bytes += (tensor.numel() * tensor.element_size() + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+      if (tensor.defined() && tensor.is_cuda()) bytes += staged_size(tensor);
   return bytes;
+}
+
+int64_t staged_size(const torch::Tensor& tensor) {
+  return (tensor.numel() * tensor.element_size() + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
 }
 
 HostStagingArea::~HostStagingArea() {
@@ -31,9 +34,11 @@ HostStagingArea::~HostStagingArea() {
 }
 
 void HostStagingArea::reserve(const std::vector<io::NamedTensors>& sections) {
-  const int64_t bytes = staging_bytes(sections) + kStagingSlackBytes;
+  const int64_t staged = staging_bytes(sections);
+  if (staged == 0) return;
+  const int64_t bytes = staged + kStagingSlackBytes;
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (bytes == kStagingSlackBytes || bytes <= bytes_ || (pinning_.valid() && bytes <= pinning_bytes_)) return;
+  if (bytes <= bytes_ || (pinning_.valid() && bytes <= pinning_bytes_)) return;
   if (pinning_.valid()) pinning_.wait();
   pinning_bytes_ = bytes;
   pinning_ = std::async(std::launch::async, [this, bytes] {

@@ -103,15 +103,17 @@ class HostStagingArea {
   std::vector<Pinning> pinnings_;
 };
 
-// The bytes a HostStagingArea block needs for the CUDA tensors of sections: each at an offset aligned to
-// kStagingAlignment, in order.
-inline constexpr int64_t kStagingAlignment = 256;
 // Room a reserved block keeps beyond the sections reserved for: a save also stages small tensors the caller may
 // not reserve for (the progress totals, which take a collective to read). Without it, the first save found the
 // block reserved for GPT-2 large's 9.4 GB a few hundred bytes short and pinned it again while the steps waited
 // (docs/results/2026-12-06-gpu-async-checkpoint.md, call 9).
 inline constexpr int64_t kStagingSlackBytes = int64_t{1} << 20;
+// The bytes a HostStagingArea block needs for the CUDA tensors of sections: each at an offset aligned to
+// kStagingAlignment, in order.
+inline constexpr int64_t kStagingAlignment = 256;
 int64_t staging_bytes(const std::vector<io::NamedTensors>& sections);
+// The bytes one tensor takes there: its own, rounded up to kStagingAlignment.
+int64_t staged_size(const torch::Tensor& tensor);
 // `bytes` of pinned host memory (the CUDA build's, registered portable to every device); the CPU build has none
 // to give and throws.
 std::shared_ptr<char> pin_host_bytes(int64_t bytes);

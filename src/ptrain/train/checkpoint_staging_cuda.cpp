@@ -33,8 +33,6 @@ torch::Tensor empty_pinned_like(const torch::Tensor& tensor) {
   return torch::empty(tensor.sizes(), tensor.options().device(torch::kCPU).pinned_memory(true));
 }
 
-int64_t aligned(int64_t bytes) { return (bytes + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment; }
-
 // A tensor shaped as `like` over bytes at `at`, which holds `keep` alive (a flat buffer's view).
 torch::Tensor view_over(void* at, const torch::Tensor& like, torch::Device device, std::function<void()> keep) {
   return torch::from_blob(at, like.sizes(), [keep = std::move(keep)](void*) {}, like.options().device(device));
@@ -59,13 +57,9 @@ struct FlatSnapshot {
 class DeviceSnapshot final : public StagedSections {
  public:
   DeviceSnapshot(std::vector<io::NamedTensors> sections, std::map<c10::DeviceIndex, FlatSnapshot> flats,
-                 std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken, int64_t bytes,
+                 std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken,
                  std::shared_ptr<HostStagingArea> area)
-      : sections_(std::move(sections)),
-        flats_(std::move(flats)),
-        taken_(std::move(taken)),
-        bytes_(bytes),
-        area_(std::move(area)) {}
+      : sections_(std::move(sections)), flats_(std::move(flats)), taken_(std::move(taken)), area_(std::move(area)) {}
 
   // The snapshot's memory goes back to the allocator only once every copy that reads it is done, so nothing
   // else can be handed it while they do: a write that failed half way still waits here.
@@ -78,8 +72,7 @@ class DeviceSnapshot final : public StagedSections {
   // tells the writer's threads which bytes have arrived, so that the checksum and the file's writes follow the
   // copies instead of waiting for the last of them.
   std::vector<io::NamedTensors> begin_host_copies() override {
-    int64_t total = 0;
-    for (const auto& [device, flat] : flats_) total += flat.size;
+    const int64_t total = device_bytes();
     std::shared_ptr<char> block;
     if (area_) {
       block = area_->block(total);
@@ -125,7 +118,11 @@ class DeviceSnapshot final : public StagedSections {
   }
 
   StagingPlace place() const override { return StagingPlace::device; }
-  int64_t device_bytes() const override { return bytes_; }
+  int64_t device_bytes() const override {
+    int64_t bytes = 0;
+    for (const auto& [device, flat] : flats_) bytes += flat.size;
+    return bytes;
+  }
 
  private:
   struct Arrival {
@@ -137,7 +134,6 @@ class DeviceSnapshot final : public StagedSections {
   std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken_;
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> arrivals_;
   std::map<const char*, Arrival> arrival_of_;  // by the first byte of each piece
-  int64_t bytes_ = 0;
   std::shared_ptr<HostStagingArea> area_;
 };
 
@@ -168,12 +164,9 @@ std::unique_ptr<StagedSections> snapshot_on_devices(std::vector<io::NamedTensors
   for (const auto& section : sections)
     for (const auto& [name, tensor] : section)
       if (tensor.defined() && tensor.is_cuda())
-        flats[tensor.device().index()].size += aligned(tensor.numel() * tensor.element_size());
-  int64_t device_bytes = 0;
-  for (auto& [device, flat] : flats) {
+        flats[tensor.device().index()].size += staged_size(tensor);
+  for (auto& [device, flat] : flats)
     flat.bytes = torch::empty({flat.size}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA, device));
-    device_bytes += flat.size;
-  }
   std::map<c10::DeviceIndex, int64_t> filled;
   for (auto& section : sections)
     for (auto& [name, tensor] : section) {
@@ -188,7 +181,7 @@ std::unique_ptr<StagedSections> snapshot_on_devices(std::vector<io::NamedTensors
       auto slot = view_over(static_cast<char*>(flat.bytes.data_ptr()) + offset, tensor, tensor.device(),
                             [keep = flat.bytes] {});
       slot.copy_(tensor.detach());
-      offset += aligned(tensor.numel() * tensor.element_size());
+      offset += staged_size(tensor);
       tensor = std::move(slot);
     }
   std::map<c10::DeviceIndex, std::shared_ptr<at::cuda::CUDAEvent>> taken;
@@ -197,8 +190,7 @@ std::unique_ptr<StagedSections> snapshot_on_devices(std::vector<io::NamedTensors
     event->record(c10::cuda::getCurrentCUDAStream(device));
     taken.emplace(device, std::move(event));
   }
-  return std::make_unique<DeviceSnapshot>(std::move(sections), std::move(flats), std::move(taken), device_bytes,
-                                          std::move(area));
+  return std::make_unique<DeviceSnapshot>(std::move(sections), std::move(flats), std::move(taken), std::move(area));
 }
 
 }  // namespace
@@ -243,7 +235,7 @@ std::vector<io::NamedTensors> copy_to_pinned_host(std::vector<io::NamedTensors> 
       if (!tensor.defined() || !tensor.is_cuda()) continue;
       auto host = view_over(block.get() + offset, tensor, torch::kCPU, [block] {});
       host.copy_(tensor.detach(), /*non_blocking=*/true);
-      offset += aligned(tensor.numel() * tensor.element_size());
+      offset += staged_size(tensor);
       tensor = std::move(host);
     }
   for (const auto& [device, size] : bytes) metrics::synchronize(torch::Device(torch::kCUDA, device));
