@@ -78,6 +78,8 @@ function(ptrain_gtest_entries target)
   if(G_CASE_COSTS)
     list(APPEND options --case-costs ${G_CASE_COSTS})
   endif()
+  # A change of the script relinks the binary, so that its entries are written again.
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS ${PROJECT_SOURCE_DIR}/cmake/gtest_entries.py)
   add_custom_command(TARGET ${target} POST_BUILD
     COMMAND ${PTRAIN_ORACLE_PYTHON} ${PROJECT_SOURCE_DIR}/cmake/gtest_entries.py --binary $<TARGET_FILE:${target}>
             --name ${G_NAME} --out ${entries} --working-dir ${CMAKE_CURRENT_BINARY_DIR} ${options}
@@ -96,13 +98,14 @@ endfunction()
 # one GoogleTest binary per concern, its entries as ptrain_gtest_entries makes them.
 function(ptrain_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS;SLOW;GPU" ${ARGN})
-  add_executable(test_${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/support/crash_report.cpp)
+  add_executable(test_${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/support/crash_report.cpp
+                 ${PROJECT_SOURCE_DIR}/tests/support/test_main.cpp)
   # Exported symbols give crash_report.cpp's backtraces function names.
   set_target_properties(test_${T_NAME} PROPERTIES ENABLE_EXPORTS ON)
   foreach(dep IN LISTS T_DEPS)
     target_link_libraries(test_${T_NAME} PRIVATE ptrain_${dep})
   endforeach()
-  target_link_libraries(test_${T_NAME} PRIVATE GTest::gtest GTest::gtest_main)
+  target_link_libraries(test_${T_NAME} PRIVATE GTest::gtest)
   target_include_directories(test_${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
   target_compile_definitions(test_${T_NAME} PRIVATE
     PTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}" PTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")

@@ -7,11 +7,16 @@ Usage: gtest_entries.py --binary B --name N --out FILE [--labels L...] [--slow P
 Starting a test process costs about 0.65 s of CPU (LibTorch's start-up) whatever the case does, so cases are
 grouped into few processes:
   - N.fast: one process for the binary's quick in-process cases (label fast);
-  - one entry per case, named Suite.Case, for the cases matching a --slow pattern (long numerics), the cases
-    of a source that forks processes (it includes multiprocess.h or sharded_harness.h: forked ranks need a
-    parent that did no LibTorch work yet) or reads the process's peak RSS (which earlier cases would have
-    raised), and every case under --per-case (label slow, or the binary's own --labels for --per-case
-    binaries such as the CLI tests);
+  - N.<source>[.K]: the other cases of a source, a few per entry, each in a child forked for it from a parent
+    that runs none (the binary's --ptrain_fork_each_case, tests/support/test_main.cpp), so that they share one
+    start-up and each starts clean: the cases matching a --slow pattern (long numerics), those of a source
+    that forks processes (it includes multiprocess.h or sharded_harness.h: forked ranks need a parent that did
+    no LibTorch work yet) or reads the process's peak RSS (which earlier cases of one process would have
+    raised; a fork starts VmHWM and ru_maxrss again at the child's size), and every case under --per-case (the
+    CLI tests, each running the executable for seconds); label slow, or the binary's own --labels under
+    --per-case;
+  - one entry per case, named Suite.Case, for the cases of a --per-case binary matching a --case-costs
+    pattern (long end-to-end runs, started first);
   - on a CPU build, N.gpu_only: one process for the cases that skip without a CUDA device (label gpu), those
     whose first statement is PTRAIN_REQUIRE_CUDA_KERNELS() (or another PTRAIN_REQUIRE_..CUDA/GPU..() macro) or
     `if (!torch::cuda::is_available()) GTEST_SKIP()`, and those matching a --gpu pattern; it shows each skip's
@@ -37,10 +42,12 @@ from pathlib import Path
 # gtest's lines for a case that passed and one that skipped, as ctest regular expressions in CMake brackets.
 PASSED_CASE = "[=[\\[       OK \\]]=]"
 SKIPPED_CASE = "[=[\\[  SKIPPED \\]]=]"
-# What makes a source's cases need a process each: forked ranks (multiprocess.h, sharded_harness.h), whose
-# parent must have done no LibTorch work yet, and reads of the process's peak RSS (getrusage's ru_maxrss,
-# /proc's VmHWM), which an earlier case of the same process would have raised already.
-OWN_PROCESS = re.compile(r'#include\s+"(multiprocess\.h|sharded_harness\.h)"|getrusage|host_peak_rss_bytes\(\)')
+# What makes a source's cases need a clean process each: forked ranks (multiprocess.h, sharded_harness.h),
+# whose parent must have done no LibTorch work yet (a forked child each), and reads of the process's peak RSS
+# (getrusage's ru_maxrss, /proc's VmHWM), which an earlier case of the same process would have raised already
+# (a process each).
+FORKS_RANKS = re.compile(r'#include\s+"(multiprocess\.h|sharded_harness\.h)"')
+READS_PEAK_RSS = re.compile(r'getrusage|host_peak_rss_bytes\(\)')
 # A case that needs a CUDA device says so in its first statement: PTRAIN_REQUIRE_CUDA_KERNELS(), a macro of that
 # kind (PTRAIN_REQUIRE_FP8_GPU()), or if (!torch::cuda::is_available()) GTEST_SKIP() << ...
 NEEDS_CUDA = re.compile(r"^\s*(PTRAIN_REQUIRE_\w*(CUDA|GPU)\w*\(\)|if\s*\(\s*!\s*torch::cuda::is_available\(\)\s*\)\s*GTEST_SKIP\(\))")
@@ -63,8 +70,8 @@ def listed_cases(binary, working_dir, timeout):
     return cases
 
 
-def needs_own_processes(source):
-    return any(OWN_PROCESS.search(line) for line in source_lines(source))
+def source_matches(source, pattern):
+    return any(pattern.search(line) for line in source_lines(source))
 
 
 def source_lines(source, seen={}):
@@ -138,26 +145,29 @@ def main():
     for suite, case, _, _, _ in cases:
         cases_of_suite.setdefault(suite, []).append(case)
 
-    # Each case's kind: "fast" (grouped), "gpu" (grouped on a CPU build), "slow" or "" (an entry of its own;
-    # "" under --per-case, which gives the binary's own labels only), "disabled".
+    case_costs = {}
+    for item in args.case_costs:
+        pattern, _, cost = item.rpartition("=")
+        case_costs[pattern] = float(cost)
+
+    # Each case's kind: "fast" (grouped), "gpu" (grouped on a CPU build), "forked" (grouped by source, a child
+    # forked for each case), "" (an entry of its own: a --case-costs case of a --per-case binary), "disabled".
     kinds = []
+    sources = {}
     for suite, case, source, line, value_param in cases:
         full = f"{suite}.{case}"
+        sources[(suite, case)] = source
         if suite.startswith("DISABLED_") or case.startswith("DISABLED_"):
             kind = "disabled"
         elif matches(full, args.gpu) or needs_cuda(source, line):
             kind = "gpu"
         elif args.per_case:
-            kind = ""
-        elif matches(full, args.slow) or needs_own_processes(source):
-            kind = "slow"
+            kind = "" if matches(full, list(case_costs)) else "forked"
+        elif matches(full, args.slow) or source_matches(source, READS_PEAK_RSS) or source_matches(source, FORKS_RANKS):
+            kind = "forked"
         else:
             kind = "fast"
         kinds.append((suite, case, value_param, kind))
-    case_costs = {}
-    for item in args.case_costs:
-        pattern, _, cost = item.rpartition("=")
-        case_costs[pattern] = float(cost)
     unmatched = [p for p in args.slow + args.gpu + list(case_costs) if not any(fnmatch.fnmatchcase(f"{s}.{c}", p) for s, c, _, _, _ in cases)]
     if unmatched:
         sys.exit(f"gtest_entries.py: {args.binary}: no case matches {' '.join(unmatched)} (renamed or removed?)")
@@ -191,8 +201,24 @@ def main():
     if gpu_only and not args.cuda_build:
         add(grouped, f"{args.name}.gpu_only", [f"--gtest_filter={group_filter(gpu_only, cases_of_suite)}"],
             own + ["gpu"], f" FAIL_REGULAR_EXPRESSION {PASSED_CASE}")
+    # The forked cases of a source, a few per entry, so that ctest -j still spreads them over the cores: CLI
+    # cases run the executable for seconds each, the others for about one.
+    by_source = {}
+    for suite, case, _, kind in kinds:
+        if kind == "forked":
+            by_source.setdefault(sources[(suite, case)], []).append((suite, case))
+    per_entry = 6 if args.per_case else 16
+    for source, members in by_source.items():
+        count = -(-len(members) // per_entry)
+        chunks = [members[i * len(members) // count:(i + 1) * len(members) // count] for i in range(count)]
+        stem = Path(source).stem if source else "cases"
+        for index, chunk in enumerate(chunks):
+            name = f"{args.name}.{stem}" + (f".{index + 1}" if len(chunks) > 1 else "")
+            cost = len(chunk) * (args.case_cost or 1)
+            add(grouped, name, ["--ptrain_fork_each_case", f"--gtest_filter={group_filter(chunk, cases_of_suite)}"],
+                own + ([] if args.per_case else ["slow"]), f" COST {cost:g}")
     for suite, case, value_param, kind in kinds:
-        if kind not in ("fast", "gpu") or (kind == "gpu" and args.cuda_build):
+        if kind not in ("fast", "gpu", "forked") or (kind == "gpu" and args.cuda_build):
             add_case(grouped, suite, case, value_param, kind)
     Path(args.out).write_text("\n".join(grouped) + "\n")
 
@@ -200,7 +226,8 @@ def main():
     # to tell whether a grouped case fails because of an earlier one in its process, and to time the difference.
     per_case = []
     for suite, case, value_param, kind in kinds:
-        add_case(per_case, suite, case, value_param, kind)
+        add_case(per_case, suite, case, value_param, "" if kind == "forked" and args.per_case else
+                 "slow" if kind == "forked" else kind)
     Path(per_case_file(args.out)).write_text("\n".join(per_case) + "\n")
 
 
