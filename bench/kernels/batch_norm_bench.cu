@@ -390,8 +390,8 @@ int main(int argc, char** argv) {
   });
   bool stem_ran = false;
   const double stem_forward_fused = time_us([&] {
-    stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_forward(dtype, Dtype::kFloat, x, pool, side_at(params),
-                                                                      pooled, positions, workspace, stream);
+    stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_forward(
+        dtype, Dtype::kFloat, pool, {x, pooled, positions}, side_at(params), workspace, stream);
   });
   const bool stem_forward_ran = stem_ran;
   const double stem_backward_apart = time_us([&] {
@@ -401,8 +401,8 @@ int main(int argc, char** argv) {
   });
   const double stem_backward_fused = time_us([&] {
     stem_ran = ptrain::kernels::cuda::batch_norm_relu_max_pool_backward(
-        dtype, Dtype::kFloat, dy, positions, x, pool, side_at(params), {dweight, dweight + max_channels}, dx, workspace,
-        stream);
+        dtype, Dtype::kFloat, pool, {dy, positions, x, dx}, side_at(params), {dweight, dweight + max_channels},
+        workspace, stream);
   });
   std::printf("\n%-14s | %10s %10s | %10s %10s | %6s\n", "stem + pool", "fwd apart", "fwd fused", "bwd apart",
               "bwd fused", "fused");

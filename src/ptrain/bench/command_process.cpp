@@ -9,7 +9,7 @@
 #include <fstream>
 #include <ostream>
 
-#include "ptrain/bench/run_log.h"
+#include "ptrain/bench/failure_line.h"
 #include "ptrain/core/error.h"
 
 namespace ptrain::bench {

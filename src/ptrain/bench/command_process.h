@@ -47,7 +47,7 @@ struct CommandExit {
   bool timed_out = false;      // stopped at the run timeout
   bool at_time_limit = false;  // stopped at the bench's time limit, left for the next bench
   std::string last_line;
-  std::string error_line;  // the line of its output that says why it failed (run_log.h)
+  std::string error_line;  // the line of its output that says why it failed (failure_line.h)
 };
 
 // Runs command with /bin/sh in a process group of its own, so that a timeout or Ctrl-C reaches every

@@ -25,7 +25,7 @@ struct BenchOutcome {
   int estimates_failed = 0;
   std::vector<std::string> estimate_failures;
   // "<framework> <run>: <reason>"; for a run that failed, the reason carries its processes' own error line
-  // (run_log.h: the failing rank's "ptrain: error:", a Python exception), not the launcher's last words.
+  // (failure_line.h: the failing rank's "ptrain: error:", a Python exception), not the launcher's last words.
   std::vector<std::string> failures;
   ptrain::report::WrittenReport report;
 };

@@ -52,7 +52,7 @@ ProbeRun probe(const train::Plan& plan, int64_t batch) {
   // The user's plan is checked against its own length (estimate_for); a schedule sized for it (a warm-up of 10
   // steps, milestones) would not fit the probes' two steps, and the learning rate changes no memory.
   auto& schedule = probe_plan.optimization.schedule;
-  schedule.name = "constant";
+  schedule.kind = train::ScheduleKind::kConstant;
   schedule.warmup_epochs = 0;
   schedule.warmup_steps = 0;
   schedule.milestones.clear();

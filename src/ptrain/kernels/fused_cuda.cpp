@@ -412,8 +412,9 @@ BatchNormReluMaxPoolForward batch_norm_relu_max_pool_forward(const torch::Tensor
     auto workspace = torch::empty({cuda::batch_norm_workspace_floats(rows_of(x), shape.channels)}, floats);
     launch(what, [&] {
       out.single_pass = cuda::batch_norm_relu_max_pool_forward(
-          dtype_of(x, what), dtype_of(bn.weight, what), x.data_ptr(), shape, side_of(bn, out.stats), out.y.data_ptr(),
-          out.positions.data_ptr<uint8_t>(), workspace.data_ptr<float>(), current_stream(x));
+          dtype_of(x, what), dtype_of(bn.weight, what), shape,
+          {x.data_ptr(), out.y.data_ptr(), out.positions.data_ptr<uint8_t>()}, side_of(bn, out.stats),
+          workspace.data_ptr<float>(), current_stream(x));
     });
     if (out.single_pass) return out;
   }
@@ -449,9 +450,9 @@ BatchNormReluMaxPoolBackward batch_norm_relu_max_pool_backward(const torch::Tens
     bn.weight = weight;
     launch(what, [&] {
       out.single_pass = cuda::batch_norm_relu_max_pool_backward(
-          dtype_of(x, what), dtype_of(weight, what), dy.data_ptr(), positions.data_ptr<uint8_t>(), x.data_ptr(), shape,
-          side_of(bn, stats), {out.dweight.data_ptr(), out.dbias.data_ptr()}, out.dx.data_ptr(),
-          workspace.data_ptr<float>(), current_stream(x));
+          dtype_of(x, what), dtype_of(weight, what), shape,
+          {dy.data_ptr(), positions.data_ptr<uint8_t>(), x.data_ptr(), out.dx.data_ptr()}, side_of(bn, stats),
+          {out.dweight.data_ptr(), out.dbias.data_ptr()}, workspace.data_ptr<float>(), current_stream(x));
     });
     if (out.single_pass) return out;
   }
@@ -580,10 +581,10 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
     delayed = {state.data_ptr<float>(), state.numel() - 1, extras.delayed->primed};
   }
   launch(what, [&] {
-    cuda::fp8_scaled_cast_transposed(dtype_of(x, what), x.data_ptr(), rows, cols, e5m2, data,
-                                     static_cast<uint8_t*>(out.transposed.data_ptr()),
-                                     static_cast<float*>(mutable_data_or_null(partials)), delayed,
-                                     stats.data_ptr<float>(), current_stream(x));
+    cuda::fp8_scaled_cast_transposed(dtype_of(x, what), rows, cols, e5m2,
+                                     {x.data_ptr(), data, static_cast<uint8_t*>(out.transposed.data_ptr()),
+                                      static_cast<float*>(mutable_data_or_null(partials)), stats.data_ptr<float>()},
+                                     delayed, current_stream(x));
   });
   if (extras.delayed != nullptr) extras.delayed->primed = true;
   if (extras.column_sums) out.column_sums = rows == 0 ? torch::zeros({cols}, partials.options()) : partials.sum(0);

@@ -246,14 +246,14 @@ OptimizerOptions optimizer_options(const config::OptimizerConfig& o) {
 
 ScheduleOptions schedule_options(const config::OptimizerConfig& o) {
   ScheduleOptions options;
-  options.name = o.schedule;
+  options.kind = schedule_kind(o.schedule);
   options.lr = o.lr;
   options.milestones = o.milestones;
   options.gamma = o.gamma;
   options.min_lr = o.min_lr;
   options.warmup_epochs = o.warmup_epochs;
   options.warmup_steps = o.warmup_steps;
-  options.warmup_type = o.warmup_type;
+  options.warmup_rise = warmup_rise(o.warmup_type);
   options.warmup_min_lr = o.warmup_min_lr;
   return options;
 }
@@ -632,7 +632,7 @@ std::string describe(const Plan& plan) {
       << devices << (plan.launch.world_size > 1 ? " processes" : replicas ? " replicas" : " device")
       << " = global batch " << length.batch_size * length.grad_accum * devices << " per optimizer step\n"
       << "optimizer " << optimizer_name(optimizer.kind) << " lr " << optimizer.lr << " ("
-      << plan.optimization.schedule.name << ")"
+      << schedule_name(plan.optimization.schedule.kind) << ")"
       << ", weight decay " << optimizer.weight_decay
       << (plan.optimization.clip_grad_norm > 0 ? ", clip norm " + std::to_string(plan.optimization.clip_grad_norm) : "")
       << "\n"

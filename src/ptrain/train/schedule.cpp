@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "ptrain/core/error.h"
 
@@ -28,6 +29,40 @@ RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch) {
   return steps;
 }
 
+namespace {
+
+constexpr std::pair<ScheduleKind, const char*> kScheduleNames[] = {
+    {ScheduleKind::kConstant, "constant"},           {ScheduleKind::kStep, "step"},
+    {ScheduleKind::kCosine, "cosine"},               {ScheduleKind::kWarmupLR, "WarmupLR"},
+    {ScheduleKind::kWarmupDecayLR, "WarmupDecayLR"}, {ScheduleKind::kWarmupCosineLR, "WarmupCosineLR"}};
+
+bool is_deepspeed(ScheduleKind kind) {
+  return kind == ScheduleKind::kWarmupLR || kind == ScheduleKind::kWarmupDecayLR || kind == ScheduleKind::kWarmupCosineLR;
+}
+
+}  // namespace
+
+ScheduleKind schedule_kind(const std::string& name) {
+  for (const auto& [kind, known] : kScheduleNames) {
+    if (name == known) return kind;
+  }
+  throw Error("--schedule: unknown schedule '" + name +
+              "' (known: constant, step, cosine, WarmupLR, WarmupDecayLR, WarmupCosineLR)");
+}
+
+const char* schedule_name(ScheduleKind kind) {
+  for (const auto& [known, name] : kScheduleNames) {
+    if (kind == known) return name;
+  }
+  return "?";
+}
+
+WarmupRise warmup_rise(const std::string& name) {
+  if (name == "linear") return WarmupRise::kLinear;
+  if (name == "log") return WarmupRise::kLog;
+  throw Error("--warmup-type: unknown warm-up '" + name + "' (known: linear, log)");
+}
+
 LrSchedule::LrSchedule(const ScheduleOptions& options, int64_t steps_per_epoch, int64_t total_steps)
     : options_(options), steps_per_epoch_(steps_per_epoch), total_steps_(total_steps),
       warmup_steps_(options.warmup_steps > 0
@@ -37,8 +72,6 @@ LrSchedule::LrSchedule(const ScheduleOptions& options, int64_t steps_per_epoch, 
   check(warmup_steps_ <= total_steps_, "--warmup-epochs (or --warmup-steps) is longer than the whole run");
   check(options.min_lr <= options.lr, "--min-lr must not exceed --lr");
   check(options.warmup_min_lr <= options.lr, "--warmup-min-lr must not exceed --lr");
-  check(options.warmup_type == "linear" || options.warmup_type == "log",
-        "--warmup-type: unknown warm-up '" + options.warmup_type + "' (known: linear, log)");
   check(std::is_sorted(options.milestones.begin(), options.milestones.end()), "--milestones must be increasing");
 }
 
@@ -50,21 +83,21 @@ LrSchedule::LrSchedule(const ScheduleOptions& options, int64_t steps_per_epoch, 
 // skipped steps included: under a dynamic loss scale, ptrain runs ahead of DeepSpeed by the steps skipped so far.
 double LrSchedule::deepspeed_lr(int64_t step) const {
   const int64_t iteration = step - 1;
-  const bool cosine = options_.name == "WarmupCosineLR";
+  const bool cosine = options_.kind == ScheduleKind::kWarmupCosineLR;
   const double max_lr = options_.lr, min_lr = options_.warmup_min_lr;
   if (iteration < 0) return cosine ? 0.0 : min_lr;
   // DeepSpeed warms up over at least 2 iterations (log(1) would divide by zero).
   const int64_t warmup = std::max<int64_t>(2, warmup_steps_);
   if (iteration < warmup) {
-    const double gamma = options_.warmup_type == "log"
+    const double gamma = options_.warmup_rise == WarmupRise::kLog
                              ? 1.0 / std::log(static_cast<double>(warmup)) * std::log(static_cast<double>(iteration + 1))
                              : static_cast<double>(iteration) / static_cast<double>(warmup);
     // WarmupCosineLR's warmup_min_ratio is the floor over lr (config::deepspeed reads it into warmup_min_lr).
     return min_lr + (max_lr - min_lr) * gamma;
   }
-  if (options_.name == "WarmupLR") return max_lr;
+  if (options_.kind == ScheduleKind::kWarmupLR) return max_lr;
   const int64_t total = total_steps_;
-  if (options_.name == "WarmupDecayLR") {
+  if (options_.kind == ScheduleKind::kWarmupDecayLR) {
     const double gamma = std::max(0.0, static_cast<double>(total - iteration) /
                                            std::max(1.0, static_cast<double>(total - warmup)));
     return min_lr + (max_lr - min_lr) * gamma;
@@ -77,22 +110,24 @@ double LrSchedule::deepspeed_lr(int64_t step) const {
 }
 
 double LrSchedule::lr(int64_t step) const {
-  if (options_.name == "WarmupLR" || options_.name == "WarmupDecayLR" || options_.name == "WarmupCosineLR")
-    return deepspeed_lr(step);
+  if (is_deepspeed(options_.kind)) return deepspeed_lr(step);
   if (step < warmup_steps_) return options_.lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
-  if (options_.name == "constant") return options_.lr;
-  if (options_.name == "step") {
-    const int64_t epoch = step / steps_per_epoch_;
-    const auto passed = std::upper_bound(options_.milestones.begin(), options_.milestones.end(), epoch) -
-                        options_.milestones.begin();
-    return options_.lr * std::pow(options_.gamma, static_cast<double>(passed));
+  switch (options_.kind) {
+    case ScheduleKind::kConstant:
+      return options_.lr;
+    case ScheduleKind::kStep: {
+      const int64_t epoch = step / steps_per_epoch_;
+      const auto passed = std::upper_bound(options_.milestones.begin(), options_.milestones.end(), epoch) -
+                          options_.milestones.begin();
+      return options_.lr * std::pow(options_.gamma, static_cast<double>(passed));
+    }
+    case ScheduleKind::kCosine:
+    default: {
+      const int64_t span = std::max<int64_t>(1, total_steps_ - warmup_steps_);
+      const double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / static_cast<double>(span));
+      return options_.min_lr + 0.5 * (options_.lr - options_.min_lr) * (1.0 + std::cos(M_PI * progress));
+    }
   }
-  if (options_.name == "cosine") {
-    const int64_t span = std::max<int64_t>(1, total_steps_ - warmup_steps_);
-    const double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / static_cast<double>(span));
-    return options_.min_lr + 0.5 * (options_.lr - options_.min_lr) * (1.0 + std::cos(M_PI * progress));
-  }
-  throw Error("--schedule: unknown schedule '" + options_.name + "' (known: constant, step, cosine, WarmupLR, WarmupDecayLR, WarmupCosineLR)");
 }
 
 }  // namespace ptrain::train

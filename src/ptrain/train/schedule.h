@@ -23,18 +23,30 @@ struct RunLength {
 };
 RunSteps run_steps(const RunLength& length, int64_t micro_batches_per_epoch);
 
+// --schedule: ptrain's own (constant, step, cosine) or DeepSpeed's, step for step (WarmupLR, WarmupDecayLR,
+// WarmupCosineLR).
+enum class ScheduleKind { kConstant, kStep, kCosine, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+// --warmup-type: how the DeepSpeed schedules rise over their warm-up.
+enum class WarmupRise { kLinear, kLog };
+
+// The kind a --schedule name (as the config holds it) names; throws ptrain::Error naming the flag and the known
+// names for any other.
+ScheduleKind schedule_kind(const std::string& name);
+const char* schedule_name(ScheduleKind kind);
+// The rise a --warmup-type name names; throws ptrain::Error naming the flag for any other.
+WarmupRise warmup_rise(const std::string& name);
+
 // The schedule's flags as train/plan.h's schedule_options resolves them: what the schedule is built from, so that
 // the run (train/run/) needs no config to build it.
 struct ScheduleOptions {
-  // constant | step | cosine, or DeepSpeed's WarmupLR | WarmupDecayLR | WarmupCosineLR step for step
-  std::string name = "cosine";
+  ScheduleKind kind = ScheduleKind::kCosine;
   double lr = 0.1;
   std::vector<int64_t> milestones;  // step: epochs at which lr *= gamma
   double gamma = 0.1;
   double min_lr = 0.0;              // cosine's floor (WarmupCosineLR's too)
   double warmup_epochs = 0.0;       // linear warm-up from 0, in (fractional) epochs
   int64_t warmup_steps = 0;         // the same in optimizer steps, instead of warmup_epochs; 0: off
-  std::string warmup_type = "linear";  // the Warmup* schedules' rise: linear | log
+  WarmupRise warmup_rise = WarmupRise::kLinear;  // the Warmup* schedules' rise
   double warmup_min_lr = 0.0;       // the Warmup* schedules' first rate (WarmupDecayLR's last)
 };
 

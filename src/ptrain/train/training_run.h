@@ -6,8 +6,8 @@
 //                                while loading them means
 //   training_checkpoints.cpp     the named states checkpoints hold and resume gives back (the step engine's),
 //                                and how a run that stops early or fails after training ends
-//   training_record.cpp          the facts the run's record is filled with once training ends
-//   training_log.cpp             the run's scalars for --tensorboard and --log-jsonl, as progress is read
+//   training_outputs.cpp         the run's scalars for --tensorboard and --log-jsonl as progress is read, and
+//                                the facts the run's record is filled with once training ends
 // and the parts it owns, each with its own state, under run/ (built from the Plan's sections, plan_sections.h,
 // never the config): stop_rules.h (whether and why the run ends early), run_data.h (the splits, their loaders and
 // the steps they make), step_engine.h (the model, its optimizer and schedule, the loss scaler, the step runner

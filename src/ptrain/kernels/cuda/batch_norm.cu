@@ -1404,9 +1404,9 @@ void with_pool_types(Dtype dtype, Dtype param, const PoolShape& pool, Fn&& fn) {
   });
 }
 
-bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, const PoolShape& pool,
-                                      const BatchNormSide& side, void* y, uint8_t* positions, float* workspace,
-                                      cudaStream_t stream) {
+bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const PoolShape& pool,
+                                      const BatchNormReluMaxPoolForwardIo& io, const BatchNormSide& side,
+                                      float* workspace, cudaStream_t stream) {
   const int64_t rows = pool.batch * pool.in_h * pool.in_w, channels = pool.channels;
   check_shape(dtype, rows, channels);
   check_pool(dtype, pool);
@@ -1426,15 +1426,15 @@ bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, c
                              device_attribute(cudaDevAttrMultiProcessorCount);
     if (resident < t.chunks * channel_blocks(t)) return;
     ran = true;
-    launch_cooperative("batch_norm_relu_max_pool_forward", kernel, grid_of(t), stream, static_cast<const T*>(x), rows,
-                       channels, t, side, pool, workspace, static_cast<T*>(y), positions);
+    launch_cooperative("batch_norm_relu_max_pool_forward", kernel, grid_of(t), stream, static_cast<const T*>(io.x),
+                       rows, channels, t, side, pool, workspace, static_cast<T*>(io.y), io.positions);
   });
   return ran;
 }
 
-bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy, const uint8_t* positions,
-                                       const void* x, const PoolShape& pool, const BatchNormSide& side,
-                                       const BatchNormGrads& grads, void* dx, float* workspace, cudaStream_t stream) {
+bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const PoolShape& pool,
+                                       const BatchNormReluMaxPoolBackwardIo& io, const BatchNormSide& side,
+                                       const BatchNormGrads& grads, float* workspace, cudaStream_t stream) {
   const int64_t outputs = pool.batch * pool.out_h * pool.out_w, channels = pool.channels;
   check_shape(dtype, outputs, channels);
   check_pool(dtype, pool);
@@ -1448,9 +1448,9 @@ bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy,
     const Tiling t = single_pass_tiling<kernel>(BatchNormPasses::kAuto, outputs, channels, vector_elements(dtype));
     if (t.chunks == 0) return;
     ran = true;
-    launch_cooperative("batch_norm_relu_max_pool_backward", kernel, grid_of(t), stream, static_cast<const T*>(dy),
-                       positions, static_cast<const T*>(x), channels, t, pool, side, grads, workspace,
-                       static_cast<T*>(dx));
+    launch_cooperative("batch_norm_relu_max_pool_backward", kernel, grid_of(t), stream, static_cast<const T*>(io.dy),
+                       io.positions, static_cast<const T*>(io.x), channels, t, pool, side, grads, workspace,
+                       static_cast<T*>(io.dx));
   });
   return ran;
 }

@@ -228,9 +228,11 @@ int blocks_for(int64_t n) {
 
 int64_t fp8_column_partial_rows(int64_t rows) { return (rows + kTile - 1) / kTile; }
 
-void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_t cols, bool e5m2, uint8_t* y,
-                                uint8_t* yt, float* column_partials, const Fp8DelayedScaling& delayed, float* stats,
-                                cudaStream_t stream) {
+void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5m2, const Fp8CastTransposedIo& io,
+                                const Fp8DelayedScaling& delayed, cudaStream_t stream) {
+  const void* x = io.x;
+  uint8_t *y = io.y, *yt = io.yt;
+  float *column_partials = io.column_partials, *stats = io.stats;
   if (rows % kSegment != 0 || cols % kSegment != 0)
     throw std::runtime_error("fp8 cast with transpose: " + std::to_string(rows) + "x" + std::to_string(cols) +
                                 " is not a multiple of " + std::to_string(kSegment) + " both ways");

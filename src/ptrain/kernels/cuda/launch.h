@@ -222,14 +222,25 @@ namespace ptrain::kernels::cuda {
 // y and positions as max_pool_forward writes them, straight from x, in one cooperative launch; false, nothing run,
 // where the grid cannot be resident (the caller then runs the batch norm and the pooling apart). workspace:
 // batch_norm_workspace_floats(rows of x, channels).
-bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const void* x, const PoolShape& pool,
-                                      const BatchNormSide& side, void* y, uint8_t* positions, float* workspace,
-                                      cudaStream_t stream);
+struct BatchNormReluMaxPoolForwardIo {
+  const void* x;
+  void* y;
+  uint8_t* positions;
+};
+bool batch_norm_relu_max_pool_forward(Dtype dtype, Dtype param, const PoolShape& pool,
+                                      const BatchNormReluMaxPoolForwardIo& io, const BatchNormSide& side,
+                                      float* workspace, cudaStream_t stream);
 // Its backward from the pooled gradient dy and the positions: dx, dweight and dbias, in one cooperative launch, for
 // a 3x3 stride-2 padding-1 pooling; false, nothing run, for another pooling or where the grid cannot be resident.
-bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const void* dy, const uint8_t* positions,
-                                       const void* x, const PoolShape& pool, const BatchNormSide& side,
-                                       const BatchNormGrads& grads, void* dx, float* workspace, cudaStream_t stream);
+struct BatchNormReluMaxPoolBackwardIo {
+  const void* dy;
+  const uint8_t* positions;
+  const void* x;
+  void* dx;
+};
+bool batch_norm_relu_max_pool_backward(Dtype dtype, Dtype param, const PoolShape& pool,
+                                       const BatchNormReluMaxPoolBackwardIo& io, const BatchNormSide& side,
+                                       const BatchNormGrads& grads, float* workspace, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 
@@ -265,9 +276,15 @@ struct Fp8DelayedScaling {
   bool primed = false;
 };
 int64_t fp8_column_partial_rows(int64_t rows);
-void fp8_scaled_cast_transposed(Dtype dtype, const void* x, int64_t rows, int64_t cols, bool e5m2, uint8_t* y,
-                                uint8_t* yt, float* column_partials, const Fp8DelayedScaling& delayed, float* stats,
-                                cudaStream_t stream);
+struct Fp8CastTransposedIo {
+  const void* x;  // [rows, cols] in the cast's dtype
+  uint8_t* y;
+  uint8_t* yt;
+  float* column_partials;
+  float* stats;
+};
+void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5m2, const Fp8CastTransposedIo& io,
+                                const Fp8DelayedScaling& delayed, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
 

@@ -1,4 +1,4 @@
-#include "ptrain/bench/run_log.h"
+#include "ptrain/bench/failure_line.h"
 
 #include <cctype>
 #include <map>

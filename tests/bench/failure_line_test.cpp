@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ptrain/bench/run_log.h"
+#include "ptrain/bench/failure_line.h"
 #include "ptrain/bench/runner.h"
 #include "test_support.h"
 
