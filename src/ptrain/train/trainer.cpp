@@ -271,7 +271,7 @@ void TrainingRun::build_step_engine() {
   options.policy = policy();
   options.grad_accum = plan_.length.grad_accum;
   options.clip_grad_norm = plan_.optimization.clip_grad_norm;
-  options.optimizer_name = optimizer_name(plan_.optimization.optimizer.kind);
+  options.optimizer = plan_.optimization.optimizer.kind;
   options.fused_kernels = plan_.model.fused_kernels;
   options.cuda_graphs = plan_.device_setup.cuda_graphs;
   options.classes = spec.num_classes;

@@ -20,8 +20,8 @@ namespace {
 
 // PyTorch's names for an optimizer's calls on the profiler's timeline ("Optimizer.step#SGD.step"), which
 // TensorBoard's profile plugin and trace tools look for.
-std::string optimizer_range(const std::string& optimizer, const std::string& call) {
-  const std::string type = optimizer == "sgd" ? "SGD" : optimizer == "adamw" ? "AdamW" : optimizer;
+std::string optimizer_range(OptimizerKind optimizer, const std::string& call) {
+  const std::string type = optimizer == OptimizerKind::adamw ? "AdamW" : "SGD";
   return "Optimizer." + call + "#" + type + "." + call;
 }
 
@@ -56,7 +56,7 @@ std::string StepEngine::capture_obstacle() const {
   const std::string strategy = strategy_.capture_obstacle();
   if (!strategy.empty()) return "off: " + strategy;
   if (!optimizer_->capturable()) {
-    return "off: the " + options_.optimizer_name +
+    return "off: the " + optimizer_name(options_.optimizer) +
            " step runs LibTorch's foreach ops, which take the learning rate from the host (" +
            (options_.fused_kernels ? "this LibTorch has no fused optimizer kernels" : "--no-fused-kernels") + ")";
   }
@@ -104,7 +104,7 @@ torch::Tensor StepEngine::optimizer_step() {
     clip_grads_to_norm_(grads, grad_norm, options_.clip_grad_norm);
   }
   {
-    const compat::ProfilerRange range(optimizer_range(options_.optimizer_name, "step"));
+    const compat::ProfilerRange range(optimizer_range(options_.optimizer, "step"));
     optimizer_->step_at_set_rate(scaler_ ? &scaler_->found_inf() : nullptr);
   }
   phases_.end(StepPhase::kOptimizer);
@@ -115,7 +115,7 @@ torch::Tensor StepEngine::optimizer_step() {
   divergence_->end_step();
   if (scaler_) scaler_->update();
   {
-    const compat::ProfilerRange range(optimizer_range(options_.optimizer_name, "zero_grad"));
+    const compat::ProfilerRange range(optimizer_range(options_.optimizer, "zero_grad"));
     optimizer_->zero_grad();
   }
   phases_.end(StepPhase::kOptimizer);

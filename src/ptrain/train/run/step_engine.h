@@ -81,7 +81,7 @@ class StepEngine {
     precision::PrecisionPolicy policy;
     int64_t grad_accum = 1;
     double clip_grad_norm = 0;   // 0: no clipping, and no norm computed
-    std::string optimizer_name;  // as --optimizer names it
+    OptimizerKind optimizer = OptimizerKind::sgd;
     bool fused_kernels = false;
     bool cuda_graphs = true;     // --cuda-graphs: whether steps may be captured at all
     int64_t classes = 0;         // the model's classes: its logits may be wider (a padded vocabulary)
