@@ -226,8 +226,9 @@ def main():
     # to tell whether a grouped case fails because of an earlier one in its process, and to time the difference.
     per_case = []
     for suite, case, value_param, kind in kinds:
-        add_case(per_case, suite, case, value_param, "" if kind == "forked" and args.per_case else
-                 "slow" if kind == "forked" else kind)
+        # A forked case alone: as before the grouping, the binary's own labels under --per-case, else slow.
+        alone = ("" if args.per_case else "slow") if kind == "forked" else kind
+        add_case(per_case, suite, case, value_param, alone)
     Path(per_case_file(args.out)).write_text("\n".join(per_case) + "\n")
 
 

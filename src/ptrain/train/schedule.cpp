@@ -43,11 +43,12 @@ bool is_deepspeed(ScheduleKind kind) {
 }  // namespace
 
 ScheduleKind schedule_kind(const std::string& name) {
+  std::string known_names;
   for (const auto& [kind, known] : kScheduleNames) {
     if (name == known) return kind;
+    known_names += (known_names.empty() ? "" : ", ") + std::string(known);
   }
-  throw Error("--schedule: unknown schedule '" + name +
-              "' (known: constant, step, cosine, WarmupLR, WarmupDecayLR, WarmupCosineLR)");
+  throw Error("--schedule: unknown schedule '" + name + "' (known: " + known_names + ")");
 }
 
 const char* schedule_name(ScheduleKind kind) {
