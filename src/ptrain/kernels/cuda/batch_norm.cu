@@ -151,54 +151,93 @@ __global__ void __launch_bounds__(kThreads, 4) stats_kernel(const T* __restrict_
   chunk_statistics<T>(x, rows, channels, t, chunk_mean, chunk_m2);
 }
 
-// Pass 2: one warp a channel merges the chunks (32 lanes, then shuffles), updates the running statistics,
-// and writes what the apply pass and the backward need. One thread a channel was latency-bound: 512 chunks
-// read one after another, 0.13 ms a layer on an H200.
-// The partials are read through L2 (__ldcg): in the single-pass kernel other blocks wrote them moments ago.
+// Pass 2 merges the chunks of each channel (Chan et al.), updates the running statistics, and writes what the
+// apply pass and the backward need. A block takes kFinalizeChannels consecutive channels at a time (one 32-byte
+// L2 sector of each chunk's partials), its threads kFinalizeChannels channels x kFinalizeLanes chunk lanes, each
+// lane kFinalizeLoads chunks' loads in flight. One warp a channel, as before, read a sector for each chunk's 4
+// bytes: on an H100 the single-pass forward's finalize of ResNet-50's 1024- and 2048-channel layers took 8-11 us
+// of their 48-88 (batch_norm_bench --phases), 360 of its 4,180 us over the 53 layers. One thread a channel was
+// latency-bound: 512 chunks read one after another, 0.13 ms a layer on an H200.
+// The partials are read through L2 (__ldcg): in the single-pass kernels other blocks wrote them moments ago.
+constexpr int kFinalizeChannels = 8;
+constexpr int kFinalizeLanes = kThreads / kFinalizeChannels;
+static_assert(kWarp % kFinalizeChannels == 0, "a warp's lanes hold whole channels");
+
+// Block b of the grid finalizes channel groups b, b + blocks, ... of `sides` sets of `channels` channels (the dual
+// kernels finalize two batch norms): fn(side, c0), c0 the group's first channel. Every thread of the block
+// takes part (the group functions synchronise the block).
+template <typename Fn>
+__device__ __forceinline__ void for_each_channel_group_of_this_block(int64_t channels, int sides, Fn&& fn) {
+  const int64_t per_side = (channels + kFinalizeChannels - 1) / kFinalizeChannels;
+  const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y;
+  for (int64_t g = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x; g < per_side * sides; g += blocks)
+    fn(static_cast<int>(g / per_side), (g % per_side) * kFinalizeChannels);
+}
+
+// A channel's count, mean and sum of squared deviations over some rows.
+struct Moments {
+  float n, mean, m2;
+};
+
+__device__ __forceinline__ void merge_moments(Moments& a, const Moments& b) {
+  const float total = a.n + b.n;
+  if (total > 0.0f) {
+    const float delta = b.mean - a.mean;
+    a.mean += delta * b.n / total;
+    a.m2 += b.m2 + delta * delta * a.n * b.n / total;
+  }
+  a.n = total;
+}
+
+// Within each warp, the chunk lanes of a channel (lanes ch, ch + kFinalizeChannels, ...), then the block's warps
+// through shared memory, in a fixed order: returns the block's total for thread ch < kFinalizeChannels' channel.
+__device__ __forceinline__ Moments merge_chunk_lanes(Moments m) {
+  for (int offset = kFinalizeChannels; offset < kWarp; offset *= 2) {
+    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
+                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
+    merge_moments(m, other);
+  }
+  __shared__ Moments warps[kThreads / kWarp][kFinalizeChannels];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane < kFinalizeChannels) warps[warp][lane] = m;
+  __syncthreads();
+  if (threadIdx.x < kFinalizeChannels) {
+    for (int w = 1; w < kThreads / kWarp; ++w) merge_moments(m, warps[w][threadIdx.x]);
+  }
+  __syncthreads();  // the next group's merge reuses `warps`
+  return m;
+}
+
 template <typename P>
-__device__ __forceinline__ void finalize_channel_stats(int64_t c, const float* chunk_mean, const float* chunk_m2,
-                                                       int64_t rows, int64_t channels, const Tiling& t,
-                                                       const P* __restrict__ weight, const P* __restrict__ bias,
-                                                       P* __restrict__ running_mean, P* __restrict__ running_var,
-                                                       float momentum, float eps, float* __restrict__ mean_out,
-                                                       float* __restrict__ invstd_out, float* scale_shift) {
-  const int lane = threadIdx.x % kWarp;
-  float mean = 0.0f, m2 = 0.0f, n = 0.0f;
-  for (int64_t k0 = lane; k0 < t.chunks; k0 += kFinalizeLoads * kWarp) {
+__device__ __forceinline__ void finalize_stats_group(int64_t c0, const float* chunk_mean, const float* chunk_m2,
+                                                     int64_t rows, int64_t channels, const Tiling& t,
+                                                     const P* __restrict__ weight, const P* __restrict__ bias,
+                                                     P* __restrict__ running_mean, P* __restrict__ running_var,
+                                                     float momentum, float eps, float* __restrict__ mean_out,
+                                                     float* __restrict__ invstd_out, float* scale_shift) {
+  const int64_t c = c0 + threadIdx.x % kFinalizeChannels;
+  const bool active = c < channels;
+  Moments m{0.0f, 0.0f, 0.0f};
+  for (int64_t k0 = threadIdx.x / kFinalizeChannels; active && k0 < t.chunks; k0 += kFinalizeLoads * kFinalizeLanes) {
     float chunk_means[kFinalizeLoads], chunk_m2s[kFinalizeLoads];
 #pragma unroll
     for (int u = 0; u < kFinalizeLoads; ++u) {
-      const int64_t k = k0 + u * kWarp;
+      const int64_t k = k0 + u * kFinalizeLanes;
       chunk_means[u] = k < t.chunks ? __ldcg(chunk_mean + k * channels + c) : 0.0f;
       chunk_m2s[u] = k < t.chunks ? __ldcg(chunk_m2 + k * channels + c) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kFinalizeLoads; ++u) {
-      const int64_t k = k0 + u * kWarp;
+      const int64_t k = k0 + u * kFinalizeLanes;
       const int64_t begin = k * t.rows_per_chunk;
       const int64_t chunk_end = begin + t.rows_per_chunk < rows ? begin + t.rows_per_chunk : rows;
       const float nb = k < t.chunks && chunk_end > begin ? static_cast<float>(chunk_end - begin) : 0.0f;
-      if (nb == 0.0f) continue;
-      const float total = n + nb;
-      const float delta = chunk_means[u] - mean;
-      mean += delta * nb / total;
-      m2 += chunk_m2s[u] + delta * delta * n * nb / total;
-      n = total;
+      if (nb > 0.0f) merge_moments(m, Moments{nb, chunk_means[u], chunk_m2s[u]});
     }
   }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    const float nb = __shfl_xor_sync(0xffffffffu, n, offset);
-    const float mb = __shfl_xor_sync(0xffffffffu, mean, offset);
-    const float m2b = __shfl_xor_sync(0xffffffffu, m2, offset);
-    const float total = n + nb;
-    if (total > 0.0f) {
-      const float delta = mb - mean;
-      mean += delta * nb / total;
-      m2 += m2b + delta * delta * n * nb / total;
-    }
-    n = total;
-  }
-  if (lane != 0) return;
+  m = merge_chunk_lanes(m);
+  if (threadIdx.x >= kFinalizeChannels || !active) return;
+  const float mean = m.mean, m2 = m.m2, n = m.n;
   const float var = m2 / fmaxf(n, 1.0f);
   const float invstd = rsqrtf(var + eps);
   mean_out[c] = mean;
@@ -219,10 +258,10 @@ __global__ void stats_finalize_kernel(const float* __restrict__ chunk_mean, cons
                                       const P* __restrict__ bias, P* __restrict__ running_mean,
                                       P* __restrict__ running_var, float momentum, float eps, float* __restrict__ mean_out,
                                       float* __restrict__ invstd_out, float* __restrict__ scale_shift) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (c >= channels) return;
-  finalize_channel_stats<P>(c, chunk_mean, chunk_m2, rows, channels, t, weight, bias, running_mean, running_var,
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_stats_group<P>(c0, chunk_mean, chunk_m2, rows, channels, t, weight, bias, running_mean, running_var,
                             momentum, eps, mean_out, invstd_out, scale_shift);
+  });
 }
 
 // The statistics from a convolution's per-channel sum and sum of squares (cuDNN's genstats) instead of a pass
@@ -512,41 +551,49 @@ __global__ void backward_reduce_kernel(const T* __restrict__ dy, const T* __rest
   chunk_backward_sums<T, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
 }
 
-// Backward pass 2, one warp a channel: dweight, dbias and the coefficients of dx.
+// Backward pass 2, a block kFinalizeChannels channels at a time as the forward's: dweight, dbias and the
+// coefficients of dx.
 template <typename P>
-__device__ __forceinline__ void finalize_channel_backward(int64_t c, const float* chunk_g, const float* chunk_gx,
-                                                          int64_t rows, int64_t channels, int64_t chunks,
-                                                          const float* __restrict__ invstd, const P* __restrict__ weight,
-                                                          P* __restrict__ dweight, P* __restrict__ dbias,
-                                                          float* coefficients) {
-  const int lane = threadIdx.x % kWarp;
+__device__ __forceinline__ void finalize_backward_group(int64_t c0, const float* chunk_g, const float* chunk_gx,
+                                                        int64_t rows, int64_t channels, int64_t chunks,
+                                                        const float* __restrict__ invstd, const P* __restrict__ weight,
+                                                        P* __restrict__ dweight, P* __restrict__ dbias,
+                                                        float* coefficients) {
+  const int64_t c = c0 + threadIdx.x % kFinalizeChannels;
+  const bool active = c < channels;
   float g = 0.0f, gx = 0.0f;
-  for (int64_t k0 = lane; k0 < chunks; k0 += kFinalizeLoads * kWarp) {
+  for (int64_t k0 = threadIdx.x / kFinalizeChannels; active && k0 < chunks; k0 += kFinalizeLoads * kFinalizeLanes) {
     float gs[kFinalizeLoads], gxs[kFinalizeLoads];
 #pragma unroll
     for (int u = 0; u < kFinalizeLoads; ++u) {
-      const int64_t k = k0 + u * kWarp;
+      const int64_t k = k0 + u * kFinalizeLanes;
       gs[u] = k < chunks ? __ldcg(chunk_g + k * channels + c) : 0.0f;
       gxs[u] = k < chunks ? __ldcg(chunk_gx + k * channels + c) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kFinalizeLoads; ++u) {
-      if (k0 + u * kWarp >= chunks) break;
       g += gs[u];
       gx += gxs[u];
     }
   }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+  for (int offset = kFinalizeChannels; offset < kWarp; offset *= 2) {
     g += __shfl_xor_sync(0xffffffffu, g, offset);
     gx += __shfl_xor_sync(0xffffffffu, gx, offset);
   }
-  if (lane != 0) return;
-  if (dweight) dweight[c] = from_float<P>(gx);
-  if (dbias) dbias[c] = from_float<P>(g);
-  const float w = weight ? to_float(weight[c]) : 1.0f;
-  coefficients[c] = w * invstd[c];                                  // k: dx = k * (g - mean_g - xhat * mean_gx)
-  coefficients[channels + c] = g / static_cast<float>(rows);        // mean_g
-  coefficients[2 * channels + c] = gx / static_cast<float>(rows);   // mean_gx
+  __shared__ float warps[2][kThreads / kWarp][kFinalizeChannels];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (lane < kFinalizeChannels) warps[0][warp][lane] = g, warps[1][warp][lane] = gx;
+  __syncthreads();
+  if (threadIdx.x < kFinalizeChannels && active) {
+    for (int w = 1; w < kThreads / kWarp; ++w) g += warps[0][w][threadIdx.x], gx += warps[1][w][threadIdx.x];
+    if (dweight) dweight[c] = from_float<P>(gx);
+    if (dbias) dbias[c] = from_float<P>(g);
+    const float w = weight ? to_float(weight[c]) : 1.0f;
+    coefficients[c] = w * invstd[c];                                  // k: dx = k * (g - mean_g - xhat * mean_gx)
+    coefficients[channels + c] = g / static_cast<float>(rows);        // mean_g
+    coefficients[2 * channels + c] = gx / static_cast<float>(rows);   // mean_gx
+  }
+  __syncthreads();  // the next group reuses `warps`
 }
 
 template <typename P>
@@ -554,9 +601,10 @@ __global__ void backward_finalize_kernel(const float* __restrict__ chunk_g, cons
                                          int64_t rows, int64_t channels, int64_t chunks, const float* __restrict__ invstd,
                                          const P* __restrict__ weight, P* __restrict__ dweight, P* __restrict__ dbias,
                                          float* __restrict__ coefficients) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (c >= channels) return;
-  finalize_channel_backward<P>(c, chunk_g, chunk_gx, rows, channels, chunks, invstd, weight, dweight, dbias, coefficients);
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_backward_group<P>(c0, chunk_g, chunk_gx, rows, channels, chunks, invstd, weight, dweight, dbias,
+                               coefficients);
+  });
 }
 
 template <typename T, int kRows, bool kWrittenByThisLaunch, bool kDy2>
@@ -661,21 +709,12 @@ __global__ void backward_apply_kernel(const T* __restrict__ dy, const T* __restr
 // Small layers lose their time to launches and to the finalize kernels between the passes, not to memory: a
 // 6 MiB layer of ResNet-50's last stage took 15 us for its statistics and 11 for its apply against 9 for a
 // copy (bench/kernels/batch_norm_bench). The single-pass kernels run the three passes in one cooperative
-// launch: every block reduces its chunk of rows, all meet at a grid-wide barrier, warps across the grid
+// launch: every block reduces its chunk of rows, all meet at a grid-wide barrier, blocks across the grid
 // finalize the channels, all meet again, and each block applies the rows it reduced (from L2 when the layer
 // fits there). On an H200 they beat the split kernels at each of ResNet-50's 53 shapes, the 196 MiB ones too
 // (bf16, L2 cold, summed over the 53 layers: forward 3.74 ms split against 3.54, backward 6.41 against 5.76), so
 // they are the default.
 namespace cg = cooperative_groups;
-
-// Warp w of the grid finalizes channels w, w + warps, ...
-template <typename Fn>
-__device__ __forceinline__ void for_each_channel_of_this_warp(int64_t channels, Fn&& fn) {
-  constexpr int kWarpsPerBlock = kThreads / kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * gridDim.y * kWarpsPerBlock;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  for (int64_t c = warp; c < channels; c += warps) fn(c);
-}
 
 // The GPU's nanosecond clock, for stamping a kernel's phases (batch_norm_bench --phases).
 __device__ __forceinline__ unsigned long long global_nanoseconds() {
@@ -704,9 +743,9 @@ __global__ void __launch_bounds__(kThreads) single_pass_forward_kernel(
   stamp(stamps, 1);
   grid.sync();
   stamp(stamps, 2);
-  for_each_channel_of_this_warp(channels, [&](int64_t c) {
-    finalize_channel_stats<P>(c, chunk_mean, chunk_m2, rows, channels, t, weight, bias, running_mean, running_var,
-                              momentum, eps, mean, invstd, scale_shift);
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_stats_group<P>(c0, chunk_mean, chunk_m2, rows, channels, t, weight, bias, running_mean, running_var,
+                            momentum, eps, mean, invstd, scale_shift);
   });
   stamp(stamps, 3);
   grid.sync();
@@ -726,9 +765,9 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_backward_kernel(
   const cg::grid_group grid = cg::this_grid();
   chunk_backward_sums<T, kDy2>(dy, dy2, y, x, mean, invstd, scale_shift, rows, channels, t, relu, chunk_g, chunk_gx);
   grid.sync();
-  for_each_channel_of_this_warp(channels, [&](int64_t c) {
-    finalize_channel_backward<P>(c, chunk_g, chunk_gx, rows, channels, t.chunks, invstd, weight, dweight, dbias,
-                                 coefficients);
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_backward_group<P>(c0, chunk_g, chunk_gx, rows, channels, t.chunks, invstd, weight, dweight, dbias,
+                               coefficients);
   });
   grid.sync();
   // A second gradient is a fourth tensor read a row: one row's loads at a time, as with three the registers
@@ -781,15 +820,13 @@ __global__ void __launch_bounds__(kThreads) single_pass_dual_forward_kernel(cons
   __syncthreads();  // the second reduction reuses the first's shared memory
   chunk_statistics<T>(x2, rows, channels, t, workspace + 2 * plane, workspace + 3 * plane);
   grid.sync();
-  for_each_channel_of_this_warp(2 * channels, [&](int64_t c) {
-    const bool second = c >= channels;
+  for_each_channel_group_of_this_block(channels, 2, [&](int second, int64_t c0) {
     const BatchNormSide& s = second ? side2 : side;
     const float* partials = workspace + (second ? 2 * plane : 0);
-    finalize_channel_stats<P>(second ? c - channels : c, partials, partials + plane, rows, channels, t,
-                              static_cast<const P*>(s.weight), static_cast<const P*>(s.bias),
-                              static_cast<P*>(s.running_mean), static_cast<P*>(s.running_var),
-                              static_cast<float>(s.momentum), static_cast<float>(s.eps), s.mean, s.invstd,
-                              s.scale_shift);
+    finalize_stats_group<P>(c0, partials, partials + plane, rows, channels, t, static_cast<const P*>(s.weight),
+                            static_cast<const P*>(s.bias), static_cast<P*>(s.running_mean),
+                            static_cast<P*>(s.running_var), static_cast<float>(s.momentum),
+                            static_cast<float>(s.eps), s.mean, s.invstd, s.scale_shift);
   });
   grid.sync();
   dual_apply_rows<T, kSinglePassApplyRows>(x, x2, side.scale_shift, side2.scale_shift, rows, channels, t, y);
@@ -907,13 +944,12 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_dual_backward_kernel(
   float* coefficients2 = coefficients + 3 * channels;
   chunk_dual_backward_sums<T, kDy2>(dy, dy2, y, x, x2, side, side2, rows, channels, t, chunk_g, chunk_gx, chunk_gx2);
   grid.sync();
-  for_each_channel_of_this_warp(2 * channels, [&](int64_t c) {
-    const bool second = c >= channels;
+  for_each_channel_group_of_this_block(channels, 2, [&](int second, int64_t c0) {
     const BatchNormSide& s = second ? side2 : side;
     const BatchNormGrads& d = second ? grads2 : grads;
-    finalize_channel_backward<P>(second ? c - channels : c, chunk_g, second ? chunk_gx2 : chunk_gx, rows, channels,
-                                 t.chunks, s.invstd, static_cast<const P*>(s.weight), static_cast<P*>(d.dweight),
-                                 static_cast<P*>(d.dbias), second ? coefficients2 : coefficients);
+    finalize_backward_group<P>(c0, chunk_g, second ? chunk_gx2 : chunk_gx, rows, channels, t.chunks, s.invstd,
+                               static_cast<const P*>(s.weight), static_cast<P*>(d.dweight),
+                               static_cast<P*>(d.dbias), second ? coefficients2 : coefficients);
   });
   grid.sync();
   dual_backward_apply_rows<T, kDy2>(dy, dy2, y, x, x2, side, side2, coefficients, coefficients2, rows, channels, t, dx,
@@ -939,11 +975,11 @@ __global__ void __launch_bounds__(kThreads) single_pass_pool_forward_kernel(cons
   const int64_t plane = t.chunks * channels;
   chunk_statistics<T>(x, rows, channels, t, workspace, workspace + plane);
   grid.sync();
-  for_each_channel_of_this_warp(channels, [&](int64_t c) {
-    finalize_channel_stats<P>(c, workspace, workspace + plane, rows, channels, t, static_cast<const P*>(side.weight),
-                              static_cast<const P*>(side.bias), static_cast<P*>(side.running_mean),
-                              static_cast<P*>(side.running_var), static_cast<float>(side.momentum),
-                              static_cast<float>(side.eps), side.mean, side.invstd, side.scale_shift);
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_stats_group<P>(c0, workspace, workspace + plane, rows, channels, t, static_cast<const P*>(side.weight),
+                            static_cast<const P*>(side.bias), static_cast<P*>(side.running_mean),
+                            static_cast<P*>(side.running_var), static_cast<float>(side.momentum),
+                            static_cast<float>(side.eps), side.mean, side.invstd, side.scale_shift);
   });
   grid.sync();
   const Index groups = static_cast<Index>(channels / V);
@@ -1045,10 +1081,10 @@ __global__ void __launch_bounds__(kThreads, 2) single_pass_pool_backward_kernel(
   }
   grid.sync();
   const int64_t inputs = s.batch * s.in_h * s.in_w;
-  for_each_channel_of_this_warp(channels, [&](int64_t c) {
-    finalize_channel_backward<P>(c, chunk_g, chunk_gx, inputs, channels, t.chunks, side.invstd,
-                                 static_cast<const P*>(side.weight), static_cast<P*>(grads.dweight),
-                                 static_cast<P*>(grads.dbias), coefficients);
+  for_each_channel_group_of_this_block(channels, 1, [&](int, int64_t c0) {
+    finalize_backward_group<P>(c0, chunk_g, chunk_gx, inputs, channels, t.chunks, side.invstd,
+                               static_cast<const P*>(side.weight), static_cast<P*>(grads.dweight),
+                               static_cast<P*>(grads.dbias), coefficients);
   });
   grid.sync();
   if (!active) return;
