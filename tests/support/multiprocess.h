@@ -23,6 +23,7 @@
 #include "ptrain/distributed/launch_environment.h"
 #include "ptrain/distributed/ports.h"
 #include "ptrain/distributed/process_group.h"
+#include "scratch_dirs.h"
 
 // The CPU process groups of these tests need gloo; a build against a LibTorch without gloo's headers
 // (PyTorch's wheels, on the GPU machine) skips them instead of failing each one.
@@ -71,11 +72,6 @@ inline void set_launch_environment(int rank, int world, int port) {
   ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-}
-
-inline std::string temp_dir(const std::string& name) {
-  std::string pattern = "/tmp/ptrain_" + name + "_XXXXXX";
-  return ::mkdtemp(pattern.data()) ? pattern : std::string("/tmp");
 }
 
 inline std::string read_text(const std::string& path) {

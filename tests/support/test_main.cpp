@@ -15,6 +15,9 @@
 
 #include <gtest/gtest.h>
 
+#include "remove_tree.h"
+#include "scratch_dirs.h"
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +134,21 @@ int fork_each_case() {
   return failures.empty() ? 0 : 1;
 }
 
+// Removes the scratch directories a test made (scratch_dirs.h) when it ends, or names them if it failed.
+class RemoveScratchDirs : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    auto& dirs = ptrain::testing::scratch_dirs_of_this_test();
+    for (const auto& dir : dirs) {
+      if (info.result()->Failed()) {
+        std::fprintf(stderr, "kept %s for inspection\n", dir.c_str());
+      } else {
+        ptrain::testing::remove_tree(dir);
+      }
+    }
+    dirs.clear();
+  }
+};
+
 }  // namespace ptrain_test_main
 
 int main(int argc, char** argv) {
@@ -146,5 +164,6 @@ int main(int argc, char** argv) {
   argc = kept;
   argv[argc] = nullptr;
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ptrain_test_main::RemoveScratchDirs);
   ptrain_test_main::end_process(fork_each ? ptrain_test_main::fork_each_case() : RUN_ALL_TESTS());
 }
