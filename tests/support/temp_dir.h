@@ -11,6 +11,7 @@
 #include <string>
 
 #include "remove_tree.h"
+#include "scratch_dirs.h"
 
 namespace ptrain::testing {
 
@@ -43,12 +44,13 @@ class TempDir {
   std::string path_;
 };
 
-// The directory <tmp>/ptrain_<name>_<pid>, emptied and made anew: a test's named scratch space that stays
-// after it for the test (or a person) to read; the next run with the same name starts it over.
+// The directory <tmp>/ptrain_<name>_<pid>, emptied and made anew: a test's named scratch space, removed when
+// the test ends and kept (and named) when it failed, as temp_dir's (scratch_dirs.h).
 inline std::filesystem::path fresh_named_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("ptrain_" + name + "_" + std::to_string(::getpid()));
   remove_tree(dir);
   std::filesystem::create_directories(dir);
+  scratch_dirs_of_this_test().push_back(dir.string());
   return dir;
 }
 
