@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# NOT RUN: five tries found no machine and the session's device time ran out. To run it, apply raw.tar.xz's
-# patches/all-from-b34a504.patch and patches/launch-h-from-b34a504.patch to src/ (the tree it tests) and build the
-# variants' binaries from their patches with patches/build_file.sh (the page says how).
+# NOT RUN: five tries found no machine and the session's device time ran out. To run it, build its binaries with
+# prepare_call4.sh (beside this script), apply raw.tar.xz's patches/all-from-b34a504.patch and
+# patches/launch-h-from-b34a504.patch to src/ (the tree it tests), then run it.
 # Call 4 (about 4 minutes): after call 3, held rows only where the layer has no residual (call 3: the residual
 # layers lost 1-6 us with them), and the finalize loading each channel's parameters and running statistics before
 # the partials instead of after (bn_pf). On top of it: the finalize issuing 12 chunks' loads a lane instead of 8,
