@@ -17,20 +17,15 @@
 #include "event_file_reader.h"
 #include "ptrain/core/error.h"
 #include "remove_tree.h"
-#include "scratch_dirs.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ptrain::testing::read_event_file;
 
-// A path for the writer to make, none there yet; removed when the test ends (scratch_dirs.h).
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ptrain_tensorboard_" + name + "_" + std::to_string(::getpid()));
-  ptrain::testing::remove_tree(dir);
-  ptrain::testing::scratch_dirs_of_this_test().push_back(dir.string());
-  return dir;
-}
+// A path for the writer to make, none there yet.
+fs::path scratch(const std::string& name) { return ptrain::testing::named_scratch_path("tensorboard_" + name); }
 
 std::vector<fs::path> event_files(const fs::path& dir) {
   std::vector<fs::path> files;

@@ -6,9 +6,12 @@
 
 #include <stdlib.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "remove_tree.h"
 
 namespace ptrain::testing {
 
@@ -16,6 +19,15 @@ namespace ptrain::testing {
 inline std::vector<std::string>& scratch_dirs_of_this_test() {
   static std::vector<std::string> dirs;
   return dirs;
+}
+
+// A test's scratch directory at its end: removed, or kept and named for inspection when the test failed.
+inline void release_scratch_dir(const std::string& dir, bool test_failed) {
+  if (test_failed) {
+    std::fprintf(stderr, "kept %s for inspection\n", dir.c_str());
+  } else {
+    remove_tree(dir);
+  }
 }
 
 inline std::string temp_dir(const std::string& name) {

@@ -25,13 +25,7 @@ class TempDir {
     path_ = pattern;
   }
   // A failed test's directory is kept, and named, for inspection.
-  ~TempDir() {
-    if (::testing::Test::HasFailure()) {
-      std::fprintf(stderr, "kept %s for inspection\n", path_.c_str());
-    } else {
-      remove_tree(path_);
-    }
-  }
+  ~TempDir() { release_scratch_dir(path_, ::testing::Test::HasFailure()); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
@@ -44,13 +38,19 @@ class TempDir {
   std::string path_;
 };
 
-// The directory <tmp>/ptrain_<name>_<pid>, emptied and made anew: a test's named scratch space, removed when
-// the test ends and kept (and named) when it failed, as temp_dir's (scratch_dirs.h).
-inline std::filesystem::path fresh_named_dir(const std::string& name) {
+// The path <tmp>/ptrain_<name>_<pid>, nothing there, for a test to make: removed when the test ends and kept
+// (and named) when it failed, as temp_dir's (scratch_dirs.h).
+inline std::filesystem::path named_scratch_path(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("ptrain_" + name + "_" + std::to_string(::getpid()));
   remove_tree(dir);
-  std::filesystem::create_directories(dir);
   scratch_dirs_of_this_test().push_back(dir.string());
+  return dir;
+}
+
+// named_scratch_path's directory, made empty.
+inline std::filesystem::path fresh_named_dir(const std::string& name) {
+  const auto dir = named_scratch_path(name);
+  std::filesystem::create_directories(dir);
   return dir;
 }
 

@@ -15,7 +15,6 @@
 
 #include <gtest/gtest.h>
 
-#include "remove_tree.h"
 #include "scratch_dirs.h"
 
 #include <csignal>
@@ -138,13 +137,7 @@ int fork_each_case() {
 class RemoveScratchDirs : public ::testing::EmptyTestEventListener {
   void OnTestEnd(const ::testing::TestInfo& info) override {
     auto& dirs = ptrain::testing::scratch_dirs_of_this_test();
-    for (const auto& dir : dirs) {
-      if (info.result()->Failed()) {
-        std::fprintf(stderr, "kept %s for inspection\n", dir.c_str());
-      } else {
-        ptrain::testing::remove_tree(dir);
-      }
-    }
+    for (const auto& dir : dirs) ptrain::testing::release_scratch_dir(dir, info.result()->Failed());
     dirs.clear();
   }
 };
