@@ -258,7 +258,7 @@ TEST(Cli, DdpOverGlooUnderLaunchTrainsOnEveryRank) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("ddp");
   const auto metrics = dir / "ddp.json";
-  const int port = 29000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 240 -- " +
                        PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --metrics-out " +
                        metrics.string());
@@ -283,7 +283,7 @@ TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
     return run("launch --allow-oversubscribe --nproc-per-node " + std::to_string(processes) + " --master-port " +
                std::to_string(port) + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 " + extra);
   };
-  const int port = 32000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   // 256 samples, 16 per device: 8 steps of 32 samples an epoch on 2 processes; step 3 is mid-epoch.
   const Result two = run_ddp(2, port, "--checkpoint-dir " + (dir / "two").string() + " --checkpoint-every 3");
   ASSERT_EQ(two.exit_code, 0) << two.output;
@@ -291,7 +291,7 @@ TEST(Cli, CheckpointOfTwoProcessesResumesWithThree) {
   ASSERT_TRUE(fs::exists(checkpoint)) << two.output;
 
   const auto metrics = dir / "three.json";
-  const Result three = run_ddp(3, port + 1, "--resume " + checkpoint.string() + " --metrics-out " + metrics.string());
+  const Result three = run_ddp(3, ptrain::testing::free_port(), "--resume " + checkpoint.string() + " --metrics-out " + metrics.string());
   ASSERT_EQ(three.exit_code, 0) << three.output;
   // 96 samples done = 2 steps of 48 on 3 processes (5 steps an epoch): the run ends at step 10.
   EXPECT_NE(three.output.find("continues after about 96 samples, at step 2"), std::string::npos) << three.output;
@@ -304,7 +304,7 @@ TEST(Cli, LaunchReadsAnAccelerateConfig) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("accelerate");
   const auto metrics = dir / "run.json";
-  const int port = 33000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   const Result r = run("launch --config " + std::string(PTRAIN_SOURCE_DIR) + "/configs/accelerate/multi-cpu-2.yaml " +
                        "--master-port " + std::to_string(port) + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " +
                        kSmallRun + "--dist-timeout 60 --metrics-out " + metrics.string());
@@ -324,7 +324,7 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("fsdp");
   const auto metrics = dir / "run.json";
-  const int port = 36000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   // 256 samples, 16 per device on 4 processes: 4 steps an epoch; two steps are enough.
   const Result r = run("launch --allow-oversubscribe --config " + std::string(PTRAIN_SOURCE_DIR) +
                        "/configs/accelerate/fsdp-4.yaml --master-port " + std::to_string(port) + " --timeout 300 -- " + PTRAIN_EXECUTABLE + " " +
@@ -352,7 +352,7 @@ TEST(Cli, AccelerateFsdpConfigRunsAndItsShardedCheckpointResumesUnderDdp) {
             std::string::npos)
       << verified.output;
   // The checkpoint's 128 samples are step 4 on two processes: the resumed run trains steps 5 and 6.
-  const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(port + 1) + " --timeout 240 -- " +
+  const Result resumed = run("launch --nproc-per-node 2 --master-port " + std::to_string(ptrain::testing::free_port()) + " --timeout 240 -- " +
                              PTRAIN_EXECUTABLE + " " + kSmallRun + "--strategy ddp --dist-timeout 60 --max-steps 6 --resume " +
                              checkpoint.string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -393,7 +393,7 @@ TEST(Cli, TwoNodesOnLoopbackTrainTogether) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("twonodes");
   const auto metrics = dir / "run.json";
-  const std::string port = std::to_string(34000 + static_cast<int>(::getpid() % 1000));
+  const std::string port = std::to_string(ptrain::testing::free_port());
   const auto node = [&](int rank) {
     return run("launch --nnodes 2 --node-rank " + std::to_string(rank) + " --nproc-per-node 1 --master-addr 127.0.0.1" +
                " --master-port " + port + " --timeout 240 -- " + PTRAIN_EXECUTABLE + " " + kSmallRun +
@@ -413,7 +413,7 @@ TEST(Cli, SlurmAndOpenMpiStartedProcessesJoin) {
   PTRAIN_SKIP_WITHOUT_GLOO();
   const auto dir = scratch("byhand");
   const auto metrics = dir / "run.json";
-  const std::string port = std::to_string(35000 + static_cast<int>(::getpid() % 1000));
+  const std::string port = std::to_string(ptrain::testing::free_port());
   const std::string train = std::string(PTRAIN_EXECUTABLE) + " " + kSmallRun + "--strategy ddp --dist-timeout 60 ";
   auto openmpi = std::async(std::launch::async, [&] {
     return Result(run_shell("env OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 "
@@ -430,7 +430,7 @@ TEST(Cli, SlurmAndOpenMpiStartedProcessesJoin) {
 }
 
 TEST(Cli, LaunchFailsWhenARankFails) {
-  const int port = 30000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   // Rank processes that cannot start training: a bad flag on every rank makes launch exit non-zero.
   const Result r = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 60 -- " +
                        PTRAIN_EXECUTABLE + " train --strategy ddp --precision fp9");
@@ -728,7 +728,7 @@ TEST(Cli, GptUnderZero3OnTwoProcessesMatchesOneProcess) {
       "--lr 0.003 --weight-decay 0.01 --device cpu --progress none --threads 1 --test-limit 64 ";
   const Result one = run(gpt + "--batch-size 16 --metrics-out " + (dir / "one.json").string());
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const int port = 33000 + static_cast<int>(::getpid() % 1000);
+  const int port = ptrain::testing::free_port();
   const Result two = run("launch --nproc-per-node 2 --master-port " + std::to_string(port) + " --timeout 240 -- " +
                          PTRAIN_EXECUTABLE + " " + gpt + "--batch-size 8 --strategy zero3 --dist-timeout 60 " +
                          "--metrics-out " + (dir / "two.json").string());
