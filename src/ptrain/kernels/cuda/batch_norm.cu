@@ -174,12 +174,16 @@ __device__ __forceinline__ void for_each_channel_group_of_this_block(int64_t cha
     fn(static_cast<int>(g / per_side), (g % per_side) * kFinalizeChannels);
 }
 
-// A channel's count, mean and sum of squared deviations over some rows.
+// What the finalize passes merge a channel's chunks into: the forward's count, mean and sum of squared
+// deviations (Chan et al.), the backward's sums of g and g * xhat. shuffled: lane ^ offset's value.
 struct Moments {
   float n, mean, m2;
 };
+struct GradientSums {
+  float g, gx;
+};
 
-__device__ __forceinline__ void merge_moments(Moments& a, const Moments& b) {
+__device__ __forceinline__ void merge_into(Moments& a, const Moments& b) {
   const float total = a.n + b.n;
   if (total > 0.0f) {
     const float delta = b.mean - a.mean;
@@ -188,24 +192,30 @@ __device__ __forceinline__ void merge_moments(Moments& a, const Moments& b) {
   }
   a.n = total;
 }
+__device__ __forceinline__ void merge_into(GradientSums& a, const GradientSums& b) { a.g += b.g, a.gx += b.gx; }
+
+__device__ __forceinline__ Moments shuffled(const Moments& m, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
+          __shfl_xor_sync(0xffffffffu, m.m2, offset)};
+}
+__device__ __forceinline__ GradientSums shuffled(const GradientSums& s, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, s.g, offset), __shfl_xor_sync(0xffffffffu, s.gx, offset)};
+}
 
 // Within each warp, the chunk lanes of a channel (lanes ch, ch + kFinalizeChannels, ...), then the block's warps
 // through shared memory, in a fixed order: returns the block's total for thread ch < kFinalizeChannels' channel.
-__device__ __forceinline__ Moments merge_chunk_lanes(Moments m) {
-  for (int offset = kFinalizeChannels; offset < kWarp; offset *= 2) {
-    const Moments other{__shfl_xor_sync(0xffffffffu, m.n, offset), __shfl_xor_sync(0xffffffffu, m.mean, offset),
-                        __shfl_xor_sync(0xffffffffu, m.m2, offset)};
-    merge_moments(m, other);
-  }
-  __shared__ Moments warps[kThreads / kWarp][kFinalizeChannels];
+template <typename S>
+__device__ __forceinline__ S merge_chunk_lanes(S s) {
+  for (int offset = kFinalizeChannels; offset < kWarp; offset *= 2) merge_into(s, shuffled(s, offset));
+  __shared__ S warps[kThreads / kWarp][kFinalizeChannels];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane < kFinalizeChannels) warps[warp][lane] = m;
+  if (lane < kFinalizeChannels) warps[warp][lane] = s;
   __syncthreads();
   if (threadIdx.x < kFinalizeChannels) {
-    for (int w = 1; w < kThreads / kWarp; ++w) merge_moments(m, warps[w][threadIdx.x]);
+    for (int w = 1; w < kThreads / kWarp; ++w) merge_into(s, warps[w][threadIdx.x]);
   }
   __syncthreads();  // the next group's merge reuses `warps`
-  return m;
+  return s;
 }
 
 template <typename P>
@@ -232,7 +242,7 @@ __device__ __forceinline__ void finalize_stats_group(int64_t c0, const float* ch
       const int64_t begin = k * t.rows_per_chunk;
       const int64_t chunk_end = begin + t.rows_per_chunk < rows ? begin + t.rows_per_chunk : rows;
       const float nb = k < t.chunks && chunk_end > begin ? static_cast<float>(chunk_end - begin) : 0.0f;
-      if (nb > 0.0f) merge_moments(m, Moments{nb, chunk_means[u], chunk_m2s[u]});
+      if (nb > 0.0f) merge_into(m, Moments{nb, chunk_means[u], chunk_m2s[u]});
     }
   }
   m = merge_chunk_lanes(m);
@@ -561,7 +571,7 @@ __device__ __forceinline__ void finalize_backward_group(int64_t c0, const float*
                                                         float* coefficients) {
   const int64_t c = c0 + threadIdx.x % kFinalizeChannels;
   const bool active = c < channels;
-  float g = 0.0f, gx = 0.0f;
+  GradientSums sums{0.0f, 0.0f};
   for (int64_t k0 = threadIdx.x / kFinalizeChannels; active && k0 < chunks; k0 += kFinalizeLoads * kFinalizeLanes) {
     float gs[kFinalizeLoads], gxs[kFinalizeLoads];
 #pragma unroll
@@ -571,29 +581,17 @@ __device__ __forceinline__ void finalize_backward_group(int64_t c0, const float*
       gxs[u] = k < chunks ? __ldcg(chunk_gx + k * channels + c) : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kFinalizeLoads; ++u) {
-      g += gs[u];
-      gx += gxs[u];
-    }
+    for (int u = 0; u < kFinalizeLoads; ++u) merge_into(sums, GradientSums{gs[u], gxs[u]});
   }
-  for (int offset = kFinalizeChannels; offset < kWarp; offset *= 2) {
-    g += __shfl_xor_sync(0xffffffffu, g, offset);
-    gx += __shfl_xor_sync(0xffffffffu, gx, offset);
-  }
-  __shared__ float warps[2][kThreads / kWarp][kFinalizeChannels];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane < kFinalizeChannels) warps[0][warp][lane] = g, warps[1][warp][lane] = gx;
-  __syncthreads();
-  if (threadIdx.x < kFinalizeChannels && active) {
-    for (int w = 1; w < kThreads / kWarp; ++w) g += warps[0][w][threadIdx.x], gx += warps[1][w][threadIdx.x];
-    if (dweight) dweight[c] = from_float<P>(gx);
-    if (dbias) dbias[c] = from_float<P>(g);
-    const float w = weight ? to_float(weight[c]) : 1.0f;
-    coefficients[c] = w * invstd[c];                                  // k: dx = k * (g - mean_g - xhat * mean_gx)
-    coefficients[channels + c] = g / static_cast<float>(rows);        // mean_g
-    coefficients[2 * channels + c] = gx / static_cast<float>(rows);   // mean_gx
-  }
-  __syncthreads();  // the next group reuses `warps`
+  sums = merge_chunk_lanes(sums);
+  if (threadIdx.x >= kFinalizeChannels || !active) return;
+  const float g = sums.g, gx = sums.gx;
+  if (dweight) dweight[c] = from_float<P>(gx);
+  if (dbias) dbias[c] = from_float<P>(g);
+  const float w = weight ? to_float(weight[c]) : 1.0f;
+  coefficients[c] = w * invstd[c];                                  // k: dx = k * (g - mean_g - xhat * mean_gx)
+  coefficients[channels + c] = g / static_cast<float>(rows);        // mean_g
+  coefficients[2 * channels + c] = gx / static_cast<float>(rows);   // mean_gx
 }
 
 template <typename P>
