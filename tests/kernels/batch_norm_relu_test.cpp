@@ -328,6 +328,41 @@ TEST(FusedBatchNormRelu, SinglePassMatchesTheSplitKernels) {
   }
 }
 
+// A mean far from zero beside its spread (1000 and 0.1: the mean squared is 1e8 variances), where sums of x and x^2
+// in fp32 lose the variance entirely: both reductions, split and single pass, against LibTorch's in double. A
+// reduction that shifts its values must shift them by a value of the data, not by zero.
+TEST(FusedBatchNormRelu, StatisticsHoldForAMeanFarFromZero) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  namespace fused = ptrain::kernels::fused;
+  using Passes = fused::BatchNormPasses;
+  torch::manual_seed(12);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    // In bf16 1000 +- 0.1 would round to a few values; bf16 takes 10 +- 0.1 (a mean squared of 1e4 variances).
+    const double offset = dtype == torch::kFloat ? 1000.0 : 10.0, spread = 0.1;
+    const auto x = (torch::randn({16, 256, 14, 14}, torch::device(cuda)) * spread + offset)
+                       .to(dtype)
+                       .contiguous(at::MemoryFormat::ChannelsLast);
+    const auto exact = x.to(torch::kDouble);
+    const auto want_mean = exact.mean({0, 2, 3});
+    const auto want_var = exact.var({0, 2, 3}, /*unbiased=*/false);
+    const auto weight = torch::ones({256}, torch::device(cuda)), bias = torch::zeros({256}, torch::device(cuda));
+    for (const Passes passes : {Passes::kSplit, Passes::kSinglePass}) {
+      const std::string what = std::string(c10::toString(dtype)) + (passes == Passes::kSplit ? " split" : " single pass");
+      const auto running_mean = torch::zeros({256}, torch::device(cuda)), running_var = torch::ones({256}, torch::device(cuda));
+      const auto got = fused::batch_norm_relu_forward(x, torch::Tensor(), weight, bias, running_mean, running_var, 0.1,
+                                                      1e-5, /*relu=*/false, passes);
+      ASSERT_EQ(got.single_pass, passes == Passes::kSinglePass) << what;
+      const double mean_error =
+          (got.mean.to(torch::kCPU, torch::kDouble) - want_mean.cpu()).abs().max().item<double>() / spread;
+      // fp32 spaces values near 1000 6.1e-5 apart (6e-4 standard deviations): a few of those steps.
+      EXPECT_LT(mean_error, 1e-2) << what << ": the mean, in standard deviations";
+      const auto var = 1.0 / got.invstd.to(torch::kCPU, torch::kDouble).square() - 1e-5;
+      EXPECT_LT(relative_error(var, want_var), 1e-3) << what << ": the variance";
+    }
+  }
+}
+
 // An output with a twin (a block's, used by the next block's convolution and its shortcut): the backward takes
 // the gradients of the two uses apart and sums them as it reads them, where autograd would add them in a pass of
 // its own. The same losses through the twin and through the output used twice must give the same gradients, up
