@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds call4.sh's binaries on the CPU machine (CUDA 13 toolkit, no GPU needed) into .gpu-bin/: bn_fin from
-# b34a504's kernels and bn_<variant> from each patch in raw.tar.xz (patches/<variant>-from-b34a504.patch, with
-# patches/launch-h-from-b34a504.patch for the field they read). Run from the repository's root:
+# b34a504's kernels and bn_<variant> from each patch in raw.tar.xz (patches/<variant>-from-b34a504.patch or
+# -from-73a09be.patch, with patches/launch-h-from-b34a504.patch for the field they read), about 7 minutes. Run
+# from the repository's root:
 #   bash docs/results/2026-12-07-h100-batch-norm-forward/prepare_call4.sh
-# then apply patches/all-from-b34a504.patch and patches/launch-h-from-b34a504.patch to src/ (the tree call4.sh
-# tests) and run call4.sh on the device, carrying .gpu-bin and .gpu-deps.
+# then apply patches/tree-from-73a09be.patch and patches/launch-h-from-b34a504.patch to src/ (git apply; the tree
+# call5.sh tests) and run calls 4 and 5 in one device call (call5.sh's header), carrying .gpu-bin, .gpu-deps, .data.
 set -euo pipefail
 here=docs/results/2026-12-07-h100-batch-norm-forward
 work=${WORK:-/tmp/prepare_call4}
@@ -28,3 +29,16 @@ build() {  # build NAME PATCH: b34a504's batch_norm.cu and launch.h, PATCH appli
 }
 build fin
 for v in pf pf12 rpt8 rpt4 all all4; do build $v $v-from-b34a504.patch; done
+# The variants added when call 4 was run: 73a09be's kernels with patches/<variant>-from-73a09be.patch (the tree
+# under test rebased, plus the statistics' loop pipelined, and for sps folded as shifted sums).
+for v in sp sps; do
+  d="$work/src_$v"
+  mkdir -p "$d/ptrain/kernels/cuda"
+  git show 73a09be:src/ptrain/kernels/cuda/batch_norm.cu > "$d/ptrain/kernels/cuda/batch_norm.cu"
+  git show 73a09be:src/ptrain/kernels/cuda/launch.h > "$d/ptrain/kernels/cuda/launch.h"
+  (cd "$d" && patch -s -p3 ptrain/kernels/cuda/launch.h < "$work/patches/launch-h-from-b34a504.patch" &&
+    patch -s -p3 ptrain/kernels/cuda/batch_norm.cu < "$work/patches/$v-from-73a09be.patch")
+  nvcc $flags -I"$d" -Isrc -c "$d/ptrain/kernels/cuda/batch_norm.cu" -o "$work/bn_$v.o"
+  nvcc -arch=sm_90 "$work/bench.o" "$work/bn_$v.o" "$work/max_pool.o" -o .gpu-bin/bn_$v
+  echo "built .gpu-bin/bn_$v"
+done
