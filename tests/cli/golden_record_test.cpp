@@ -3,12 +3,15 @@
 // paused by --stop-at-step and its resume, and ddp on two gloo ranks. What is measured or belongs to the machine
 // is taken out first (kMeasured below, each with why); every other value (losses, accuracies, steps, the config,
 // the kernels, run_end) must match exactly, so that a change to how the run is put together that changes what
-// it computes or records fails here.
+// it computes or records fails here. The bf16 runs' losses and accuracies depend on the CPU's bf16 kernels: they
+// are held to the golden values within a tolerance, and the rest of those records exactly.
 //
 // After a change that is meant to alter a record: PTRAIN_UPDATE_GOLDEN=1 ./test_cli_golden rewrites the files
 // from this build, and the diff shows what changed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -98,7 +101,32 @@ bool updating() {
   return update != nullptr && std::string(update) == "1";
 }
 
-void expect_matches_golden(const fs::path& record_file, const std::string& golden_name) {
+// The losses and accuracies of a bf16 run on the CPU depend on the CPU: LibTorch runs bf16 convolutions through
+// oneDNN, whose kernels differ by instruction set (native bf16 dot products on AVX512-BF16, fp32 emulation on
+// AVX512, LibTorch's own path without AVX512), each rounding its sums its own way. Seen: the same build gave
+// final test losses of 0.7831 and 0.8762 for the amp-bf16 run on two machines, everything else equal.
+const std::vector<std::string> kCpuDependentTopLevel = {"final_test_loss", "final_test_accuracy"};
+const std::vector<std::string> kCpuDependentPerEpoch = {"test_loss", "train_loss", "test_accuracy", "train_accuracy"};
+
+// Moves the CPU-dependent numbers of a comparable record out of it, into a flat list in a fixed order.
+std::vector<double> take_cpu_dependent(json& record) {
+  std::vector<double> taken;
+  for (const auto& key : kCpuDependentTopLevel) {
+    taken.push_back(record.at(key).get<double>());
+    record.erase(key);
+  }
+  for (auto& epoch : record.at("epochs_detail"))
+    for (const auto& key : kCpuDependentPerEpoch) {
+      taken.push_back(epoch.at(key).get<double>());
+      epoch.erase(key);
+    }
+  return taken;
+}
+
+// cpu_dependent: the run's losses and accuracies depend on the CPU (a bf16 run): everything else must match
+// exactly, and those within 25% of the golden record's (accuracies within 0.25), which a run that diverged, or
+// trained on other data or another model, would not keep.
+void expect_matches_golden(const fs::path& record_file, const std::string& golden_name, bool cpu_dependent = false) {
   ASSERT_TRUE(fs::exists(record_file)) << record_file << " was not written";
   const std::string actual = comparable(record_file);
   const fs::path golden = kGoldenDir / golden_name;
@@ -108,8 +136,21 @@ void expect_matches_golden(const fs::path& record_file, const std::string& golde
     return;
   }
   ASSERT_TRUE(fs::exists(golden)) << golden << " is missing: PTRAIN_UPDATE_GOLDEN=1 writes it";
-  EXPECT_EQ(read_text(golden), actual) << "the record of " << golden_name << " changed (" << record_file
-                                       << "); if on purpose, PTRAIN_UPDATE_GOLDEN=1 rewrites it";
+  const std::string hint = "the record of " + golden_name + " changed (" + record_file.string() +
+                           "); if on purpose, PTRAIN_UPDATE_GOLDEN=1 rewrites it";
+  if (!cpu_dependent) {
+    EXPECT_EQ(read_text(golden), actual) << hint;
+    return;
+  }
+  json want = json::parse(read_text(golden)), got = json::parse(actual);
+  const std::vector<double> want_numbers = take_cpu_dependent(want), got_numbers = take_cpu_dependent(got);
+  EXPECT_EQ(want.dump(2), got.dump(2)) << hint;
+  ASSERT_EQ(want_numbers.size(), got_numbers.size()) << hint;
+  for (size_t i = 0; i < want_numbers.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got_numbers[i])) << hint << ": value " << i;
+    EXPECT_NEAR(got_numbers[i], want_numbers[i], std::max(0.25, 0.25 * std::abs(want_numbers[i])))
+        << hint << ": value " << i << " (losses and accuracies in record order)";
+  }
 }
 
 // `ptrain args` run in dir, so that the paths the record and its config name are relative and the same each time.
@@ -118,22 +159,24 @@ ptrain::testing::CommandResult run_in(const ptrain::testing::TempDir& dir, const
 }
 
 // The tiny run with flags, its record (written to record, a name the record keeps) compared with the golden file.
-void expect_tiny_run_matches_golden(const std::string& flags, const std::string& record, const std::string& golden) {
+void expect_tiny_run_matches_golden(const std::string& flags, const std::string& record, const std::string& golden,
+                                    bool cpu_dependent = false) {
   ptrain::testing::TempDir dir;
   const auto r = run_in(dir, kTinyRun + flags + " --metrics-out " + record);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_matches_golden(dir.file(record), golden);
+  expect_matches_golden(dir.file(record), golden, cpu_dependent);
 }
 
 TEST(GoldenRecord, Fp32) { expect_tiny_run_matches_golden("", "fp32.json", "fp32.json"); }
 
 TEST(GoldenRecord, Bf16WithMasterWeightsAndAccumulation) {
   expect_tiny_run_matches_golden(" --precision bf16 --master-weights --grad-accum 2 --clip-grad-norm 1", "bf16.json",
-                                 "bf16_master_weights_accum.json");
+                                 "bf16_master_weights_accum.json", /*cpu_dependent=*/true);
 }
 
 TEST(GoldenRecord, AmpBf16WithAccumulation) {
-  expect_tiny_run_matches_golden(" --precision amp-bf16 --grad-accum 2", "amp.json", "amp_bf16_accum.json");
+  expect_tiny_run_matches_golden(" --precision amp-bf16 --grad-accum 2", "amp.json", "amp_bf16_accum.json",
+                                 /*cpu_dependent=*/true);
 }
 
 // Paused after step 5 of 16 with its checkpoint, then resumed to the end (a checkpoint every 3 steps): both records.
