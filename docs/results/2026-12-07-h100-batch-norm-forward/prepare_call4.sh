@@ -14,11 +14,11 @@ tar -xJf $here/raw.tar.xz -C "$work" patches
 flags="-std=c++17 -O3 --use_fast_math -lineinfo -arch=sm_90"
 nvcc $flags -Isrc -c src/ptrain/kernels/cuda/max_pool.cu -o "$work/max_pool.o"
 nvcc -std=c++17 -O3 -arch=sm_90 -Isrc -c bench/kernels/batch_norm_bench.cu -o "$work/bench.o"
-build() {  # build NAME PATCH: b34a504's batch_norm.cu and launch.h, PATCH applied (none for fin)
-  local name=$1 patch=${2:-} d="$work/src_$1"
+build() {  # build NAME [PATCH [BASE]]: BASE's (b34a504's) batch_norm.cu and launch.h, PATCH applied (none for fin)
+  local name=$1 patch=${2:-} base=${3:-b34a504} d="$work/src_$1"
   mkdir -p "$d/ptrain/kernels/cuda"
-  git show b34a504:src/ptrain/kernels/cuda/batch_norm.cu > "$d/ptrain/kernels/cuda/batch_norm.cu"
-  git show b34a504:src/ptrain/kernels/cuda/launch.h > "$d/ptrain/kernels/cuda/launch.h"
+  git show $base:src/ptrain/kernels/cuda/batch_norm.cu > "$d/ptrain/kernels/cuda/batch_norm.cu"
+  git show $base:src/ptrain/kernels/cuda/launch.h > "$d/ptrain/kernels/cuda/launch.h"
   if [ -n "$patch" ]; then
     (cd "$d" && patch -s -p3 ptrain/kernels/cuda/launch.h < "$work/patches/launch-h-from-b34a504.patch" &&
       patch -s -p3 ptrain/kernels/cuda/batch_norm.cu < "$work/patches/$patch")
@@ -29,16 +29,6 @@ build() {  # build NAME PATCH: b34a504's batch_norm.cu and launch.h, PATCH appli
 }
 build fin
 for v in pf pf12 rpt8 rpt4 all all4; do build $v $v-from-b34a504.patch; done
-# The variants added when call 4 was run: 73a09be's kernels with patches/<variant>-from-73a09be.patch (the tree
-# under test rebased, plus the statistics' loop pipelined, and for sps folded as shifted sums).
-for v in sp sps; do
-  d="$work/src_$v"
-  mkdir -p "$d/ptrain/kernels/cuda"
-  git show 73a09be:src/ptrain/kernels/cuda/batch_norm.cu > "$d/ptrain/kernels/cuda/batch_norm.cu"
-  git show 73a09be:src/ptrain/kernels/cuda/launch.h > "$d/ptrain/kernels/cuda/launch.h"
-  (cd "$d" && patch -s -p3 ptrain/kernels/cuda/launch.h < "$work/patches/launch-h-from-b34a504.patch" &&
-    patch -s -p3 ptrain/kernels/cuda/batch_norm.cu < "$work/patches/$v-from-73a09be.patch")
-  nvcc $flags -I"$d" -Isrc -c "$d/ptrain/kernels/cuda/batch_norm.cu" -o "$work/bn_$v.o"
-  nvcc -arch=sm_90 "$work/bench.o" "$work/bn_$v.o" "$work/max_pool.o" -o .gpu-bin/bn_$v
-  echo "built .gpu-bin/bn_$v"
-done
+# The variants added when call 4 was run, from 73a09be (launch.h the same as b34a504's): the tree under test
+# rebased, plus the statistics' loop pipelined, and for sps folded as shifted sums.
+for v in sp sps; do build $v $v-from-73a09be.patch 73a09be; done
