@@ -187,6 +187,18 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out, cons
                                              const torch::Tensor& rstd, const torch::Tensor& weight,
                                              c10::ScalarType branch_dtype, bool with_branch);
 
+// A linear layer's bias gradient from its output's gradient grad [rows, cols] (fp32/fp16/bf16, cols a multiple
+// of 8): grad's column sums, added in fp32 in an order fixed by the shape, in bias_dtype (cuda/launch.h:
+// bias_gradient).
+torch::Tensor bias_gradient(const torch::Tensor& grad, c10::ScalarType bias_dtype);
+// The same through GELU (tanh approximation): grad_input = grad * gelu'(gelu_input) (both [rows, cols], one
+// dtype), in their dtype, and the bias gradient, grad_input's column sums as written, in bias_dtype.
+struct GeluBiasGradient {
+  torch::Tensor grad_input, grad_bias;
+};
+GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor& grad, const torch::Tensor& gelu_input,
+                                             c10::ScalarType bias_dtype);
+
 // The tensorwise FP8 cast of x (fp32/fp16/bf16 on CUDA, any shape; made contiguous): data, shaped as x, in
 // E5M2 (e5m2) or E4M3, and the amax, scale and inv_scale of x as one-element fp32 tensors on the device, each
 // 16-byte aligned as cuBLASLt needs its scales (cuda/launch.h: fp8_scaled_cast). What the FP8 linear's

@@ -2,6 +2,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -52,6 +53,12 @@ int64_t rows_of(const torch::Tensor& x) { return x.size(0) * x.size(2) * x.size(
 
 const void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 void* mutable_data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// t, or a copy of it where its data does not start on the 16 bytes the kernels' vector loads need (a view
+// into another tensor may not).
+torch::Tensor aligned16(const torch::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+}
 
 cuda::Dtype param_dtype_of(const torch::Tensor& weight, const torch::Tensor& running_mean, const char* what) {
   const torch::Tensor& any = weight.defined() ? weight : running_mean;
@@ -514,12 +521,14 @@ AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::
 }
 
 AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, const torch::Tensor& grad_sum_in,
-                                             const torch::Tensor& input, const torch::Tensor& mean,
+                                             const torch::Tensor& input_in, const torch::Tensor& mean,
                                              const torch::Tensor& rstd, const torch::Tensor& weight,
                                              c10::ScalarType branch_dtype, bool with_branch) {
   const char* what = "fused add_layer_norm backward";
-  c10::cuda::CUDAGuard guard(input.device());
-  const auto grad_out = grad_out_in.contiguous();
+  c10::cuda::CUDAGuard guard(input_in.device());
+  // The weight and bias gradients' pass reads grad_out and input 16 bytes at a time.
+  const auto grad_out = aligned16(grad_out_in.contiguous());
+  const auto input = aligned16(input_in);
   const auto grad_sum = grad_sum_in.defined() ? grad_sum_in.to(torch::kFloat).contiguous() : torch::Tensor();
   const int64_t cols = input.size(-1), rows = input.numel() / cols;
   AddLayerNormBackward out;
@@ -541,6 +550,55 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor& grad_out_in, c
                                           mutable_data_or_null(out.grad_branch)};
     cuda::add_layer_norm_backward(shape, io, w.data_ptr<float>(), out.grad_weight.data_ptr<float>(),
                                   out.grad_bias.data_ptr<float>(), workspace.data_ptr<float>(), current_stream(input));
+  });
+  return out;
+}
+
+namespace {
+
+void check_bias_gradient_input(const torch::Tensor& grad, const char* what) {
+  check(grad.is_cuda() && grad.dim() == 2 && grad.is_contiguous(),
+        std::string(what) + ": the gradient must be a contiguous [rows, cols] CUDA tensor, got shape " +
+            c10::str(grad.sizes()));
+  check(grad.size(1) % 8 == 0 && grad.size(0) > 0,
+        std::string(what) + ": cols must be a multiple of 8 and rows positive, got " + c10::str(grad.sizes()));
+}
+
+}  // namespace
+
+torch::Tensor bias_gradient(const torch::Tensor& grad_in, c10::ScalarType bias_dtype) {
+  const char* what = "fused bias_gradient";
+  check_bias_gradient_input(grad_in, what);
+  c10::cuda::CUDAGuard guard(grad_in.device());
+  const auto grad = aligned16(grad_in);
+  const int64_t rows = grad.size(0), cols = grad.size(1);
+  auto out = torch::empty({cols}, grad.options().dtype(bias_dtype));
+  auto workspace = torch::empty({cuda::bias_gradient_workspace_floats(rows, cols)}, grad.options().dtype(torch::kFloat));
+  launch(what, [&] {
+    const cuda::BiasGradientShape shape{dtype_of(grad, what), dtype_of(out, what), rows, cols};
+    cuda::bias_gradient(shape, grad.data_ptr(), out.data_ptr(), workspace.data_ptr<float>(), current_stream(grad));
+  });
+  return out;
+}
+
+GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor& grad_in, const torch::Tensor& gelu_input_in,
+                                             c10::ScalarType bias_dtype) {
+  const char* what = "fused gelu_backward_bias_gradient";
+  check_bias_gradient_input(grad_in, what);
+  check(gelu_input_in.sizes() == grad_in.sizes() && gelu_input_in.scalar_type() == grad_in.scalar_type() &&
+            gelu_input_in.device() == grad_in.device(),
+        std::string(what) + ": GELU's input must be shaped, typed and placed as the gradient");
+  c10::cuda::CUDAGuard guard(grad_in.device());
+  const auto grad = aligned16(grad_in);
+  const auto gelu_input = aligned16(gelu_input_in.contiguous());
+  const int64_t rows = grad.size(0), cols = grad.size(1);
+  GeluBiasGradient out{torch::empty_like(grad), torch::empty({cols}, grad.options().dtype(bias_dtype))};
+  auto workspace = torch::empty({cuda::bias_gradient_workspace_floats(rows, cols)}, grad.options().dtype(torch::kFloat));
+  launch(what, [&] {
+    const cuda::BiasGradientShape shape{dtype_of(grad, what), dtype_of(out.grad_bias, what), rows, cols};
+    const cuda::GeluBackwardIo io{grad.data_ptr(), gelu_input.data_ptr(), out.grad_input.data_ptr()};
+    cuda::gelu_backward_bias_gradient(shape, io, out.grad_bias.data_ptr(), workspace.data_ptr<float>(),
+                                      current_stream(grad));
   });
   return out;
 }

@@ -96,6 +96,12 @@ AddLayerNormBackward add_layer_norm_backward(const torch::Tensor&, const torch::
   unavailable("fused add_layer_norm backward");
 }
 
+torch::Tensor bias_gradient(const torch::Tensor&, c10::ScalarType) { unavailable("fused bias_gradient"); }
+
+GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor&, const torch::Tensor&, c10::ScalarType) {
+  unavailable("fused gelu_backward_bias_gradient");
+}
+
 Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }
 
 bool conv_stats_supported(const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, bool, std::string* why_not,

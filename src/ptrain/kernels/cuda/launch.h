@@ -317,3 +317,29 @@ struct CastRange {
 void cast_ranges(Dtype in, Dtype out, const CastRange* ranges, int count, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda
+
+namespace ptrain::kernels::cuda {
+
+// A linear layer's bias gradient from the gradient of its output, [rows, cols] row-major in dtype (cols a
+// multiple of 8, 16-byte aligned): its column sums, added in fp32 in an order fixed by the shape, written in
+// bias_dtype. workspace: bias_gradient_workspace_floats(rows, cols) floats.
+struct BiasGradientShape {
+  Dtype dtype;
+  Dtype bias_dtype;
+  int64_t rows, cols;
+};
+int64_t bias_gradient_workspace_floats(int64_t rows, int64_t cols);
+void bias_gradient(const BiasGradientShape& shape, const void* grad, void* grad_bias, float* workspace,
+                   cudaStream_t stream);
+
+// The same for a linear layer followed by GELU (tanh approximation): grad_input = grad * gelu'(gelu_input), each
+// [rows, cols] in dtype, and the bias gradient the column sums of grad_input as written.
+struct GeluBackwardIo {
+  const void* grad;        // the gradient of GELU's output
+  const void* gelu_input;  // the linear layer's output
+  void* grad_input;        // may be grad itself
+};
+void gelu_backward_bias_gradient(const BiasGradientShape& shape, const GeluBackwardIo& io, void* grad_bias,
+                                 float* workspace, cudaStream_t stream);
+
+}  // namespace ptrain::kernels::cuda

@@ -3,13 +3,14 @@
 // product casts the result to bf16 (a third); its backward adds the two gradients of the sum, and reduces
 // weight and bias gradients at a quarter of the memory bandwidth. Here: one row kernel each way (a warp a
 // row, reading the row twice, the second time from L1) that writes the normalised row straight in the
-// compute dtype, and a column reduction for the weight and bias gradients.
+// compute dtype, and column sums (column_sums.cuh) for the weight and bias gradients.
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "ptrain/kernels/cuda/column_sums.cuh"
 #include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
@@ -18,7 +19,6 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // 256 threads
-constexpr int kColumnChunks = 256;
 
 template <typename T>
 struct alignas(4 * sizeof(T)) Four {
@@ -149,57 +149,31 @@ __global__ void backward_rows_kernel(const Y* __restrict__ grad_out, const float
   }
 }
 
-// Weight and bias gradients: per chunk of rows, each thread 4 columns at a time.
+// The weight and bias gradients' terms of a row: dy * xhat and dy, for column_sums (two sums).
 template <typename Y>
-__global__ void backward_columns_kernel(const Y* __restrict__ grad_out, const float* __restrict__ input,
-                                        const float* __restrict__ mean, const float* __restrict__ rstd, int64_t rows,
-                                        int64_t cols, int64_t rows_per_chunk, float* __restrict__ chunk_gw,
-                                        float* __restrict__ chunk_gb) {
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
-  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  for (int64_t j = static_cast<int64_t>(threadIdx.x) * 4; j < cols; j += static_cast<int64_t>(blockDim.x) * 4) {
-    float gw[4] = {0.0f, 0.0f, 0.0f, 0.0f}, gb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t r = begin; r < end; ++r) {
-      float dy[4], v[4];
-      load4(grad_out + r * cols + j, dy);
-      load4(input + r * cols + j, v);
-      const float mu = mean[r], rs = rstd[r];
+struct ParamGradTerms {
+  const Y* grad_out;
+  const float* input;
+  const float* mean;
+  const float* rstd;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t row, int64_t col, float (&acc)[2][column_sums::kColumns]) const {
+    float dy[column_sums::kColumns], v[column_sums::kColumns];
+    column_sums::load8(grad_out + row * cols + col, dy);
+    column_sums::load8(input + row * cols + col, v);
+    const float mu = mean[row], rs = rstd[row];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        gw[i] += dy[i] * (v[i] - mu) * rs;
-        gb[i] += dy[i];
-      }
+    for (int i = 0; i < column_sums::kColumns; ++i) {
+      acc[0][i] += dy[i] * (v[i] - mu) * rs;
+      acc[1][i] += dy[i];
     }
-    store4(chunk_gw + blockIdx.x * cols + j, gw);
-    store4(chunk_gb + blockIdx.x * cols + j, gb);
   }
-}
-
-__global__ void columns_finalize_kernel(const float* __restrict__ chunk_gw, const float* __restrict__ chunk_gb,
-                                        int64_t chunks, int64_t cols, float* __restrict__ grad_weight,
-                                        float* __restrict__ grad_bias) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (c >= cols) return;
-  float gw = 0.0f, gb = 0.0f;
-  for (int64_t k = lane; k < chunks; k += kWarp) {
-    gw += chunk_gw[k * cols + c];
-    gb += chunk_gb[k * cols + c];
-  }
-  gw = warp_sum(gw);
-  gb = warp_sum(gb);
-  if (lane == 0) {
-    grad_weight[c] = gw;
-    grad_bias[c] = gb;
-  }
-}
+};
 
 void check_shape(int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0 || cols % 8 != 0)
     throw std::runtime_error("layer_norm: cols must be a positive multiple of 8, got " + std::to_string(cols));
 }
-
-int64_t chunks_for(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(kColumnChunks, rows)); }
 
 }  // namespace
 
@@ -220,7 +194,7 @@ void add_layer_norm_forward(const LayerNormShape& shape, const AddLayerNormForwa
   check_launch("add_layer_norm_forward");
 }
 
-int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols) { return 2 * chunks_for(rows) * cols; }
+int64_t layer_norm_workspace_floats(int64_t rows, int64_t cols) { return 2 * column_sums::workspace_floats(rows, cols); }
 
 void add_layer_norm_backward(const LayerNormShape& shape, const AddLayerNormBackwardIo& io, const float* weight,
                              float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream) {
@@ -237,14 +211,9 @@ void add_layer_norm_backward(const LayerNormShape& shape, const AddLayerNormBack
           static_cast<const Y*>(grad_out), io.grad_sum, input, mean, rstd, weight, rows, cols, io.grad_input,
           static_cast<B*>(io.grad_branch));
     });
-    const int64_t chunks = chunks_for(rows);
-    const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-    const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(kWarp, (cols / 4 + kWarp - 1) / kWarp * kWarp)));
-    backward_columns_kernel<Y><<<static_cast<unsigned>(chunks), threads, 0, stream>>>(
-        static_cast<const Y*>(grad_out), input, mean, rstd, rows, cols, rows_per_chunk, workspace,
-        workspace + chunks * cols);
-    columns_finalize_kernel<<<static_cast<unsigned>((cols + 7) / 8), 256, 0, stream>>>(
-        workspace, workspace + chunks * cols, chunks, cols, grad_weight, grad_bias);
+    const ParamGradTerms<Y> terms{static_cast<const Y*>(grad_out), input, mean, rstd, cols};
+    column_sums::launch<2>("add_layer_norm_backward (weight and bias)", terms, rows, cols, Dtype::kFloat, grad_weight,
+                           grad_bias, workspace, stream);
   });
   check_launch("add_layer_norm_backward");
 }

@@ -1,0 +1,90 @@
+// A linear layer's bias gradient: the column sums of its output's gradient (column_sums.cuh), alone or in the
+// pass that applies GELU's backward first, so that the gradient of the GELU's input is read once where LibTorch
+// read it twice (gelu_backward, then the sum) and summed at the memory's speed.
+#include <cstdint>
+#include <type_traits>
+
+#include "ptrain/kernels/cuda/column_sums.cuh"
+#include "ptrain/kernels/cuda/elements.cuh"
+
+namespace ptrain::kernels::cuda {
+
+namespace {
+
+constexpr int kColumns = column_sums::kColumns;
+
+template <typename T>
+struct GradientTerms {
+  const T* grad;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t row, int64_t col, float (&acc)[1][kColumns]) const {
+    float g[kColumns];
+    column_sums::load8(grad + row * cols + col, g);
+#pragma unroll
+    for (int i = 0; i < kColumns; ++i) acc[0][i] += g[i];
+  }
+};
+
+// d/dh of GELU's tanh approximation, times dy: LibTorch's GeluBackward (tanh) in the same fp32 steps.
+__device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
+  constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+  constexpr float kKappa = 0.044715f;
+  const float x_sq = x * x;
+  const float x_cube = x_sq * x;
+  const float inner = kBeta * (x + kKappa * x_cube);
+  const float tanh_inner = tanhf(inner);
+  const float left = 0.5f * x;
+  const float right = 1.0f + tanh_inner;
+  const float left_derivative = 0.5f * right;
+  const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
+  const float inner_derivative = kBeta * (1.0f + 3.0f * kKappa * x_sq);
+  const float right_derivative = left * tanh_derivative * inner_derivative;
+  return dy * (left_derivative + right_derivative);
+}
+
+// grad_input = grad * gelu'(h), written in T, and its values as written summed.
+template <typename T>
+struct GeluGradientTerms {
+  const T* grad;
+  const T* gelu_input;
+  T* grad_input;
+  int64_t cols;
+  __device__ __forceinline__ void operator()(int64_t row, int64_t col, float (&acc)[1][kColumns]) const {
+    const int64_t at = row * cols + col;
+    float g[kColumns], h[kColumns], d[kColumns];
+    column_sums::load8(grad + at, g);
+    column_sums::load8(gelu_input + at, h);
+#pragma unroll
+    for (int i = 0; i < kColumns; ++i) d[i] = to_float(from_float<T>(gelu_tanh_backward(g[i], h[i])));
+    column_sums::store8(grad_input + at, d);
+#pragma unroll
+    for (int i = 0; i < kColumns; ++i) acc[0][i] += d[i];
+  }
+};
+
+}  // namespace
+
+int64_t bias_gradient_workspace_floats(int64_t rows, int64_t cols) { return column_sums::workspace_floats(rows, cols); }
+
+void bias_gradient(const BiasGradientShape& shape, const void* grad, void* grad_bias, float* workspace,
+                   cudaStream_t stream) {
+  with_type(shape.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const GradientTerms<T> terms{static_cast<const T*>(grad), shape.cols};
+    column_sums::launch<1>("bias_gradient", terms, shape.rows, shape.cols, shape.bias_dtype, grad_bias, nullptr,
+                           workspace, stream);
+  });
+}
+
+void gelu_backward_bias_gradient(const BiasGradientShape& shape, const GeluBackwardIo& io, void* grad_bias,
+                                 float* workspace, cudaStream_t stream) {
+  with_type(shape.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const GeluGradientTerms<T> terms{static_cast<const T*>(io.grad), static_cast<const T*>(io.gelu_input),
+                                     static_cast<T*>(io.grad_input), shape.cols};
+    column_sums::launch<1>("gelu_backward_bias_gradient", terms, shape.rows, shape.cols, shape.bias_dtype, grad_bias,
+                           nullptr, workspace, stream);
+  });
+}
+
+}  // namespace ptrain::kernels::cuda
