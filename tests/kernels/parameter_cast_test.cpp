@@ -253,7 +253,9 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   const auto none = models::fusions_skipping({});
   EXPECT_TRUE(none.weight_casts && none.shortcut_norms && none.stem_pool && none.residual_twins);
   const auto some = models::fusions_skipping({"stem-pool", "shortcut-norms"});
-  EXPECT_TRUE(some.weight_casts && !some.shortcut_norms && !some.stem_pool && some.residual_twins);
+  EXPECT_TRUE(some.weight_casts && !some.shortcut_norms && !some.stem_pool && some.residual_twins &&
+              some.bias_gradients);
+  EXPECT_FALSE(models::fusions_skipping({"bias-gradients"}).bias_gradients);
   EXPECT_THROW(models::fusions_skipping({"weight_casts"}), ptrain::Error);
   // What each model has: a ResNet's stem pooling with the ImageNet stem only, its twins without checkpointing.
   models::ResNetOptions imagenet;
@@ -267,7 +269,7 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   EXPECT_EQ(without_pool.fusions(), (std::vector<std::string>{"weight-casts", "shortcut-norms"}));
   models::GptOptions gpt_options;
   gpt_options.layers = 1;
-  EXPECT_EQ(models::Gpt(gpt_options).fusions(), std::vector<std::string>{"weight-casts"});
+  EXPECT_EQ(models::Gpt(gpt_options).fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients"}));
   // A training step on the CPU takes no convolution + statistics graph (CUDA only), so no fusion is bypassed by one,
   // with --conv-bn-fusion on or off; the fp16 case where every block takes it is ConvBatchNormFusion's, on a GPU.
   for (bool conv_bn : {false, true}) {

@@ -61,6 +61,15 @@ TEST(Plan, SkippedFusionsAreOnesTheRunWouldTake) {
   c.precision.precision = "amp-bf16";
   c.run.skip_fusions = {"residual-twins"};
   EXPECT_NE(plan_error(c).find("--model gpt-tiny has no batch norms"), std::string::npos) << plan_error(c);
+  c.run.skip_fusions = {"bias-gradients"};
+  EXPECT_NE(plan_error(c).find("--skip-fusions bias-gradients: the fused bias gradients run on CUDA only"),
+            std::string::npos)
+      << plan_error(c);
+  c.model.name = "resnet20";
+  c.data.dataset = cpu_config().data.dataset;
+  EXPECT_NE(plan_error(c).find("only GPT's linear layers take the fused bias gradients, not --model resnet20's"),
+            std::string::npos)
+      << plan_error(c);
 }
 
 TEST(Plan, WarmupInStepsAndInEpochsExcludeEachOther) {

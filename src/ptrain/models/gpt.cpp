@@ -12,6 +12,7 @@
 #include "ptrain/core/torch_compat.h"  // defines: causal_attention
 #include "ptrain/kernels/fp8_linear.h"             // defines: fp8_linear
 #include "ptrain/kernels/layer_norm.h"             // defines: add_layer_norm
+#include "ptrain/kernels/linear.h"                 // defines: linear, LinearActivation
 #include "ptrain/kernels/parameter_cast.h"         // defines: ParameterCastScope
 #include "ptrain/models/activation_checkpoint.h"  // defines: checkpoint
 
@@ -46,16 +47,21 @@ class Linear : public nn::Module {
     if (with_bias) bias = register_parameter("bias", torch::empty({out}));
   }
   // With fp8 (--precision fp8), the product in FP8 where kernels::fp8_linear_applies (its casts on the fused
-  // kernel with fused_casts, scaled by amax histories with delayed_scaling), else LibTorch's linear under the
-  // run's autocast.
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (fp8) return kernels::fp8_linear(x, weight, bias, fused_casts, fp8_histories);
-    return torch::linear(x, kernels::ParameterCastScope::cast_of(weight), kernels::ParameterCastScope::cast_of(bias));
+  // kernel with fused, scaled by amax histories with delayed_scaling), else LibTorch's product under the run's
+  // autocast, its backward's bias gradient (and GELU's backward, with activation) on the fused column sums with
+  // fused_bias_gradient (kernels/linear.h).
+  torch::Tensor forward(const torch::Tensor& x, kernels::LinearActivation activation = kernels::LinearActivation::kNone) {
+    if (fp8) {
+      auto y = kernels::fp8_linear(x, weight, bias, fused, fp8_histories);
+      return activation == kernels::LinearActivation::kGeluTanh ? torch::gelu(y, "tanh") : y;
+    }
+    return kernels::linear(x, kernels::ParameterCastScope::cast_of(weight), kernels::ParameterCastScope::cast_of(bias),
+                           activation, fused_bias_gradient);
   }
   bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
 
   torch::Tensor weight, bias;
-  bool fp8 = false, fused_casts = false;
+  bool fp8 = false, fused = false, fused_bias_gradient = false;
   c10::intrusive_ptr<kernels::Fp8LinearHistories> fp8_histories;
 };
 
@@ -108,7 +114,9 @@ class Mlp : public nn::Module {
     c_fc = register_module("c_fc", std::make_shared<Linear>(width, 4 * width));
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * width, width));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh")); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return c_proj->forward(c_fc->forward(x, kernels::LinearActivation::kGeluTanh));
+  }
 
   std::shared_ptr<Linear> c_fc, c_proj;
 };
@@ -200,11 +208,18 @@ void Gpt::set_fused_kernels(bool on) {
   configure_linears();
 }
 
+void Gpt::set_fusions(const FusionChoices& choices) {
+  group_weight_casts_ = choices.weight_casts;
+  fused_bias_gradients_ = choices.bias_gradients;
+  configure_linears();
+}
+
 void Gpt::configure_linears() {
   for (auto& block : blocks_) {
     for (Linear* linear : block->projections()) {
       linear->fp8 = fp8_;
-      linear->fused_casts = fused_;
+      linear->fused = fused_;
+      linear->fused_bias_gradient = fused_ && fused_bias_gradients_;
       keep_fp8_histories_if(fp8_ && fp8_delayed_, linear->fp8_histories);
     }
   }
@@ -295,6 +310,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   replica->set_activation_checkpointing(checkpointing_);
   replica->set_fused_kernels(fused_);
   replica->group_weight_casts_ = group_weight_casts_;
+  replica->fused_bias_gradients_ = fused_bias_gradients_;
   replica->set_fp8_linear(fp8_, {fp8_head_, fp8_delayed_});
   return replica;
 }

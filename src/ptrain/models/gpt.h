@@ -43,9 +43,11 @@ class Gpt : public Model {
   // The attention's and MLP's projections in FP8 (kernels/fp8_linear.h), and lm_head with head; layers whose
   // features are not multiples of 16 keep bf16, as do calls whose rows (batch x tokens) are not.
   Fp8Layers set_fp8_linear(bool on, const Fp8Options& options) override;
-  // Its blocks' weight casts grouped (kernels/parameter_cast.h) with the fused kernels unless weight_casts is off.
-  void set_fusions(const FusionChoices& choices) override { group_weight_casts_ = choices.weight_casts; }
-  std::vector<std::string> fusions() const override { return {"weight-casts"}; }
+  // With the fused kernels, its blocks' weight casts grouped (kernels/parameter_cast.h) unless weight_casts is
+  // off, and its blocks' linear layers' bias gradients on the fused column sums (kernels/linear.h) unless
+  // bias_gradients is off.
+  void set_fusions(const FusionChoices& choices) override;
+  std::vector<std::string> fusions() const override { return {"weight-casts", "bias-gradients"}; }
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::optional<double> forward_flops(const std::vector<int64_t>& sample_shape) const override;
@@ -60,6 +62,7 @@ class Gpt : public Model {
   bool checkpointing_ = false;
   bool fused_ = false;
   bool group_weight_casts_ = true;
+  bool fused_bias_gradients_ = true;
   bool fp8_ = false, fp8_head_ = false;
   bool fp8_delayed_ = false;
   c10::intrusive_ptr<kernels::Fp8LinearHistories> head_histories_;  // --fp8-scaling delayed with --fp8-head

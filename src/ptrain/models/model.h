@@ -44,9 +44,12 @@ struct FusionChoices {
   bool shortcut_norms = true;  // a downsampling block's last batch norm with its shortcut's, as one function
   bool stem_pool = true;       // the ImageNet stem's batch norm + ReLU + max pooling as one function
   bool residual_twins = true;  // a block output's two gradients summed in its batch norm's backward kernels
+  bool bias_gradients = true;  // a linear layer's bias gradient (and GELU's backward before it) in one pass
+                               // (kernels/linear.h)
 };
 
-// The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins.
+// The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins,
+// bias-gradients.
 const std::vector<std::string>& fusion_names();
 // Every fusion on but those named; an Error names a name that is none of fusion_names().
 FusionChoices fusions_skipping(const std::vector<std::string>& names);
@@ -78,7 +81,8 @@ class Model : public torch::nn::Module {
   virtual void set_conv_bn_fusion(bool /*on*/) {}
   virtual std::string describe_conv_bn_fusion() const { return {}; }
 
-  // Which fused paths run with the fused kernels on (ResNet: all four; GPT: the weight casts). Others ignore it.
+  // Which fused paths run with the fused kernels on (ResNet: its four; GPT: the weight casts and the bias
+  // gradients). Others ignore it.
   virtual void set_fusions(const FusionChoices& /*choices*/) {}
   // The fusions of fusion_names() this model has as it is set up (ResNet: stem-pool with the ImageNet stem only,
   // residual-twins without activation checkpointing), the ones --skip-fusions may name; none for models without.
