@@ -269,7 +269,10 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   EXPECT_EQ(without_pool.fusions(), (std::vector<std::string>{"weight-casts", "shortcut-norms"}));
   models::GptOptions gpt_options;
   gpt_options.layers = 1;
-  EXPECT_EQ(models::Gpt(gpt_options).fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients"}));
+  models::Gpt gpt(gpt_options);
+  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients", "residual-adds"}));
+  gpt.set_activation_checkpointing(true);
+  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients"}));
   // A training step on the CPU takes no convolution + statistics graph (CUDA only), so no fusion is bypassed by one,
   // with --conv-bn-fusion on or off; the fp16 case where every block takes it is ConvBatchNormFusion's, on a GPU.
   for (bool conv_bn : {false, true}) {

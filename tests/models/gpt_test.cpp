@@ -66,8 +66,10 @@ TEST(GptVsReference, StateDictNamesAndShapes) {
 }
 
 // Loads the reference's weights, runs forward and backward on its tokens and compares logits, loss and the
-// gradient of every parameter. checkpointing recomputes each block in backward, which must not change them.
-void expect_same_numerics(const std::string& dtype, bool checkpointing, double tolerance) {
+// gradient of every parameter. checkpointing recomputes each block in backward, which must not change them; fused
+// runs the fused kernels' structure (each block's last residual add inside the next LayerNorm's add, on the CPU
+// through LibTorch's ops), which must not either.
+void expect_same_numerics(const std::string& dtype, bool checkpointing, double tolerance, bool fused = false) {
   const auto options = small_options();
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(export_reference(options, dtype, dir));
@@ -76,6 +78,7 @@ void expect_same_numerics(const std::string& dtype, bool checkpointing, double t
   model.to(type);
   ptrain::models::load_weights(model, dir.file("weights.pth"));
   model.set_activation_checkpointing(checkpointing);
+  model.set_fused_kernels(fused);
   model.train();
   const auto io = ptrain::io::read_pth(dir.file("io.pth"));
   const auto& tokens = tensor_named(io, "tokens");
@@ -104,6 +107,7 @@ void expect_same_numerics(const std::string& dtype, bool checkpointing, double t
 TEST(GptVsReference, LogitsLossAndGradientsInFloat64) { expect_same_numerics("float64", false, 1e-10); }
 TEST(GptVsReference, LogitsLossAndGradientsInFloat32) { expect_same_numerics("float32", false, 1e-5); }
 TEST(GptVsReference, ActivationCheckpointingChangesNothing) { expect_same_numerics("float64", true, 1e-10); }
+TEST(GptVsReference, DeferredResidualAddsChangeNothing) { expect_same_numerics("float64", false, 1e-10, true); }
 
 // Position t may not see tokens after t: changing the last token leaves every earlier position's logits.
 TEST(Gpt, AttentionIsCausal) {
@@ -152,8 +156,15 @@ TEST(Gpt, UnitsCoverEveryParameterOnceAndComposeToForward) {
   torch::NoGradGuard no_grad;
   auto x = torch::randint(50, {2, 11}, torch::kInt64);  // shorter than seq_len
   const auto expected = model.forward(x);
+  auto y = x;
   for (size_t i = 0; i < units.size(); ++i) x = model.forward_unit(i, x);
   EXPECT_TRUE(torch::equal(x, expected));
+  // With the fused kernels, forward() leaves each block's last residual add to the next LayerNorm's kernel, where
+  // forward_unit() adds it in the block: the same values.
+  model.set_fused_kernels(true);
+  const auto deferred = model.forward(y);
+  for (size_t i = 0; i < units.size(); ++i) y = model.forward_unit(i, y);
+  EXPECT_TRUE(torch::equal(deferred, y));
   EXPECT_THROW(model.forward_unit(units.size(), x), ptrain::Error);
 }
 

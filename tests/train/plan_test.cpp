@@ -67,7 +67,7 @@ TEST(Plan, SkippedFusionsAreOnesTheRunWouldTake) {
       << plan_error(c);
   c.model.name = "resnet20";
   c.data.dataset = cpu_config().data.dataset;
-  EXPECT_NE(plan_error(c).find("only GPT's linear layers take the fused bias gradients, not --model resnet20's"),
+  EXPECT_NE(plan_error(c).find("only GPT's blocks take the fused bias gradients, not --model resnet20's"),
             std::string::npos)
       << plan_error(c);
 }

@@ -162,9 +162,21 @@ class GptBlock : public nn::Module {
       x = x + attn->forward(ln_1->forward(x));
       return x + mlp->forward(ln_2->forward(x));
     }
+    const auto out = forward_deferred(x, {});
+    return out.residual + out.branch;
+  }
+
+  // The block with its last residual add left to the caller: residual + branch is the block's output. branch_in,
+  // where defined, is the previous block's left-over branch: it joins x in ln_1's add + LayerNorm kernel, as the
+  // attention's does in ln_2's, so that no residual add runs as a pass of its own, nor the sum of its two gradients.
+  struct Deferred {
+    torch::Tensor residual, branch;
+  };
+  Deferred forward_deferred(const torch::Tensor& x, const torch::Tensor& branch_in) {
+    const auto n1 = norm(ln_1, x, branch_in, true);  // n1.sum is x itself without branch_in
     // The attention's residual add and ln_2 are one kernel; the normalised rows come out in the compute dtype.
-    const auto h = norm(ln_2, x, attn->forward(norm(ln_1, x, {}, true).out), true);
-    return h.sum + mlp->forward(h.out);
+    const auto h = norm(ln_2, n1.sum, attn->forward(n1.out), true);
+    return {h.sum, mlp->forward(h.out)};
   }
 
   // The attention's and the MLP's projections: what --precision fp8 runs in FP8.
@@ -211,7 +223,14 @@ void Gpt::set_fused_kernels(bool on) {
 void Gpt::set_fusions(const FusionChoices& choices) {
   group_weight_casts_ = choices.weight_casts;
   fused_bias_gradients_ = choices.bias_gradients;
+  defer_residual_adds_ = choices.residual_adds;
   configure_linears();
+}
+
+std::vector<std::string> Gpt::fusions() const {
+  std::vector<std::string> names = {"weight-casts", "bias-gradients"};
+  if (!checkpointing_) names.push_back("residual-adds");  // a checkpointed block recomputes from one input
+  return names;
 }
 
 void Gpt::configure_linears() {
@@ -311,6 +330,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   replica->set_fused_kernels(fused_);
   replica->group_weight_casts_ = group_weight_casts_;
   replica->fused_bias_gradients_ = fused_bias_gradients_;
+  replica->defer_residual_adds_ = defer_residual_adds_;
   replica->set_fp8_linear(fp8_, {fp8_head_, fp8_delayed_});
   return replica;
 }
@@ -346,22 +366,31 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   }
   if (index <= blocks_.size()) {
     GptBlock& block = *blocks_[index - 1];
-    // The block's weights cast as one group under autocast (with the fused kernels and the weight-casts fusion, and
-    // no FP8 linear, which casts its own); the head keeps autocast's cast, one tensor.
-    const bool grouped = fused_ && group_weight_casts_ && !fp8_;
-    const kernels::ParameterCastScope casts(
-        grouped ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), x.device(),
-        /*allow_fused=*/true);
+    const auto casts = block_casts(block, x.device());
     if (checkpointing_ && is_training() && torch::GradMode::is_enabled()) {
       return checkpoint([&block](const torch::Tensor& in) { return block.forward(in); }, x, block);
     }
     return block.forward(x);
   }
+  return forward_head(x, {});
+}
+
+// The block's weights cast as one group under autocast (with the fused kernels and the weight-casts fusion, and no
+// FP8 linear, which casts its own); the head keeps autocast's cast, one tensor.
+std::unique_ptr<kernels::ParameterCastScope> Gpt::block_casts(GptBlock& block, const torch::Device& device) const {
+  const bool grouped = fused_ && group_weight_casts_ && !fp8_;
+  return std::make_unique<kernels::ParameterCastScope>(
+      grouped ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), device, /*allow_fused=*/true);
+}
+
+// ln_f and lm_head on the residual stream x, with branch (the last block's left-over output, or undefined) added in
+// ln_f's add + LayerNorm.
+torch::Tensor Gpt::forward_head(const torch::Tensor& x, const torch::Tensor& branch) {
   const auto& head = lm_head->weight;
   const int64_t padding = (kVocabPadding - head.size(0) % kVocabPadding) % kVocabPadding;
   // Measured on an H200 in amp-bf16 for GPT-2 small: 30.8 ms a step in the head's three matrix products at
   // 50,257 rows (cuBLAS falls back to an unaligned sm75 kernel), against a few at 50,304.
-  const auto normalized = fused_ ? norm(ln_f, x, {}, true).out : ln_f->forward(x);
+  const auto normalized = fused_ ? norm(ln_f, x, branch, true).out : ln_f->forward(x);
   const bool pad = fused_ && padding > 0 && head.is_cuda();
   if (fp8_head_) {
     return kernels::fp8_linear(normalized, pad ? at::constant_pad_nd(head, {0, 0, 0, padding}) : head, {}, fused_,
@@ -371,10 +400,24 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
   return lm_head->forward(normalized);
 }
 
+// Unit by unit, except with the fused kernels and the residual-adds fusion, without activation checkpointing: then
+// each block's last residual add joins the next LayerNorm's kernel (GptBlock::forward_deferred). The sharding
+// strategies run forward_unit, whose units each return the whole residual stream, since they gather and release a
+// unit's parameters around it.
 torch::Tensor Gpt::forward(torch::Tensor tokens) {
-  const size_t count = blocks_.size() + 2;
-  for (size_t i = 0; i < count; ++i) tokens = forward_unit(i, tokens);
-  return tokens;
+  if (!fused_ || !defer_residual_adds_ || checkpointing_) {
+    const size_t count = blocks_.size() + 2;
+    for (size_t i = 0; i < count; ++i) tokens = forward_unit(i, tokens);
+    return tokens;
+  }
+  torch::Tensor x = forward_unit(0, tokens), branch;
+  for (auto& block : blocks_) {
+    const auto casts = block_casts(*block, x.device());
+    auto out = block->forward_deferred(x, branch);
+    x = std::move(out.residual);
+    branch = std::move(out.branch);
+  }
+  return forward_head(x, branch);
 }
 
 }  // namespace ptrain::models

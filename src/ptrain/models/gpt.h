@@ -12,7 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "ptrain/kernels/fp8_linear.h"  // Fp8LinearHistories
+#include "ptrain/kernels/fp8_linear.h"      // Fp8LinearHistories
+#include "ptrain/kernels/parameter_cast.h"  // ParameterCastScope
 #include "ptrain/models/model.h"
 
 namespace ptrain::models {
@@ -44,10 +45,11 @@ class Gpt : public Model {
   // features are not multiples of 16 keep bf16, as do calls whose rows (batch x tokens) are not.
   Fp8Layers set_fp8_linear(bool on, const Fp8Options& options) override;
   // With the fused kernels, its blocks' weight casts grouped (kernels/parameter_cast.h) unless weight_casts is
-  // off, and its blocks' linear layers' bias gradients on the fused column sums (kernels/linear.h) unless
-  // bias_gradients is off.
+  // off, its blocks' linear layers' bias gradients on the fused column sums (kernels/linear.h) unless
+  // bias_gradients is off, and each block's last residual add in the next LayerNorm's kernel (forward(), without
+  // activation checkpointing) unless residual_adds is off.
   void set_fusions(const FusionChoices& choices) override;
-  std::vector<std::string> fusions() const override { return {"weight-casts", "bias-gradients"}; }
+  std::vector<std::string> fusions() const override;
   static constexpr int64_t kVocabPadding = 128;
   std::string name() const override { return options_.name; }
   std::optional<double> forward_flops(const std::vector<int64_t>& sample_shape) const override;
@@ -63,10 +65,13 @@ class Gpt : public Model {
   bool fused_ = false;
   bool group_weight_casts_ = true;
   bool fused_bias_gradients_ = true;
+  bool defer_residual_adds_ = true;
   bool fp8_ = false, fp8_head_ = false;
   bool fp8_delayed_ = false;
   c10::intrusive_ptr<kernels::Fp8LinearHistories> head_histories_;  // --fp8-scaling delayed with --fp8-head
   void configure_linears();
+  std::unique_ptr<kernels::ParameterCastScope> block_casts(GptBlock& block, const torch::Device& device) const;
+  torch::Tensor forward_head(const torch::Tensor& x, const torch::Tensor& branch);
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<GptBlock>> blocks_;
   torch::nn::LayerNorm ln_f{nullptr};

@@ -46,10 +46,11 @@ struct FusionChoices {
   bool residual_twins = true;  // a block output's two gradients summed in its batch norm's backward kernels
   bool bias_gradients = true;  // a linear layer's bias gradient (and GELU's backward before it) in one pass
                                // (kernels/linear.h)
+  bool residual_adds = true;   // a transformer block's last residual add in the next LayerNorm's add + norm kernel
 };
 
 // The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins,
-// bias-gradients.
+// bias-gradients, residual-adds.
 const std::vector<std::string>& fusion_names();
 // Every fusion on but those named; an Error names a name that is none of fusion_names().
 FusionChoices fusions_skipping(const std::vector<std::string>& names);
@@ -81,8 +82,8 @@ class Model : public torch::nn::Module {
   virtual void set_conv_bn_fusion(bool /*on*/) {}
   virtual std::string describe_conv_bn_fusion() const { return {}; }
 
-  // Which fused paths run with the fused kernels on (ResNet: its four; GPT: the weight casts and the bias
-  // gradients). Others ignore it.
+  // Which fused paths run with the fused kernels on (ResNet: its four; GPT: the weight casts, the bias gradients
+  // and the residual adds). Others ignore it.
   virtual void set_fusions(const FusionChoices& /*choices*/) {}
   // The fusions of fusion_names() this model has as it is set up (ResNet: stem-pool with the ImageNet stem only,
   // residual-twins without activation checkpointing), the ones --skip-fusions may name; none for models without.

@@ -191,8 +191,8 @@ void check_fusion_names(const std::vector<std::string>& names, const std::string
 namespace {
 
 // --skip-fusions names fusions this run would take, each once, or is refused by name: with the fused kernels on; the
-// weight casts under autocast (and not beside GPT's FP8 linears, which cast their own); GPT's bias gradients on
-// CUDA; the batch norms' three on
+// weight casts under autocast (and not beside GPT's FP8 linears, which cast their own); GPT's bias gradients and
+// residual adds on CUDA; the batch norms' three on
 // CUDA in channels-last, without --sync-batchnorm's normalisation in their place. Whether the model has the fusion
 // (a ResNet's ImageNet stem, its twins without activation checkpointing) the model itself answers, once built
 // (models::Model::fusions).
@@ -206,13 +206,15 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
       check(plan.precision.autocast, flag + ": --precision " + plan.precision.name + " casts no weight (no autocast)");
       check(!(language && plan.precision.fp8_matmuls),
             flag + ": under --precision fp8 GPT's FP8 linear layers cast their own weights, and nothing else does");
-    } else if (fusion == "bias-gradients") {
-      check(language, flag + ": only GPT's linear layers take the fused bias gradients, not --model " + c.model.name +
-                          "'s");
-      check(plan.device.is_cuda(), flag + ": the fused bias gradients run on CUDA only, not on " + plan.device.str());
+    } else if (fusion == "bias-gradients" || fusion == "residual-adds") {
+      const std::string what = fusion == "bias-gradients" ? "the fused bias gradients" : "the deferred residual adds";
+      check(language, flag + ": only GPT's blocks take " + what + ", not --model " + c.model.name + "'s");
+      check(plan.device.is_cuda(), flag + ": " + what + " run on CUDA only, not on " + plan.device.str());
+      check(fusion != "residual-adds" || !plan.strategy.needs_units(),
+            flag + ": --strategy " + c.run.strategy + " runs the model a block at a time, each adding its own residual");
     } else {
       check(!language, flag + ": --model " + c.model.name +
-                           " has no batch norms (its fusions: weight-casts, bias-gradients)");
+                           " has no batch norms (its fusions: weight-casts, bias-gradients, residual-adds)");
       check(plan.device.is_cuda(), flag + ": the batch norms' fused kernels run on CUDA only, not on " +
                                         plan.device.str());
       check(plan.channels_last, flag + ": the batch norms' fused kernels take channels-last activations, which "
