@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# NOT RUN yet (no device machine was lent in the session that wrote it). One device call, about 8 minutes, carry
-# [".gpu-deps"] (bash scripts/fetch-gpu-deps.sh first; GPT trains on synthetic tokens, no .data needed):
+# NOT RUN yet (no device machine was lent in the session that wrote it). One device call, about 9 minutes, carry
+# [".gpu-deps", ".data"]: bash scripts/fetch-gpu-deps.sh, and mkdir -p .data && cp ../shared/data/cifar10-jpg.tar.xz
+# .data/ (GPT trains on synthetic tokens, but gpu_session.sh's build and profile steps unpack the archive first):
 #   bash docs/results/2026-12-07-gpu-gpt-bias-gradients/call1.sh
 # (1) builds ptrain and test_kernels (BUILT=1: the caller did, in the same call); (2) the parity tests of the new
 # kernels first (FusedLinear.*, FusedAddLayerNorm.*), and stops there if they fail: a wrong gradient is not timed;
-# (3) GPT-2 large in amp-bf16 with every fusion and with --skip-fusions bias-gradients, interleaved, three rounds,
-# then GPT-2 XL one round of each; (4) a trace of two GPT-2 large steps with every fusion, summed by kernel family
+# (3) GPT-2 large in amp-bf16 with every fusion, with --skip-fusions bias-gradients and with --skip-fusions
+# residual-adds, interleaved, two rounds, then GPT-2 XL one round of each; (4) a trace of two GPT-2 large steps with every fusion, summed by kernel family
 # (scripts/trace_summary.py), to set beside the 2026-12-03 trace (docs/results/2026-12-03-h200-fp8/raw.tar.xz,
 # 1-before/summary-l-amp-bf16.txt); (5) PyTorch compiled with CUDA graphs on the same GPT-2 large job, for the ratio;
 # (6) the rest of test_kernels. Everything lands in $OUT/g1 and $OUT/g1.tgz, packed after each step.
@@ -32,24 +33,28 @@ pack
 show() { python3 -c "import json,sys;r=json.load(open(sys.argv[1]));g=2**30;k=r.get('kernels') or {};print(' steady tok/s', round(r.get('steady_tokens_per_second') or 0), 'alloc %.2f nvml %.2f GiB' % ((r.get('peak_allocated_bytes') or 0)/g, (r.get('peak_nvml_used_bytes') or 0)/g), 'graphs', r.get('cuda_graphs'), 'mfu', r.get('mfu'), 'skipped', k.get('skipped_fusions'), 'loss', r.get('final_train_loss'))" $1 2>&1 | cut -c1-400; }
 run() { local name=$1; shift; local st=$(date +%s); timeout 120 "$@" --metrics-out $R/$name.json > $R/$name.log 2>&1; echo "$name rc=$? $(( $(date +%s) - st )) s"; show $R/$name.json; grep -iE "error" $R/$name.log | head -3 | cut -c1-300; pack; }
 G="--dataset synthetic-tokens --data-path 480:1024:50257 --batch-size 8 --epochs 1 --max-steps 30 --test-limit 16 --optimizer adamw --lr 3e-4 --warmup-steps 5 --seed 1 --no-eval-each-epoch --progress none --precision amp-bf16"
-for round in 1 2 3; do
+for round in 1 2; do
   run large-fused-$round build-gpu/ptrain train --model gpt-large $G
-  run large-skip-$round build-gpu/ptrain train --model gpt-large $G --skip-fusions bias-gradients
+  run large-no-bias-gradients-$round build-gpu/ptrain train --model gpt-large $G --skip-fusions bias-gradients
+  run large-no-residual-adds-$round build-gpu/ptrain train --model gpt-large $G --skip-fusions residual-adds
 done
-run xl-fused build-gpu/ptrain train --model gpt-xl $G
-run xl-skip build-gpu/ptrain train --model gpt-xl $G --skip-fusions bias-gradients
+run xl-fused-1 build-gpu/ptrain train --model gpt-xl $G
+run xl-no-bias-gradients-1 build-gpu/ptrain train --model gpt-xl $G --skip-fusions bias-gradients
+run xl-no-residual-adds-1 build-gpu/ptrain train --model gpt-xl $G --skip-fusions residual-adds
 python3 - "$R" <<'PY' | tee $R/ab.txt
 import json, pathlib, statistics, sys
 r = pathlib.Path(sys.argv[1])
-def tok(p):
-    try: return json.loads(p.read_text()).get("steady_tokens_per_second") or 0
+def tok(name):
+    try: return json.loads((r / f"{name}.json").read_text()).get("steady_tokens_per_second") or 0
     except Exception: return 0
-for model, rounds in (("large", 3), ("xl", 1)):
-    names = ([f"{model}-fused-{i}" for i in range(1, rounds + 1)], [f"{model}-skip-{i}" for i in range(1, rounds + 1)]) if rounds > 1 else ([f"{model}-fused"], [f"{model}-skip"])
-    fused, skip = ([tok(r / f"{n}.json") for n in ns] for ns in names)
-    mf, ms = statistics.median(fused), statistics.median(skip)
-    print(f"gpt-{model}: fused bias gradients {mf:,.0f} tok/s (runs {[round(x) for x in fused]}), skipped {ms:,.0f} "
-          f"(runs {[round(x) for x in skip]}), ratio {mf / ms if ms else float('nan'):.3f}")
+for model, rounds in (("large", 2), ("xl", 1)):
+    arms = {arm: [tok(f"{model}-{arm}-{i}") for i in range(1, rounds + 1)]
+            for arm in ("fused", "no-bias-gradients", "no-residual-adds")}
+    full = statistics.median(arms["fused"])
+    for arm, runs in arms.items():
+        m = statistics.median(runs)
+        print(f"gpt-{model} {arm}: {m:,.0f} tok/s (runs {[round(x) for x in runs]}); every fusion / this: "
+              f"{full / m if m else float('nan'):.3f}")
 PY
 pack
 PROFILE_STEPS=20:21 OUT=$R timeout 120 scripts/gpu_session.sh profile l-amp-bf16 --model gpt-large $G > $R/profile.txt 2>&1
