@@ -1,10 +1,13 @@
 // Runs the source of ptrain's CUDA kernels on the CPU, one host thread per CUDA thread, so that kernels written on a
 // machine without a GPU are checked against LibTorch before a device call. emulate_source.py rewrites each launch,
-// kernel<<<grid, block, shared, stream>>>(args), into ptrain_emulation::launch(grid, block, [&] { kernel(args); });
-// this header supplies what nvcc would: threadIdx and the other built-ins (thread-local, set per thread),
-// __syncthreads and __shfl_xor_sync (barriers over the block and the warp, which a thread that returns leaves, as an
-// exited thread stops counting on a GPU), __shared__ (one array a kernel instance: blocks run one after another),
-// rsqrtf, and a launch check that always succeeds.
+// kernel<<<grid, block, shared, stream>>>(args), into ptrain_emulation::launch(grid, block, [&] { kernel(args); }),
+// each __shared__ declaration into storage of the running block's, and drops what only nvcc reads (the
+// cooperative-groups header, inline PTX); this header supplies the rest: threadIdx and the other built-ins
+// (thread-local, set per thread), __syncthreads and __shfl_xor_sync (barriers over the block and the warp, which a
+// thread that returns leaves, as an exited thread stops counting on a GPU), cooperative launches (every block at
+// once) and their grid-wide sync, __ldg and __ldcg, and the runtime calls the launchers make
+// (cuda_emulation_runtime.cpp: kEmulatedMultiprocessors multiprocessors, each holding one block of any kernel).
+// Shared memory starts as all-ones bytes (a NaN in fp32), so that reading what no thread wrote shows.
 //
 // What this checks: indexing, coverage of the rows and columns, the order of the reductions, arithmetic. What it
 // cannot: the GPU's memory model, alignment faults, occupancy, speed, or a race that real warps would expose.
@@ -18,10 +21,20 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <type_traits>
+#include <typeindex>
+#include <utility>
 #include <vector>
+
+// CUDA's built-ins, set for each thread as it starts (globals, as nvcc's are: a launcher's config.gridDim stays a member).
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
 
 namespace ptrain_emulation {
 
@@ -57,6 +70,8 @@ class Barrier {
   uint64_t generation_ = 0;
 };
 
+constexpr int kEmulatedMultiprocessors = 2;
+
 struct Block {
   explicit Block(int threads) : block(threads), exchange(static_cast<size_t>(threads)) {
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<Barrier>(std::min(32, threads - 32 * w)));
@@ -64,14 +79,27 @@ struct Block {
   Barrier block;
   std::vector<std::unique_ptr<Barrier>> warps;
   std::vector<float> exchange;  // one slot a thread, for the warp shuffles
+  std::mutex shared_mutex;
+  std::map<std::pair<std::string, std::type_index>, std::unique_ptr<unsigned char[]>> shared;
 };
 
-inline thread_local uint3 thread_idx, block_idx;
-inline thread_local dim3 block_dim, grid_dim;
 inline thread_local Block* current_block = nullptr;
+inline thread_local Barrier* current_grid = nullptr;  // a cooperative launch's every thread
+
+// The running block's copy of a __shared__ declaration (named by where it stands in its source), made on first use.
+template <typename T>
+T& block_shared(const char* where) {
+  std::lock_guard<std::mutex> lock(current_block->shared_mutex);
+  auto& slot = current_block->shared[{where, std::type_index(typeid(T))}];
+  if (!slot) {
+    slot.reset(new unsigned char[sizeof(T)]);
+    std::memset(slot.get(), 0xFF, sizeof(T));
+  }
+  return *reinterpret_cast<T*>(slot.get());
+}
 
 inline int linear_thread() {
-  return static_cast<int>(thread_idx.x + block_dim.x * (thread_idx.y + block_dim.y * thread_idx.z));
+  return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
 }
 
 inline void syncthreads() { current_block->block.wait(); }
@@ -100,12 +128,12 @@ void launch(dim3 grid, dim3 block, Body&& body) {
   pool.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      thread_idx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+      threadIdx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
                     static_cast<unsigned>(t) / (block.x * block.y)};
-      block_dim = block;
-      grid_dim = grid;
+      blockDim = block;
+      gridDim = grid;
       for (size_t b = 0; b < blocks; ++b) {
-        block_idx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+        blockIdx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
                      static_cast<unsigned>(b / (static_cast<size_t>(grid.x) * grid.y))};
         current_block = states[b].get();
         body();
@@ -118,18 +146,85 @@ void launch(dim3 grid, dim3 block, Body&& body) {
   for (auto& th : pool) th.join();
 }
 
+// A cooperative launch: every thread of every block at once, so that the grid-wide sync can meet.
+template <typename Body>
+void launch_cooperative(dim3 grid, dim3 block, Body&& body) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  const size_t blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
+  std::vector<std::unique_ptr<Block>> states;
+  for (size_t b = 0; b < blocks; ++b) states.push_back(std::make_unique<Block>(threads));
+  Barrier whole_grid(static_cast<int>(blocks) * threads);
+  std::vector<std::thread> pool;
+  for (size_t b = 0; b < blocks; ++b) {
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, b, t] {
+        threadIdx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+                      static_cast<unsigned>(t) / (block.x * block.y)};
+        blockIdx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                     static_cast<unsigned>(b / (static_cast<size_t>(grid.x) * grid.y))};
+        blockDim = block;
+        gridDim = grid;
+        current_block = states[b].get();
+        current_grid = &whole_grid;
+        body();
+        current_block->block.leave();
+        current_block->warps[static_cast<size_t>(t / 32)]->leave();
+        whole_grid.leave();
+        current_grid = nullptr;
+      });
+    }
+  }
+  for (auto& th : pool) th.join();
+}
+
+template <typename T>
+T load_global(const T* p) {
+  return *p;
+}
+
 }  // namespace ptrain_emulation
 
-#define threadIdx ::ptrain_emulation::thread_idx
-#define blockIdx ::ptrain_emulation::block_idx
-#define blockDim ::ptrain_emulation::block_dim
-#define gridDim ::ptrain_emulation::grid_dim
-#undef __shared__
-#define __shared__ static
+namespace cooperative_groups {
+struct grid_group {
+  void sync() const { ::ptrain_emulation::current_grid->wait(); }
+};
+inline grid_group this_grid() { return {}; }
+}  // namespace cooperative_groups
+
+// The runtime's C++ launch of a typed kernel, as batch_norm.cu's cooperative launches call it: run as cooperative
+// when the config says so, else block after block.
+template <typename... Params, typename... Args>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(Params...), Args&&... args) {
+  bool cooperative = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == cudaLaunchAttributeCooperative && config->attrs[i].val.cooperative) cooperative = true;
+  auto body = [&] { kernel(static_cast<Params>(args)...); };
+  if (cooperative) {
+    ::ptrain_emulation::launch_cooperative(config->gridDim, config->blockDim, body);
+  } else {
+    ::ptrain_emulation::launch(config->gridDim, config->blockDim, body);
+  }
+  return cudaSuccess;
+}
+
+// Every kernel: one block a multiprocessor.
+template <typename Kernel>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel*, int, size_t) {
+  *blocks = 1;
+  return cudaSuccess;
+}
+
 #define __launch_bounds__(...)
 #define __syncthreads() ::ptrain_emulation::syncthreads()
 #define __shfl_xor_sync(mask, value, lane_mask) ::ptrain_emulation::shfl_xor((value), (lane_mask))
 #define cudaGetLastError() cudaSuccess
+#define __ldg(p) ::ptrain_emulation::load_global(p)
+#define __ldcg(p) ::ptrain_emulation::load_global(p)
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+// CUDA's min and max take two integers of either width, as std::min and std::max do not.
+template <typename A, typename B>
+inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }
+template <typename A, typename B>
+inline std::common_type_t<A, B> max(A a, B b) { return a < b ? b : a; }
 using std::isnan;

@@ -1,6 +1,7 @@
 // ptrain's CUDA kernels run on the CPU through cuda_emulation.h (one host thread per CUDA thread), against LibTorch
 // on the CPU: the column sums of cuda/column_sums.cuh behind a linear layer's bias gradient (alone, and after GELU's
-// backward in cuda/linear.cu), and the residual add + LayerNorm of cuda/layer_norm.cu, forward and backward. This is
+// backward in cuda/linear.cu), the residual add + LayerNorm of cuda/layer_norm.cu, and the batch norm + ReLU of
+// cuda/batch_norm.cu (split and single pass, forward and backward), each forward and backward. This is
 // where kernels written without a GPU get their indexing, coverage and reduction order checked before a device call;
 // the GPU parity tests (tests/kernels/linear_test.cpp, layer_norm_test.cpp) stay the word on the device itself.
 #include <gtest/gtest.h>
@@ -104,6 +105,81 @@ TEST(EmulatedKernels, AddLayerNormMatchesLibTorch) {
     EXPECT_LT(relative_error(grad_branch, rb.grad()), 1e-2) << what << ": dbranch";
     EXPECT_LT(relative_error(grad_weight, rw.grad()), 1e-4) << what << ": dweight";
     EXPECT_LT(relative_error(grad_bias, rc.grad()), 1e-4) << what << ": dbias";
+  }
+}
+
+// Training-mode batch norm + ReLU (+ residual) over NHWC rows, forward and backward, in both of batch_norm.cu's
+// forms: three launches (split) and one cooperative launch (single pass, every block at once here). far: a mean of
+// 1000 with a spread of 0.1, where statistics taken carelessly lose the variance.
+void expect_batch_norm_matches(torch::ScalarType dtype, int64_t rows, int64_t channels, bool residual, bool far,
+                               cuda::BatchNormPasses passes) {
+  const std::string what = std::to_string(rows) + "x" + std::to_string(channels) + " " + c10::toString(dtype) +
+                           (residual ? " residual" : "") + (far ? " far from zero" : "") +
+                           (passes == cuda::BatchNormPasses::kSplit ? " split" : " single pass");
+  const auto x = (far ? torch::randn({rows, channels}) * 0.1 + 1000 : torch::randn({rows, channels}) * 2 + 0.5).to(dtype);
+  const auto r = torch::randn({rows, channels}).to(dtype);
+  const auto weight = torch::rand({channels}) + 0.5, bias = torch::randn({channels}) * 0.1;
+  const auto dy = torch::randn({rows, channels}).to(dtype);
+  auto running_mean = torch::zeros({channels}), running_var = torch::ones({channels});
+  auto mean = torch::empty({channels}), invstd = torch::empty({channels}), scale_shift = torch::empty({2 * channels});
+  auto y = torch::empty({rows, channels}, dtype);
+  auto ws = workspace(cuda::batch_norm_workspace_floats(rows, channels));
+  const cuda::BatchNormShape shape{dtype_of(dtype), cuda::Dtype::kFloat, rows, channels};
+  const cuda::BatchNormSide side{weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(),
+                                 0.1, 1e-5, mean.data_ptr<float>(), invstd.data_ptr<float>(),
+                                 scale_shift.data_ptr<float>()};
+  cuda::BatchNormForwardRun run;
+  run.passes = passes;
+  const bool single = cuda::batch_norm_relu_forward(
+      shape, {x.data_ptr(), residual ? r.data_ptr() : nullptr, true, y.data_ptr()}, side, ws.data_ptr<float>(), nullptr, run);
+  EXPECT_EQ(single, passes == cuda::BatchNormPasses::kSinglePass) << what << ": which form ran";
+
+  auto dx = torch::empty({rows, channels}, dtype), dr = torch::empty({rows, channels}, dtype);
+  auto dweight = torch::empty({channels}), dbias = torch::empty({channels});
+  auto ws2 = workspace(cuda::batch_norm_workspace_floats(rows, channels));
+  const cuda::BatchNormReluBackwardIo io{dy.data_ptr(), nullptr, residual ? y.data_ptr() : nullptr, x.data_ptr(), true,
+                                         dx.data_ptr(), residual ? dr.data_ptr() : nullptr};
+  cuda::batch_norm_relu_backward(shape, io, side, {dweight.data_ptr(), dbias.data_ptr()}, ws2.data_ptr<float>(),
+                                 nullptr, passes);
+
+  // LibTorch in fp64 on the same inputs.
+  auto rx = x.to(torch::kDouble).requires_grad_(true), rr = r.to(torch::kDouble).requires_grad_(true);
+  auto rw = weight.to(torch::kDouble).requires_grad_(true), rb = bias.to(torch::kDouble).requires_grad_(true);
+  auto want_running_mean = torch::zeros({channels}, torch::kDouble), want_running_var = torch::ones({channels}, torch::kDouble);
+  auto z = torch::batch_norm(rx, rw, rb, want_running_mean, want_running_var, true, 0.1, 1e-5, false);
+  if (residual) z = z + rr;
+  auto ry = torch::relu(z);
+  ry.backward(dy.to(torch::kDouble));
+  const auto xd = x.to(torch::kDouble);
+  const double spread = xd.std(0).mean().item<double>();
+  // fp32 statistics of the same values: within fp32's rounding, except far from zero, where the mean's rounding
+  // (6e-5 at 1000) is a part in 1,600 of the spread and the variance's a part in a thousand.
+  EXPECT_LT((mean.to(torch::kDouble) - xd.mean(0)).abs().max().item<double>(), (far ? 1e-2 : 1e-5) * spread)
+      << what << ": mean";
+  EXPECT_LT(relative_error(invstd, 1.0 / (xd.var(0, false) + 1e-5).sqrt()), far ? 1e-3 : 1e-5) << what << ": invstd";
+  EXPECT_LT(relative_error(running_mean, want_running_mean), 1e-4) << what << ": running mean";
+  EXPECT_LT(relative_error(running_var, want_running_var), 1e-3) << what << ": running var";
+  const double tol = dtype == torch::kFloat ? (far ? 1e-3 : 1e-5) : 1e-2;
+  EXPECT_LT(relative_error(y, ry), tol) << what << ": y";
+  // Far from zero, fp32's step at 1000 (6e-5) is 6e-4 of the spread: the ReLU's mask differs from fp64's wherever the
+  // normalised value is that close to zero, and with it the gradients, as they would on a GPU. The statistics above
+  // are what that case checks.
+  if (far) return;
+  EXPECT_LT(relative_error(dx, rx.grad()), tol * 2) << what << ": dx";
+  if (residual) { EXPECT_LT(relative_error(dr, rr.grad()), tol) << what << ": dresidual"; }
+  EXPECT_LT(relative_error(dweight, rw.grad()), tol) << what << ": dweight";
+  EXPECT_LT(relative_error(dbias, rb.grad()), tol) << what << ": dbias";
+}
+
+TEST(EmulatedKernels, BatchNormReluMatchesLibTorch) {
+  torch::manual_seed(34);
+  for (const auto passes : {cuda::BatchNormPasses::kSplit, cuda::BatchNormPasses::kSinglePass}) {
+    // 2,600 rows: three chunks split (1,024 rows each), two in the single pass (one a multiprocessor), so that the
+    // chunks' statistics are merged.
+    expect_batch_norm_matches(torch::kBFloat16, 2600, 64, false, false, passes);
+    expect_batch_norm_matches(torch::kBFloat16, 2600, 64, true, false, passes);
+    expect_batch_norm_matches(torch::kFloat, 77, 16, true, false, passes);
+    expect_batch_norm_matches(torch::kFloat, 2100, 32, false, true, passes);
   }
 }
 
