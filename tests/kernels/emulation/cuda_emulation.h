@@ -78,7 +78,7 @@ struct Block {
   }
   Barrier block;
   std::vector<std::unique_ptr<Barrier>> warps;
-  std::vector<float> exchange;  // one slot a thread, for the warp shuffles
+  std::vector<uint64_t> exchange;  // one slot a thread, for the warp shuffles
   std::mutex shared_mutex;
   std::map<std::pair<std::string, std::type_index>, std::unique_ptr<unsigned char[]>> shared;
 };
@@ -104,12 +104,15 @@ inline int linear_thread() {
 
 inline void syncthreads() { current_block->block.wait(); }
 
-inline float shfl_xor(float v, int lane_mask) {
+template <typename T>
+T shfl_xor(T v, int lane_mask) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "a warp shuffle moves 4 or 8 bytes");
   const int t = linear_thread(), warp = t / 32;
   Barrier& barrier = *current_block->warps[static_cast<size_t>(warp)];
-  current_block->exchange[static_cast<size_t>(t)] = v;
+  std::memcpy(&current_block->exchange[static_cast<size_t>(t)], &v, sizeof(T));
   barrier.wait();
-  const float other = current_block->exchange[static_cast<size_t>(warp * 32 + ((t % 32) ^ lane_mask))];
+  T other;
+  std::memcpy(&other, &current_block->exchange[static_cast<size_t>(warp * 32 + ((t % 32) ^ lane_mask))], sizeof(T));
   barrier.wait();
   return other;
 }

@@ -1,5 +1,7 @@
 // The CUDA runtime calls ptrain's kernel launchers make, for the CPU emulation (cuda_emulation.h): a device of
-// kEmulatedMultiprocessors multiprocessors, memory the host's. Anything else the launchers would ask is refused.
+// kEmulatedMultiprocessors multiprocessors, memory the host's, and the intrinsics nvcc would inline. Anything else
+// the launchers would ask is refused.
+#include <cmath>
 #include <cstring>
 
 #include "cuda_emulation.h"
@@ -23,5 +25,8 @@ cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t bytes, cudaStre
 }
 
 const char* CUDARTAPI cudaGetErrorString(cudaError_t) { return "an error of the emulated CUDA runtime"; }
+
+// The device's fast exponential (ex2.approx on a GPU, within 2 ulp there): the exact one here.
+float __expf(float x) { return std::exp(x); }
 
 }  // extern "C"

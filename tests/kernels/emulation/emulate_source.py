@@ -18,6 +18,7 @@ from pathlib import Path
 LAUNCH = re.compile(r"<<<(?P<config>.*?)>>>\s*\((?P<args>.*?)\)\s*;", re.S)
 SHARED = re.compile(r"__shared__\s+(?P<type>[\w:<>]+)\s+(?P<declarators>[^;]+);")
 DECLARATOR = re.compile(r"^(?P<name>\w+)\s*(?P<dims>(?:\[[^\]]+\]\s*)+)$")
+STATEMENT_END = re.compile(r"[;{}]|(?<!:):(?!:)")
 ASM = re.compile(r"asm\s+volatile\s*\(.*?\)\s*;", re.S)
 
 
@@ -35,13 +36,38 @@ def split_top_level(text):
     return parts
 
 
+def control_prefix_length(text):
+    """The length of the `if (...)`, `else if (...)` and `else` that open text, with their spaces."""
+    pos = 0
+    while True:
+        rest = text[pos:]
+        stripped = rest.lstrip()
+        skip = len(rest) - len(stripped)
+        if re.match(r"else\b", stripped):
+            pos += skip + 4
+            continue
+        if re.match(r"if\s*\(", stripped):
+            i = pos + skip + stripped.index("(")
+            depth = 0
+            for j in range(i, len(text)):
+                depth += {"(": 1, ")": -1}.get(text[j], 0)
+                if depth == 0:
+                    break
+            pos = j + 1
+            continue
+        return pos
+
+
 def rewrite(source):
     out, pos = [], 0
     for m in LAUNCH.finditer(source):
         # The kernel expression ends where the launch starts; it begins after the statement before it.
         head = source[pos:m.start()]
-        cut = max(head.rfind(";"), head.rfind("{"), head.rfind("}"))
-        statement_start = cut + 1
+        # The statement starts after the last ;, { or } before it, or after a case label's lone colon.
+        ends = [m2.end() for m2 in STATEMENT_END.finditer(head)]
+        statement_start = ends[-1] if ends else 0
+        # An unbraced `if (...)` or `else` before the launch stays outside it: the launch is its statement.
+        statement_start += control_prefix_length(head[statement_start:])
         kernel = head[statement_start:].strip()
         if not kernel:
             raise SystemExit(f"a launch without a kernel name near offset {m.start()}")

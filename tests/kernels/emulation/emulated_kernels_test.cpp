@@ -1,7 +1,8 @@
 // ptrain's CUDA kernels run on the CPU through cuda_emulation.h (one host thread per CUDA thread), against LibTorch
 // on the CPU: the column sums of cuda/column_sums.cuh behind a linear layer's bias gradient (alone, and after GELU's
-// backward in cuda/linear.cu), the residual add + LayerNorm of cuda/layer_norm.cu, and the batch norm + ReLU of
-// cuda/batch_norm.cu (split and single pass, forward and backward), each forward and backward. This is
+// backward in cuda/linear.cu), the residual add + LayerNorm of cuda/layer_norm.cu, the batch norm + ReLU of
+// cuda/batch_norm.cu (split and single pass), the cross-entropy of cuda/cross_entropy.cu and the max pooling of
+// cuda/max_pool.cu, each forward and backward. This is
 // where kernels written without a GPU get their indexing, coverage and reduction order checked before a device call;
 // the GPU parity tests (tests/kernels/linear_test.cpp, layer_norm_test.cpp) stay the word on the device itself.
 #include <gtest/gtest.h>
@@ -180,6 +181,66 @@ TEST(EmulatedKernels, BatchNormReluMatchesLibTorch) {
     expect_batch_norm_matches(torch::kBFloat16, 2600, 64, true, false, passes);
     expect_batch_norm_matches(torch::kFloat, 77, 16, true, false, passes);
     expect_batch_norm_matches(torch::kFloat, 2100, 32, false, true, passes);
+  }
+}
+
+// Rows of logits wider than their classes (a padded vocabulary), a row stride that leaves rows unaligned, and one
+// label out of range (NaN, not a silent number).
+TEST(EmulatedKernels, CrossEntropyMatchesLibTorch) {
+  torch::manual_seed(35);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    const int64_t rows = 6, classes = 500, width = 512, stride = 530;
+    const std::string what = c10::toString(dtype);
+    const auto storage = (torch::randn({rows, stride}) * 3).to(dtype);
+    const auto logits = storage.narrow(1, 0, width);
+    auto labels = torch::randint(classes, {rows}, torch::kInt64);
+    labels[2] = classes + 3;
+    auto loss = torch::empty({rows}), lse = torch::empty({rows}), correct = torch::empty({rows});
+    const cuda::CrossEntropyLogits in{dtype_of(dtype), storage.data_ptr(), rows, classes, stride, labels.data_ptr<int64_t>()};
+    cuda::cross_entropy_forward(in, loss.data_ptr<float>(), lse.data_ptr<float>(), correct.data_ptr<float>(), nullptr);
+    const auto x = logits.narrow(1, 0, classes).to(torch::kDouble);
+    const auto want_lse = x.logsumexp(1);
+    const auto valid = labels < classes;
+    const auto safe = labels.clamp_max(classes - 1);
+    const auto want_loss = want_lse - x.gather(1, safe.unsqueeze(1)).squeeze(1);
+    EXPECT_TRUE(std::isnan(loss[2].item<float>())) << what << ": a label out of range";
+    EXPECT_LT(relative_error(loss.masked_select(valid), want_loss.masked_select(valid)), 1e-5) << what << ": loss";
+    EXPECT_LT(relative_error(lse, want_lse), 1e-6) << what << ": lse";
+    const auto want_correct = (x.argmax(1) == labels).to(torch::kFloat);
+    EXPECT_TRUE(torch::equal(correct, want_correct)) << what << ": correct";
+
+    auto grad = torch::full({rows, width}, std::nanf("")).to(dtype);
+    const auto scale = torch::full({}, 0.25f);
+    cuda::cross_entropy_backward(in, width, lse.data_ptr<float>(), scale.data_ptr<float>(), grad.data_ptr(), width, nullptr);
+    auto want = (x - want_lse.unsqueeze(1)).exp();
+    want.scatter_add_(1, safe.unsqueeze(1), -valid.to(torch::kDouble).unsqueeze(1));
+    want = want * 0.25;
+    EXPECT_LT(relative_error(grad.narrow(1, 0, classes), want), dtype == torch::kFloat ? 1e-5 : 1e-2) << what << ": grad";
+    EXPECT_TRUE(torch::equal(grad.narrow(1, classes, width - classes), torch::zeros({rows, width - classes}, dtype)))
+        << what << ": the padding's gradient";
+  }
+}
+
+// ResNet's stem pooling (3x3, stride 2, padding 1) over NHWC, against LibTorch's max_pool2d: the maxima, and in fp32
+// (no ties) the gradient through the positions kept.
+TEST(EmulatedKernels, MaxPoolMatchesLibTorch) {
+  torch::manual_seed(36);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    const std::string what = c10::toString(dtype);
+    const cuda::PoolShape shape{2, 16, 9, 11, 5, 6, 3, 2, 1};
+    const auto x = torch::randn({shape.batch, shape.in_h, shape.in_w, shape.channels}).to(dtype);
+    auto y = torch::empty({shape.batch, shape.out_h, shape.out_w, shape.channels}, dtype);
+    auto positions = torch::empty({shape.batch, shape.out_h, shape.out_w, shape.channels}, torch::kUInt8);
+    cuda::max_pool_forward(dtype_of(dtype), x.data_ptr(), shape, y.data_ptr(), positions.data_ptr<uint8_t>(), nullptr);
+    auto rx = x.to(torch::kFloat).permute({0, 3, 1, 2}).contiguous().requires_grad_(true);
+    auto ry = torch::max_pool2d(rx, {3, 3}, {2, 2}, {1, 1});
+    EXPECT_TRUE(torch::equal(y.to(torch::kFloat), ry.permute({0, 2, 3, 1}).detach())) << what << ": y";
+    if (dtype != torch::kFloat) continue;
+    const auto dy = torch::randn(y.sizes());
+    auto dx = torch::full(x.sizes(), std::nanf(""));
+    cuda::max_pool_backward(cuda::Dtype::kFloat, dy.data_ptr(), positions.data_ptr<uint8_t>(), shape, dx.data_ptr(), nullptr);
+    ry.backward(dy.permute({0, 3, 1, 2}));
+    EXPECT_LT(relative_error(dx, rx.grad().permute({0, 2, 3, 1})), 1e-6) << what << ": dx";
   }
 }
 
