@@ -3,8 +3,9 @@
 # [".gpu-deps", ".data"]: bash scripts/fetch-gpu-deps.sh, and mkdir -p .data && cp ../shared/data/cifar10-jpg.tar.xz
 # .data/ (GPT trains on synthetic tokens, but gpu_session.sh's build and profile steps unpack the archive first):
 #   bash docs/results/2026-12-07-gpu-gpt-bias-gradients/call1.sh
-# (1) builds ptrain and test_kernels (BUILT=1: the caller did, in the same call); (2) the parity tests of the new
-# kernels first (FusedLinear.*, FusedAddLayerNorm.*), and stops there if they fail: a wrong gradient is not timed;
+# (1) builds ptrain, test_kernels and gpt_block_bench (BUILT=1: the caller did, in the same call); (2) the parity tests
+# of the new kernels first (FusedLinear.*, FusedAddLayerNorm.*), and stops there if they fail: a wrong gradient is not
+# timed; then gpt_block_bench, the kernels alone against a copy of the same bytes;
 # (3) GPT-2 large in amp-bf16 with every fusion, with --skip-fusions bias-gradients and with --skip-fusions
 # residual-adds, interleaved, two rounds, then GPT-2 XL one round of each; (4) a trace of two GPT-2 large steps with every fusion, summed by kernel family
 # (scripts/trace_summary.py), to set beside the 2026-12-03 trace (docs/results/2026-12-03-h200-fp8/raw.tar.xz,
@@ -19,7 +20,7 @@ left() { echo $(( ${1} - ($(date +%s) - t0) )); }  # seconds left of a budget of
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,memory.total,driver_version --format=csv | tee $R/gpu.txt
 git log -1 --format="%H %s" > $R/commit.txt 2>/dev/null || true
 if [ -z "${BUILT:-}" ]; then
-  BUILD_TARGETS="ptrain test_kernels" OUT=$R scripts/gpu_session.sh build > $R/build.txt 2>&1
+  BUILD_TARGETS="ptrain test_kernels gpt_block_bench" OUT=$R scripts/gpu_session.sh build > $R/build.txt 2>&1
   echo "build rc $? at $(( $(date +%s) - t0 )) s"; tail -n 2 $R/build.txt
 fi
 export LD_LIBRARY_PATH=$PWD/.gpu-deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -29,6 +30,11 @@ echo "parity rc $parity at $(( $(date +%s) - t0 )) s"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|Expected|Which is|dbias|dweight|dx" $R/parity.log | head -30
 pack
 [ $parity -eq 0 ] || { echo "parity failed: nothing timed"; exit 1; }
+
+# The kernels alone at GPT-2 small, large and XL's widths, beside a copy of the same bytes (bench/kernels).
+bench=$(find build-gpu -name gpt_block_bench -type f -perm -u+x | head -1)
+[ -n "$bench" ] && { timeout 60 $bench > $R/gpt-block-bench.txt 2>&1; echo "gpt_block_bench rc $?"; cat $R/gpt-block-bench.txt; }
+pack
 
 show() { python3 -c "import json,sys;r=json.load(open(sys.argv[1]));g=2**30;k=r.get('kernels') or {};print(' steady tok/s', round(r.get('steady_tokens_per_second') or 0), 'alloc %.2f nvml %.2f GiB' % ((r.get('peak_allocated_bytes') or 0)/g, (r.get('peak_nvml_used_bytes') or 0)/g), 'graphs', r.get('cuda_graphs'), 'mfu', r.get('mfu'), 'skipped', k.get('skipped_fusions'), 'loss', r.get('final_train_loss'))" $1 2>&1 | cut -c1-400; }
 run() { local name=$1; shift; local st=$(date +%s); timeout 120 "$@" --metrics-out $R/$name.json > $R/$name.log 2>&1; echo "$name rc=$? $(( $(date +%s) - st )) s"; show $R/$name.json; grep -iE "error" $R/$name.log | head -3 | cut -c1-300; pack; }
