@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # NOT RUN yet (no device machine was lent in the session that wrote it). One device call, about 9 minutes, carry
-# [".gpu-deps", ".data"]: bash scripts/fetch-gpu-deps.sh, and mkdir -p .data && cp ../shared/data/cifar10-jpg.tar.xz
-# .data/ (GPT trains on synthetic tokens, but gpu_session.sh's build and profile steps unpack the archive first):
+# [".gpu-deps", ".data", ".gpu-bin"]: bash scripts/fetch-gpu-deps.sh, mkdir -p .data && cp
+# ../shared/data/cifar10-jpg.tar.xz .data/ (GPT trains on synthetic tokens, but gpu_session.sh's build and profile
+# steps unpack the archive first), and bash docs/results/2026-12-07-gpu-gpt-bias-gradients/prepare_bench.sh (the two
+# LayerNorm builds of gpt_block_bench, 14 MB; without them that step is left out):
 #   bash docs/results/2026-12-07-gpu-gpt-bias-gradients/call1.sh
 # (1) builds ptrain, test_kernels and gpt_block_bench (BUILT=1: the caller did, in the same call); (2) the parity tests
 # of the new kernels first (FusedLinear.*, FusedAddLayerNorm.*), and stops there if they fail: a wrong gradient is not
@@ -34,6 +36,15 @@ pack
 # The kernels alone at GPT-2 small, large and XL's widths, beside a copy of the same bytes (bench/kernels).
 bench=$(find build-gpu -name gpt_block_bench -type f -perm -u+x | head -1)
 [ -n "$bench" ] && { timeout 60 $bench > $R/gpt-block-bench.txt 2>&1; echo "gpt_block_bench rc $?"; cat $R/gpt-block-bench.txt; }
+# prepare_bench.sh's two builds, when carried: the LayerNorm as committed and with ln-resident.patch, interleaved.
+if [ -x .gpu-bin/gbb_head ] && [ -x .gpu-bin/gbb_resident ]; then
+  for round in 1 2; do
+    for v in head resident; do
+      timeout 60 .gpu-bin/gbb_$v --widths 768,1280,1600 > $R/gbb-$v-$round.txt 2>&1; echo "gbb_$v round $round rc $?"
+    done
+  done
+  for f in $R/gbb-*-[12].txt; do echo "== $f"; grep -E "^ln " "$f"; done
+fi
 pack
 
 show() { python3 -c "import json,sys;r=json.load(open(sys.argv[1]));g=2**30;k=r.get('kernels') or {};print(' steady tok/s', round(r.get('steady_tokens_per_second') or 0), 'alloc %.2f nvml %.2f GiB' % ((r.get('peak_allocated_bytes') or 0)/g, (r.get('peak_nvml_used_bytes') or 0)/g), 'graphs', r.get('cuda_graphs'), 'mfu', r.get('mfu'), 'skipped', k.get('skipped_fusions'), 'loss', r.get('final_train_loss'))" $1 2>&1 | cut -c1-400; }

@@ -68,44 +68,57 @@ TEST(EmulatedKernels, GeluBackwardThenBiasGradientMatchesLibTorch) {
   }
 }
 
-// The fused residual add + LayerNorm, forward and backward, with the sum's gradient from a later use.
+// The fused residual add + LayerNorm, forward and backward, with the sum's gradient from a later use; and the plain
+// LayerNorm (no branch) that starts the chain. Widths of one, two (part used) and seven (part used) groups of 256.
+void expect_layer_norm_matches(int64_t rows, int64_t cols, torch::ScalarType out_dtype, bool with_branch) {
+  const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + c10::toString(out_dtype) +
+                           (with_branch ? " + branch" : "");
+  const auto x = torch::randn({rows, cols}) * 3 + 1;
+  const auto branch = torch::randn({rows, cols}).to(torch::kBFloat16);
+  const auto weight = torch::rand({cols}) + 0.5, bias = torch::randn({cols}) * 0.1;
+  const auto dout = torch::randn({rows, cols}).to(out_dtype);
+  const auto dsum = torch::randn({rows, cols});
+
+  auto sum = torch::full({rows, cols}, std::nanf("")), out = torch::empty({rows, cols}, out_dtype);
+  auto mean = torch::empty({rows}), rstd = torch::empty({rows});
+  const cuda::LayerNormShape shape{with_branch ? cuda::Dtype::kBFloat16 : cuda::Dtype::kFloat, dtype_of(out_dtype), rows,
+                                   cols};
+  cuda::add_layer_norm_forward(shape, {x.data_ptr<float>(), with_branch ? branch.data_ptr() : nullptr,
+                                       with_branch ? sum.data_ptr<float>() : nullptr, out.data_ptr(),
+                                       mean.data_ptr<float>(), rstd.data_ptr<float>()},
+                               weight.data_ptr<float>(), bias.data_ptr<float>(), 1e-5, nullptr);
+  const auto& input = with_branch ? sum : x;
+  auto grad_input = torch::empty({rows, cols}), grad_branch = torch::empty({rows, cols}, torch::kBFloat16);
+  auto grad_weight = torch::empty({cols}), grad_bias = torch::empty({cols});
+  auto ws = workspace(cuda::layer_norm_workspace_floats(rows, cols));
+  cuda::add_layer_norm_backward(shape, {dout.data_ptr(), with_branch ? dsum.data_ptr<float>() : nullptr,
+                                        input.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                        grad_input.data_ptr<float>(), with_branch ? grad_branch.data_ptr() : nullptr},
+                                weight.data_ptr<float>(), grad_weight.data_ptr<float>(), grad_bias.data_ptr<float>(),
+                                ws.data_ptr<float>(), nullptr);
+
+  auto rx = x.clone().requires_grad_(true), rb = branch.to(torch::kFloat).requires_grad_(true);
+  auto rw = weight.clone().requires_grad_(true), rc = bias.clone().requires_grad_(true);
+  auto rsum = with_branch ? rx + rb : rx;
+  auto rout = torch::layer_norm(rsum, {cols}, rw, rc, 1e-5);
+  auto loss = (rout * dout.to(torch::kFloat)).sum();
+  if (with_branch) loss = loss + (rsum * dsum).sum();
+  loss.backward();
+
+  if (with_branch) { EXPECT_LT(relative_error(sum, rsum), 1e-6) << what << ": sum"; }
+  EXPECT_LT(relative_error(out, rout), out_dtype == torch::kFloat ? 1e-5 : 1e-2) << what << ": out";
+  EXPECT_LT(relative_error(grad_input, rx.grad()), 1e-4) << what << ": dx";
+  if (with_branch) { EXPECT_LT(relative_error(grad_branch, rb.grad()), 1e-2) << what << ": dbranch"; }
+  EXPECT_LT(relative_error(grad_weight, rw.grad()), 1e-4) << what << ": dweight";
+  EXPECT_LT(relative_error(grad_bias, rc.grad()), 1e-4) << what << ": dbias";
+}
+
 TEST(EmulatedKernels, AddLayerNormMatchesLibTorch) {
   torch::manual_seed(33);
-  for (const auto& [rows, cols, out_dtype] : {std::tuple{37, 1600, torch::kBFloat16}, std::tuple{70, 264, torch::kFloat}}) {
-    const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + c10::toString(out_dtype);
-    const auto x = torch::randn({rows, cols}) * 3 + 1;
-    const auto branch = torch::randn({rows, cols}).to(torch::kBFloat16);
-    const auto weight = torch::rand({cols}) + 0.5, bias = torch::randn({cols}) * 0.1;
-    const auto dout = torch::randn({rows, cols}).to(out_dtype);
-    const auto dsum = torch::randn({rows, cols});
-
-    auto sum = torch::empty({rows, cols}), out = torch::empty({rows, cols}, out_dtype);
-    auto mean = torch::empty({rows}), rstd = torch::empty({rows});
-    const cuda::LayerNormShape shape{cuda::Dtype::kBFloat16, dtype_of(out_dtype), rows, cols};
-    cuda::add_layer_norm_forward(shape, {x.data_ptr<float>(), branch.data_ptr(), sum.data_ptr<float>(), out.data_ptr(),
-                                         mean.data_ptr<float>(), rstd.data_ptr<float>()},
-                                 weight.data_ptr<float>(), bias.data_ptr<float>(), 1e-5, nullptr);
-    auto grad_input = torch::empty({rows, cols}), grad_branch = torch::empty({rows, cols}, torch::kBFloat16);
-    auto grad_weight = torch::empty({cols}), grad_bias = torch::empty({cols});
-    auto ws = workspace(cuda::layer_norm_workspace_floats(rows, cols));
-    cuda::add_layer_norm_backward(shape, {dout.data_ptr(), dsum.data_ptr<float>(), sum.data_ptr<float>(),
-                                          mean.data_ptr<float>(), rstd.data_ptr<float>(), grad_input.data_ptr<float>(),
-                                          grad_branch.data_ptr()},
-                                  weight.data_ptr<float>(), grad_weight.data_ptr<float>(), grad_bias.data_ptr<float>(),
-                                  ws.data_ptr<float>(), nullptr);
-
-    auto rx = x.clone().requires_grad_(true), rb = branch.to(torch::kFloat).requires_grad_(true);
-    auto rw = weight.clone().requires_grad_(true), rc = bias.clone().requires_grad_(true);
-    auto rsum = rx + rb;
-    auto rout = torch::layer_norm(rsum, {cols}, rw, rc, 1e-5);
-    ((rout * dout.to(torch::kFloat)).sum() + (rsum * dsum).sum()).backward();
-
-    EXPECT_LT(relative_error(sum, rsum), 1e-6) << what << ": sum";
-    EXPECT_LT(relative_error(out, rout), out_dtype == torch::kFloat ? 1e-5 : 1e-2) << what << ": out";
-    EXPECT_LT(relative_error(grad_input, rx.grad()), 1e-4) << what << ": dx";
-    EXPECT_LT(relative_error(grad_branch, rb.grad()), 1e-2) << what << ": dbranch";
-    EXPECT_LT(relative_error(grad_weight, rw.grad()), 1e-4) << what << ": dweight";
-    EXPECT_LT(relative_error(grad_bias, rc.grad()), 1e-4) << what << ": dbias";
+  for (const bool with_branch : {true, false}) {
+    expect_layer_norm_matches(37, 1600, torch::kBFloat16, with_branch);
+    expect_layer_norm_matches(70, 264, torch::kFloat, with_branch);
+    expect_layer_norm_matches(9, 8, torch::kBFloat16, with_branch);
   }
 }
 
