@@ -7,6 +7,8 @@
 #include "gpu.h"
 #include "ptrain/kernels/fused.h"
 #include "ptrain/kernels/linear.h"
+#include "ptrain/models/gpt.h"
+#include "ptrain/precision/autocast_guard.h"
 
 namespace {
 
@@ -92,6 +94,54 @@ TEST(FusedLinear, BiasGradientOfAnUnalignedView) {
     const auto got = ptrain::kernels::fused::bias_gradient(grad, torch::kFloat);
     const auto want = grad.to(torch::kDouble).sum(0);
     EXPECT_LT(relative_error(got, want), 1e-5) << c10::toString(dtype);
+  }
+}
+
+// A GPT on the GPU in amp-bf16, with every fusion and with --skip-fusions bias-gradients,residual-adds, from the same
+// weights: the deferred residual adds compute the same fp32 sums, so the logits and the loss are the same bits; the
+// gradients differ by the bias sums' order of addition alone (bf16 rounding).
+TEST(FusedLinear, GptStepsMatchWithoutTheNewFusions) {
+  PTRAIN_REQUIRE_CUDA_KERNELS();
+  ptrain::models::GptOptions o;
+  o.vocab_size = 256;
+  o.seq_len = 32;
+  o.layers = 3;
+  o.width = 128;
+  o.heads = 4;
+  const auto tokens = torch::randint(256, {4, 33}, torch::device(torch::kCUDA).dtype(torch::kLong));
+  struct Step {
+    torch::Tensor logits;
+    std::vector<torch::Tensor> grads;
+  };
+  const auto step = [&](bool new_fusions) {
+    torch::manual_seed(23);
+    auto gpt = std::make_shared<ptrain::models::Gpt>(o);
+    gpt->to(torch::kCUDA);
+    gpt->set_fused_kernels(true);
+    if (!new_fusions) gpt->set_fusions(ptrain::models::fusions_skipping({"bias-gradients", "residual-adds"}));
+    gpt->train();
+    Step out;
+    torch::Tensor loss;
+    {
+      ptrain::precision::AutocastGuard autocast(c10::DeviceType::CUDA, true, torch::kBFloat16);
+      out.logits = gpt->forward(tokens.narrow(1, 0, 32));
+      loss = torch::cross_entropy_loss(out.logits.reshape({-1, out.logits.size(-1)}).to(torch::kFloat),
+                                       tokens.narrow(1, 1, 32).reshape({-1}));
+      if (new_fusions) {
+        const auto found = autograd_functions(loss, {"FusedLinear", "FusedAddLayerNorm"});
+        EXPECT_EQ(found.size(), 2u) << "the fused linear layers and add + LayerNorm ran";
+      }
+    }
+    loss.backward();
+    for (const auto& p : gpt->parameters()) out.grads.push_back(p.grad());
+    return out;
+  };
+  const Step with = step(true), without = step(false);
+  EXPECT_TRUE(torch::equal(with.logits, without.logits));
+  ASSERT_EQ(with.grads.size(), without.grads.size());
+  for (size_t i = 0; i < with.grads.size(); ++i) {
+    ASSERT_TRUE(with.grads[i].defined() && without.grads[i].defined()) << "parameter " << i;
+    EXPECT_LT(relative_error(with.grads[i], without.grads[i]), 2e-2) << "parameter " << i;
   }
 }
 
