@@ -30,15 +30,13 @@
 #include <string>
 #include <vector>
 
+#include "kernel_timing.h"
 #include "ptrain/kernels/cuda/launch.h"
 
 namespace {
 
+using ptrain::bench::check;
 using ptrain::kernels::cuda::Dtype;
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 // One batch norm of the network: where it sits, its activations [rows, channels], and what follows it.
 struct Layer {
@@ -72,13 +70,6 @@ std::vector<Layer> resnet50_layers(int64_t batch, int64_t image) {
 
 int element_bytes(Dtype dtype) { return dtype == Dtype::kFloat ? 4 : 2; }
 
-struct Timer {
-  cudaEvent_t start, stop;
-  Timer() {
-    check(cudaEventCreate(&start), "cudaEventCreate");
-    check(cudaEventCreate(&stop), "cudaEventCreate");
-  }
-};
 
 }  // namespace
 
@@ -145,45 +136,21 @@ int main(int argc, char** argv) {
   const ptrain::kernels::cuda::BatchNormGrads grads{dweight, dweight + max_channels};
   std::vector<float> ones(max_channels, 1.0f);
   check(cudaMemcpy(weight, ones.data(), max_channels * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-  void* flush;
-  const size_t flush_bytes = size_t(256) << 20;
-  check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  Timer timer;
-
-  // Median time in µs of fn over reps runs, each after the L2 flush unless --warm.
-  const auto time_us = [&](auto&& fn) {
-    std::vector<float> ms(reps);
-    fn();  // first run: module load, caches
-    for (int r = 0; r < reps; ++r) {
-      if (!warm) check(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream), "flush");
-      check(cudaEventRecord(timer.start, stream), "cudaEventRecord");
-      fn();
-      check(cudaEventRecord(timer.stop, stream), "cudaEventRecord");
-      check(cudaEventSynchronize(timer.stop), "cudaEventSynchronize");
-      check(cudaEventElapsedTime(&ms[r], timer.start, timer.stop), "cudaEventElapsedTime");
-    }
-    std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-    return 1000.0 * ms[reps / 2];
-  };
+  ptrain::bench::KernelTimer timer(stream, reps, warm);
+  const auto time_us = [&](auto&& fn) { return timer.median_us(fn); };
   const auto tbps = [](double moved, double us) { return moved / (us * 1e-6) / 1e12; };
 
   int device;
   cudaDeviceProp prop;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  // The memory's peak from the device itself: two transfers a clock (double data rate) over the bus.
-  int memory_clock_khz = 0, bus_bits = 0;
-  if (cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    std::fprintf(stderr, "batch_norm_bench: the device does not report its memory clock: no peak to compare with\n");
-  }
-  const double peak_tbps = 2.0 * memory_clock_khz * 1e3 * (bus_bits / 8.0) / 1e12;
+  const ptrain::bench::MemoryPeak peak = ptrain::bench::memory_peak(device, "batch_norm_bench");
+  const double peak_tbps = peak.tbps;
   std::printf("# %s, %d SMs, L2 %d MiB, memory peak %.2f TB/s (%d MHz x %d bits x 2, read off the device); ResNet-50 "
               "batch %lld, %lld px, %s, %s, median of %d\n",
-              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, peak_tbps, memory_clock_khz / 1000, bus_bits,
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, peak_tbps, peak.clock_khz / 1000, peak.bus_bits,
               static_cast<long long>(batch), static_cast<long long>(image), dtype_name.c_str(), warm ? "warm L2" : "cold L2",
               reps);
   if (phases) {
@@ -204,7 +171,7 @@ int main(int argc, char** argv) {
             side, workspace, stream, {ptrain::kernels::cuda::BatchNormPasses::kAuto, into, &blocks});
       };
       forward(nullptr);
-      if (!warm) check(cudaMemsetAsync(flush, 1, flush_bytes, stream), "flush");
+      timer.flush_l2(1);
       forward(stamps);
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       if (!single) {

@@ -26,15 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "kernel_timing.h"
 #include "ptrain/kernels/cuda/launch.h"
 
 namespace {
 
 namespace cuda = ptrain::kernels::cuda;
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
+using ptrain::bench::check;
 
 void* device_buffer(size_t bytes) {
   void* p = nullptr;
@@ -83,42 +81,17 @@ int main(int argc, char** argv) {
   const int64_t workspace_floats =
       std::max(cuda::layer_norm_workspace_floats(rows, widest), cuda::bias_gradient_workspace_floats(rows, 4 * widest));
   float* workspace = static_cast<float*>(device_buffer(workspace_floats * sizeof(float)));
-  void* flush = nullptr;
-  const size_t flush_bytes = size_t(256) << 20;
-  check(cudaMalloc(&flush, flush_bytes), "cudaMalloc");
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-
-  const auto time_us = [&](auto&& fn) {
-    std::vector<float> ms(reps);
-    fn();
-    for (int r = 0; r < reps; ++r) {
-      if (!warm) check(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream), "flush");
-      check(cudaEventRecord(start, stream), "cudaEventRecord");
-      fn();
-      check(cudaEventRecord(stop, stream), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-      check(cudaEventElapsedTime(&ms[r], start, stop), "cudaEventElapsedTime");
-    }
-    std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-    return 1000.0 * ms[reps / 2];
-  };
+  ptrain::bench::KernelTimer timer(stream, reps, warm);
+  const auto time_us = [&](auto&& fn) { return timer.median_us(fn); };
   const auto tbps = [](double bytes, double us) { return bytes / (us * 1e-6) / 1e12; };
 
   int device;
   cudaDeviceProp prop;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  int memory_clock_khz = 0, bus_bits = 0;
-  if (cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    std::fprintf(stderr, "gpt_block_bench: the device does not report its memory clock: no peak to compare with\n");
-  }
-  const double peak_tbps = 2.0 * memory_clock_khz * 1e3 * (bus_bits / 8.0) / 1e12;
+  const double peak_tbps = ptrain::bench::memory_peak(device, "gpt_block_bench").tbps;
   std::printf("# %s, %d SMs, L2 %d MiB, memory peak %.2f TB/s (read off the device); %lld rows, %s, median of %d\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, peak_tbps, static_cast<long long>(rows),
               warm ? "warm L2" : "cold L2", reps);

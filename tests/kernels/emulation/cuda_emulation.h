@@ -117,31 +117,44 @@ T shfl_xor(T v, int lane_mask) {
   return other;
 }
 
-// Runs body once for every thread of every block: a block's threads at once, blocks one after another (so that a
-// kernel's __shared__ arrays, one for the whole launch here, serve one block at a time). One host thread per CUDA
-// thread of a block, reused for every block.
+// What a launch's threads share: its shape and its blocks' state.
+struct Launch {
+  Launch(dim3 grid_in, dim3 block_in)
+      : grid(grid_in), block(block_in), threads(static_cast<int>(block_in.x * block_in.y * block_in.z)),
+        blocks(static_cast<size_t>(grid_in.x) * grid_in.y * grid_in.z) {
+    for (size_t b = 0; b < blocks; ++b) states.push_back(std::make_unique<Block>(threads));
+  }
+  // Sets the built-ins for thread t of block b and runs body; the thread then leaves its block's barriers.
+  template <typename Body>
+  void run(size_t b, int t, Body& body) {
+    threadIdx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+                 static_cast<unsigned>(t) / (block.x * block.y)};
+    blockIdx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                static_cast<unsigned>(b / (static_cast<size_t>(grid.x) * grid.y))};
+    blockDim = block;
+    gridDim = grid;
+    current_block = states[b].get();
+    body();
+    current_block->block.leave();
+    current_block->warps[static_cast<size_t>(t / 32)]->leave();
+  }
+  dim3 grid, block;
+  int threads;
+  size_t blocks;
+  std::vector<std::unique_ptr<Block>> states;
+};
+
+// Runs body once for every thread of every block: a block's threads at once, blocks one after another. One host
+// thread per CUDA thread of a block, reused for every block.
 template <typename Body>
 void launch(dim3 grid, dim3 block, Body&& body) {
-  const int threads = static_cast<int>(block.x * block.y * block.z);
-  const size_t blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
-  std::vector<std::unique_ptr<Block>> states;
-  for (size_t b = 0; b < blocks; ++b) states.push_back(std::make_unique<Block>(threads));
-  Barrier between_blocks(threads);
+  Launch l(grid, block);
+  Barrier between_blocks(l.threads);
   std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
+  for (int t = 0; t < l.threads; ++t) {
     pool.emplace_back([&, t] {
-      threadIdx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
-                    static_cast<unsigned>(t) / (block.x * block.y)};
-      blockDim = block;
-      gridDim = grid;
-      for (size_t b = 0; b < blocks; ++b) {
-        blockIdx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
-                     static_cast<unsigned>(b / (static_cast<size_t>(grid.x) * grid.y))};
-        current_block = states[b].get();
-        body();
-        current_block->block.leave();
-        current_block->warps[static_cast<size_t>(t / 32)]->leave();
+      for (size_t b = 0; b < l.blocks; ++b) {
+        l.run(b, t, body);
         between_blocks.wait();
       }
     });
@@ -152,28 +165,15 @@ void launch(dim3 grid, dim3 block, Body&& body) {
 // A cooperative launch: every thread of every block at once, so that the grid-wide sync can meet.
 template <typename Body>
 void launch_cooperative(dim3 grid, dim3 block, Body&& body) {
-  const int threads = static_cast<int>(block.x * block.y * block.z);
-  const size_t blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
-  std::vector<std::unique_ptr<Block>> states;
-  for (size_t b = 0; b < blocks; ++b) states.push_back(std::make_unique<Block>(threads));
-  Barrier whole_grid(static_cast<int>(blocks) * threads);
+  Launch l(grid, block);
+  Barrier whole_grid(static_cast<int>(l.blocks) * l.threads);
   std::vector<std::thread> pool;
-  for (size_t b = 0; b < blocks; ++b) {
-    for (int t = 0; t < threads; ++t) {
+  for (size_t b = 0; b < l.blocks; ++b) {
+    for (int t = 0; t < l.threads; ++t) {
       pool.emplace_back([&, b, t] {
-        threadIdx = {static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
-                      static_cast<unsigned>(t) / (block.x * block.y)};
-        blockIdx = {static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
-                     static_cast<unsigned>(b / (static_cast<size_t>(grid.x) * grid.y))};
-        blockDim = block;
-        gridDim = grid;
-        current_block = states[b].get();
         current_grid = &whole_grid;
-        body();
-        current_block->block.leave();
-        current_block->warps[static_cast<size_t>(t / 32)]->leave();
+        l.run(b, t, body);
         whole_grid.leave();
-        current_grid = nullptr;
       });
     }
   }
