@@ -13,7 +13,8 @@
 #            no loads were in flight while a warp folded); 128 registers, no spills
 #   bn_sps   bn_sp folding each thread's rows as sums of the values shifted by its first value, and of their
 #            squares, instead of Welford's update (no division, no chain through the running mean); 125 registers
-# Two interleaved rounds of the bench, then --phases of each. VARIANTS picks some, the likeliest first.
+# Two interleaved rounds of the bench, then --phases of each, then fin and sps on fp32 activations (FP32_VARIANTS).
+# VARIANTS picks some, the likeliest first.
 # Carry .gpu-bin. Call 5 (beside it) builds and tests the tree of bn_sps.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,6 +27,10 @@ for round in 1 2; do for v in $VARIANTS; do
   timeout 60 .gpu-bin/bn_$v > $R/bn-$v-$round.txt 2>&1; echo "$v round $round rc $? at $(( $(date +%s) - t0 )) s"
 done; done
 for v in $VARIANTS; do timeout 30 .gpu-bin/bn_$v --phases > $R/phases-$v.txt 2>&1; echo "phases $v rc $?"; tail -n 2 $R/phases-$v.txt | head -1; done
+# fp32 activations (tf32 and fp32 training, where compiled PyTorch's statistics pass led): FP32_VARIANTS, one round.
+for v in ${FP32_VARIANTS:-fin sps}; do
+  timeout 60 .gpu-bin/bn_$v --dtype fp32 > $R/bn-$v-fp32.txt 2>&1; echo "$v fp32 rc $?"; grep -E "^total" $R/bn-$v-fp32.txt
+done
 for f in $R/bn-*-[12].txt; do echo "== $f"; grep -E "^total|^# of the" "$f"; done
 pack
 echo "end $(( $(date +%s) - t0 )) s"
