@@ -197,6 +197,92 @@ TEST(EmulatedKernels, BatchNormReluMatchesLibTorch) {
   }
 }
 
+// A downsampling block's end, relu(bn(x) + bn2(x2)), in its one cooperative launch each way, against LibTorch in fp64.
+TEST(EmulatedKernels, DualBatchNormReluMatchesLibTorch) {
+  torch::manual_seed(37);
+  const int64_t rows = 1200, channels = 64;
+  const auto dtype = torch::kBFloat16;
+  const auto x = (torch::randn({rows, channels}) * 2 + 0.5).to(dtype), x2 = (torch::randn({rows, channels}) - 1).to(dtype);
+  const auto dy = torch::randn({rows, channels}).to(dtype);
+  struct Side {
+    torch::Tensor weight, bias, running_mean, running_var, mean, invstd, scale_shift, dweight, dbias;
+    cuda::BatchNormSide side() {
+      return {weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(), 0.1, 1e-5,
+              mean.data_ptr<float>(), invstd.data_ptr<float>(), scale_shift.data_ptr<float>()};
+    }
+  };
+  const auto make_side = [&] {
+    return Side{torch::rand({channels}) + 0.5, torch::randn({channels}) * 0.1, torch::zeros({channels}),
+                torch::ones({channels}), torch::empty({channels}), torch::empty({channels}),
+                torch::empty({2 * channels}), torch::empty({channels}), torch::empty({channels})};
+  };
+  Side a = make_side(), b = make_side();
+  const cuda::BatchNormShape shape{cuda::Dtype::kBFloat16, cuda::Dtype::kFloat, rows, channels};
+  auto y = torch::empty({rows, channels}, dtype);
+  auto ws = workspace(cuda::dual_batch_norm_workspace_floats(rows, channels));
+  ASSERT_TRUE(cuda::batch_norm_add_batch_norm_relu_forward(shape, x.data_ptr(), x2.data_ptr(), a.side(), b.side(),
+                                                           y.data_ptr(), ws.data_ptr<float>(), nullptr));
+  auto dx = torch::empty({rows, channels}, dtype), dx2 = torch::empty({rows, channels}, dtype);
+  auto ws2 = workspace(cuda::dual_batch_norm_workspace_floats(rows, channels));
+  ASSERT_TRUE(cuda::batch_norm_add_batch_norm_relu_backward(
+      shape, {dy.data_ptr(), nullptr, y.data_ptr(), x.data_ptr(), x2.data_ptr(), dx.data_ptr(), dx2.data_ptr()}, a.side(),
+      b.side(), {a.dweight.data_ptr(), a.dbias.data_ptr()}, {b.dweight.data_ptr(), b.dbias.data_ptr()},
+      ws2.data_ptr<float>(), nullptr));
+
+  auto rx = x.to(torch::kDouble).requires_grad_(true), rx2 = x2.to(torch::kDouble).requires_grad_(true);
+  auto rw = a.weight.to(torch::kDouble).requires_grad_(true), rb = a.bias.to(torch::kDouble).requires_grad_(true);
+  auto rw2 = b.weight.to(torch::kDouble).requires_grad_(true), rb2 = b.bias.to(torch::kDouble).requires_grad_(true);
+  auto rm = torch::zeros({channels}, torch::kDouble), rv = torch::ones({channels}, torch::kDouble);
+  auto rm2 = torch::zeros({channels}, torch::kDouble), rv2 = torch::ones({channels}, torch::kDouble);
+  auto ry = torch::relu(torch::batch_norm(rx, rw, rb, rm, rv, true, 0.1, 1e-5, false) +
+                        torch::batch_norm(rx2, rw2, rb2, rm2, rv2, true, 0.1, 1e-5, false));
+  ry.backward(dy.to(torch::kDouble));
+  EXPECT_LT(relative_error(y, ry), 1e-2) << "y";
+  EXPECT_LT(relative_error(a.running_mean, rm), 1e-4) << "running mean";
+  EXPECT_LT(relative_error(b.running_var, rv2), 1e-4) << "the shortcut's running var";
+  EXPECT_LT(relative_error(dx, rx.grad()), 2e-2) << "dx";
+  EXPECT_LT(relative_error(dx2, rx2.grad()), 2e-2) << "dx2";
+  EXPECT_LT(relative_error(a.dweight, rw.grad()), 1e-2) << "dweight";
+  EXPECT_LT(relative_error(b.dbias, rb2.grad()), 1e-2) << "the shortcut's dbias";
+}
+
+// ResNet's stem, max_pool(relu(bn(x))) with a 3x3 stride-2 pooling, in its one cooperative launch each way.
+TEST(EmulatedKernels, BatchNormReluMaxPoolMatchesLibTorch) {
+  torch::manual_seed(38);
+  const cuda::PoolShape pool{2, 64, 18, 18, 9, 9, 3, 2, 1};
+  const int64_t channels = pool.channels, rows = pool.batch * pool.in_h * pool.in_w;
+  const auto x = torch::randn({pool.batch, pool.in_h, pool.in_w, channels});
+  const auto weight = torch::rand({channels}) + 0.5, bias = torch::randn({channels}) * 0.1;
+  auto running_mean = torch::zeros({channels}), running_var = torch::ones({channels});
+  auto mean = torch::empty({channels}), invstd = torch::empty({channels}), scale_shift = torch::empty({2 * channels});
+  const cuda::BatchNormSide side{weight.data_ptr(), bias.data_ptr(), running_mean.data_ptr(), running_var.data_ptr(),
+                                 0.1, 1e-5, mean.data_ptr<float>(), invstd.data_ptr<float>(), scale_shift.data_ptr<float>()};
+  auto y = torch::empty({pool.batch, pool.out_h, pool.out_w, channels});
+  auto positions = torch::empty({pool.batch, pool.out_h, pool.out_w, channels}, torch::kUInt8);
+  auto ws = workspace(cuda::batch_norm_workspace_floats(rows, channels));
+  ASSERT_TRUE(cuda::batch_norm_relu_max_pool_forward(cuda::Dtype::kFloat, cuda::Dtype::kFloat, pool,
+                                                     {x.data_ptr(), y.data_ptr(), positions.data_ptr<uint8_t>()}, side,
+                                                     ws.data_ptr<float>(), nullptr));
+  const auto dy = torch::randn(y.sizes());
+  auto dx = torch::empty(x.sizes()), dweight = torch::empty({channels}), dbias = torch::empty({channels});
+  auto ws2 = workspace(cuda::batch_norm_workspace_floats(rows, channels));
+  ASSERT_TRUE(cuda::batch_norm_relu_max_pool_backward(
+      cuda::Dtype::kFloat, cuda::Dtype::kFloat, pool, {dy.data_ptr(), positions.data_ptr<uint8_t>(), x.data_ptr(), dx.data_ptr()},
+      side, {dweight.data_ptr(), dbias.data_ptr()}, ws2.data_ptr<float>(), nullptr));
+
+  auto rx = x.to(torch::kDouble).permute({0, 3, 1, 2}).requires_grad_(true);
+  auto rw = weight.to(torch::kDouble).requires_grad_(true), rb = bias.to(torch::kDouble).requires_grad_(true);
+  auto rm = torch::zeros({channels}, torch::kDouble), rv = torch::ones({channels}, torch::kDouble);
+  auto ry = torch::max_pool2d(torch::relu(torch::batch_norm(rx, rw, rb, rm, rv, true, 0.1, 1e-5, false)), {3, 3},
+                              {2, 2}, {1, 1});
+  ry.backward(dy.to(torch::kDouble).permute({0, 3, 1, 2}));
+  EXPECT_LT(relative_error(y, ry.permute({0, 2, 3, 1})), 1e-5) << "y";
+  EXPECT_LT(relative_error(running_var, rv), 1e-5) << "running var";
+  EXPECT_LT(relative_error(dx, rx.grad().permute({0, 2, 3, 1})), 1e-4) << "dx";
+  EXPECT_LT(relative_error(dweight, rw.grad()), 1e-4) << "dweight";
+  EXPECT_LT(relative_error(dbias, rb.grad()), 1e-4) << "dbias";
+}
+
 // Rows of logits wider than their classes (a padded vocabulary), a row stride that leaves rows unaligned, and one
 // label out of range (NaN, not a silent number).
 TEST(EmulatedKernels, CrossEntropyMatchesLibTorch) {
