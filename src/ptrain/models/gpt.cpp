@@ -377,9 +377,11 @@ torch::Tensor Gpt::forward_unit(size_t index, torch::Tensor x) {
 
 // The block's weights cast as one group under autocast (with the fused kernels and the weight-casts fusion, and no
 // FP8 linear, which casts its own); the head keeps autocast's cast, one tensor.
-std::unique_ptr<kernels::ParameterCastScope> Gpt::block_casts(GptBlock& block, const torch::Device& device) const {
+// Returned as a prvalue: the scope is built in the caller's variable (C++17 elides the copy it cannot make), where it
+// registers itself as the innermost scope.
+kernels::ParameterCastScope Gpt::block_casts(GptBlock& block, const torch::Device& device) const {
   const bool grouped = fused_ && group_weight_casts_ && !fp8_;
-  return std::make_unique<kernels::ParameterCastScope>(
+  return kernels::ParameterCastScope(
       grouped ? kernels::layer_parameters<Linear>(block) : std::vector<torch::Tensor>(), device, /*allow_fused=*/true);
 }
 

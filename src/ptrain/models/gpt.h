@@ -70,7 +70,7 @@ class Gpt : public Model {
   bool fp8_delayed_ = false;
   c10::intrusive_ptr<kernels::Fp8LinearHistories> head_histories_;  // --fp8-scaling delayed with --fp8-head
   void configure_linears();
-  std::unique_ptr<kernels::ParameterCastScope> block_casts(GptBlock& block, const torch::Device& device) const;
+  kernels::ParameterCastScope block_casts(GptBlock& block, const torch::Device& device) const;
   torch::Tensor forward_head(const torch::Tensor& x, const torch::Tensor& branch);
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<std::shared_ptr<GptBlock>> blocks_;

@@ -4,7 +4,6 @@
 // weight and bias gradients at a quarter of the memory bandwidth. Here: one row kernel each way (a warp a
 // row, reading the row twice, the second time from L1) that writes the normalised row straight in the
 // compute dtype, and column sums (column_sums.cuh) for the weight and bias gradients.
-#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
