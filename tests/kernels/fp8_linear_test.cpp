@@ -15,11 +15,13 @@
 #include <array>
 #include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "gpu.h"
 #include "ptrain/core/cuda_runtime.h"
 #include "ptrain/core/torch_compat.h"
 #include "ptrain/kernels/fp8_linear.h"
+#include "ptrain/kernels/layer_norm.h"
 #include "ptrain/models/gpt.h"
 #include "ptrain/precision/autocast_guard.h"
 
@@ -290,7 +292,8 @@ TEST(Fp8Linear, OddShapesFallBackToTheAutocastLinear) {
 }
 
 // A tiny GPT, one AdamW step at a time, from the same weights: fp8 (dynamic or delayed scaling) against amp-bf16.
-double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses, bool delayed_scaling = false) {
+double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses, bool delayed_scaling = false,
+                      const std::vector<std::string>& skip_fusions = {}) {
   torch::manual_seed(21);
   ptrain::models::GptOptions o;
   o.vocab_size = 256;
@@ -301,6 +304,7 @@ double train_tiny_gpt(bool fp8, int steps, std::vector<double>* losses, bool del
   auto gpt = std::make_shared<ptrain::models::Gpt>(o);
   gpt->to(torch::kCUDA);
   gpt->set_fused_kernels(true);
+  gpt->set_fusions(ptrain::models::fusions_skipping(skip_fusions));
   const auto layers = gpt->set_fp8_linear(fp8, {/*head=*/false, delayed_scaling});
   if (fp8) {
     EXPECT_EQ(layers.fp8, 8);
@@ -355,6 +359,63 @@ TEST(Fp8Linear, TinyGptTrainsAsAmpBf16DoesWithDelayedScaling) {
       << "step 10: delayed " << delayed_losses[9] << " vs amp-bf16 " << bf16_losses[9];
   EXPECT_NEAR(delayed_losses.back(), bf16_losses.back(), 0.10 * bf16_losses.back())
       << "step 30: delayed " << delayed_losses.back() << " vs amp-bf16 " << bf16_losses.back();
+}
+
+// fp8-amax: the LayerNorm and GELU kernels take the amax of what they write, and the FP8 cast after them takes it
+// instead of a pass of its own. The amax must be the written tensor's exactly (a scale from another amax changes
+// every byte of the cast), NaN included.
+TEST(Fp8Amax, ProducersTakeTheAmaxOfWhatTheyWrite) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  torch::manual_seed(5);
+  const auto cuda = torch::device(torch::kCUDA);
+  const auto amax_of = [](const torch::Tensor& t) { return t.abs().max().to(torch::kFloat).cpu(); };
+  const auto x = torch::randn({96, 256}, cuda), w = torch::randn({256}, cuda) * 2, b = torch::randn({256}, cuda);
+  const auto branch = torch::randn({96, 256}, cuda).to(torch::kBFloat16);
+  for (const bool with_branch : {false, true}) {
+    const auto n = ptrain::kernels::add_layer_norm(x, with_branch ? branch : torch::Tensor(), w, b, 1e-5,
+                                                   torch::kBFloat16, /*allow_fused=*/true, /*with_amax=*/true);
+    ASSERT_TRUE(n.out_amax.defined());
+    EXPECT_TRUE(torch::equal(n.out_amax[0].cpu(), amax_of(n.out)[0]))
+        << "branch " << with_branch << ": " << n.out_amax[0].item<float>() << " vs " << amax_of(n.out).item<float>();
+    // The cast with the given amax is the cast without it, byte for byte.
+    const auto given = fp8_cast(n.out, false, true, {/*transposed=*/true, false, nullptr, n.out_amax});
+    const auto own = fp8_cast(n.out, false, true, {/*transposed=*/true});
+    EXPECT_TRUE(torch::equal(given.scale.cpu(), own.scale.cpu()));
+    EXPECT_EQ(bytes_of(given.data).ne(bytes_of(own.data)).sum().item<int64_t>(), 0);
+    EXPECT_EQ(bytes_of(given.transposed).ne(bytes_of(own.transposed)).sum().item<int64_t>(), 0);
+  }
+  // GELU: LibTorch's values (its fp32 steps; one bf16 unit where the compilers contract a product differently)
+  // and the amax of what was written, over a length that is no multiple of the vector width.
+  auto h = (torch::randn({7, 1000}, cuda) * 3).to(torch::kBFloat16);
+  auto g = ptrain::kernels::gelu_tanh_for_fp8(h, /*allow_fused=*/true);
+  ASSERT_TRUE(g.amax.defined());
+  const auto expected = torch::gelu(h, "tanh");
+  EXPECT_TRUE(torch::allclose(g.y.to(torch::kFloat), expected.to(torch::kFloat), 1.0 / 128, 1e-6))
+      << (g.y.to(torch::kFloat) - expected.to(torch::kFloat)).abs().max().item<float>();
+  std::cout << "[ gelu ] " << g.y.ne(expected).sum().item<int64_t>() << " of " << h.numel()
+            << " elements differ from LibTorch's\n";
+  EXPECT_TRUE(torch::equal(g.amax[0].cpu(), amax_of(g.y)[0]));
+  h.view({-1})[4321] = std::numeric_limits<float>::quiet_NaN();
+  g = ptrain::kernels::gelu_tanh_for_fp8(h, true);
+  EXPECT_TRUE(std::isnan(g.amax[0].item<float>())) << "a NaN activation must reach the scale, as LibTorch's max does";
+  // The backward is LibTorch's.
+  const auto leaf = (torch::randn({64, 512}, cuda) * 2).to(torch::kBFloat16).requires_grad_(true);
+  const auto dy = torch::randn({64, 512}, cuda).to(torch::kBFloat16);
+  ptrain::kernels::gelu_tanh_for_fp8(leaf, true).y.backward(dy);
+  EXPECT_TRUE(torch::equal(leaf.grad(), at::gelu_backward(dy, leaf.detach(), "tanh")));
+}
+
+// A tiny GPT in FP8 with and without fp8-amax: the same first loss (the same scales, so the same casts and
+// products; GELU's values may differ from LibTorch's by a bf16 unit here and there), and the same descent after.
+TEST(Fp8Amax, TinyGptTrainsTheSameWithTheProducersAmax) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  std::vector<double> with_losses, without_losses;
+  train_tiny_gpt(true, 10, &with_losses);
+  train_tiny_gpt(true, 10, &without_losses, false, {"fp8-amax"});
+  EXPECT_NEAR(with_losses.front(), without_losses.front(), 1e-4 * without_losses.front())
+      << "step 1: " << with_losses.front() << " vs " << without_losses.front();
+  EXPECT_NEAR(with_losses.back(), without_losses.back(), 0.01 * without_losses.back())
+      << "step 10: " << with_losses.back() << " vs " << without_losses.back();
 }
 
 }  // namespace

@@ -20,14 +20,17 @@ bool cast_dtype(c10::ScalarType t) { return t == torch::kFloat || t == torch::kH
 // element instead of the activation's two or four.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
+  // x_amax: fp8_linear's, or an empty tensor (a custom function takes no undefined input).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
-                                                bool allow_fused,
+                                                const torch::Tensor& x_amax, bool allow_fused,
                                                 const c10::intrusive_ptr<Fp8LinearHistories>& histories) {
     Fp8LinearHistories* delayed = histories.get();
     if (delayed != nullptr) delayed->allocate_on(x.device());
-    const Fp8Tensor xq =
-        fp8_cast(x, /*e5m2=*/false, allow_fused, {/*transposed=*/true, false, delayed ? &delayed->input : nullptr});
+    const bool amax_given = delayed == nullptr && x_amax.numel() > 0;
+    const Fp8Tensor xq = fp8_cast(x, /*e5m2=*/false, allow_fused,
+                                  {/*transposed=*/true, false, delayed ? &delayed->input : nullptr,
+                                   amax_given ? x_amax : torch::Tensor()});
     const Fp8Tensor wq =
         fp8_cast(weight, /*e5m2=*/false, allow_fused, {/*transposed=*/true, false, delayed ? &delayed->weight : nullptr});
     // w's contiguous [out, in] is w^T's column-major [in, out]. The bias joins in the GEMM's epilogue, in bf16 as
@@ -56,7 +59,8 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     const auto b_dtype = static_cast<c10::ScalarType>(ctx->saved_data["b_dtype"].toInt());
-    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+                                     torch::Tensor()};
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // The bias gradient (grad_y's column sums in fp32: no FP8 in it) read in the cast's pass over grad_y.
     c10::intrusive_ptr<Fp8LinearHistories> histories;
@@ -69,7 +73,22 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     auto grad_x = compat::scaled_mm(gq.data, w_t.t(), gq.inv_scale, w_inv, {}, x_dtype, /*fast_accum=*/false);
     auto grad_w = compat::scaled_mm(gq.transposed, x_t.t(), gq.inv_scale, x_inv, {}, w_dtype, /*fast_accum=*/false);
     const torch::Tensor grad_b = has_bias ? gq.column_sums.to(b_dtype) : torch::Tensor();
-    return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor()};
+    return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// GELU on the fused kernel with its output's amax; LibTorch's backward.
+class GeluTanhWithAmax : public torch::autograd::Function<GeluTanhWithAmax> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h) {
+    auto f = fused::gelu_tanh_forward(h, /*with_amax=*/true);
+    ctx->save_for_backward({h});
+    ctx->mark_non_differentiable({f.amax});
+    return {f.y, f.amax};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return {at::gelu_backward(grads[0], ctx->get_saved_variables()[0], "tanh")};
   }
 };
 
@@ -107,6 +126,7 @@ Fp8Tensor reference_fp8_cast(const torch::Tensor& x, bool e5m2, Fp8CastExtras ex
 }
 
 Fp8Tensor fp8_cast(const torch::Tensor& x, bool e5m2, bool allow_fused, Fp8CastExtras extras) {
+  // The reference computes x's amax itself: the same value as a given one, which is x's as written.
   if (!allow_fused || !fused::available(x.device()) || !fused::kernel_dtype(x.scalar_type()))
     return reference_fp8_cast(x, e5m2, extras);
   auto f = fused::fp8_cast(x, e5m2, extras);
@@ -138,14 +158,24 @@ void Fp8LinearHistories::allocate_on(const torch::Device& device) {
 }
 
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed) {
+                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed,
+                         const torch::Tensor& x_amax) {
   if (!fp8_linear_applies(x, weight)) return torch::linear(x, weight, bias);
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
   // LibTorch's Function::apply records the device of every tensor it is given, so "no bias" is an empty one.
   const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
-  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, allow_fused, delayed)[0].view(
-      sizes);
+  const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
+  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
+                                  delayed)[0]
+      .view(sizes);
+}
+
+Fp8Activation gelu_tanh_for_fp8(const torch::Tensor& h, bool allow_fused) {
+  if (!allow_fused || !fused::available(h.device()) || !fused::kernel_dtype(h.scalar_type()))
+    return {torch::gelu(h, "tanh"), {}};
+  auto out = GeluTanhWithAmax::apply(h);
+  return {out[0], out[1]};
 }
 
 }  // namespace ptrain::kernels

@@ -59,9 +59,20 @@ constexpr int64_t kFp8AmaxHistory = 16;
 
 // x @ weight^T + bias (bias may be undefined), with the product in FP8 where fp8_linear_applies, the output in
 // bf16; elsewhere LibTorch's linear under the caller's autocast (bf16 with --precision fp8). allow_fused: the
-// casts on the fused kernel. delayed (null: dynamic scaling): the layer's amax histories. Differentiable in x,
-// weight and bias.
+// casts on the fused kernel. delayed (null: dynamic scaling): the layer's amax histories. x_amax (may be
+// undefined): x's amax as the kernel that wrote x took it (fused.h: fp8_amax_stats; AddLayerNorm::out_amax,
+// Fp8Activation::amax), which x's fused cast takes instead of a pass of its own under dynamic scaling.
+// Differentiable in x, weight and bias.
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
-                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed = {});
+                         bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed = {},
+                         const torch::Tensor& x_amax = {});
+
+// GELU (tanh approximation) of an FP8 linear's output h, for the next FP8 linear: on the fused kernel (allow_fused,
+// h on a device with fused kernels) its amax comes from the pass that writes it; elsewhere LibTorch's gelu and no
+// amax. The values and the backward (LibTorch's gelu_backward) are LibTorch's.
+struct Fp8Activation {
+  torch::Tensor y, amax;
+};
+Fp8Activation gelu_tanh_for_fp8(const torch::Tensor& h, bool allow_fused);
 
 }  // namespace ptrain::kernels

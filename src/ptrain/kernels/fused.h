@@ -171,13 +171,15 @@ torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64
 void cast_tensors(const std::vector<torch::Tensor>& src, const std::vector<torch::Tensor>& dst);
 
 // LayerNorm over the last dimension of fp32 x [..., C] (C a multiple of 8), after adding branch when it is
-// defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward.
+// defined: sum = x + branch (fp32), out = layer_norm(sum) in out_dtype; mean and rstd per row for the backward;
+// with_amax: out_amax, out's amax for its FP8 cast (Fp8CastExtras::amax_stats), from the pass that writes out.
 struct AddLayerNormForward {
   torch::Tensor sum, out, mean, rstd;  // sum undefined without a branch
+  torch::Tensor out_amax;              // undefined unless with_amax
 };
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
                                            const torch::Tensor& weight, const torch::Tensor& bias, double eps,
-                                           c10::ScalarType out_dtype);
+                                           c10::ScalarType out_dtype, bool with_amax = false);
 struct AddLayerNormBackward {
   torch::Tensor grad_x, grad_branch, grad_weight, grad_bias;  // grad_branch undefined without a branch
 };
@@ -198,6 +200,12 @@ struct GeluBiasGradient {
 };
 GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor& grad, const torch::Tensor& gelu_input,
                                              c10::ScalarType bias_dtype);
+// GELU (tanh approximation) of x (fp32/fp16/bf16 on CUDA, made contiguous) in x's dtype, in LibTorch's fp32 steps;
+// with_amax: amax, y's amax for its FP8 cast (Fp8CastExtras::amax_stats), from the pass that writes y.
+struct GeluForward {
+  torch::Tensor y, amax;  // amax undefined unless with_amax
+};
+GeluForward gelu_tanh_forward(const torch::Tensor& x, bool with_amax);
 
 // The tensorwise FP8 cast of x (fp32/fp16/bf16 on CUDA, any shape; made contiguous): data, shaped as x, in
 // E5M2 (e5m2) or E4M3, and the amax, scale and inv_scale of x as one-element fp32 tensors on the device, each
@@ -212,10 +220,15 @@ struct Fp8AmaxHistory {
   torch::Tensor state;
   bool primed = false;
 };
+// An amax computed by the kernel that wrote x, for x's cast to take instead of a pass of its own: fp32
+// [3 * cuda::kFp8StatsStride] zeros on x's device (fp8_amax_stats), whose first element that kernel raises to
+// x's amax; the cast then writes its scale and inverse scale into it.
+torch::Tensor fp8_amax_stats(const torch::Device& device);
 struct Fp8CastExtras {
   bool transposed = false;
   bool column_sums = false;            // needs transposed
   Fp8AmaxHistory* delayed = nullptr;   // needs transposed; null: dynamic scaling (x's own amax)
+  torch::Tensor amax_stats = {};       // dynamic scaling only; undefined: the cast computes x's amax itself
 };
 struct Fp8Cast {
   torch::Tensor data, amax, scale, inv_scale, transposed, column_sums;

@@ -53,6 +53,8 @@ int64_t rows_of(const torch::Tensor& x) { return x.size(0) * x.size(2) * x.size(
 
 const void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 void* mutable_data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+// An fp8_amax_stats buffer's first float as the bits a kernel raises by atomicMax (cuda/amax.cuh).
+unsigned int* amax_bits(const torch::Tensor& stats) { return reinterpret_cast<unsigned int*>(stats.data_ptr<float>()); }
 
 // t, or a copy of it where its data does not start on the 16 bytes the kernels' vector loads need (a view
 // into another tensor may not).
@@ -491,7 +493,7 @@ torch::Tensor space_to_depth(const torch::Tensor& x, int64_t out_channels, int64
 
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::Tensor& branch,
                                            const torch::Tensor& weight, const torch::Tensor& bias, double eps,
-                                           c10::ScalarType out_dtype) {
+                                           c10::ScalarType out_dtype, bool with_amax) {
   const char* what = "fused add_layer_norm";
   check(x.is_cuda() && x.scalar_type() == torch::kFloat && x.is_contiguous(),
         std::string(what) + ": x must be contiguous fp32 on CUDA");
@@ -505,6 +507,7 @@ AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::
   out.out = torch::empty(x.sizes(), x.options().dtype(out_dtype));
   out.mean = torch::empty({rows}, floats);
   out.rstd = torch::empty({rows}, floats);
+  if (with_amax) out.out_amax = fp8_amax_stats(x.device());
   const auto w = weight.contiguous(), b = bias.contiguous();
   launch(what, [&] {
     const cuda::LayerNormShape shape{branch.defined() ? dtype_of(branch, what) : cuda::Dtype::kFloat,
@@ -514,7 +517,8 @@ AddLayerNormForward add_layer_norm_forward(const torch::Tensor& x, const torch::
                                          branch.defined() ? out.sum.data_ptr<float>() : nullptr,
                                          out.out.data_ptr(),
                                          out.mean.data_ptr<float>(),
-                                         out.rstd.data_ptr<float>()};
+                                         out.rstd.data_ptr<float>(),
+                                         with_amax ? amax_bits(out.out_amax) : nullptr};
     cuda::add_layer_norm_forward(shape, io, w.data_ptr<float>(), b.data_ptr<float>(), eps, current_stream(x));
   });
   return out;
@@ -602,6 +606,23 @@ GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor& grad_in, const
   return out;
 }
 
+GeluForward gelu_tanh_forward(const torch::Tensor& x_in, bool with_amax) {
+  const char* what = "fused gelu_tanh_forward";
+  check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const auto x = x_in.contiguous();
+  GeluForward out{torch::empty_like(x), with_amax ? fp8_amax_stats(x.device()) : torch::Tensor()};
+  launch(what, [&] {
+    cuda::gelu_tanh_forward(dtype_of(x, what), x.data_ptr(), out.y.data_ptr(), x.numel(),
+                            with_amax ? amax_bits(out.amax) : nullptr, current_stream(x));
+  });
+  return out;
+}
+
+torch::Tensor fp8_amax_stats(const torch::Device& device) {
+  return torch::zeros({3 * cuda::kFp8StatsStride}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+}
+
 bool available(const torch::Device& device) { return device.is_cuda(); }
 
 Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
@@ -609,9 +630,16 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   check(x_in.is_cuda(), std::string(what) + ": x must be a CUDA tensor");
   check(extras.transposed || (!extras.column_sums && extras.delayed == nullptr),
         std::string(what) + ": column sums and delayed scaling come with the transposed cast");
+  const bool amax_given = extras.amax_stats.defined();
+  check(!amax_given || extras.delayed == nullptr,
+        std::string(what) + ": a given amax is dynamic scaling's; delayed scaling takes its history's");
+  check(!amax_given || (extras.amax_stats.device() == x_in.device() && extras.amax_stats.scalar_type() == torch::kFloat &&
+                        extras.amax_stats.is_contiguous() && extras.amax_stats.numel() == 3 * cuda::kFp8StatsStride),
+        std::string(what) + ": a given amax comes in fp8_amax_stats' buffer on x's device");
   c10::cuda::CUDAGuard guard(x_in.device());
   const auto x = x_in.contiguous();
-  const auto stats = torch::empty({3 * cuda::kFp8StatsStride}, x.options().dtype(torch::kFloat));
+  const auto stats =
+      amax_given ? extras.amax_stats : torch::empty({3 * cuda::kFp8StatsStride}, x.options().dtype(torch::kFloat));
   const auto fp8 = x.options().dtype(compat::float8_dtype(e5m2));
   Fp8Cast out{torch::empty(x.sizes(), fp8), stats[0], stats[cuda::kFp8StatsStride], stats[2 * cuda::kFp8StatsStride],
               {}, {}};
@@ -619,7 +647,7 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   if (!extras.transposed) {
     launch(what, [&] {
       cuda::fp8_scaled_cast(dtype_of(x, what), x.data_ptr(), x.numel(), e5m2, data, stats.data_ptr<float>(),
-                            current_stream(x));
+                            current_stream(x), amax_given);
     });
     return out;
   }
@@ -640,7 +668,8 @@ Fp8Cast fp8_cast(const torch::Tensor& x_in, bool e5m2, Fp8CastExtras extras) {
   launch(what, [&] {
     cuda::fp8_scaled_cast_transposed(dtype_of(x, what), rows, cols, e5m2,
                                      {x.data_ptr(), data, static_cast<uint8_t*>(out.transposed.data_ptr()),
-                                      static_cast<float*>(mutable_data_or_null(partials)), stats.data_ptr<float>()},
+                                      static_cast<float*>(mutable_data_or_null(partials)), stats.data_ptr<float>(),
+                                      amax_given},
                                      delayed, current_stream(x));
   });
   if (extras.delayed != nullptr) extras.delayed->primed = true;

@@ -86,7 +86,7 @@ void cast_tensors(const std::vector<torch::Tensor>&, const std::vector<torch::Te
 }
 
 AddLayerNormForward add_layer_norm_forward(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                           const torch::Tensor&, double, c10::ScalarType) {
+                                           const torch::Tensor&, double, c10::ScalarType, bool) {
   unavailable("fused add_layer_norm");
 }
 
@@ -101,6 +101,10 @@ torch::Tensor bias_gradient(const torch::Tensor&, c10::ScalarType) { unavailable
 GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor&, const torch::Tensor&, c10::ScalarType) {
   unavailable("fused gelu_backward_bias_gradient");
 }
+
+GeluForward gelu_tanh_forward(const torch::Tensor&, bool) { unavailable("fused gelu_tanh_forward"); }
+
+torch::Tensor fp8_amax_stats(const torch::Device&) { unavailable("fused fp8 amax"); }
 
 Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }
 

@@ -225,6 +225,19 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel*, 
 #define __ldcg(p) ::ptrain_emulation::load_global(p)
 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+// One lock for every address: the amax kernels' one atomic a block is all that calls it.
+inline unsigned int atomicMax(unsigned int* address, unsigned int value) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  const unsigned int old = *address;
+  if (value > old) *address = value;
+  return old;
+}
 // CUDA's min and max take two integers of either width, as std::min and std::max do not.
 template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) { return b < a ? b : a; }

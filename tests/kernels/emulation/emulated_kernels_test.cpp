@@ -1,12 +1,16 @@
 // ptrain's CUDA kernels run on the CPU through cuda_emulation.h (one host thread per CUDA thread), against LibTorch
 // on the CPU: the column sums of cuda/column_sums.cuh behind a linear layer's bias gradient (alone, and after GELU's
-// backward in cuda/linear.cu), the residual add + LayerNorm of cuda/layer_norm.cu, the batch norm + ReLU of
+// backward in cuda/linear.cu), GELU's forward with its output's amax (cuda/linear.cu, amax.cuh), the residual add +
+// LayerNorm of cuda/layer_norm.cu (with its output's amax), the batch norm + ReLU of
 // cuda/batch_norm.cu (split and single pass), the cross-entropy of cuda/cross_entropy.cu and the max pooling of
 // cuda/max_pool.cu, each forward and backward. This is
 // where kernels written without a GPU get their indexing, coverage and reduction order checked before a device call;
 // the GPU parity tests (tests/kernels/linear_test.cpp, layer_norm_test.cpp) stay the word on the device itself.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "ptrain/kernels/cuda/launch.h"
 
@@ -68,8 +72,43 @@ TEST(EmulatedKernels, GeluBackwardThenBiasGradientMatchesLibTorch) {
   }
 }
 
+// The bits atomicMax raises, as the float they hold.
+float amax_value(unsigned int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// GELU's forward (tanh) in LibTorch's fp32 steps, and the amax of what it wrote exactly: over lengths below, at and
+// past a vector, across several blocks, and from an address off the vectors' alignment (the scalar path).
+TEST(EmulatedKernels, GeluForwardTakesTheAmaxOfWhatItWrites) {
+  torch::manual_seed(34);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (const int64_t n : {int64_t{1}, int64_t{8}, int64_t{13}, int64_t{256 * 8 * 3 + 5}}) {
+      for (const int64_t offset : {0, 1}) {
+        const std::string what = std::to_string(n) + " " + c10::toString(dtype) + (offset ? " unaligned" : "");
+        const auto x = (torch::randn({n + offset}) * 3).to(dtype).narrow(0, offset, n);
+        auto y = torch::full({n + offset}, std::nanf("")).to(dtype).narrow(0, offset, n);
+        unsigned int bits = 0;
+        cuda::gelu_tanh_forward(dtype_of(dtype), x.data_ptr(), y.data_ptr(), n, &bits, nullptr);
+        const auto want = torch::gelu(x.to(torch::kFloat), "tanh").to(dtype);
+        EXPECT_LT(relative_error(y, want), dtype == torch::kFloat ? 1e-6 : 4e-3) << what;
+        EXPECT_EQ(amax_value(bits), y.abs().max().item<float>()) << what;
+      }
+    }
+  }
+  // A NaN anywhere makes the amax NaN, as LibTorch's max does: the scale must not hide it.
+  auto x = torch::randn({100}).to(torch::kBFloat16);
+  x[57] = std::nanf("");
+  auto y = torch::empty_like(x);
+  unsigned int bits = 0;
+  cuda::gelu_tanh_forward(cuda::Dtype::kBFloat16, x.data_ptr(), y.data_ptr(), 100, &bits, nullptr);
+  EXPECT_TRUE(std::isnan(amax_value(bits)));
+}
+
 // The fused residual add + LayerNorm, forward and backward, with the sum's gradient from a later use; and the plain
 // LayerNorm (no branch) that starts the chain. Widths of one, two (part used) and seven (part used) groups of 256.
+// The forward also takes out's amax, which must be that of out as written exactly.
 void expect_layer_norm_matches(int64_t rows, int64_t cols, torch::ScalarType out_dtype, bool with_branch) {
   const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " + c10::toString(out_dtype) +
                            (with_branch ? " + branch" : "");
@@ -83,10 +122,12 @@ void expect_layer_norm_matches(int64_t rows, int64_t cols, torch::ScalarType out
   auto mean = torch::empty({rows}), rstd = torch::empty({rows});
   const cuda::LayerNormShape shape{with_branch ? cuda::Dtype::kBFloat16 : cuda::Dtype::kFloat, dtype_of(out_dtype), rows,
                                    cols};
+  unsigned int amax_bits = 0;
   cuda::add_layer_norm_forward(shape, {x.data_ptr<float>(), with_branch ? branch.data_ptr() : nullptr,
                                        with_branch ? sum.data_ptr<float>() : nullptr, out.data_ptr(),
-                                       mean.data_ptr<float>(), rstd.data_ptr<float>()},
+                                       mean.data_ptr<float>(), rstd.data_ptr<float>(), &amax_bits},
                                weight.data_ptr<float>(), bias.data_ptr<float>(), 1e-5, nullptr);
+  EXPECT_EQ(amax_value(amax_bits), out.abs().max().item<float>()) << what << ": out's amax";
   const auto& input = with_branch ? sum : x;
   auto grad_input = torch::empty({rows, cols}), grad_branch = torch::empty({rows, cols}, torch::kBFloat16);
   auto grad_weight = torch::empty({cols}), grad_bias = torch::empty({cols});

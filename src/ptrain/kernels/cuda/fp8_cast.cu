@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ptrain/kernels/cuda/amax.cuh"
 #include "ptrain/kernels/cuda/elements.cuh"
 
 namespace ptrain::kernels::cuda {
@@ -20,7 +21,6 @@ namespace ptrain::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarp = 32;
 constexpr int kChunk = 8;        // elements a thread handles at once on the vector path
 constexpr int kMaxBlocks = 1024;  // grid-stride beyond: enough to fill an H200's 132 SMs several times
 // torchao's EPS: an all-zero tensor gets a finite scale. Rounded from the double as LibTorch's clamp_min(1e-12)
@@ -34,26 +34,6 @@ struct alignas(kChunk * sizeof(T)) Chunk {
 struct alignas(kChunk) Bytes {
   uint8_t v[kChunk];
 };
-
-// The larger of m and |v|, NaN once either is (as LibTorch's max).
-__device__ __forceinline__ float abs_max(float m, float v) {
-  const float a = fabsf(v);
-  return (a > m || a != a) ? a : m;
-}
-
-// The block's largest m (each thread's |x| so far) into *amax_bits by atomicMax. Every thread of the block calls it.
-__device__ __forceinline__ void block_amax_into(float m, unsigned int* amax_bits) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) m = abs_max(m, __shfl_xor_sync(0xffffffffu, m, offset));
-  __shared__ float warps[kThreads / kWarp];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  if (lane == 0) warps[warp] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / kWarp; ++w) m = abs_max(m, warps[w]);
-    // |x| has no sign bit, so the bits of non-negative floats (and of a NaN without sign) order as the floats.
-    atomicMax(amax_bits, __float_as_uint(m));
-  }
-}
 
 // The grid-stride walk over x's n elements that the amax and the plain cast share: with vectors, chunk(i, c)
 // for each whole chunk c (elements kChunk i .. kChunk i + kChunk - 1), then element(i, x[i]) for the tail;
@@ -98,7 +78,7 @@ __global__ void amax_kernel(const T* __restrict__ x, int64_t n, bool vectors, un
         for (int k = 0; k < kChunk; ++k) m = abs_max(m, to_float(v.v[k]));
       },
       [&](int64_t, T v) { m = abs_max(m, to_float(v)); });
-  block_amax_into(m, amax_bits);
+  block_amax_into<kThreads>(m, amax_bits);
 }
 
 template <bool E5M2>
@@ -204,7 +184,7 @@ __global__ void cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int
     }
     __syncthreads();
   }
-  if (record_amax != nullptr) block_amax_into(seen_amax, record_amax);
+  if (record_amax != nullptr) block_amax_into<kThreads>(seen_amax, record_amax);
 }
 
 // Delayed scaling's step (launch.h: Fp8DelayedScaling): the amax the last cast recorded (state[0]) joins the
@@ -241,9 +221,12 @@ void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5
     throw std::runtime_error("fp8 cast with transpose: outputs not 16-byte aligned");
   if (delayed.state != nullptr && delayed.history_len < 1)
     throw std::runtime_error("fp8 cast with delayed scaling: a history of " + std::to_string(delayed.history_len));
+  if (delayed.state != nullptr && io.amax_given)
+    throw std::runtime_error("fp8 cast: a given amax is dynamic scaling's; delayed scaling takes its history's");
   const int64_t n = rows * cols;
   if (n == 0) {
-    if (cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
+    if (!io.amax_given && cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess)
+      check_launch("fp8_scaled_cast memset");
     return;
   }
   const float fp8_max = e5m2 ? 57344.0f : 448.0f;
@@ -256,7 +239,9 @@ void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5
     const bool vectors = reinterpret_cast<uintptr_t>(in) % sizeof(Chunk<T>) == 0;
     unsigned int* record = nullptr;
     // The amax pass: dynamic scaling's every time, delayed scaling's on its first cast only (it fills the history).
-    float* amax_out = delayed.state == nullptr ? stats : (delayed.primed ? nullptr : delayed.state);
+    // With amax_given, x's producer wrote it into stats[0] already.
+    float* amax_out = delayed.state == nullptr ? (io.amax_given ? nullptr : stats)
+                                               : (delayed.primed ? nullptr : delayed.state);
     if (amax_out != nullptr) {
       if (cudaMemsetAsync(amax_out, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
       amax_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(in, n, vectors, reinterpret_cast<unsigned int*>(amax_out));
@@ -278,8 +263,10 @@ void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5
   });
 }
 
-void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream) {
-  if (cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess) check_launch("fp8_scaled_cast memset");
+void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream,
+                     bool amax_given) {
+  if (!amax_given && cudaMemsetAsync(stats, 0, sizeof(float), stream) != cudaSuccess)
+    check_launch("fp8_scaled_cast memset");
   const float fp8_max = e5m2 ? 57344.0f : 448.0f;
   const int blocks = blocks_for(n);
   with_type(dtype, [&](auto* tag) {
@@ -288,7 +275,7 @@ void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* 
     // The vector path needs x and y aligned to a chunk; LibTorch's allocations (256 bytes) are, a view may not be.
     const bool vectors = reinterpret_cast<uintptr_t>(in) % sizeof(Chunk<T>) == 0 &&
                          reinterpret_cast<uintptr_t>(y) % sizeof(Bytes) == 0;
-    if (n > 0) {
+    if (n > 0 && !amax_given) {
       amax_kernel<T><<<blocks, kThreads, 0, stream>>>(in, n, vectors, reinterpret_cast<unsigned int*>(stats));
       check_launch("fp8 amax");
     }

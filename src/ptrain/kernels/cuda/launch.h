@@ -174,6 +174,9 @@ struct AddLayerNormForwardIo {
   void* out;
   float* mean;
   float* rstd;
+  // null: none. Else the bits of a non-negative fp32, zero or a lower bound, that the kernel raises (atomicMax) to
+  // the largest |out| as written in out_dtype: the amax of out's FP8 cast (fp8_scaled_cast's amax_given).
+  unsigned int* out_amax = nullptr;
 };
 void add_layer_norm_forward(const LayerNormShape& shape, const AddLayerNormForwardIo& io, const float* weight,
                             const float* bias, double eps, cudaStream_t stream);
@@ -257,7 +260,10 @@ namespace ptrain::kernels::cuda {
 // computing the scale from stats[0]. Nothing is read back on the host: capturable in a CUDA graph.
 // Bit for bit what LibTorch's abs().max(), clamp_min, div, mul, clamp and cast to Float8 give.
 constexpr int64_t kFp8StatsStride = 4;  // floats: 16 bytes
-void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream);
+// amax_given: stats[0] already holds x's amax, written by the kernel that wrote x (add_layer_norm_forward's
+// out_amax, gelu_tanh_forward's amax): the cast skips its amax pass and reads x once.
+void fp8_scaled_cast(Dtype dtype, const void* x, int64_t n, bool e5m2, uint8_t* y, float* stats, cudaStream_t stream,
+                     bool amax_given = false);
 // The same cast of x viewed as [rows, cols] (both multiples of 16; outputs 16-byte aligned), writing y (row-major,
 // skipped when null) and yt = y^T stored row-major [cols, rows], in one pass after the amax: cuBLASLt's FP8 GEMM
 // takes its second operand column-major, and the linear's backward needs the gradient and x transposed.
@@ -282,6 +288,7 @@ struct Fp8CastTransposedIo {
   uint8_t* yt;
   float* column_partials;
   float* stats;
+  bool amax_given = false;  // as fp8_scaled_cast's; dynamic scaling only
 };
 void fp8_scaled_cast_transposed(Dtype dtype, int64_t rows, int64_t cols, bool e5m2, const Fp8CastTransposedIo& io,
                                 const Fp8DelayedScaling& delayed, cudaStream_t stream);
@@ -341,5 +348,10 @@ struct GeluBackwardIo {
 };
 void gelu_backward_bias_gradient(const BiasGradientShape& shape, const GeluBackwardIo& io, void* grad_bias,
                                  float* workspace, cudaStream_t stream);
+
+// y = GELU(x) (tanh approximation) over n elements of dtype, in LibTorch's fp32 steps, rounded to dtype; amax
+// (may be null; as add_layer_norm_forward's out_amax) raised to the largest |y| as written: what --precision fp8's
+// cast of the MLP's hidden activations scales by, read from the pass that writes them.
+void gelu_tanh_forward(Dtype dtype, const void* x, void* y, int64_t n, unsigned int* amax, cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda

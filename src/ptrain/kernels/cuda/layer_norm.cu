@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ptrain/kernels/cuda/amax.cuh"
 #include "ptrain/kernels/cuda/column_sums.cuh"
 #include "ptrain/kernels/cuda/elements.cuh"
 
@@ -44,15 +45,14 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Branch type B (ignored without a branch), output type Y.
+// One row of forward_kernel, by one warp; returns this lane's largest |out| as written (0 unless with_amax).
 template <typename B, typename Y>
-__global__ void forward_kernel(const float* __restrict__ x, const B* __restrict__ branch, const float* __restrict__ weight,
-                               const float* __restrict__ bias, int64_t rows, int64_t cols, float eps,
-                               float* __restrict__ sum, Y* __restrict__ out, float* __restrict__ mean_out,
-                               float* __restrict__ rstd_out) {
+__device__ __forceinline__ float forward_row(const float* __restrict__ x, const B* __restrict__ branch,
+                                             const float* __restrict__ weight, const float* __restrict__ bias,
+                                             int64_t row, int64_t cols, float eps, float* __restrict__ sum,
+                                             Y* __restrict__ out, float* __restrict__ mean_out,
+                                             float* __restrict__ rstd_out, bool with_amax) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= rows) return;
   const float* xr = x + row * cols;
   float* sr = sum ? sum + row * cols : nullptr;
   // Pass 1: the sum (written when there is a branch) and its mean and variance (Welford within the lane).
@@ -94,6 +94,7 @@ __global__ void forward_kernel(const float* __restrict__ x, const B* __restrict_
   }
   // Pass 2: normalise what pass 1 read or wrote (in L1 by now).
   const float* in = branch ? sr : xr;
+  float amax = 0.0f;
   for (int64_t j = lane * 4; j < cols; j += kWarp * 4) {
     float v[4], w[4], b[4];
     load4(in + j, v);
@@ -102,7 +103,27 @@ __global__ void forward_kernel(const float* __restrict__ x, const B* __restrict_
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = (v[i] - mean) * rstd * w[i] + b[i];
     store4(out + row * cols + j, v);
+    if (with_amax) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) amax = abs_max(amax, to_float(from_float<Y>(v[i])));
+    }
   }
+  return amax;
+}
+
+// Branch type B (ignored without a branch), output type Y. out_amax (may be null): the largest |out| as written
+// (launch.h: AddLayerNormForwardIo).
+template <typename B, typename Y>
+__global__ void forward_kernel(const float* __restrict__ x, const B* __restrict__ branch, const float* __restrict__ weight,
+                               const float* __restrict__ bias, int64_t rows, int64_t cols, float eps,
+                               float* __restrict__ sum, Y* __restrict__ out, float* __restrict__ mean_out,
+                               float* __restrict__ rstd_out, unsigned int* __restrict__ out_amax) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  // Every thread of the block joins the amax's reduction, a row past the last included.
+  const float amax = row < rows ? forward_row(x, branch, weight, bias, row, cols, eps, sum, out, mean_out, rstd_out,
+                                              out_amax != nullptr)
+                                : 0.0f;
+  if (out_amax != nullptr) block_amax_into<kRowsPerBlock * kWarp>(amax, out_amax);
 }
 
 // Output-gradient type Y, branch type B.
@@ -187,7 +208,7 @@ void add_layer_norm_forward(const LayerNormShape& shape, const AddLayerNormForwa
       using Y = std::remove_pointer_t<decltype(y_tag)>;
       forward_kernel<B, Y><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
           io.x, static_cast<const B*>(io.branch), weight, bias, rows, cols, static_cast<float>(eps), io.sum,
-          static_cast<Y*>(io.out), io.mean, io.rstd);
+          static_cast<Y*>(io.out), io.mean, io.rstd, io.out_amax);
     });
   });
   check_launch("add_layer_norm_forward");

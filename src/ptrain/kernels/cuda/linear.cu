@@ -1,9 +1,12 @@
 // A linear layer's bias gradient: the column sums of its output's gradient (column_sums.cuh), alone or in the
 // pass that applies GELU's backward first, so that the gradient of the GELU's input is read once where LibTorch
-// read it twice (gelu_backward, then the sum) and summed at the memory's speed.
+// read it twice (gelu_backward, then the sum) and summed at the memory's speed. And GELU's forward with the amax
+// of its output, for the FP8 cast that follows it (amax.cuh).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "ptrain/kernels/cuda/amax.cuh"
 #include "ptrain/kernels/cuda/column_sums.cuh"
 #include "ptrain/kernels/cuda/elements.cuh"
 
@@ -40,6 +43,49 @@ __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
   const float inner_derivative = kBeta * (1.0f + 3.0f * kKappa * x_sq);
   const float right_derivative = left * tanh_derivative * inner_derivative;
   return dy * (left_derivative + right_derivative);
+}
+
+// GELU's tanh approximation: LibTorch's GeluCUDAKernelImpl (tanh) in the same fp32 steps.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+  constexpr float kKappa = 0.044715f;
+  const float x_cube = x * x * x;
+  const float inner = kBeta * (x + kKappa * x_cube);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+constexpr int kGeluThreads = 256;
+constexpr int kGeluMaxBlocks = 1024;  // grid-stride beyond: several blocks an SM on an H100 or H200
+
+// y = gelu(x), 16 bytes a load where x and y are aligned to them (vectors), and the largest |y| as written.
+template <typename T>
+__global__ void gelu_tanh_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, bool vectors,
+                                         unsigned int* __restrict__ amax_bits) {
+  constexpr int kSize = Vec<T>::kSize;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float amax = 0.0f;
+  int64_t tail = 0;
+  if (vectors) {
+    const int64_t chunks = n / kSize;
+    for (int64_t i = first; i < chunks; i += stride) {
+      float v[kSize];
+      to_floats(reinterpret_cast<const Vec<T>*>(x)[i], v);
+#pragma unroll
+      for (int k = 0; k < kSize; ++k) {
+        v[k] = to_float(from_float<T>(gelu_tanh(v[k])));
+        amax = abs_max(amax, v[k]);
+      }
+      reinterpret_cast<Vec<T>*>(y)[i] = from_floats<T>(v);
+    }
+    tail = chunks * kSize;
+  }
+  for (int64_t i = tail + first; i < n; i += stride) {
+    const T out = from_float<T>(gelu_tanh(to_float(x[i])));
+    y[i] = out;
+    amax = abs_max(amax, to_float(out));
+  }
+  if (amax_bits != nullptr) block_amax_into<kGeluThreads>(amax, amax_bits);
 }
 
 // grad_input = grad * gelu'(h), written in T, and its values as written summed.
@@ -85,6 +131,20 @@ void gelu_backward_bias_gradient(const BiasGradientShape& shape, const GeluBackw
     column_sums::launch<1>("gelu_backward_bias_gradient", terms, shape.rows, shape.cols, shape.bias_dtype, grad_bias,
                            nullptr, workspace, stream);
   });
+}
+
+void gelu_tanh_forward(Dtype dtype, const void* x, void* y, int64_t n, unsigned int* amax, cudaStream_t stream) {
+  if (n <= 0) return;
+  with_type(dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const bool vectors = reinterpret_cast<uintptr_t>(x) % sizeof(Vec<T>) == 0 &&
+                         reinterpret_cast<uintptr_t>(y) % sizeof(Vec<T>) == 0;
+    const int64_t wanted = (n / Vec<T>::kSize + kGeluThreads - 1) / kGeluThreads;
+    const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, kGeluMaxBlocks)));
+    gelu_tanh_forward_kernel<T><<<blocks, kGeluThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
+                                                                     vectors, amax);
+  });
+  check_launch("gelu_tanh_forward");
 }
 
 }  // namespace ptrain::kernels::cuda
