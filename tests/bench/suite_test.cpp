@@ -180,14 +180,14 @@ TEST(Suite, RunsSkipFusionsByNameAndAlone) {
 }
 
 // The fusions suite: ResNet-50 with every fusion and without each of its four in turn, GPT-2 small with every
-// fusion and without each of its three (the speed suite's workloads), PyTorch compiled beside the full sets only; on
-// the CPU the weight casts alone.
+// fusion and without each of its three in amp-bf16, and in FP8 with and without fp8-amax (the speed suite's
+// workloads), PyTorch compiled beside the amp-bf16 full sets only; on the CPU the weight casts alone.
 TEST(Suite, FusionsSuiteLeavesOutEachFusionOnceBesideTheFullSet) {
   const Suite gpu = load_suite("fusions", PTRAIN_SOURCE_DIR, 1);
   const Suite speed = load_suite("speed", PTRAIN_SOURCE_DIR, 1);
   std::set<std::string> jobs;
   for (const auto& run : gpu.runs) {
-    EXPECT_EQ(run.precision, "amp-bf16");
+    EXPECT_TRUE(run.precision == "amp-bf16" || run.precision == "fp8") << run.id();
     EXPECT_EQ(gpu.workload_of(run), speed.workload_of(run)) << run.id();
     if (run.ptrain) jobs.insert("ptrain/" + run.id());
     for (const auto& variant : run.pytorch) jobs.insert(variant + "/" + run.id());
@@ -196,9 +196,10 @@ TEST(Suite, FusionsSuiteLeavesOutEachFusionOnceBesideTheFullSet) {
                                     "ptrain/gpt2-small/amp-bf16-single-x1", "compiled/gpt2-small/amp-bf16-single-x1",
                                     "ptrain/gpt2-small/amp-bf16-single-x1-no-weight-casts",
                                     "ptrain/gpt2-small/amp-bf16-single-x1-no-bias-gradients",
-                                    "ptrain/gpt2-small/amp-bf16-single-x1-no-residual-adds"};
+                                    "ptrain/gpt2-small/amp-bf16-single-x1-no-residual-adds",
+                                    "ptrain/gpt2-small/fp8-single-x1", "ptrain/gpt2-small/fp8-single-x1-no-fp8-amax"};
   for (const auto& fusion : models::fusion_names())
-    if (fusion != "bias-gradients" && fusion != "residual-adds")
+    if (fusion != "bias-gradients" && fusion != "residual-adds" && fusion != "fp8-amax")
       expected.insert("ptrain/resnet50/amp-bf16-single-x1-no-" + fusion);
   EXPECT_EQ(jobs, expected);
   const Suite cpu = load_suite("fusions", PTRAIN_SOURCE_DIR, 0);

@@ -270,9 +270,9 @@ TEST(ParameterCastScope, FusionNamesAreCheckedAndMapped) {
   models::GptOptions gpt_options;
   gpt_options.layers = 1;
   models::Gpt gpt(gpt_options);
-  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients", "residual-adds"}));
+  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients", "fp8-amax", "residual-adds"}));
   gpt.set_activation_checkpointing(true);
-  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients"}));
+  EXPECT_EQ(gpt.fusions(), (std::vector<std::string>{"weight-casts", "bias-gradients", "fp8-amax"}));
   // A training step on the CPU takes no convolution + statistics graph (CUDA only), so no fusion is bypassed by one,
   // with --conv-bn-fusion on or off; the fp16 case where every block takes it is ConvBatchNormFusion's, on a GPU.
   for (bool conv_bn : {false, true}) {

@@ -65,8 +65,16 @@ TEST(Plan, SkippedFusionsAreOnesTheRunWouldTake) {
   EXPECT_NE(plan_error(c).find("--skip-fusions bias-gradients: the fused bias gradients run on CUDA only"),
             std::string::npos)
       << plan_error(c);
+  c.run.skip_fusions = {"fp8-amax"};
+  EXPECT_NE(plan_error(c).find("--skip-fusions fp8-amax: --precision amp-bf16 casts nothing to FP8"),
+            std::string::npos)
+      << plan_error(c);
   c.model.name = "resnet20";
   c.data.dataset = cpu_config().data.dataset;
+  EXPECT_NE(plan_error(c).find("only GPT's blocks take the FP8 casts' amax from their kernels, not --model resnet20's"),
+            std::string::npos)
+      << plan_error(c);
+  c.run.skip_fusions = {"bias-gradients"};
   EXPECT_NE(plan_error(c).find("only GPT's blocks take the fused bias gradients, not --model resnet20's"),
             std::string::npos)
       << plan_error(c);

@@ -21,6 +21,8 @@ build() {  # NAME SRC_ROOT
 build gbb_head src
 variant=$(mktemp -d)
 mkdir -p "$variant/src" && cp -r src/ptrain "$variant/src/"
+# The patch was written against 746d116's layer_norm.cu (before its forward took its output's amax for FP8).
+git show 746d116:src/ptrain/kernels/cuda/layer_norm.cu > "$variant/src/ptrain/kernels/cuda/layer_norm.cu"
 (cd "$variant" && git apply --unidiff-zero "$OLDPWD/$D/ln-resident.patch" 2>/dev/null || patch -p1 -s < "$OLDPWD/$D/ln-resident.patch")
 build gbb_resident "$variant/src"
 rm -rf "$variant"

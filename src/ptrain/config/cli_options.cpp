@@ -324,7 +324,7 @@ CLI::Option* add_train_options(CLI::App& app, TrainConfig& c) {
       ->group("Run");
   app.add_option("--skip-fusions", c.run.skip_fusions,
                  "Fused paths to leave out, comma-separated, with the fused kernels on (to measure what each brings): "
-                 "weight-casts, shortcut-norms, stem-pool, residual-twins, bias-gradients, residual-adds")
+                 "weight-casts, shortcut-norms, stem-pool, residual-twins, bias-gradients, residual-adds, fp8-amax")
       ->group("Run")->delimiter(',');
   app.add_option("--deepspeed-config", c.run.deepspeed_config,
                  "A DeepSpeed ds_config.json: ZeRO stage, offload, fp16/bf16 and loss scaling, batch sizes, "

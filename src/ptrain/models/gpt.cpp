@@ -50,9 +50,11 @@ class Linear : public nn::Module {
   // kernel with fused, scaled by amax histories with delayed_scaling), else LibTorch's product under the run's
   // autocast, its backward's bias gradient (and GELU's backward, with activation) on the fused column sums with
   // fused_bias_gradient (kernels/linear.h).
-  torch::Tensor forward(const torch::Tensor& x, kernels::LinearActivation activation = kernels::LinearActivation::kNone) {
+  // x_amax (may be undefined): x's amax from the kernel that wrote it, for the FP8 cast (kernels::fp8_linear).
+  torch::Tensor forward(const torch::Tensor& x, kernels::LinearActivation activation = kernels::LinearActivation::kNone,
+                        const torch::Tensor& x_amax = {}) {
     if (fp8) {
-      auto y = kernels::fp8_linear(x, weight, bias, fused, fp8_histories);
+      auto y = kernels::fp8_linear(x, weight, bias, fused, fp8_histories, x_amax);
       return activation == kernels::LinearActivation::kGeluTanh ? torch::gelu(y, "tanh") : y;
     }
     return kernels::linear(x, kernels::ParameterCastScope::cast_of(weight), kernels::ParameterCastScope::cast_of(bias),
@@ -91,10 +93,10 @@ class CausalSelfAttention : public nn::Module {
     c_proj = register_module("c_proj", std::make_shared<Linear>(width, width));
   }
 
-  torch::Tensor forward(const torch::Tensor& x) {
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& x_amax = {}) {
     const int64_t batch = x.size(0), time = x.size(1), width = x.size(2);
     const int64_t head_dim = width / heads_;
-    const auto qkv = c_attn->forward(x).split(width, /*dim=*/2);
+    const auto qkv = c_attn->forward(x, kernels::LinearActivation::kNone, x_amax).split(width, /*dim=*/2);
     // [B, T, C] -> [B, heads, T, head_dim]
     const auto heads = [&](const torch::Tensor& t) { return t.view({batch, time, heads_, head_dim}).transpose(1, 2); };
     const auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
@@ -114,11 +116,17 @@ class Mlp : public nn::Module {
     c_fc = register_module("c_fc", std::make_shared<Linear>(width, 4 * width));
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * width, width));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return c_proj->forward(c_fc->forward(x, kernels::LinearActivation::kGeluTanh));
+  // With fp8_amax, the GELU between the two FP8 products also takes its output's amax, for c_proj's cast.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& x_amax = {}) {
+    if (fp8_amax) {
+      const auto hidden = kernels::gelu_tanh_for_fp8(c_fc->forward(x, kernels::LinearActivation::kNone, x_amax), true);
+      return c_proj->forward(hidden.y, kernels::LinearActivation::kNone, hidden.amax);
+    }
+    return c_proj->forward(c_fc->forward(x, kernels::LinearActivation::kGeluTanh, x_amax));
   }
 
   std::shared_ptr<Linear> c_fc, c_proj;
+  bool fp8_amax = false;
 };
 
 nn::LayerNorm layer_norm(int64_t width) {
@@ -140,9 +148,12 @@ c10::ScalarType compute_dtype(const torch::Tensor& x) {
   return compat::autocast_enabled(device) ? compat::autocast_dtype(device) : x.scalar_type();
 }
 
-// layer_norm(x [+ branch]), fused with the add where the kernels apply (kernels/layer_norm.h).
-kernels::AddLayerNorm norm(nn::LayerNorm& ln, const torch::Tensor& x, const torch::Tensor& branch, bool fused) {
-  return kernels::add_layer_norm(x, branch, ln->weight, ln->bias, ln->options.eps(), compute_dtype(x), fused);
+// layer_norm(x [+ branch]), fused with the add where the kernels apply (kernels/layer_norm.h); with_amax: with the
+// output's amax for the FP8 cast after it.
+kernels::AddLayerNorm norm(nn::LayerNorm& ln, const torch::Tensor& x, const torch::Tensor& branch, bool fused,
+                           bool with_amax = false) {
+  return kernels::add_layer_norm(x, branch, ln->weight, ln->bias, ln->options.eps(), compute_dtype(x), fused,
+                                 with_amax);
 }
 
 }  // namespace gpt_parts
@@ -173,10 +184,10 @@ class GptBlock : public nn::Module {
     torch::Tensor residual, branch;
   };
   Deferred forward_deferred(const torch::Tensor& x, const torch::Tensor& branch_in) {
-    const auto n1 = norm(ln_1, x, branch_in, true);  // n1.sum is x itself without branch_in
+    const auto n1 = norm(ln_1, x, branch_in, true, fp8_amax_);  // n1.sum is x itself without branch_in
     // The attention's residual add and ln_2 are one kernel; the normalised rows come out in the compute dtype.
-    const auto h = norm(ln_2, n1.sum, attn->forward(n1.out), true);
-    return {h.sum, mlp->forward(h.out)};
+    const auto h = norm(ln_2, n1.sum, attn->forward(n1.out, n1.out_amax), true, fp8_amax_);
+    return {h.sum, mlp->forward(h.out, h.out_amax)};
   }
 
   // The attention's and the MLP's projections: what --precision fp8 runs in FP8.
@@ -186,6 +197,7 @@ class GptBlock : public nn::Module {
 
   nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   bool fused_ = false;
+  bool fp8_amax_ = false;  // the LayerNorms' kernels take their outputs' amax for the FP8 casts after them
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<Mlp> mlp;
 };
@@ -224,17 +236,21 @@ void Gpt::set_fusions(const FusionChoices& choices) {
   group_weight_casts_ = choices.weight_casts;
   fused_bias_gradients_ = choices.bias_gradients;
   defer_residual_adds_ = choices.residual_adds;
+  fp8_amax_from_producers_ = choices.fp8_amax;
   configure_linears();
 }
 
 std::vector<std::string> Gpt::fusions() const {
-  std::vector<std::string> names = {"weight-casts", "bias-gradients"};
+  std::vector<std::string> names = {"weight-casts", "bias-gradients", "fp8-amax"};
   if (!checkpointing_) names.push_back("residual-adds");  // a checkpointed block recomputes from one input
   return names;
 }
 
 void Gpt::configure_linears() {
+  const bool amax = producers_take_fp8_amax();
   for (auto& block : blocks_) {
+    block->fp8_amax_ = amax;
+    block->mlp->fp8_amax = amax;
     for (Linear* linear : block->projections()) {
       linear->fp8 = fp8_;
       linear->fused = fused_;
@@ -392,11 +408,12 @@ torch::Tensor Gpt::forward_head(const torch::Tensor& x, const torch::Tensor& bra
   const int64_t padding = (kVocabPadding - head.size(0) % kVocabPadding) % kVocabPadding;
   // Measured on an H200 in amp-bf16 for GPT-2 small: 30.8 ms a step in the head's three matrix products at
   // 50,257 rows (cuBLAS falls back to an unaligned sm75 kernel), against a few at 50,304.
-  const auto normalized = fused_ ? norm(ln_f, x, branch, true).out : ln_f->forward(x);
+  const auto n = fused_ ? norm(ln_f, x, branch, true, fp8_head_ && producers_take_fp8_amax()) : kernels::AddLayerNorm{};
+  const auto normalized = fused_ ? n.out : ln_f->forward(x);
   const bool pad = fused_ && padding > 0 && head.is_cuda();
   if (fp8_head_) {
     return kernels::fp8_linear(normalized, pad ? at::constant_pad_nd(head, {0, 0, 0, padding}) : head, {}, fused_,
-                               head_histories_);
+                               head_histories_, n.out_amax);
   }
   if (pad) return torch::linear(normalized, at::constant_pad_nd(head, {0, 0, 0, padding}));
   return lm_head->forward(normalized);

@@ -66,6 +66,10 @@ class Gpt : public Model {
   bool group_weight_casts_ = true;
   bool fused_bias_gradients_ = true;
   bool defer_residual_adds_ = true;
+  bool fp8_amax_from_producers_ = true;
+  // Under --precision fp8 with dynamic scaling and the fused kernels (fp8-amax): the LayerNorm and GELU kernels take
+  // the amax of what they write, so that the FP8 casts after them read it once.
+  bool producers_take_fp8_amax() const { return fused_ && fp8_ && !fp8_delayed_ && fp8_amax_from_producers_; }
   bool fp8_ = false, fp8_head_ = false;
   bool fp8_delayed_ = false;
   c10::intrusive_ptr<kernels::Fp8LinearHistories> head_histories_;  // --fp8-scaling delayed with --fp8-head

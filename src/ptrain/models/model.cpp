@@ -13,15 +13,15 @@ std::shared_ptr<Model> Model::make_replica() const {
 }
 
 const std::vector<std::string>& fusion_names() {
-  static const std::vector<std::string> names = {"weight-casts",   "shortcut-norms", "stem-pool",
-                                                 "residual-twins", "bias-gradients", "residual-adds"};
+  static const std::vector<std::string> names = {"weight-casts",   "shortcut-norms", "stem-pool",     "residual-twins",
+                                                 "bias-gradients", "residual-adds",  "fp8-amax"};
   return names;
 }
 
 FusionChoices fusions_skipping(const std::vector<std::string>& names) {
   FusionChoices choices;
   bool* const flags[] = {&choices.weight_casts, &choices.shortcut_norms, &choices.stem_pool, &choices.residual_twins,
-                         &choices.bias_gradients, &choices.residual_adds};
+                         &choices.bias_gradients, &choices.residual_adds, &choices.fp8_amax};
   const auto& known = fusion_names();
   for (const auto& name : names) {
     const auto at = std::find(known.begin(), known.end(), name);

@@ -47,10 +47,12 @@ struct FusionChoices {
   bool bias_gradients = true;  // a linear layer's bias gradient (and GELU's backward before it) in one pass
                                // (kernels/linear.h)
   bool residual_adds = true;   // a transformer block's last residual add in the next LayerNorm's add + norm kernel
+  bool fp8_amax = true;        // --precision fp8, dynamic scaling: each FP8 cast's amax from the LayerNorm or GELU
+                               // kernel that wrote its input, not from a pass of the cast's own
 };
 
 // The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins,
-// bias-gradients, residual-adds.
+// bias-gradients, residual-adds, fp8-amax.
 const std::vector<std::string>& fusion_names();
 // Every fusion on but those named; an Error names a name that is none of fusion_names().
 FusionChoices fusions_skipping(const std::vector<std::string>& names);

@@ -192,7 +192,7 @@ namespace {
 
 // --skip-fusions names fusions this run would take, each once, or is refused by name: with the fused kernels on; the
 // weight casts under autocast (and not beside GPT's FP8 linears, which cast their own); GPT's bias gradients and
-// residual adds on CUDA; the batch norms' three on
+// residual adds on CUDA, its FP8 amax under --precision fp8 with dynamic scaling; the batch norms' three on
 // CUDA in channels-last, without --sync-batchnorm's normalisation in their place. Whether the model has the fusion
 // (a ResNet's ImageNet stem, its twins without activation checkpointing) the model itself answers, once built
 // (models::Model::fusions).
@@ -206,6 +206,14 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
       check(plan.precision.autocast, flag + ": --precision " + plan.precision.name + " casts no weight (no autocast)");
       check(!(language && plan.precision.fp8_matmuls),
             flag + ": under --precision fp8 GPT's FP8 linear layers cast their own weights, and nothing else does");
+    } else if (fusion == "fp8-amax") {
+      check(language, flag + ": only GPT's blocks take the FP8 casts' amax from their kernels, not --model " +
+                          c.model.name + "'s");
+      check(plan.precision.fp8_matmuls, flag + ": --precision " + plan.precision.name + " casts nothing to FP8");
+      check(c.precision.fp8_scaling == "dynamic",
+            flag + ": --fp8-scaling " + c.precision.fp8_scaling + " takes its scales from amax histories, recorded "
+                   "in the cast's own pass");
+      check(plan.device.is_cuda(), flag + ": the FP8 casts run on CUDA only, not on " + plan.device.str());
     } else if (fusion == "bias-gradients" || fusion == "residual-adds") {
       const std::string what = fusion == "bias-gradients" ? "the fused bias gradients" : "the deferred residual adds";
       check(language, flag + ": only GPT's blocks take " + what + ", not --model " + c.model.name + "'s");
@@ -214,7 +222,7 @@ void check_skipped_fusions(const config::TrainConfig& c, const Plan& plan) {
             flag + ": --strategy " + c.run.strategy + " runs the model a block at a time, each adding its own residual");
     } else {
       check(!language, flag + ": --model " + c.model.name +
-                           " has no batch norms (its fusions: weight-casts, bias-gradients, residual-adds)");
+                           " has no batch norms (its fusions: weight-casts, bias-gradients, residual-adds, fp8-amax)");
       check(plan.device.is_cuda(), flag + ": the batch norms' fused kernels run on CUDA only, not on " +
                                         plan.device.str());
       check(plan.channels_last, flag + ": the batch norms' fused kernels take channels-last activations, which "
