@@ -76,7 +76,7 @@ for model, rounds, names in (("large", 2, ("fused", "no-bias-gradients", "no-res
               f"{full / m if m else float('nan'):.3f}")
 PY
 pack
-PROFILE_STEPS=20:21 OUT=$R timeout 120 scripts/gpu_session.sh profile l-amp-bf16 --model gpt-large $G > $R/profile.txt 2>&1
+PROFILE_STEPS=20:21 OUT=$R timeout 120 scripts/gpu_session.sh profile l-amp-bf16 --model gpt-large ${G/--progress none/} > $R/profile.txt 2>&1
 echo "profile rc $? at $(( $(date +%s) - t0 )) s"; head -n 30 $R/summary-l-amp-bf16.txt 2>/dev/null
 pack
 budget=$(left 540)
