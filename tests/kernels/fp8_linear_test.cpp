@@ -405,6 +405,40 @@ TEST(Fp8Amax, ProducersTakeTheAmaxOfWhatTheyWrite) {
   EXPECT_TRUE(torch::equal(leaf.grad(), at::gelu_backward(dy, leaf.detach(), "tanh")));
 }
 
+// gelu(fp8_linear(x)) as one function: the same output and gradients as the two apart (its GELU and GELU's
+// gradient on ptrain's kernels, whose fp32 steps are LibTorch's), and the output's amax exact.
+TEST(Fp8Amax, LinearWithGeluMatchesTheTwoApart) {
+  PTRAIN_REQUIRE_FP8_GPU();
+  torch::manual_seed(6);
+  const auto cuda = torch::device(torch::kCUDA);
+  const auto x0 = torch::randn({256, 128}, cuda).to(torch::kBFloat16);
+  const auto w0 = torch::randn({512, 128}, cuda) * 0.1, b0 = torch::randn({512}, cuda) * 0.1;
+  const auto dy = torch::randn({256, 512}, cuda).to(torch::kBFloat16);
+  std::vector<torch::Tensor> grads[2], outputs(2);
+  for (int fused_gelu = 0; fused_gelu < 2; ++fused_gelu) {
+    auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    torch::Tensor y;
+    if (fused_gelu == 1) {
+      const auto out = ptrain::kernels::fp8_linear_gelu(x, w, b, /*allow_fused=*/true);
+      ASSERT_TRUE(out.amax.defined());
+      EXPECT_TRUE(torch::equal(out.amax[0].cpu(), out.y.abs().max().to(torch::kFloat).cpu()));
+      y = out.y;
+    } else {
+      y = torch::gelu(fp8_linear(x, w, b, true), "tanh");
+    }
+    y.backward(dy);
+    outputs[fused_gelu] = y.detach();
+    grads[fused_gelu] = {x.grad(), w.grad(), b.grad()};
+  }
+  const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kFloat) - b.to(torch::kFloat)).norm().item<double>() /
+           std::max(1e-30, b.to(torch::kFloat).norm().item<double>());
+  };
+  // One bf16 unit where a compiler contracts a product differently; the FP8 casts then see the same scales.
+  EXPECT_LT(close(outputs[1], outputs[0]), 4e-3);
+  for (size_t i = 0; i < 3; ++i) EXPECT_LT(close(grads[1][i], grads[0][i]), 1e-2) << "gradient " << i;
+}
+
 // A tiny GPT in FP8 with and without fp8-amax: the same first loss (the same scales, so the same casts and
 // products; GELU's values may differ from LibTorch's by a bf16 unit here and there), and the same descent after.
 TEST(Fp8Amax, TinyGptTrainsTheSameWithTheProducersAmax) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Call 2: call 1 with fp8-amax. Its parity step adds the FP8 tests (Fp8*), and GPT-2 large in FP8 with and without
-# --skip-fusions fp8-amax takes the place of call 1's GPT-2 XL runs. Otherwise as call 1, whose header follows.
-# Call 1 was not run (no device machine was lent in the session that wrote it). One device call, about 9 minutes, carry
+# Call 2, run on 2026-12-08 (one H100). It replaced call 1, which was never run (no device machine was lent in the
+# session that wrote it): the parity step adds the FP8 tests (Fp8*), and GPT-2 large in FP8 with and without
+# --skip-fusions fp8-amax takes the place of call 1's GPT-2 XL runs (one round each of every fusion,
+# --skip-fusions bias-gradients and --skip-fusions residual-adds at gpt-xl). Call 1's header, as written: One device call, about 9 minutes, carry
 # [".gpu-deps", ".data", ".gpu-bin"]: bash scripts/fetch-gpu-deps.sh, mkdir -p .data && cp
 # ../shared/data/cifar10-jpg.tar.xz .data/ (GPT trains on synthetic tokens, but gpu_session.sh's build and profile
 # steps unpack the archive first), and bash docs/results/2026-12-07-gpu-gpt-bias-gradients/prepare_bench.sh (the two
 # LayerNorm builds of gpt_block_bench, 14 MB; without them that step is left out):
-#   bash docs/results/2026-12-07-gpu-gpt-bias-gradients/call1.sh
+#   bash docs/results/2026-12-07-gpu-gpt-bias-gradients/call1.sh (now call2.sh)
 # (1) builds ptrain, test_kernels and gpt_block_bench (BUILT=1: the caller did, in the same call); (2) the parity tests
 # of the new kernels first (FusedLinear.*, FusedAddLayerNorm.*), and stops there if they fail: a wrong gradient is not
 # timed; then gpt_block_bench, the kernels alone against a copy of the same bytes;
@@ -14,7 +15,7 @@
 # residual-adds, interleaved, two rounds, then GPT-2 XL one round of each; (4) a trace of two GPT-2 large steps with every fusion, summed by kernel family
 # (scripts/trace_summary.py), to set beside the 2026-12-03 trace (docs/results/2026-12-03-h200-fp8/raw.tar.xz,
 # 1-before/summary-l-amp-bf16.txt); (5) PyTorch compiled with CUDA graphs on the same GPT-2 large job, for the ratio;
-# (6) the rest of test_kernels. Everything lands in $OUT/g1 and $OUT/g1.tgz, packed after each step.
+# (6) the rest of test_kernels. Everything lands in $OUT/g2 and $OUT/g2.tgz, packed after each step.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 R=$OUT/g2; mkdir -p $R

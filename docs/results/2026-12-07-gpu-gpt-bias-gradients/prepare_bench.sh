@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds gpt_block_bench twice for sm_90 on this machine (nvcc, no GPU needed), into .gpu-bin/ (git-ignored, carried
 # to the device): gbb_head from the tree as it is, gbb_resident with ln-resident.patch applied to a copy of
-# src/ptrain/kernels/cuda/ (the LayerNorm forward and backward holding each row in registers). call1.sh runs both,
+# src/ptrain/kernels/cuda/ (the LayerNorm forward and backward holding each row in registers). call2.sh runs both,
 # interleaved, when it finds them. About a minute on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

@@ -20,10 +20,12 @@ bool cast_dtype(c10::ScalarType t) { return t == torch::kFloat || t == torch::kH
 // element instead of the activation's two or four.
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
-  // x_amax: fp8_linear's, or an empty tensor (a custom function takes no undefined input).
+  // x_amax: fp8_linear's, or an empty tensor (a custom function takes no undefined input). gelu: GELU (tanh) after
+  // the product, returned with its output's amax (an empty tensor where the fused kernels do not run), and in the
+  // backward GELU's gradient with its amax for the cast of the product's gradient (fp8_linear_gelu).
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                                 const torch::Tensor& weight, const torch::Tensor& bias,
-                                                const torch::Tensor& x_amax, bool allow_fused,
+                                                const torch::Tensor& x_amax, bool allow_fused, bool gelu,
                                                 const c10::intrusive_ptr<Fp8LinearHistories>& histories) {
     Fp8LinearHistories* delayed = histories.get();
     if (delayed != nullptr) delayed->allocate_on(x.device());
@@ -40,8 +42,22 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const auto bias16 = has_bias ? bias.to(torch::kBFloat16) : torch::Tensor();
     auto y = compat::scaled_mm(xq.data, wq.data.t(), xq.inv_scale, wq.inv_scale, bias16, torch::kBFloat16,
                                /*fast_accum=*/true);
-    ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
     ctx->saved_data["allow_fused"] = allow_fused;
+    ctx->saved_data["gelu"] = gelu;
+    if (gelu) {
+      ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale, y});
+      const bool fused_gelu = gelu_fused_here(y, allow_fused);
+      ctx->saved_data["fused_gelu"] = fused_gelu;
+      if (!fused_gelu) {
+        auto amax = torch::empty({0}, y.options().dtype(torch::kFloat));
+        ctx->mark_non_differentiable({amax});
+        return {torch::gelu(y, "tanh"), amax};
+      }
+      auto f = fused::gelu_tanh_forward(y, /*with_amax=*/true);
+      ctx->mark_non_differentiable({f.amax});
+      return {f.y, f.amax};
+    }
+    ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(bias.scalar_type());
@@ -60,20 +76,36 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     const auto b_dtype = static_cast<c10::ScalarType>(ctx->saved_data["b_dtype"].toInt());
     if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-                                     torch::Tensor()};
+                                     torch::Tensor(), torch::Tensor()};
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     // The bias gradient (grad_y's column sums in fp32: no FP8 in it) read in the cast's pass over grad_y.
     c10::intrusive_ptr<Fp8LinearHistories> histories;
     if (ctx->saved_data.count("histories") != 0)
       histories = c10::static_intrusive_pointer_cast<Fp8LinearHistories>(ctx->saved_data["histories"].toCapsule());
-    const Fp8Tensor gq = fp8_cast(grads[0], /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool(),
+    // With GELU, its gradient first: on the fused kernel, with its amax, which the cast takes under dynamic scaling.
+    torch::Tensor grad_y = grads[0], grad_y_amax;
+    if (ctx->saved_data["gelu"].toBool()) {
+      if (ctx->saved_data["fused_gelu"].toBool()) {
+        auto g = fused::gelu_tanh_backward(grads[0], saved[4], /*with_amax=*/!histories);
+        grad_y = g.grad_x;
+        grad_y_amax = g.amax;
+      } else {
+        grad_y = at::gelu_backward(grads[0], saved[4], "tanh");
+      }
+    }
+    const Fp8Tensor gq = fp8_cast(grad_y, /*e5m2=*/true, ctx->saved_data["allow_fused"].toBool(),
                                   {/*transposed=*/true, /*column_sums=*/has_bias,
-                                   histories ? &histories->grad_output : nullptr});
+                                   histories ? &histories->grad_output : nullptr, grad_y_amax});
     // grad_x [rows, in] = grad_y [rows, out] @ w [out, in]; grad_w [out, in] = grad_y^T [out, rows] @ x [rows, in].
     auto grad_x = compat::scaled_mm(gq.data, w_t.t(), gq.inv_scale, w_inv, {}, x_dtype, /*fast_accum=*/false);
     auto grad_w = compat::scaled_mm(gq.transposed, x_t.t(), gq.inv_scale, x_inv, {}, w_dtype, /*fast_accum=*/false);
     const torch::Tensor grad_b = has_bias ? gq.column_sums.to(b_dtype) : torch::Tensor();
-    return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static bool gelu_fused_here(const torch::Tensor& y, bool allow_fused) {
+    return allow_fused && fused::available(y.device()) && fused::kernel_dtype(y.scalar_type());
   }
 };
 
@@ -167,8 +199,21 @@ torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, co
   const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
   const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
   return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
-                                  delayed)[0]
+                                  /*gelu=*/false, delayed)[0]
       .view(sizes);
+}
+
+Fp8Activation fp8_linear_gelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed,
+                              const torch::Tensor& x_amax) {
+  if (!fp8_linear_applies(x, weight)) return gelu_tanh_for_fp8(torch::linear(x, weight, bias), allow_fused);
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
+  const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
+  auto out = Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
+                                      /*gelu=*/true, delayed);
+  return {out[0].view(sizes), out[1].numel() > 0 ? out[1] : torch::Tensor()};
 }
 
 Fp8Activation gelu_tanh_for_fp8(const torch::Tensor& h, bool allow_fused) {

@@ -75,4 +75,12 @@ struct Fp8Activation {
 };
 Fp8Activation gelu_tanh_for_fp8(const torch::Tensor& h, bool allow_fused);
 
+// gelu(fp8_linear(x, weight, bias)) as one function, so that its backward applies GELU's backward on the fused kernel
+// with the amax of what it writes, which the cast of the product's gradient takes instead of a pass of its own (under
+// dynamic scaling). y as gelu_tanh_for_fp8 returns it, with its amax where the fused kernels ran. Elsewhere (shapes
+// fp8_linear_applies refuses) LibTorch's linear and gelu_tanh_for_fp8.
+Fp8Activation fp8_linear_gelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed = {},
+                              const torch::Tensor& x_amax = {});
+
 }  // namespace ptrain::kernels

@@ -206,6 +206,12 @@ struct GeluForward {
   torch::Tensor y, amax;  // amax undefined unless with_amax
 };
 GeluForward gelu_tanh_forward(const torch::Tensor& x, bool with_amax);
+// Its backward: grad_x = grad * gelu'(x) (grad and x one shape and dtype), in LibTorch's fp32 steps; with_amax:
+// amax, grad_x's amax for its FP8 cast.
+struct GeluBackward {
+  torch::Tensor grad_x, amax;  // amax undefined unless with_amax
+};
+GeluBackward gelu_tanh_backward(const torch::Tensor& grad, const torch::Tensor& x, bool with_amax);
 
 // The tensorwise FP8 cast of x (fp32/fp16/bf16 on CUDA, any shape; made contiguous): data, shaped as x, in
 // E5M2 (e5m2) or E4M3, and the amax, scale and inv_scale of x as one-element fp32 tensors on the device, each

@@ -619,6 +619,21 @@ GeluForward gelu_tanh_forward(const torch::Tensor& x_in, bool with_amax) {
   return out;
 }
 
+GeluBackward gelu_tanh_backward(const torch::Tensor& grad_in, const torch::Tensor& x_in, bool with_amax) {
+  const char* what = "fused gelu_tanh_backward";
+  check(grad_in.is_cuda() && x_in.device() == grad_in.device() && x_in.sizes() == grad_in.sizes() &&
+            x_in.scalar_type() == grad_in.scalar_type(),
+        std::string(what) + ": the gradient and GELU's input must be CUDA tensors of one shape and dtype");
+  c10::cuda::CUDAGuard guard(grad_in.device());
+  const auto grad = grad_in.contiguous(), x = x_in.contiguous();
+  GeluBackward out{torch::empty_like(grad), with_amax ? fp8_amax_stats(grad.device()) : torch::Tensor()};
+  launch(what, [&] {
+    cuda::gelu_tanh_backward(dtype_of(grad, what), grad.data_ptr(), x.data_ptr(), out.grad_x.data_ptr(), grad.numel(),
+                             with_amax ? amax_bits(out.amax) : nullptr, current_stream(grad));
+  });
+  return out;
+}
+
 torch::Tensor fp8_amax_stats(const torch::Device& device) {
   return torch::zeros({3 * cuda::kFp8StatsStride}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }

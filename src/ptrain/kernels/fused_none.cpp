@@ -104,6 +104,10 @@ GeluBiasGradient gelu_backward_bias_gradient(const torch::Tensor&, const torch::
 
 GeluForward gelu_tanh_forward(const torch::Tensor&, bool) { unavailable("fused gelu_tanh_forward"); }
 
+GeluBackward gelu_tanh_backward(const torch::Tensor&, const torch::Tensor&, bool) {
+  unavailable("fused gelu_tanh_backward");
+}
+
 torch::Tensor fp8_amax_stats(const torch::Device&) { unavailable("fused fp8 amax"); }
 
 Fp8Cast fp8_cast(const torch::Tensor&, bool, Fp8CastExtras) { unavailable("fused fp8 cast"); }

@@ -60,6 +60,11 @@ class Linear : public nn::Module {
     return kernels::linear(x, kernels::ParameterCastScope::cast_of(weight), kernels::ParameterCastScope::cast_of(bias),
                            activation, fused_bias_gradient);
   }
+  // GELU(the FP8 product) with GELU's output amax, and GELU's gradient with its amax in the backward
+  // (kernels::fp8_linear_gelu): the MLP's c_fc under fp8-amax.
+  kernels::Fp8Activation forward_gelu_fp8(const torch::Tensor& x, const torch::Tensor& x_amax) {
+    return kernels::fp8_linear_gelu(x, weight, bias, fused, fp8_histories, x_amax);
+  }
   bool fp8_shapes() const { return kernels::fp8_shape_applies(16, weight.size(1), weight.size(0)); }
 
   torch::Tensor weight, bias;
@@ -116,10 +121,11 @@ class Mlp : public nn::Module {
     c_fc = register_module("c_fc", std::make_shared<Linear>(width, 4 * width));
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * width, width));
   }
-  // With fp8_amax, the GELU between the two FP8 products also takes its output's amax, for c_proj's cast.
+  // With fp8_amax, the GELU between the two FP8 products also takes its output's amax, for c_proj's cast, and in
+  // the backward its gradient's, for c_fc's.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& x_amax = {}) {
     if (fp8_amax) {
-      const auto hidden = kernels::gelu_tanh_for_fp8(c_fc->forward(x, kernels::LinearActivation::kNone, x_amax), true);
+      const auto hidden = c_fc->forward_gelu_fp8(x, x_amax);
       return c_proj->forward(hidden.y, kernels::LinearActivation::kNone, hidden.amax);
     }
     return c_proj->forward(c_fc->forward(x, kernels::LinearActivation::kGeluTanh, x_amax));

@@ -47,8 +47,8 @@ struct FusionChoices {
   bool bias_gradients = true;  // a linear layer's bias gradient (and GELU's backward before it) in one pass
                                // (kernels/linear.h)
   bool residual_adds = true;   // a transformer block's last residual add in the next LayerNorm's add + norm kernel
-  bool fp8_amax = true;        // --precision fp8, dynamic scaling: each FP8 cast's amax from the LayerNorm or GELU
-                               // kernel that wrote its input, not from a pass of the cast's own
+  bool fp8_amax = true;        // --precision fp8, dynamic scaling: an FP8 cast's amax from the LayerNorm or GELU
+                               // kernel (forward or backward) that wrote its input, not from a pass of the cast's own
 };
 
 // The names --skip-fusions takes, in FusionChoices' order: weight-casts, shortcut-norms, stem-pool, residual-twins,

@@ -97,6 +97,19 @@ TEST(EmulatedKernels, GeluForwardTakesTheAmaxOfWhatItWrites) {
       }
     }
   }
+  // The backward: LibTorch's gelu_backward, and the amax of the gradient as written.
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (const int64_t n : {int64_t{5}, int64_t{256 * 8 * 3 + 5}}) {
+      const std::string what = "backward " + std::to_string(n) + " " + c10::toString(dtype);
+      const auto grad = torch::randn({n}).to(dtype), h = (torch::randn({n}) * 3).to(dtype);
+      auto grad_h = torch::full({n}, std::nanf("")).to(dtype);
+      unsigned int bits = 0;
+      cuda::gelu_tanh_backward(dtype_of(dtype), grad.data_ptr(), h.data_ptr(), grad_h.data_ptr(), n, &bits, nullptr);
+      const auto want = at::gelu_backward(grad.to(torch::kFloat), h.to(torch::kFloat), "tanh").to(dtype);
+      EXPECT_LT(relative_error(grad_h, want), dtype == torch::kFloat ? 1e-6 : 4e-3) << what;
+      EXPECT_EQ(amax_value(bits), grad_h.abs().max().item<float>()) << what;
+    }
+  }
   // A NaN anywhere makes the amax NaN, as LibTorch's max does: the scale must not hide it.
   auto x = torch::randn({100}).to(torch::kBFloat16);
   x[57] = std::nanf("");

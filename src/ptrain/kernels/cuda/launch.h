@@ -353,5 +353,10 @@ void gelu_backward_bias_gradient(const BiasGradientShape& shape, const GeluBackw
 // (may be null; as add_layer_norm_forward's out_amax) raised to the largest |y| as written: what --precision fp8's
 // cast of the MLP's hidden activations scales by, read from the pass that writes them.
 void gelu_tanh_forward(Dtype dtype, const void* x, void* y, int64_t n, unsigned int* amax, cudaStream_t stream);
+// Its backward, grad_x = grad * gelu'(x) over n elements of dtype (LibTorch's GeluBackward steps, as
+// gelu_backward_bias_gradient's), and amax (may be null) raised to the largest |grad_x| as written: what the FP8 cast
+// of the MLP's c_fc output gradient scales by.
+void gelu_tanh_backward(Dtype dtype, const void* grad, const void* x, void* grad_x, int64_t n, unsigned int* amax,
+                        cudaStream_t stream);
 
 }  // namespace ptrain::kernels::cuda

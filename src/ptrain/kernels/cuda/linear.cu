@@ -28,7 +28,6 @@ struct GradientTerms {
   }
 };
 
-// d/dh of GELU's tanh approximation, times dy: LibTorch's GeluBackward (tanh) in the same fp32 steps.
 __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
   constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
   constexpr float kKappa = 0.044715f;
@@ -57,10 +56,14 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 constexpr int kGeluThreads = 256;
 constexpr int kGeluMaxBlocks = 1024;  // grid-stride beyond: several blocks an SM on an H100 or H200
 
-// y = gelu(x), 16 bytes a load where x and y are aligned to them (vectors), and the largest |y| as written.
-template <typename T>
-__global__ void gelu_tanh_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, bool vectors,
-                                         unsigned int* __restrict__ amax_bits) {
+// d/dh of GELU's tanh approximation, times dy: LibTorch's GeluBackward (tanh) in the same fp32 steps.
+__device__ __forceinline__ float gelu_tanh_backward(float dy, float x);
+
+// out = fn(a, b) element for element (b may be null: fn(a, 0)), 16 bytes a load where every pointer is aligned to
+// them (vectors), each result rounded to T, and the largest |out| as written into amax_bits (may be null).
+template <typename T, typename Fn>
+__global__ void elementwise_amax_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t n,
+                                        bool vectors, unsigned int* __restrict__ amax_bits, Fn fn) {
   constexpr int kSize = Vec<T>::kSize;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -69,23 +72,42 @@ __global__ void gelu_tanh_forward_kernel(const T* __restrict__ x, T* __restrict_
   if (vectors) {
     const int64_t chunks = n / kSize;
     for (int64_t i = first; i < chunks; i += stride) {
-      float v[kSize];
-      to_floats(reinterpret_cast<const Vec<T>*>(x)[i], v);
+      float va[kSize], vb[kSize] = {};
+      to_floats(reinterpret_cast<const Vec<T>*>(a)[i], va);
+      if (b != nullptr) to_floats(reinterpret_cast<const Vec<T>*>(b)[i], vb);
 #pragma unroll
       for (int k = 0; k < kSize; ++k) {
-        v[k] = to_float(from_float<T>(gelu_tanh(v[k])));
-        amax = abs_max(amax, v[k]);
+        va[k] = to_float(from_float<T>(fn(va[k], vb[k])));
+        amax = abs_max(amax, va[k]);
       }
-      reinterpret_cast<Vec<T>*>(y)[i] = from_floats<T>(v);
+      reinterpret_cast<Vec<T>*>(out)[i] = from_floats<T>(va);
     }
     tail = chunks * kSize;
   }
   for (int64_t i = tail + first; i < n; i += stride) {
-    const T out = from_float<T>(gelu_tanh(to_float(x[i])));
-    y[i] = out;
-    amax = abs_max(amax, to_float(out));
+    const T v = from_float<T>(fn(to_float(a[i]), b != nullptr ? to_float(b[i]) : 0.0f));
+    out[i] = v;
+    amax = abs_max(amax, to_float(v));
   }
   if (amax_bits != nullptr) block_amax_into<kGeluThreads>(amax, amax_bits);
+}
+
+struct GeluForwardOp {
+  __device__ __forceinline__ float operator()(float x, float) const { return gelu_tanh(x); }
+};
+struct GeluBackwardOp {  // a: the gradient, b: GELU's input
+  __device__ __forceinline__ float operator()(float dy, float x) const { return gelu_tanh_backward(dy, x); }
+};
+
+template <typename T, typename Fn>
+void launch_elementwise_amax(const void* a, const void* b, void* out, int64_t n, unsigned int* amax, Fn fn,
+                             cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % sizeof(Vec<T>) == 0; };
+  const bool vectors = aligned(a) && aligned(b) && aligned(out);
+  const int64_t wanted = (n / Vec<T>::kSize + kGeluThreads - 1) / kGeluThreads;
+  const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, kGeluMaxBlocks)));
+  elementwise_amax_kernel<T, Fn><<<blocks, kGeluThreads, 0, stream>>>(
+      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n, vectors, amax, fn);
 }
 
 // grad_input = grad * gelu'(h), written in T, and its values as written summed.
@@ -137,14 +159,19 @@ void gelu_tanh_forward(Dtype dtype, const void* x, void* y, int64_t n, unsigned 
   if (n <= 0) return;
   with_type(dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    const bool vectors = reinterpret_cast<uintptr_t>(x) % sizeof(Vec<T>) == 0 &&
-                         reinterpret_cast<uintptr_t>(y) % sizeof(Vec<T>) == 0;
-    const int64_t wanted = (n / Vec<T>::kSize + kGeluThreads - 1) / kGeluThreads;
-    const auto blocks = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(wanted, kGeluMaxBlocks)));
-    gelu_tanh_forward_kernel<T><<<blocks, kGeluThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n,
-                                                                     vectors, amax);
+    launch_elementwise_amax<T>(x, nullptr, y, n, amax, GeluForwardOp{}, stream);
   });
   check_launch("gelu_tanh_forward");
+}
+
+void gelu_tanh_backward(Dtype dtype, const void* grad, const void* x, void* grad_x, int64_t n, unsigned int* amax,
+                        cudaStream_t stream) {
+  if (n <= 0) return;
+  with_type(dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_elementwise_amax<T>(grad, x, grad_x, n, amax, GeluBackwardOp{}, stream);
+  });
+  check_launch("gelu_tanh_backward");
 }
 
 }  // namespace ptrain::kernels::cuda
