@@ -42,29 +42,30 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const auto bias16 = has_bias ? bias.to(torch::kBFloat16) : torch::Tensor();
     auto y = compat::scaled_mm(xq.data, wq.data.t(), xq.inv_scale, wq.inv_scale, bias16, torch::kBFloat16,
                                /*fast_accum=*/true);
-    ctx->saved_data["allow_fused"] = allow_fused;
-    ctx->saved_data["gelu"] = gelu;
     if (gelu) {
       ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale, y});
-      const bool fused_gelu = gelu_fused_here(y, allow_fused);
-      ctx->saved_data["fused_gelu"] = fused_gelu;
-      if (!fused_gelu) {
-        auto amax = torch::empty({0}, y.options().dtype(torch::kFloat));
-        ctx->mark_non_differentiable({amax});
-        return {torch::gelu(y, "tanh"), amax};
-      }
-      auto f = fused::gelu_tanh_forward(y, /*with_amax=*/true);
-      ctx->mark_non_differentiable({f.amax});
-      return {f.y, f.amax};
+    } else {
+      ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
     }
-    ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
+    const bool fused_gelu = gelu && gelu_fused_here(y, allow_fused);
+    ctx->saved_data["allow_fused"] = allow_fused;
+    ctx->saved_data["gelu"] = gelu;
+    ctx->saved_data["fused_gelu"] = fused_gelu;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
     ctx->saved_data["b_dtype"] = static_cast<int64_t>(bias.scalar_type());
     ctx->saved_data["has_bias"] = has_bias;
     // The layer owns its histories; the capsule keeps them alive for the backward whatever becomes of it.
     if (delayed != nullptr) ctx->saved_data["histories"] = c10::IValue::make_capsule(histories);
-    return {y};
+    if (!gelu) return {y};
+    if (!fused_gelu) {
+      auto amax = torch::empty({0}, y.options().dtype(torch::kFloat));
+      ctx->mark_non_differentiable({amax});
+      return {torch::gelu(y, "tanh"), amax};
+    }
+    auto f = fused::gelu_tanh_forward(y, /*with_amax=*/true);
+    ctx->mark_non_differentiable({f.amax});
+    return {f.y, f.amax};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
