@@ -353,6 +353,7 @@ std::shared_ptr<Model> Gpt::make_replica() const {
   replica->group_weight_casts_ = group_weight_casts_;
   replica->fused_bias_gradients_ = fused_bias_gradients_;
   replica->defer_residual_adds_ = defer_residual_adds_;
+  replica->fp8_amax_from_producers_ = fp8_amax_from_producers_;
   replica->set_fp8_linear(fp8_, {fp8_head_, fp8_delayed_});
   return replica;
 }
