@@ -13,6 +13,11 @@ constexpr int64_t kFp8Alignment = 16;
 
 bool cast_dtype(c10::ScalarType t) { return t == torch::kFloat || t == torch::kHalf || t == torch::kBFloat16; }
 
+// Whether GELU of h runs on ptrain's kernel, which also takes its output's amax (else LibTorch's gelu, no amax).
+bool fused_gelu_applies(const torch::Tensor& h, bool allow_fused) {
+  return allow_fused && fused::available(h.device()) && fused::kernel_dtype(h.scalar_type());
+}
+
 // y [rows, out] = x [rows, in] @ w [out, in]^T (+ bias) with both cast to E4M3. cuBLASLt's FP8 GEMM takes its
 // first operand row-major and its second column-major (a [K, N] matrix stored as the contiguous [N, K]), so
 // each cast also writes its operand's transpose, in the same pass: the backward's products need x and grad_y
@@ -47,7 +52,7 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     } else {
       ctx->save_for_backward({xq.transposed, xq.inv_scale, wq.transposed, wq.inv_scale});
     }
-    const bool fused_gelu = gelu && gelu_fused_here(y, allow_fused);
+    const bool fused_gelu = gelu && fused_gelu_applies(y, allow_fused);
     ctx->saved_data["allow_fused"] = allow_fused;
     ctx->saved_data["gelu"] = gelu;
     ctx->saved_data["fused_gelu"] = fused_gelu;
@@ -103,11 +108,6 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const torch::Tensor grad_b = has_bias ? gq.column_sums.to(b_dtype) : torch::Tensor();
     return {grad_x, grad_w, grad_b, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
-
- private:
-  static bool gelu_fused_here(const torch::Tensor& y, bool allow_fused) {
-    return allow_fused && fused::available(y.device()) && fused::kernel_dtype(y.scalar_type());
-  }
 };
 
 // GELU on the fused kernel with its output's amax; LibTorch's backward.
@@ -124,6 +124,22 @@ class GeluTanhWithAmax : public torch::autograd::Function<GeluTanhWithAmax> {
     return {at::gelu_backward(grads[0], ctx->get_saved_variables()[0], "tanh")};
   }
 };
+
+// Fp8LinearFunction on x as [rows, in], its first output viewed back to x's leading dimensions.
+torch::autograd::variable_list apply_fp8_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                                                const torch::Tensor& bias, const torch::Tensor& x_amax,
+                                                bool allow_fused, bool gelu,
+                                                const c10::intrusive_ptr<Fp8LinearHistories>& delayed) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  // LibTorch's Function::apply records the device of every tensor it is given, so "none" is an empty one.
+  const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
+  const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
+  auto out = Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
+                                      gelu, delayed);
+  out[0] = out[0].view(sizes);
+  return out;
+}
 
 }  // namespace
 
@@ -194,32 +210,19 @@ torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& weight, co
                          bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed,
                          const torch::Tensor& x_amax) {
   if (!fp8_linear_applies(x, weight)) return torch::linear(x, weight, bias);
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  // LibTorch's Function::apply records the device of every tensor it is given, so "no bias" is an empty one.
-  const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
-  const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
-  return Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
-                                  /*gelu=*/false, delayed)[0]
-      .view(sizes);
+  return apply_fp8_linear(x, weight, bias, x_amax, allow_fused, /*gelu=*/false, delayed)[0];
 }
 
 Fp8Activation fp8_linear_gelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                               bool allow_fused, const c10::intrusive_ptr<Fp8LinearHistories>& delayed,
                               const torch::Tensor& x_amax) {
   if (!fp8_linear_applies(x, weight)) return gelu_tanh_for_fp8(torch::linear(x, weight, bias), allow_fused);
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options());
-  const auto amax_or_empty = x_amax.defined() ? x_amax : torch::empty({0}, x.options().dtype(torch::kFloat));
-  auto out = Fp8LinearFunction::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, amax_or_empty, allow_fused,
-                                      /*gelu=*/true, delayed);
-  return {out[0].view(sizes), out[1].numel() > 0 ? out[1] : torch::Tensor()};
+  auto out = apply_fp8_linear(x, weight, bias, x_amax, allow_fused, /*gelu=*/true, delayed);
+  return {out[0], out[1].numel() > 0 ? out[1] : torch::Tensor()};
 }
 
 Fp8Activation gelu_tanh_for_fp8(const torch::Tensor& h, bool allow_fused) {
-  if (!allow_fused || !fused::available(h.device()) || !fused::kernel_dtype(h.scalar_type()))
-    return {torch::gelu(h, "tanh"), {}};
+  if (!fused_gelu_applies(h, allow_fused)) return {torch::gelu(h, "tanh"), {}};
   auto out = GeluTanhWithAmax::apply(h);
   return {out[0], out[1]};
 }

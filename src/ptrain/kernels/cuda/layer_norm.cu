@@ -2,8 +2,9 @@
 // adds the branch to the fp32 residual stream (one pass), normalises in fp32 (another) and the next matrix
 // product casts the result to bf16 (a third); its backward adds the two gradients of the sum, and reduces
 // weight and bias gradients at a quarter of the memory bandwidth. Here: one row kernel each way (a warp a
-// row, reading the row twice, the second time from L1) that writes the normalised row straight in the
-// compute dtype, and column sums (column_sums.cuh) for the weight and bias gradients.
+// row; the forward reads its row twice, the second time from L1, the backward holds rows of up to 2,048 columns in
+// registers) that writes the normalised row straight in the compute dtype, and column sums (column_sums.cuh) for
+// the weight and bias gradients.
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -180,7 +181,6 @@ constexpr int kMaxResidentGroups = 8;
 // GPT-2 large's 1,280 columns against backward_rows_kernel's 124, 143 against 159 at XL's 1,600. The forward's
 // resident twin was slower than forward_kernel (63 against 52 us: the second read hits L1), so the forward keeps
 // reading its row twice.
-
 template <typename Y, typename B, int kGroups>
 __global__ void __launch_bounds__(kRowsPerBlock * kWarp) backward_rows_resident_kernel(
     const Y* __restrict__ grad_out, const float* __restrict__ grad_sum, const float* __restrict__ input,

@@ -28,36 +28,34 @@ struct GradientTerms {
   }
 };
 
+// GELU's tanh approximation's constants, as LibTorch's: sqrt(2) * 2 / sqrt(pi) * 0.5 = sqrt(2 / pi), and kappa.
+constexpr float kGeluBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+constexpr float kGeluKappa = 0.044715f;
+
+// d/dh of GELU's tanh approximation, times dy: LibTorch's GeluBackward (tanh) in the same fp32 steps.
 __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
-  constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
-  constexpr float kKappa = 0.044715f;
   const float x_sq = x * x;
   const float x_cube = x_sq * x;
-  const float inner = kBeta * (x + kKappa * x_cube);
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
   const float tanh_inner = tanhf(inner);
   const float left = 0.5f * x;
   const float right = 1.0f + tanh_inner;
   const float left_derivative = 0.5f * right;
   const float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
-  const float inner_derivative = kBeta * (1.0f + 3.0f * kKappa * x_sq);
+  const float inner_derivative = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
   const float right_derivative = left * tanh_derivative * inner_derivative;
   return dy * (left_derivative + right_derivative);
 }
 
 // GELU's tanh approximation: LibTorch's GeluCUDAKernelImpl (tanh) in the same fp32 steps.
 __device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kBeta = static_cast<float>(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
-  constexpr float kKappa = 0.044715f;
   const float x_cube = x * x * x;
-  const float inner = kBeta * (x + kKappa * x_cube);
+  const float inner = kGeluBeta * (x + kGeluKappa * x_cube);
   return 0.5f * x * (1.0f + tanhf(inner));
 }
 
 constexpr int kGeluThreads = 256;
 constexpr int kGeluMaxBlocks = 1024;  // grid-stride beyond: several blocks an SM on an H100 or H200
-
-// d/dh of GELU's tanh approximation, times dy: LibTorch's GeluBackward (tanh) in the same fp32 steps.
-__device__ __forceinline__ float gelu_tanh_backward(float dy, float x);
 
 // out = fn(a, b) element for element (b may be null: fn(a, 0)), 16 bytes a load where every pointer is aligned to
 // them (vectors), each result rounded to T, and the largest |out| as written into amax_bits (may be null).
